@@ -1,0 +1,42 @@
+# halite — the commands a user and CI need. `make run` and `make test` are the
+# two the README starts with; CI (.ci/run) calls `make test`.
+
+CARGO ?= cargo
+HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
+
+.PHONY: run test build bench-engine crash lint fmt clean
+
+## Runs the demo: ingests TSBS-style sensor rows into a region, flushes,
+## compacts, scans them back and prints what it did.
+run:
+	$(CARGO) run --release --bin halite -- demo
+
+## Runs every test (unit, property, crash, corruption, WAL backends).
+test:
+ifeq ($(HAVE_NEXTEST),yes)
+	$(CARGO) nextest run --release --no-fail-fast
+else
+	$(CARGO) test --release --no-fail-fast
+endif
+
+build:
+	$(CARGO) build --release
+
+## The storage engine benchmark (issue #2): durable ingest against the raw
+## disk limit, full scan, Get latency, peak RSS.
+bench-engine:
+	$(CARGO) bench --bench engine
+
+## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
+crash:
+	HALITE_CRASH_KILLS=$${HALITE_CRASH_KILLS:-200} $(CARGO) test --release --test crash_recovery -- --nocapture
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt
+
+clean:
+	$(CARGO) clean

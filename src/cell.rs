@@ -1,0 +1,521 @@
+//! Cells, their keys and their order.
+//!
+//! A cell is (row, family, qualifier, timestamp, kind, value). Cells sort by
+//! row ascending, family ascending, qualifier ascending, timestamp
+//! **descending** (newest first), then kind with delete markers before puts
+//! at the same timestamp — HBase's order, kept exactly.
+//!
+//! # Encoded key layout
+//!
+//! One layout is used in the MemStore, the WAL and store files:
+//!
+//! | bytes       | field                                             |
+//! |-------------|---------------------------------------------------|
+//! | 2           | row length, u16 big-endian (1..=65535)            |
+//! | row length  | row                                               |
+//! | 1           | family length (1..=255)                           |
+//! | fam length  | family                                            |
+//! | rest − 9    | qualifier (its length is implied)                 |
+//! | 8           | timestamp, u64 big-endian (epoch ms)              |
+//! | 1           | kind code (low 4 bits) and flags (high bits)      |
+//!
+//! The kind byte's bit 7 says the entry carries a per-cell TTL, stored with
+//! the value rather than in the key so it never changes the order.
+
+use std::cmp::Ordering;
+
+pub const MAX_ROW_LEN: usize = u16::MAX as usize;
+pub const MAX_FAMILY_LEN: usize = u8::MAX as usize;
+pub const MAX_QUALIFIER_LEN: usize = 64 * 1024;
+/// Fixed bytes of a key besides row, family and qualifier.
+pub const KEY_OVERHEAD: usize = 2 + 1 + 8 + 1;
+pub const TTL_FLAG: u8 = 0x80;
+const KIND_MASK: u8 = 0x0f;
+
+/// What a cell is. The discriminant is the sort order at equal timestamps:
+/// family deletes, then column deletes, then version deletes, then puts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum CellKind {
+    /// Masks every put in the row's family with timestamp <= this one.
+    DeleteFamily = 1,
+    /// Masks every version of one column with timestamp <= this one.
+    DeleteColumn = 2,
+    /// Masks exactly one version of one column.
+    DeleteVersion = 3,
+    Put = 4,
+}
+
+impl CellKind {
+    pub fn from_code(code: u8) -> Option<CellKind> {
+        match code & KIND_MASK {
+            1 => Some(CellKind::DeleteFamily),
+            2 => Some(CellKind::DeleteColumn),
+            3 => Some(CellKind::DeleteVersion),
+            4 => Some(CellKind::Put),
+            _ => None,
+        }
+    }
+    pub fn is_delete(self) -> bool {
+        self != CellKind::Put
+    }
+}
+
+/// A borrowed view of an encoded key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRef<'a> {
+    pub row: &'a [u8],
+    pub family: &'a [u8],
+    pub qualifier: &'a [u8],
+    pub timestamp: u64,
+    pub kind: CellKind,
+    pub has_ttl: bool,
+}
+
+impl<'a> KeyRef<'a> {
+    /// Parses an encoded key; `None` if it is malformed.
+    pub fn parse(key: &'a [u8]) -> Option<KeyRef<'a>> {
+        if key.len() < KEY_OVERHEAD + 2 {
+            return None;
+        }
+        let row_len = u16::from_be_bytes([key[0], key[1]]) as usize;
+        let fam_at = 2 + row_len;
+        let fam_len = *key.get(fam_at)? as usize;
+        let qual_at = fam_at + 1 + fam_len;
+        let ts_at = key.len() - 9;
+        if row_len == 0 || fam_len == 0 || qual_at > ts_at {
+            return None;
+        }
+        let ts = u64::from_be_bytes(key[ts_at..ts_at + 8].try_into().ok()?);
+        let kind_byte = key[key.len() - 1];
+        Some(KeyRef {
+            row: &key[2..fam_at],
+            family: &key[fam_at + 1..qual_at],
+            qualifier: &key[qual_at..ts_at],
+            timestamp: ts,
+            kind: CellKind::from_code(kind_byte)?,
+            has_ttl: kind_byte & TTL_FLAG != 0,
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        encode_key(
+            self.row,
+            self.family,
+            self.qualifier,
+            self.timestamp,
+            self.kind,
+            self.has_ttl,
+        )
+    }
+}
+
+/// Encodes a key. Callers have checked the length limits.
+pub fn encode_key(
+    row: &[u8],
+    family: &[u8],
+    qualifier: &[u8],
+    timestamp: u64,
+    kind: CellKind,
+    has_ttl: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(KEY_OVERHEAD + row.len() + family.len() + qualifier.len());
+    encode_key_into(&mut out, row, family, qualifier, timestamp, kind, has_ttl);
+    out
+}
+
+pub fn encode_key_into(
+    out: &mut Vec<u8>,
+    row: &[u8],
+    family: &[u8],
+    qualifier: &[u8],
+    timestamp: u64,
+    kind: CellKind,
+    has_ttl: bool,
+) {
+    debug_assert!(!row.is_empty() && row.len() <= MAX_ROW_LEN);
+    debug_assert!(!family.is_empty() && family.len() <= MAX_FAMILY_LEN);
+    out.extend_from_slice(&(row.len() as u16).to_be_bytes());
+    out.extend_from_slice(row);
+    out.push(family.len() as u8);
+    out.extend_from_slice(family);
+    out.extend_from_slice(qualifier);
+    out.extend_from_slice(&timestamp.to_be_bytes());
+    out.push(kind as u8 | if has_ttl { TTL_FLAG } else { 0 });
+}
+
+/// The smallest possible key of a row: every cell of the row sorts at or
+/// after it. Used to seek to a row.
+pub fn first_key_of_row(row: &[u8]) -> Vec<u8> {
+    // Family length 0 is below every real family; timestamp MAX and the
+    // lowest kind code sort first among equal (row, family, qualifier).
+    let mut out = Vec::with_capacity(row.len() + KEY_OVERHEAD);
+    out.extend_from_slice(&(row.len() as u16).to_be_bytes());
+    out.extend_from_slice(row);
+    out.push(0);
+    out.extend_from_slice(&u64::MAX.to_be_bytes());
+    out.push(0);
+    out
+}
+
+/// The smallest key of a column within a row.
+pub fn first_key_of_column(row: &[u8], family: &[u8], qualifier: &[u8]) -> Vec<u8> {
+    let mut out = encode_key(
+        row,
+        family,
+        qualifier,
+        u64::MAX,
+        CellKind::DeleteFamily,
+        false,
+    );
+    let last = out.len() - 1;
+    out[last] = 0;
+    out
+}
+
+/// The row of an encoded key, without parsing the rest.
+#[inline]
+pub fn row_of(key: &[u8]) -> &[u8] {
+    if key.len() < 2 {
+        return &[];
+    }
+    let row_len = u16::from_be_bytes([key[0], key[1]]) as usize;
+    key.get(2..2 + row_len).unwrap_or(&[])
+}
+
+/// Total order on encoded keys. Malformed keys (which readers reject before
+/// they get here) fall back to byte order rather than panicking.
+#[inline]
+pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
+    match (split_key(a), split_key(b)) {
+        (Some(ka), Some(kb)) => {
+            ka.0.cmp(kb.0)
+                .then_with(|| ka.1.cmp(kb.1))
+                .then_with(|| ka.2.cmp(kb.2))
+                .then_with(|| kb.3.cmp(&ka.3))
+                .then_with(|| (ka.4 & KIND_MASK).cmp(&(kb.4 & KIND_MASK)))
+        }
+        _ => a.cmp(b),
+    }
+}
+
+/// (row, family, qualifier, timestamp, kind byte).
+type KeyFields<'a> = (&'a [u8], &'a [u8], &'a [u8], u64, u8);
+
+/// (row, family, qualifier, timestamp, kind byte) without validation of the
+/// kind code; fast path for comparisons.
+#[inline]
+fn split_key(key: &[u8]) -> Option<KeyFields<'_>> {
+    if key.len() < KEY_OVERHEAD {
+        return None;
+    }
+    let row_len = u16::from_be_bytes([key[0], key[1]]) as usize;
+    let fam_at = 2 + row_len;
+    let fam_len = *key.get(fam_at)? as usize;
+    let qual_at = fam_at + 1 + fam_len;
+    let ts_at = key.len() - 9;
+    if qual_at > ts_at {
+        return None;
+    }
+    let ts = u64::from_be_bytes(key[ts_at..ts_at + 8].try_into().ok()?);
+    Some((
+        &key[2..fam_at],
+        &key[fam_at + 1..qual_at],
+        &key[qual_at..ts_at],
+        ts,
+        key[key.len() - 1],
+    ))
+}
+
+/// Whether two keys name the same (row, family, qualifier).
+#[inline]
+pub fn same_column(a: &[u8], b: &[u8]) -> bool {
+    match (split_key(a), split_key(b)) {
+        (Some(ka), Some(kb)) => ka.0 == kb.0 && ka.1 == kb.1 && ka.2 == kb.2,
+        _ => false,
+    }
+}
+
+/// A cell as readers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell {
+    pub family: Vec<u8>,
+    pub qualifier: Vec<u8>,
+    pub timestamp: u64,
+    pub value: Vec<u8>,
+}
+
+/// A row as readers see it: its cells in family, qualifier, newest-first order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub key: Vec<u8>,
+    pub cells: Vec<Cell>,
+}
+
+/// One change to one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutation {
+    /// `timestamp: None` takes the region's clock at write time.
+    Put {
+        family: Vec<u8>,
+        qualifier: Vec<u8>,
+        timestamp: Option<u64>,
+        value: Vec<u8>,
+        /// Per-cell TTL in milliseconds; capped by the family TTL.
+        ttl_ms: Option<u64>,
+    },
+    DeleteVersion {
+        family: Vec<u8>,
+        qualifier: Vec<u8>,
+        timestamp: u64,
+    },
+    DeleteColumn {
+        family: Vec<u8>,
+        qualifier: Vec<u8>,
+        timestamp: Option<u64>,
+    },
+    DeleteFamily {
+        family: Vec<u8>,
+        timestamp: Option<u64>,
+    },
+    /// Every family of the row.
+    DeleteRow { timestamp: Option<u64> },
+}
+
+/// Changes to one row, applied atomically: readers see all or none of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowMutation {
+    pub row: Vec<u8>,
+    pub mutations: Vec<Mutation>,
+}
+
+impl RowMutation {
+    pub fn new(row: impl Into<Vec<u8>>) -> Self {
+        RowMutation {
+            row: row.into(),
+            mutations: Vec::new(),
+        }
+    }
+
+    pub fn put(
+        mut self,
+        family: impl Into<Vec<u8>>,
+        qualifier: impl Into<Vec<u8>>,
+        timestamp: u64,
+        value: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.mutations.push(Mutation::Put {
+            family: family.into(),
+            qualifier: qualifier.into(),
+            timestamp: Some(timestamp),
+            value: value.into(),
+            ttl_ms: None,
+        });
+        self
+    }
+
+    pub fn put_with_ttl(
+        mut self,
+        family: impl Into<Vec<u8>>,
+        qualifier: impl Into<Vec<u8>>,
+        timestamp: u64,
+        value: impl Into<Vec<u8>>,
+        ttl_ms: u64,
+    ) -> Self {
+        self.mutations.push(Mutation::Put {
+            family: family.into(),
+            qualifier: qualifier.into(),
+            timestamp: Some(timestamp),
+            value: value.into(),
+            ttl_ms: Some(ttl_ms),
+        });
+        self
+    }
+
+    pub fn delete_version(
+        mut self,
+        family: impl Into<Vec<u8>>,
+        qualifier: impl Into<Vec<u8>>,
+        timestamp: u64,
+    ) -> Self {
+        self.mutations.push(Mutation::DeleteVersion {
+            family: family.into(),
+            qualifier: qualifier.into(),
+            timestamp,
+        });
+        self
+    }
+
+    pub fn delete_column(
+        mut self,
+        family: impl Into<Vec<u8>>,
+        qualifier: impl Into<Vec<u8>>,
+        timestamp: Option<u64>,
+    ) -> Self {
+        self.mutations.push(Mutation::DeleteColumn {
+            family: family.into(),
+            qualifier: qualifier.into(),
+            timestamp,
+        });
+        self
+    }
+
+    pub fn delete_family(mut self, family: impl Into<Vec<u8>>, timestamp: Option<u64>) -> Self {
+        self.mutations.push(Mutation::DeleteFamily {
+            family: family.into(),
+            timestamp,
+        });
+        self
+    }
+
+    pub fn delete_row(mut self, timestamp: Option<u64>) -> Self {
+        self.mutations.push(Mutation::DeleteRow { timestamp });
+        self
+    }
+}
+
+/// An entry of the storage engine: an encoded key, an optional per-cell TTL
+/// and the value (empty for delete markers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Vec<u8>,
+    pub ttl_ms: Option<u64>,
+    pub value: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(row: &[u8], fam: &[u8], q: &[u8], ts: u64, kind: CellKind) -> Vec<u8> {
+        encode_key(row, fam, q, ts, kind, false)
+    }
+
+    #[test]
+    fn order_is_row_family_qualifier_newest_first_markers_first() {
+        let mut keys = [
+            k(b"r2", b"f", b"a", 1, CellKind::Put),
+            k(b"r1", b"g", b"a", 1, CellKind::Put),
+            k(b"r1", b"f", b"b", 5, CellKind::Put),
+            k(b"r1", b"f", b"a", 1, CellKind::Put),
+            k(b"r1", b"f", b"a", 9, CellKind::Put),
+            k(b"r1", b"f", b"a", 9, CellKind::DeleteColumn),
+            k(b"r1", b"f", b"", 9, CellKind::DeleteFamily),
+            k(b"r", b"f", b"zz", 1, CellKind::Put),
+        ];
+        keys.sort_by(|a, b| compare_keys(a, b));
+        let shown: Vec<_> = keys
+            .iter()
+            .map(|key| {
+                let p = KeyRef::parse(key).unwrap();
+                (
+                    p.row.to_vec(),
+                    p.family.to_vec(),
+                    p.qualifier.to_vec(),
+                    p.timestamp,
+                    p.kind,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    b"r".to_vec(),
+                    b"f".to_vec(),
+                    b"zz".to_vec(),
+                    1,
+                    CellKind::Put
+                ),
+                (
+                    b"r1".to_vec(),
+                    b"f".to_vec(),
+                    b"".to_vec(),
+                    9,
+                    CellKind::DeleteFamily
+                ),
+                (
+                    b"r1".to_vec(),
+                    b"f".to_vec(),
+                    b"a".to_vec(),
+                    9,
+                    CellKind::DeleteColumn
+                ),
+                (
+                    b"r1".to_vec(),
+                    b"f".to_vec(),
+                    b"a".to_vec(),
+                    9,
+                    CellKind::Put
+                ),
+                (
+                    b"r1".to_vec(),
+                    b"f".to_vec(),
+                    b"a".to_vec(),
+                    1,
+                    CellKind::Put
+                ),
+                (
+                    b"r1".to_vec(),
+                    b"f".to_vec(),
+                    b"b".to_vec(),
+                    5,
+                    CellKind::Put
+                ),
+                (
+                    b"r1".to_vec(),
+                    b"g".to_vec(),
+                    b"a".to_vec(),
+                    1,
+                    CellKind::Put
+                ),
+                (
+                    b"r2".to_vec(),
+                    b"f".to_vec(),
+                    b"a".to_vec(),
+                    1,
+                    CellKind::Put
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn first_key_of_row_sorts_before_every_cell_of_the_row() {
+        let first = first_key_of_row(b"r1");
+        assert_eq!(
+            compare_keys(
+                &first,
+                &k(b"r1", b"\0", b"", u64::MAX, CellKind::DeleteFamily)
+            ),
+            Ordering::Less
+        );
+        assert_eq!(
+            compare_keys(&first, &k(b"r0\xff", b"z", b"z", 0, CellKind::Put)),
+            Ordering::Greater
+        );
+        let col = first_key_of_column(b"r1", b"f", b"q");
+        assert_eq!(
+            compare_keys(
+                &col,
+                &k(b"r1", b"f", b"q", u64::MAX, CellKind::DeleteFamily)
+            ),
+            Ordering::Less
+        );
+        assert_eq!(
+            compare_keys(&col, &k(b"r1", b"f", b"p", 0, CellKind::Put)),
+            Ordering::Greater
+        );
+    }
+
+    #[test]
+    fn parse_rejects_malformed_keys_without_panicking() {
+        assert!(KeyRef::parse(b"").is_none());
+        assert!(KeyRef::parse(&[0xff, 0xff, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]).is_none());
+        let mut good = k(b"r", b"f", b"q", 3, CellKind::Put);
+        assert!(KeyRef::parse(&good).is_some());
+        let last = good.len() - 1;
+        good[last] = 9;
+        assert!(KeyRef::parse(&good).is_none());
+    }
+}

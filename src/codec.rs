@@ -1,0 +1,152 @@
+//! Little helpers for the binary formats: LEB128 varints and a bounds-checked
+//! reader that reports where it ran out instead of panicking.
+
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// A cursor over a byte slice whose every read is checked. Errors carry the
+/// offset (relative to the slice) at which the data stopped making sense.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+/// Where and why a [`Reader`] gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeError {
+    pub offset: usize,
+    pub what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+    pub fn at(buf: &'a [u8], pos: usize) -> Self {
+        Reader { buf, pos }
+    }
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    fn fail<T>(&self, what: &'static str) -> Result<T, DecodeError> {
+        Err(DecodeError {
+            offset: self.pos,
+            what,
+        })
+    }
+
+    #[inline]
+    pub fn varint(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        let mut shift = 0;
+        loop {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return self.fail(what);
+            };
+            if shift == 63 && b > 1 {
+                return self.fail(what);
+            }
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return self.fail(what);
+            }
+        }
+    }
+
+    /// A varint that must fit in `usize` and be at most `max`.
+    #[inline]
+    pub fn len(&mut self, max: usize, what: &'static str) -> Result<usize, DecodeError> {
+        let start = self.pos;
+        let v = self.varint(what)?;
+        if v > max as u64 {
+            return Err(DecodeError {
+                offset: start,
+                what,
+            });
+        }
+        Ok(v as usize)
+    }
+
+    #[inline]
+    pub fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        if n > self.remaining() {
+            return self.fail(what);
+        }
+        let out = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(out)
+    }
+
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
+        Ok(self.bytes(1, what)?[0])
+    }
+    pub fn u32_le(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        let b = self.bytes(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    pub fn u64_le(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        let b = self.bytes(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    /// A varint length followed by that many bytes.
+    pub fn len_prefixed(
+        &mut self,
+        max: usize,
+        what: &'static str,
+    ) -> Result<&'a [u8], DecodeError> {
+        let n = self.len(max, what)?;
+        self.bytes(n, what)
+    }
+}
+
+pub fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip_and_reject_overlong() {
+        for v in [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut buf = Vec::new();
+            put_varint(&mut buf, v);
+            assert_eq!(buf.len(), varint_len(v));
+            assert_eq!(Reader::new(&buf).varint("v").unwrap(), v);
+        }
+        assert!(Reader::new(&[0xff; 11]).varint("v").is_err());
+        assert!(Reader::new(&[0x80]).varint("v").is_err());
+    }
+}

@@ -1,0 +1,81 @@
+//! The public error surface.
+//!
+//! Every module has its own detailed error enum; they all convert into
+//! [`Error`], whose [`ErrorKind`] tells a caller what to do about it (fix the
+//! input, retry later, restore from a replica, stop). The HTTP layer maps the
+//! kind onto a status code in one place.
+
+use std::path::PathBuf;
+
+use crate::region::manifest::ManifestError;
+use crate::region::sst::SstError;
+use crate::region::wal::WalError;
+
+/// What a caller can do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is wrong; retrying it unchanged fails again.
+    InvalidInput,
+    /// The thing named does not exist (table, family).
+    NotFound,
+    /// Temporarily unable (overloaded, shutting down a writer); retry later.
+    Unavailable,
+    /// Data on disk failed a check; the named file needs attention.
+    Corruption,
+    /// The region or store was closed or stopped after a fatal I/O error.
+    Closed,
+    /// An I/O or internal failure that is neither of the above.
+    Internal,
+}
+
+/// The crate-wide error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error(transparent)]
+    Sst(#[from] SstError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("unknown column family. family=`{0}`")]
+    UnknownFamily(String),
+    #[error("region is closed; reopen it to continue")]
+    Closed,
+    #[error(
+        "region stopped accepting writes after a fatal I/O error; restart to recover from the WAL. cause: {0}"
+    )]
+    Poisoned(String),
+    #[error("i/o error. path=`{path}`, op=`{op}`: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Wal(e) => e.kind(),
+            Error::Sst(e) => e.kind(),
+            Error::Manifest(e) => e.kind(),
+            Error::InvalidInput(_) => ErrorKind::InvalidInput,
+            Error::UnknownFamily(_) => ErrorKind::NotFound,
+            Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
+            Error::Io { .. } => ErrorKind::Internal,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,199 @@
+//! The `halite` command. For now it runs the storage-engine demo; the service
+//! (`serve`) and client verbs arrive with the region set and the HTTP API.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use halite::cell::RowMutation;
+use halite::clock::{Clock, SystemClock};
+use halite::region::block_cache::BlockCache;
+use halite::region::wal::{Wal, WalOptions};
+use halite::region::{Region, RegionDescriptor, RegionOptions};
+use halite::scan::{Get, Scan};
+use halite::schema::{Compression, Durability, FamilyDescriptor};
+
+const USAGE: &str = "usage: halite demo [--dir PATH] [--hosts N] [--points-per-host N]
+
+  demo   ingest TSBS-style cpu rows (host + reversed timestamp keys, one
+         cell per field) into one region with SYNC_WAL, flush, compact,
+         and read them back.";
+
+const FIELDS: [&str; 10] = [
+    "usage_user",
+    "usage_system",
+    "usage_idle",
+    "usage_nice",
+    "usage_iowait",
+    "usage_irq",
+    "usage_softirq",
+    "usage_steal",
+    "usage_guest",
+    "usage_guest_nice",
+];
+
+struct DemoArgs {
+    dir: Option<PathBuf>,
+    hosts: u64,
+    points: u64,
+}
+
+fn parse_demo(args: &[String]) -> Result<DemoArgs, String> {
+    let mut out = DemoArgs {
+        dir: None,
+        hosts: 100,
+        points: 2_000,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match a.as_str() {
+            "--dir" => out.dir = Some(PathBuf::from(value("--dir")?)),
+            "--hosts" => {
+                out.hosts = value("--hosts")?
+                    .parse()
+                    .map_err(|_| "--hosts takes a number")?
+            }
+            "--points-per-host" => {
+                out.points = value("--points-per-host")?
+                    .parse()
+                    .map_err(|_| "--points-per-host takes a number")?
+            }
+            other => return Err(format!("unknown argument `{other}`\n\n{USAGE}")),
+        }
+    }
+    Ok(out)
+}
+
+/// host name padded to 16 bytes, then the reversed timestamp: one host's
+/// points are contiguous, newest first.
+fn row_key(host: u64, ts: u64) -> Vec<u8> {
+    let mut k = format!("host_{host:04}").into_bytes();
+    k.resize(16, b' ');
+    k.extend_from_slice(&(u64::MAX - ts).to_be_bytes());
+    k
+}
+
+fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let tmp;
+    let dir = match args.dir {
+        Some(d) => d,
+        None => {
+            tmp = std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()));
+            tmp
+        }
+    };
+    println!("halite demo: data in {}", dir.display());
+    let wal = Arc::new(Wal::open(dir.join("wal"), WalOptions::default())?);
+    println!("wal backend: {}", wal.backend().as_str());
+    let family = FamilyDescriptor::new("cpu").compression(Compression::Snappy);
+    let region = Region::open(
+        dir.join("region-1"),
+        RegionDescriptor {
+            id: 1,
+            families: vec![family],
+        },
+        RegionOptions {
+            flush_size: 32 * 1024 * 1024,
+            ..RegionOptions::default()
+        },
+        wal.clone(),
+        Arc::new(SystemClock),
+        BlockCache::new(64 * 1024 * 1024),
+    )?;
+    let start_ts = SystemClock.now_ms() - args.points * 10_000;
+    let started = Instant::now();
+    let mut batch = Vec::with_capacity(1000);
+    let mut rows = 0u64;
+    for p in 0..args.points {
+        let ts = start_ts + p * 10_000;
+        for h in 0..args.hosts {
+            let mut m = RowMutation::new(row_key(h, ts));
+            for (i, f) in FIELDS.iter().enumerate() {
+                let v = ((h * 31 + p * 7 + i as u64 * 13) % 10_000) as f64 / 100.0;
+                m = m.put("cpu", *f, ts, v.to_be_bytes().to_vec());
+            }
+            batch.push(m);
+            if batch.len() == 1000 {
+                region.mutate(&batch, Durability::SyncWal)?;
+                rows += batch.len() as u64;
+                batch.clear();
+            }
+        }
+    }
+    if !batch.is_empty() {
+        region.mutate(&batch, Durability::SyncWal)?;
+        rows += batch.len() as u64;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "ingested {rows} rows ({} cells) with SYNC_WAL in {secs:.2}s: {:.0} cells/s, {} wal syncs",
+        rows * 10,
+        rows as f64 * 10.0 / secs,
+        wal.stats().syncs.get()
+    );
+    region.flush()?;
+    region.compact(true)?;
+    println!(
+        "flushed and compacted: {} store file(s), {} bytes on disk",
+        region.file_paths().len(),
+        region.store_bytes()
+    );
+
+    let host = args.hosts / 2;
+    let mut prefix = format!("host_{host:04}").into_bytes();
+    prefix.resize(16, b' ');
+    let started = Instant::now();
+    let page = region.scan(&Scan {
+        prefix: Some(prefix),
+        limit: Some(5),
+        ..Scan::new()
+    })?;
+    println!("last 5 points of host_{host:04} ({:?}):", started.elapsed());
+    for row in &page.rows {
+        let ts = u64::MAX - u64::from_be_bytes(row.key[16..24].try_into()?);
+        let user = row
+            .cells
+            .iter()
+            .find(|c| c.qualifier == b"usage_user")
+            .map(|c| f64::from_be_bytes(c.value[..8].try_into().unwrap_or([0; 8])));
+        println!("  ts={ts} usage_user={user:?} cells={}", row.cells.len());
+    }
+    let get = region.get(&Get::new(row_key(0, start_ts)))?;
+    println!(
+        "get host_0000 at the first timestamp: {} cells",
+        get.map_or(0, |r| r.cells.len())
+    );
+    region.close()?;
+    wal.close();
+    println!("done; remove {} when finished", dir.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("demo") => match parse_demo(&args[1..]) {
+            Ok(a) => match demo(a) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}

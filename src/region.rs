@@ -1,0 +1,845 @@
+//! A region: a contiguous row-key range of one table with its MemStore,
+//! store files per family, and a share of a WAL.
+//!
+//! # Write path
+//!
+//! [`Region::submit`] validates a batch of row mutations and turns them into
+//! entries, waits while MemStores are over the blocking limit (backpressure),
+//! then under the write lock reserves sequence ids (one per row), queues the
+//! WAL record and inserts into the active MemStore. The returned
+//! [`PendingWrite`] resolves when the WAL says the record is durable; only then
+//! does the MVCC read point move past it, so readers see a row's edits all at
+//! once and never before they are durable.
+//!
+//! # Flush and compaction
+//!
+//! A flush swaps the active MemStore for a new one under the write lock (so
+//! every sequence id up to the swap is in the snapshot), waits for the
+//! in-flight writes of the snapshot, writes one store file per family, then
+//! records them in the manifest with the flushed sequence id and lets the WAL
+//! drop what is covered. Compaction merges store files in the background;
+//! both publish their result by swapping the region's file lists, so readers
+//! and writers never wait for them.
+
+pub mod block_cache;
+pub mod compaction;
+pub mod flush;
+pub mod manifest;
+pub mod memstore;
+pub mod sst;
+pub mod wal;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::cell::{self, CellKind, Entry, Mutation, Row, RowMutation, encode_key};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::scan::merge::{MemCursor, Merge, Source};
+use crate::scan::{Get, RowScanner, Scan, ScanPage};
+use crate::schema::{Durability, FamilyDescriptor};
+use block_cache::BlockCache;
+use manifest::Manifest;
+use memstore::{MemStore, Mvcc};
+use sst::SstReader;
+use wal::record::{Origin, encode_edits_body, encode_edits_with_body};
+use wal::{Ticket, Wal};
+
+/// Region settings; every bound has a default.
+#[derive(Debug, Clone)]
+pub struct RegionOptions {
+    /// Flush the MemStore when it holds this many bytes (default 128 MiB).
+    pub flush_size: usize,
+    /// Writers wait while MemStores hold more than `flush_size` × this
+    /// (default 4), as HBase's `hbase.hregion.memstore.block.multiplier`.
+    pub blocking_multiplier: usize,
+    /// Flush a MemStore whose oldest edit is this old (default 1 hour).
+    pub flush_age: Duration,
+    /// Largest cell value accepted (default 10 MiB).
+    pub max_value_size: usize,
+    /// Flush the MemStore when the region closes (default on).
+    pub flush_on_close: bool,
+    /// Run flushes and compactions on background threads (default on).
+    pub background: bool,
+    pub compaction: compaction::CompactionOptions,
+}
+
+impl Default for RegionOptions {
+    fn default() -> Self {
+        RegionOptions {
+            flush_size: 128 * 1024 * 1024,
+            blocking_multiplier: 4,
+            flush_age: Duration::from_secs(3600),
+            max_value_size: 10 * 1024 * 1024,
+            flush_on_close: true,
+            background: true,
+            compaction: compaction::CompactionOptions::default(),
+        }
+    }
+}
+
+/// What a region is: its id and families.
+#[derive(Debug, Clone)]
+pub struct RegionDescriptor {
+    pub id: u64,
+    pub families: Vec<FamilyDescriptor>,
+}
+
+/// Counters for metrics, benchmarks and tests.
+#[derive(Debug, Default)]
+pub struct RegionStats {
+    pub flushes: AtomicU64,
+    pub flushed_bytes: AtomicU64,
+    pub flush_micros: AtomicU64,
+    pub compactions: AtomicU64,
+    pub compacted_bytes_in: AtomicU64,
+    pub compacted_bytes_out: AtomicU64,
+    pub expired_files_dropped: AtomicU64,
+    pub writer_stalls: AtomicU64,
+    pub writer_stall_micros: AtomicU64,
+    pub files_skipped_by_bloom: AtomicU64,
+}
+
+/// What readers snapshot: MemStores newest first, files per family oldest
+/// first.
+#[derive(Debug, Clone)]
+struct State {
+    active: Arc<MemStore>,
+    flushing: Vec<Arc<MemStore>>,
+    files: BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
+}
+
+enum Work {
+    Flush,
+    Stop,
+}
+
+pub(crate) struct Inner {
+    id: u64,
+    dir: PathBuf,
+    options: RegionOptions,
+    families: Arc<HashMap<Vec<u8>, FamilyDescriptor>>,
+    family_order: Vec<Vec<u8>>,
+    wal: Arc<Wal>,
+    clock: Arc<dyn Clock>,
+    cache: Arc<BlockCache>,
+    write_lock: Mutex<()>,
+    mvcc: Mvcc,
+    state: RwLock<State>,
+    manifest: Mutex<Manifest>,
+    next_file_id: AtomicU64,
+    flush_lock: Mutex<()>,
+    compaction_lock: Mutex<()>,
+    /// Writers blocked on memory wait here; flushes notify.
+    room: (Mutex<()>, Condvar),
+    poisoned: Mutex<Option<String>>,
+    closed: AtomicBool,
+    stats: RegionStats,
+    work_tx: Sender<Work>,
+}
+
+/// One region of a table.
+pub struct Region {
+    inner: Arc<Inner>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("id", &self.inner.id)
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+/// A write queued to the WAL. Waiting on it (or dropping it) makes it
+/// visible once durable.
+#[must_use = "a write is acknowledged only once waited on"]
+pub struct PendingWrite {
+    inner: Option<Arc<Inner>>,
+    ticket: Ticket,
+    last_seq: u64,
+}
+
+impl PendingWrite {
+    /// Whether the write is durable (or failed) already.
+    pub fn is_done(&self) -> bool {
+        self.ticket.is_resolved()
+    }
+
+    /// Blocks until the write is durable and visible.
+    pub fn wait(mut self) -> Result<()> {
+        let inner = self.inner.take().expect("taken only here or in drop");
+        finish_write(&inner, &self.ticket, self.last_seq)
+    }
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            let _ = finish_write(&inner, &self.ticket, self.last_seq);
+        }
+    }
+}
+
+fn finish_write(inner: &Arc<Inner>, ticket: &Ticket, last_seq: u64) -> Result<()> {
+    match ticket.wait() {
+        Ok(()) => {
+            inner.mvcc.complete(last_seq);
+            inner.after_write();
+            Ok(())
+        }
+        Err(e) => {
+            inner.poison(e.to_string());
+            Err(e.into())
+        }
+    }
+}
+
+fn family_dir(dir: &Path, family: &[u8]) -> PathBuf {
+    dir.join(String::from_utf8_lossy(family).as_ref())
+}
+
+impl Region {
+    /// Opens a region in `dir`, creating it if new: loads the manifest and
+    /// its store files, removes leftovers of interrupted flushes or
+    /// compactions, and replays the region's unflushed edits from `wal`.
+    pub fn open(
+        dir: impl AsRef<Path>,
+        descriptor: RegionDescriptor,
+        options: RegionOptions,
+        wal: Arc<Wal>,
+        clock: Arc<dyn Clock>,
+        cache: Arc<BlockCache>,
+    ) -> Result<Region> {
+        let dir = dir.as_ref().to_path_buf();
+        for f in &descriptor.families {
+            f.validate()?;
+        }
+        if descriptor.families.is_empty() {
+            return Err(Error::InvalidInput(
+                "a region needs at least one column family".into(),
+            ));
+        }
+        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create region directory", e))?;
+        let mut manifest = Manifest::load(&dir)?.unwrap_or(Manifest {
+            next_file_id: 1,
+            ..Default::default()
+        });
+        let mut files = BTreeMap::new();
+        for family in &descriptor.families {
+            let fdir = family_dir(&dir, &family.name);
+            fs::create_dir_all(&fdir)
+                .map_err(|e| Error::io(&fdir, "create family directory", e))?;
+            let live = manifest
+                .families
+                .entry(family.name.clone())
+                .or_default()
+                .clone();
+            remove_leftovers(&fdir, &live)?;
+            let mut readers = Vec::with_capacity(live.len());
+            for id in live {
+                let path = fdir.join(sst::file_name(id));
+                readers.push(SstReader::open(
+                    &path,
+                    id,
+                    cache.clone(),
+                    family.block_cache,
+                    family.in_memory,
+                )?);
+            }
+            files.insert(family.name.clone(), readers);
+        }
+
+        let families: HashMap<Vec<u8>, FamilyDescriptor> = descriptor
+            .families
+            .iter()
+            .map(|f| (f.name.clone(), f.clone()))
+            .collect();
+        let active = Arc::new(MemStore::new());
+        let flushed = manifest.flushed_seq;
+        let mut last_seq = flushed;
+        let now = clock.now_ms();
+        wal.replay(descriptor.id, flushed, |edits| {
+            for (i, row) in edits.rows.into_iter().enumerate() {
+                let seq = edits.first_seq + i as u64;
+                if seq <= flushed {
+                    continue;
+                }
+                last_seq = last_seq.max(seq);
+                for e in row {
+                    active.insert(e.key, seq, e.ttl_ms, e.value, now);
+                }
+            }
+        })?;
+        wal.mark_flushed(descriptor.id, flushed);
+
+        let (work_tx, work_rx) = crossbeam_channel::bounded(64);
+        let inner = Arc::new(Inner {
+            id: descriptor.id,
+            dir,
+            next_file_id: AtomicU64::new(manifest.next_file_id),
+            manifest: Mutex::new(manifest),
+            families: Arc::new(families),
+            family_order: descriptor.families.iter().map(|f| f.name.clone()).collect(),
+            options,
+            wal,
+            clock,
+            cache,
+            write_lock: Mutex::new(()),
+            mvcc: Mvcc::new(last_seq),
+            state: RwLock::new(State {
+                active,
+                flushing: Vec::new(),
+                files,
+            }),
+            flush_lock: Mutex::new(()),
+            compaction_lock: Mutex::new(()),
+            room: (Mutex::new(()), Condvar::new()),
+            poisoned: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            stats: RegionStats::default(),
+            work_tx,
+        });
+        let mut workers = Vec::new();
+        if inner.options.background {
+            let w = inner.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("halite-maint-{}", inner.id))
+                    .spawn(move || maintenance_loop(w, work_rx))
+                    .map_err(|e| Error::io(&inner.dir, "spawn maintenance thread", e))?,
+            );
+        }
+        Ok(Region {
+            inner,
+            workers: Mutex::new(workers),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    pub fn stats(&self) -> &RegionStats {
+        &self.inner.stats
+    }
+
+    pub fn families(&self) -> &HashMap<Vec<u8>, FamilyDescriptor> {
+        &self.inner.families
+    }
+
+    /// Applies row mutations with the given durability and waits until they
+    /// are acknowledged.
+    pub fn mutate(&self, rows: &[RowMutation], durability: Durability) -> Result<()> {
+        self.submit(rows, durability, None)?.wait()
+    }
+
+    /// Queues row mutations; the returned handle resolves when they are
+    /// durable (per `durability`). Each row's mutations are atomic. `origin`
+    /// records where the batch came from (Kafka) in the WAL.
+    pub fn submit(
+        &self,
+        rows: &[RowMutation],
+        durability: Durability,
+        origin: Option<&Origin>,
+    ) -> Result<PendingWrite> {
+        self.inner.submit(rows, durability, origin)
+    }
+
+    /// Reads one row.
+    pub fn get(&self, get: &Get) -> Result<Option<Row>> {
+        let mut stop = get.row.clone();
+        stop.push(0);
+        let scan = Scan {
+            start: Some(get.row.clone()),
+            stop: Some(stop),
+            columns: get.columns.clone(),
+            time_range: get.time_range,
+            max_versions: get.max_versions,
+            limit: Some(1),
+            ..Scan::default()
+        };
+        let mut scanner = self.inner.scanner(&scan, Some(get))?;
+        scanner.next_row()
+    }
+
+    /// Opens a streaming scanner on a consistent snapshot.
+    pub fn scanner(&self, scan: &Scan) -> Result<RowScanner> {
+        self.inner.scanner(scan, None)
+    }
+
+    /// Reads one page of a scan.
+    pub fn scan(&self, scan: &Scan) -> Result<ScanPage> {
+        self.inner.scanner(scan, None)?.page()
+    }
+
+    /// Flushes the MemStore to store files now.
+    pub fn flush(&self) -> Result<()> {
+        flush::flush(&self.inner)
+    }
+
+    /// Compacts now: a major compaction rewrites every family into one file
+    /// and drops deleted, surplus and expired cells; a minor one merges the
+    /// files the policy selects.
+    pub fn compact(&self, major: bool) -> Result<()> {
+        compaction::compact(&self.inner, major)
+    }
+
+    /// Live store files per family.
+    pub fn file_counts(&self) -> BTreeMap<Vec<u8>, usize> {
+        self.inner
+            .state
+            .read()
+            .files
+            .iter()
+            .map(|(f, v)| (f.clone(), v.len()))
+            .collect()
+    }
+
+    /// Paths of the live store files.
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        self.inner
+            .state
+            .read()
+            .files
+            .values()
+            .flatten()
+            .map(|r| r.path().to_path_buf())
+            .collect()
+    }
+
+    /// Bytes in MemStores (active and being flushed).
+    pub fn memstore_bytes(&self) -> usize {
+        self.inner.memstore_bytes()
+    }
+
+    /// Bytes of live store files.
+    pub fn store_bytes(&self) -> u64 {
+        self.inner
+            .state
+            .read()
+            .files
+            .values()
+            .flatten()
+            .map(|r| r.size())
+            .sum()
+    }
+
+    /// Stops background work, flushes (if configured) and refuses further
+    /// writes. The WAL is not closed: it may serve other regions.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _ = self.inner.work_tx.send(Work::Stop);
+        for w in self.workers.lock().drain(..) {
+            let _ = w.join();
+        }
+        if self.inner.options.flush_on_close && self.inner.poisoned.lock().is_none() {
+            flush::flush(&self.inner)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let _ = self.inner.work_tx.try_send(Work::Stop);
+        for w in self.workers.lock().drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Deletes store files (and temporary files) the manifest does not name.
+fn remove_leftovers(fdir: &Path, live: &[u64]) -> Result<()> {
+    let entries = fs::read_dir(fdir).map_err(|e| Error::io(fdir, "list family directory", e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(fdir, "list family directory", e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let id = name
+            .strip_suffix(".sst")
+            .and_then(|s| s.parse::<u64>().ok());
+        let leftover = name.ends_with(".tmp") || id.is_some_and(|id| !live.contains(&id));
+        if leftover {
+            fs::remove_file(entry.path())
+                .map_err(|e| Error::io(entry.path(), "remove leftover file", e))?;
+        }
+    }
+    Ok(())
+}
+
+fn maintenance_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
+    let tick =
+        (inner.options.flush_age / 4).clamp(Duration::from_millis(50), Duration::from_secs(10));
+    let mut backoff_until: Option<Instant> = None;
+    loop {
+        let work = match rx.recv_timeout(tick) {
+            Ok(w) => Some(w),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        };
+        if matches!(work, Some(Work::Stop)) || inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        if backoff_until.is_some_and(|t| Instant::now() < t) {
+            continue;
+        }
+        let aged = {
+            let first = inner.state.read().active.first_write_ms();
+            first != 0
+                && inner.clock.now_ms().saturating_sub(first)
+                    >= inner.options.flush_age.as_millis() as u64
+        };
+        let flush = matches!(work, Some(Work::Flush)) || aged || inner.needs_flush();
+        if flush {
+            if let Err(_e) = flush::flush(&inner) {
+                // The data is still in the MemStore and the WAL: try again
+                // later rather than spin on a failing disk.
+                backoff_until = Some(Instant::now() + Duration::from_secs(1));
+                continue;
+            }
+        }
+        if flush {
+            let _ = compaction::compact(&inner, false);
+        }
+    }
+}
+
+impl Inner {
+    fn memstore_bytes(&self) -> usize {
+        let s = self.state.read();
+        s.active.bytes() + s.flushing.iter().map(|m| m.bytes()).sum::<usize>()
+    }
+
+    fn needs_flush(&self) -> bool {
+        self.state.read().active.bytes() >= self.options.flush_size
+    }
+
+    fn poison(&self, cause: String) {
+        self.poisoned.lock().get_or_insert(cause);
+        self.mvcc.poison();
+        self.room.1.notify_all();
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        if let Some(cause) = self.poisoned.lock().clone() {
+            return Err(Error::Poisoned(cause));
+        }
+        Ok(())
+    }
+
+    fn after_write(&self) {
+        if self.needs_flush() {
+            let _ = self.work_tx.try_send(Work::Flush);
+        }
+    }
+
+    /// Validates row mutations and turns them into entries.
+    fn to_entries(&self, rows: &[RowMutation], now: u64) -> Result<Vec<Vec<Entry>>> {
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, rm) in rows.iter().enumerate() {
+            let bad = |what: String| Error::InvalidInput(format!("row {i}: {what}"));
+            if rm.row.is_empty() || rm.row.len() > cell::MAX_ROW_LEN {
+                return Err(bad(format!(
+                    "row key must be 1..={} bytes, got {}",
+                    cell::MAX_ROW_LEN,
+                    rm.row.len()
+                )));
+            }
+            let family = |name: &[u8]| -> Result<()> {
+                if self.families.contains_key(name) {
+                    Ok(())
+                } else {
+                    Err(Error::UnknownFamily(
+                        String::from_utf8_lossy(name).into_owned(),
+                    ))
+                }
+            };
+            let ts = |t: Option<u64>| match t {
+                Some(t) if t != u64::MAX => t,
+                _ => now,
+            };
+            let qualifier = |q: &[u8]| -> Result<()> {
+                if q.len() > cell::MAX_QUALIFIER_LEN {
+                    Err(bad(format!(
+                        "qualifier longer than {} bytes",
+                        cell::MAX_QUALIFIER_LEN
+                    )))
+                } else {
+                    Ok(())
+                }
+            };
+            let mut entries = Vec::with_capacity(rm.mutations.len());
+            for m in &rm.mutations {
+                match m {
+                    Mutation::Put {
+                        family: f,
+                        qualifier: q,
+                        timestamp,
+                        value,
+                        ttl_ms,
+                    } => {
+                        family(f)?;
+                        qualifier(q)?;
+                        if value.len() > self.options.max_value_size {
+                            return Err(bad(format!(
+                                "value of {} bytes exceeds the limit of {} bytes",
+                                value.len(),
+                                self.options.max_value_size
+                            )));
+                        }
+                        if *ttl_ms == Some(0) {
+                            return Err(bad("cell TTL must be at least 1 ms".into()));
+                        }
+                        entries.push(Entry {
+                            key: encode_key(
+                                &rm.row,
+                                f,
+                                q,
+                                ts(*timestamp),
+                                CellKind::Put,
+                                ttl_ms.is_some(),
+                            ),
+                            ttl_ms: *ttl_ms,
+                            value: value.clone(),
+                        });
+                    }
+                    Mutation::DeleteVersion {
+                        family: f,
+                        qualifier: q,
+                        timestamp,
+                    } => {
+                        family(f)?;
+                        qualifier(q)?;
+                        entries.push(marker(
+                            &rm.row,
+                            f,
+                            q,
+                            ts(Some(*timestamp)),
+                            CellKind::DeleteVersion,
+                        ));
+                    }
+                    Mutation::DeleteColumn {
+                        family: f,
+                        qualifier: q,
+                        timestamp,
+                    } => {
+                        family(f)?;
+                        qualifier(q)?;
+                        entries.push(marker(
+                            &rm.row,
+                            f,
+                            q,
+                            ts(*timestamp),
+                            CellKind::DeleteColumn,
+                        ));
+                    }
+                    Mutation::DeleteFamily {
+                        family: f,
+                        timestamp,
+                    } => {
+                        family(f)?;
+                        entries.push(marker(
+                            &rm.row,
+                            f,
+                            b"",
+                            ts(*timestamp),
+                            CellKind::DeleteFamily,
+                        ));
+                    }
+                    Mutation::DeleteRow { timestamp } => {
+                        for f in &self.family_order {
+                            entries.push(marker(
+                                &rm.row,
+                                f,
+                                b"",
+                                ts(*timestamp),
+                                CellKind::DeleteFamily,
+                            ));
+                        }
+                    }
+                }
+            }
+            out.push(entries);
+        }
+        Ok(out)
+    }
+
+    /// Waits while MemStores are over the blocking limit.
+    fn wait_for_room(&self) -> Result<()> {
+        let limit = self
+            .options
+            .flush_size
+            .saturating_mul(self.options.blocking_multiplier.max(1));
+        if self.memstore_bytes() < limit {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.stats.writer_stalls.fetch_add(1, Ordering::Relaxed);
+        let _ = self.work_tx.try_send(Work::Flush);
+        let mut guard = self.room.0.lock();
+        while self.memstore_bytes() >= limit {
+            self.check_open()?;
+            if !self.options.background {
+                drop(guard);
+                flush::flush(self)?;
+                guard = self.room.0.lock();
+                continue;
+            }
+            self.room.1.wait_for(&mut guard, Duration::from_millis(100));
+        }
+        self.stats
+            .writer_stall_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn submit(
+        self: &Arc<Self>,
+        rows: &[RowMutation],
+        durability: Durability,
+        origin: Option<&Origin>,
+    ) -> Result<PendingWrite> {
+        self.check_open()?;
+        let now = self.clock.now_ms();
+        let entries = self.to_entries(rows, now)?;
+        if entries.is_empty() {
+            return Ok(PendingWrite {
+                inner: None,
+                ticket: Ticket::done(),
+                last_seq: 0,
+            });
+        }
+        self.wait_for_room()?;
+        let body = (durability != Durability::SkipWal).then(|| encode_edits_body(&entries));
+        let n = entries.len() as u64;
+        let (ticket, last_seq) = {
+            let _w = self.write_lock.lock();
+            self.check_open()?;
+            let first = self.mvcc.begin(n);
+            let last = first + n - 1;
+            let ticket = match &body {
+                Some(body) => {
+                    let payload = encode_edits_with_body(self.id, first, origin, body);
+                    match self
+                        .wal
+                        .append(self.id, last, payload, durability == Durability::SyncWal)
+                    {
+                        Ok(t) => t,
+                        Err(e) => {
+                            self.poison(e.to_string());
+                            return Err(e.into());
+                        }
+                    }
+                }
+                None => Ticket::done(),
+            };
+            let active = self.state.read().active.clone();
+            for (i, row) in entries.into_iter().enumerate() {
+                for e in row {
+                    active.insert(e.key, first + i as u64, e.ttl_ms, e.value, now);
+                }
+            }
+            (ticket, last)
+        };
+        Ok(PendingWrite {
+            inner: Some(self.clone()),
+            ticket,
+            last_seq,
+        })
+    }
+
+    fn scanner(&self, scan: &Scan, get: Option<&Get>) -> Result<RowScanner> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let (start, stop) = scan.bounds()?;
+        let state = self.state.read().clone();
+        let read_point = self.mvcc.read_point();
+        let mut sources = Vec::new();
+        sources.push(Source::Mem(MemCursor::new(
+            state.active.clone(),
+            read_point,
+        )));
+        for m in &state.flushing {
+            sources.push(Source::Mem(MemCursor::new(m.clone(), read_point)));
+        }
+        for (family, files) in &state.files {
+            let wanted = scan.columns.families.is_empty() && scan.columns.columns.is_empty()
+                || scan.columns.families.contains(family)
+                || scan.columns.columns.iter().any(|(f, _)| f == family);
+            if !wanted {
+                continue;
+            }
+            for reader in files.iter().rev() {
+                if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
+                    continue;
+                }
+                // Nothing in a file entirely older than the range can change
+                // the answer: its puts are out of range and older than any
+                // in range, and its markers only mask older puts.
+                if reader.meta().max_ts < scan.time_range.min {
+                    continue;
+                }
+                if let Some(get) = get
+                    && !bloom_may_match(reader, get, family)
+                {
+                    self.stats
+                        .files_skipped_by_bloom
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                sources.push(Source::File(reader.iter()));
+            }
+        }
+        RowScanner::new(
+            Merge::new(sources),
+            self.families.clone(),
+            self.clock.now_ms(),
+            scan,
+        )
+    }
+}
+
+fn bloom_may_match(reader: &SstReader, get: &Get, family: &[u8]) -> bool {
+    let qualifiers: Vec<&[u8]> = get
+        .columns
+        .columns
+        .iter()
+        .filter(|(f, _)| f == family)
+        .map(|(_, q)| q.as_slice())
+        .collect();
+    let whole_family = get.columns.families.is_empty() && get.columns.columns.is_empty()
+        || get.columns.families.iter().any(|f| f == family);
+    if whole_family || qualifiers.is_empty() {
+        return reader.may_contain_row(&get.row);
+    }
+    // Family delete markers live at the empty qualifier: probe it too.
+    qualifiers
+        .iter()
+        .chain(std::iter::once(&&b""[..]))
+        .any(|q| reader.may_contain_column(&get.row, q))
+}
+
+fn marker(row: &[u8], family: &[u8], qualifier: &[u8], ts: u64, kind: CellKind) -> Entry {
+    Entry {
+        key: encode_key(row, family, qualifier, ts, kind, false),
+        ttl_ms: None,
+        value: Vec::new(),
+    }
+}

@@ -1,0 +1,297 @@
+//! Compaction: merging store files so reads touch few of them, and (major)
+//! dropping what no read can return any more.
+//!
+//! Minor compactions pick a contiguous run of files (by age) with HBase's
+//! ratio rule, so the output takes the run's place in the age order and
+//! "newer file wins" stays true for equal keys. A major compaction rewrites
+//! all files of a family with [`resolve_column`] — the read rule — keeping
+//! only what a read at this moment would see (with every version up to
+//! `VERSIONS`) and no delete markers. Files whose every cell is past the
+//! family TTL are dropped without being read (only when `MIN_VERSIONS` is 0).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::sst::{SstReader, SstWriter};
+use super::{Inner, family_dir};
+use crate::cell::{CellKind, KeyRef, encode_key};
+use crate::error::{Error, Result};
+use crate::scan::merge::{Merge, Source};
+use crate::scan::resolve::{ColumnGroup, GroupEntry, resolve_column};
+use crate::schema::FamilyDescriptor;
+
+#[derive(Debug, Clone)]
+pub struct CompactionOptions {
+    /// Fewest files a minor compaction merges (default 3).
+    pub min_files: usize,
+    /// Most files a minor compaction merges (default 10).
+    pub max_files: usize,
+    /// A file joins a minor compaction if it is at most this many times the
+    /// size of the newer files in the run (default 1.2).
+    pub ratio: f64,
+}
+
+impl Default for CompactionOptions {
+    fn default() -> Self {
+        CompactionOptions {
+            min_files: 3,
+            max_files: 10,
+            ratio: 1.2,
+        }
+    }
+}
+
+/// Whether every cell of the file is past the family TTL. Only the family
+/// TTL counts: a cell whose own shorter TTL ran out may still shadow an
+/// older cell with the same key in another file, and dropping it would bring
+/// that one back.
+fn file_expired(r: &SstReader, fam: &FamilyDescriptor, now: u64) -> bool {
+    let m = r.meta();
+    fam.min_versions == 0
+        && m.entries > 0
+        && fam
+            .ttl_ms()
+            .is_some_and(|t| m.max_ts.saturating_add(t) <= now)
+}
+
+/// The run of files a minor compaction takes, as a range of indices.
+fn select_minor(
+    files: &[Arc<SstReader>],
+    opts: &CompactionOptions,
+) -> Option<std::ops::Range<usize>> {
+    let n = files.len();
+    if n < opts.min_files.max(2) {
+        return None;
+    }
+    for start in 0..n {
+        let end = (start + opts.max_files.max(2)).min(n);
+        if end - start < opts.min_files.max(2) {
+            break;
+        }
+        let rest: u64 = files[start + 1..end].iter().map(|f| f.size()).sum();
+        if files[start].size() as f64 <= opts.ratio * rest as f64 {
+            return Some(start..end);
+        }
+    }
+    None
+}
+
+pub(crate) fn compact(inner: &Inner, major: bool) -> Result<()> {
+    let _c = inner.compaction_lock.lock();
+    for family in &inner.family_order {
+        compact_family(inner, family, major)?;
+    }
+    Ok(())
+}
+
+fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
+    let fam = &inner.families[family];
+    let now = inner.clock.now_ms();
+    let files = inner
+        .state
+        .read()
+        .files
+        .get(family)
+        .cloned()
+        .unwrap_or_default();
+    let expired: Vec<u64> = files
+        .iter()
+        .filter(|f| file_expired(f, fam, now))
+        .map(|f| f.file_id())
+        .collect();
+    let live: Vec<Arc<SstReader>> = files
+        .iter()
+        .filter(|f| !expired.contains(&f.file_id()))
+        .cloned()
+        .collect();
+    let selected: Vec<Arc<SstReader>> = if major {
+        live
+    } else {
+        select_minor(&live, &inner.options.compaction)
+            .map(|r| live[r].to_vec())
+            .unwrap_or_default()
+    };
+    if expired.is_empty() && selected.is_empty() {
+        return Ok(());
+    }
+
+    let output = if selected.is_empty() {
+        None
+    } else {
+        rewrite(inner, fam, &selected, major, now)?
+    };
+    let selected_ids: Vec<u64> = selected.iter().map(|f| f.file_id()).collect();
+    let out_reader = match &output {
+        Some((id, path)) => Some(SstReader::open(
+            path,
+            *id,
+            inner.cache.clone(),
+            fam.block_cache,
+            fam.in_memory,
+        )?),
+        None => None,
+    };
+
+    let mut manifest = inner.manifest.lock();
+    let mut next = manifest.clone();
+    let list = next.families.entry(family.to_vec()).or_default();
+    let at = list
+        .iter()
+        .position(|id| selected_ids.contains(id))
+        .unwrap_or(list.len());
+    let before = list[..at].iter().filter(|id| !expired.contains(id)).count();
+    list.retain(|id| !selected_ids.contains(id) && !expired.contains(id));
+    if let Some((id, _)) = &output {
+        list.insert(before, *id);
+    }
+    next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
+    next.store(&inner.dir)?;
+    let removed: Vec<Arc<SstReader>> = {
+        let mut st = inner.state.write();
+        let readers = st.files.entry(family.to_vec()).or_default();
+        let (gone, mut kept): (Vec<_>, Vec<_>) = readers
+            .drain(..)
+            .partition(|r| selected_ids.contains(&r.file_id()) || expired.contains(&r.file_id()));
+        if let Some(r) = out_reader {
+            kept.insert(before.min(kept.len()), r);
+        }
+        *readers = kept;
+        gone
+    };
+    *manifest = next;
+    drop(manifest);
+
+    let bytes_in: u64 = selected.iter().map(|f| f.size()).sum();
+    let bytes_out = inner
+        .state
+        .read()
+        .files
+        .get(family)
+        .and_then(|v| {
+            v.iter()
+                .find(|r| output.as_ref().is_some_and(|(id, _)| *id == r.file_id()))
+        })
+        .map_or(0, |r| r.size());
+    inner
+        .stats
+        .compactions
+        .fetch_add(u64::from(!selected.is_empty()), Ordering::Relaxed);
+    inner
+        .stats
+        .compacted_bytes_in
+        .fetch_add(bytes_in, Ordering::Relaxed);
+    inner
+        .stats
+        .compacted_bytes_out
+        .fetch_add(bytes_out, Ordering::Relaxed);
+    inner
+        .stats
+        .expired_files_dropped
+        .fetch_add(expired.len() as u64, Ordering::Relaxed);
+    // Readers that still hold these files keep their open descriptors; the
+    // names go now.
+    for r in removed {
+        inner.cache.evict_reader(r.reader_id());
+        let _ = std::fs::remove_file(r.path());
+    }
+    Ok(())
+}
+
+/// Merges `selected` into a new file; `None` when nothing survives.
+fn rewrite(
+    inner: &Inner,
+    fam: &FamilyDescriptor,
+    selected: &[Arc<SstReader>],
+    major: bool,
+    now: u64,
+) -> Result<Option<(u64, std::path::PathBuf)>> {
+    let sources = selected
+        .iter()
+        .rev()
+        .map(|r| Source::File(r.iter()))
+        .collect();
+    let mut merge = Merge::new(sources);
+    merge.seek(&[])?;
+    let id = inner.next_file_id.fetch_add(1, Ordering::SeqCst);
+    let mut w = SstWriter::create(&family_dir(&inner.dir, &fam.name), id, fam, now)?;
+    let max_seq = selected.iter().map(|r| r.meta().max_seq).max().unwrap_or(0);
+    let result = if major {
+        write_major(&mut merge, &mut w, fam, now)
+    } else {
+        write_minor(&mut merge, &mut w)
+    };
+    if let Err(e) = result {
+        w.abandon();
+        return Err(e);
+    }
+    if w.entries() == 0 {
+        w.abandon();
+        return Ok(None);
+    }
+    let (path, _, _) = w.finish(max_seq)?;
+    Ok(Some((id, path)))
+}
+
+fn write_minor(merge: &mut Merge, w: &mut SstWriter) -> Result<()> {
+    while merge.valid() {
+        w.add(merge.key(), merge.ttl_ms(), merge.value())?;
+        merge.advance()?;
+    }
+    Ok(())
+}
+
+fn write_major(
+    merge: &mut Merge,
+    w: &mut SstWriter,
+    fam: &FamilyDescriptor,
+    now: u64,
+) -> Result<()> {
+    let mut group = ColumnGroup::default();
+    let mut row: Vec<u8> = Vec::new();
+    let mut family_delete: Option<u64> = None;
+    let mut survivors = Vec::new();
+    let mut emit =
+        |row: &[u8], group: &mut ColumnGroup, family_delete: Option<u64>| -> Result<()> {
+            if group.entries.is_empty() {
+                return Ok(());
+            }
+            resolve_column(&group.entries, family_delete, fam, now, &mut survivors);
+            for &i in &survivors {
+                let e = &group.entries[i];
+                let key = encode_key(
+                    row,
+                    &group.family,
+                    &group.qualifier,
+                    e.timestamp,
+                    CellKind::Put,
+                    e.ttl_ms.is_some(),
+                );
+                w.add(&key, e.ttl_ms, &e.value)?;
+            }
+            group.entries.clear();
+            Ok(())
+        };
+    while merge.valid() {
+        let k = KeyRef::parse(merge.key())
+            .ok_or_else(|| Error::InvalidInput("malformed key in compaction".into()))?;
+        if k.row != row.as_slice() || !group.matches(&k) {
+            emit(&row, &mut group, family_delete)?;
+            if k.row != row.as_slice() {
+                row = k.row.to_vec();
+                family_delete = None;
+            }
+            group.start(&k);
+        }
+        if k.kind == CellKind::DeleteFamily {
+            family_delete = family_delete.max(Some(k.timestamp));
+        }
+        group.entries.push(GroupEntry {
+            timestamp: k.timestamp,
+            kind: k.kind,
+            ttl_ms: merge.ttl_ms(),
+            value: merge.value().to_vec(),
+        });
+        merge.advance()?;
+    }
+    emit(&row, &mut group, family_delete)
+}

@@ -1,0 +1,151 @@
+//! MemStore flush: snapshot, write one store file per family, publish.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::memstore::MemStore;
+use super::sst::{SstReader, SstWriter};
+use super::{Inner, family_dir};
+use crate::cell::KeyRef;
+use crate::error::{Error, Result};
+use crate::scan::merge::{MemCursor, Source};
+
+/// Flushes every MemStore that is waiting (left by a failed attempt) and
+/// then the active one. Serialised by the region's flush lock.
+pub(crate) fn flush(inner: &Inner) -> Result<()> {
+    let _flushing = inner.flush_lock.lock();
+    loop {
+        let oldest = inner.state.read().flushing.last().cloned();
+        match oldest {
+            Some(m) => flush_snapshot(inner, m)?,
+            None => break,
+        }
+    }
+    let snapshot = {
+        let _w = inner.write_lock.lock();
+        let mut st = inner.state.write();
+        if st.active.is_empty() {
+            return Ok(());
+        }
+        // Every sequence id handed out so far belongs to this MemStore or
+        // an older one: ids are assigned and inserted under the write lock.
+        let old = std::mem::replace(&mut st.active, Arc::new(MemStore::new()));
+        old.seal(inner.mvcc.last_assigned());
+        st.flushing.insert(0, old.clone());
+        old
+    };
+    flush_snapshot(inner, snapshot)
+}
+
+fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
+    let sealed = snapshot.sealed_seq();
+    if !inner.mvcc.wait_for(sealed) {
+        return Err(Error::Poisoned(
+            inner
+                .poisoned
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "write failed".into()),
+        ));
+    }
+    let started = Instant::now();
+    let now = inner.clock.now_ms();
+    let mut writers: BTreeMap<Vec<u8>, (u64, SstWriter)> = BTreeMap::new();
+    let written = write_files(inner, &snapshot, now, &mut writers);
+    if let Err(e) = written {
+        for (_, (_, w)) in writers {
+            w.abandon();
+        }
+        return Err(e);
+    }
+    let mut finished = Vec::new();
+    for (family, (id, w)) in writers {
+        let (path, _meta, _size) = w.finish(sealed)?;
+        finished.push((family, id, path));
+    }
+    let mut readers = Vec::new();
+    for (family, id, path) in &finished {
+        let fam = &inner.families[family];
+        readers.push((
+            family.clone(),
+            SstReader::open(
+                path,
+                *id,
+                inner.cache.clone(),
+                fam.block_cache,
+                fam.in_memory,
+            )?,
+        ));
+    }
+
+    let mut manifest = inner.manifest.lock();
+    let mut next = manifest.clone();
+    for (family, id, _) in &finished {
+        next.families.entry(family.clone()).or_default().push(*id);
+    }
+    next.flushed_seq = next.flushed_seq.max(sealed);
+    next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
+    next.store(&inner.dir)?;
+    {
+        let mut st = inner.state.write();
+        let mut bytes = 0;
+        for (family, reader) in readers {
+            bytes += reader.size();
+            st.files.entry(family).or_default().push(reader);
+        }
+        st.flushing.retain(|m| !Arc::ptr_eq(m, &snapshot));
+        inner
+            .stats
+            .flushed_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+    *manifest = next;
+    drop(manifest);
+    inner.wal.mark_flushed(inner.id, sealed);
+    inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
+    inner
+        .stats
+        .flush_micros
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    inner.room.1.notify_all();
+    Ok(())
+}
+
+fn write_files(
+    inner: &Inner,
+    snapshot: &Arc<MemStore>,
+    now: u64,
+    writers: &mut BTreeMap<Vec<u8>, (u64, SstWriter)>,
+) -> Result<()> {
+    let mut src = Source::Mem(MemCursor::new(snapshot.clone(), u64::MAX));
+    src.seek(&[])?;
+    let mut last: Vec<u8> = Vec::new();
+    while src.valid() {
+        let key = src.key();
+        // Equal keys: the first (newest edit) wins.
+        if !last.is_empty() && crate::cell::compare_keys(&last, key) == std::cmp::Ordering::Equal {
+            src.advance()?;
+            continue;
+        }
+        let family = KeyRef::parse(key)
+            .map(|k| k.family.to_vec())
+            .ok_or_else(|| Error::InvalidInput("malformed key in MemStore".into()))?;
+        if !writers.contains_key(&family) {
+            let Some(fam) = inner.families.get(&family) else {
+                src.advance()?;
+                continue;
+            };
+            let id = inner.next_file_id.fetch_add(1, Ordering::SeqCst);
+            let w = SstWriter::create(&family_dir(&inner.dir, &family), id, fam, now)?;
+            writers.insert(family.clone(), (id, w));
+        }
+        let (_, w) = writers.get_mut(&family).expect("inserted above");
+        w.add(key, src.ttl_ms(), src.value())?;
+        last.clear();
+        last.extend_from_slice(key);
+        src.advance()?;
+    }
+    Ok(())
+}

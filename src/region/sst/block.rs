@@ -1,0 +1,443 @@
+//! Block framing and the data block codec.
+//!
+//! # Frame (every block in a store file)
+//!
+//! | bytes | field                                              |
+//! |-------|----------------------------------------------------|
+//! | 1     | compression: 0 = none, 1 = snappy (raw format)     |
+//! | 4     | uncompressed body length, u32 LE                   |
+//! | n     | body (compressed when the byte says so)            |
+//! | 4     | CRC32C over all preceding bytes of the frame, LE   |
+//!
+//! # Data block body
+//!
+//! ```text
+//! entry*  restart_offset* (u32 LE each)  restart_count (u32 LE)
+//! entry = varint shared · varint unshared · varint value_len
+//!         · key suffix (unshared bytes)
+//!         · [varint ttl_ms, when the key's kind byte has the TTL flag]
+//!         · value
+//! ```
+//!
+//! `shared` is how many leading bytes the key has in common with the previous
+//! key; it is 0 at every restart point (every 16th entry), so a seek binary
+//! searches the restarts and then decodes at most 16 entries.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use crate::cell::{TTL_FLAG, compare_keys};
+use crate::codec::{DecodeError, Reader, put_varint};
+
+pub const FRAME_OVERHEAD: usize = 9;
+pub const COMPRESSION_NONE: u8 = 0;
+pub const COMPRESSION_SNAPPY: u8 = 1;
+pub const RESTART_INTERVAL: usize = 16;
+
+/// Frames a block body, compressing it with snappy when asked and when that
+/// actually saves space.
+pub fn frame(body: &[u8], snappy: bool, out: &mut Vec<u8>) {
+    let start = out.len();
+    let compressed = if snappy {
+        snap::raw::Encoder::new()
+            .compress_vec(body)
+            .ok()
+            .filter(|c| c.len() + c.len() / 8 < body.len())
+    } else {
+        None
+    };
+    match &compressed {
+        Some(c) => {
+            out.push(COMPRESSION_SNAPPY);
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(c);
+        }
+        None => {
+            out.push(COMPRESSION_NONE);
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(body);
+        }
+    }
+    let crc = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks a frame and returns its body. Offsets in errors are relative to
+/// the frame start.
+pub fn unframe(frame: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
+    if frame.len() < FRAME_OVERHEAD {
+        return Err(DecodeError {
+            offset: 0,
+            what: "block shorter than its frame",
+        });
+    }
+    let (head, crc_bytes) = frame.split_at(frame.len() - 4);
+    let crc = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+    if crc32c::crc32c(head) != crc {
+        return Err(DecodeError {
+            offset: 0,
+            what: "block checksum mismatch",
+        });
+    }
+    let raw_len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if raw_len > max_len {
+        return Err(DecodeError {
+            offset: 1,
+            what: "block length out of range",
+        });
+    }
+    let body = &head[5..];
+    match head[0] {
+        COMPRESSION_NONE if body.len() == raw_len => Ok(body.to_vec()),
+        COMPRESSION_SNAPPY => {
+            let n = snap::raw::decompress_len(body).map_err(|_| DecodeError {
+                offset: 5,
+                what: "snappy header invalid",
+            })?;
+            if n != raw_len {
+                return Err(DecodeError {
+                    offset: 5,
+                    what: "snappy length disagrees with block header",
+                });
+            }
+            snap::raw::Decoder::new()
+                .decompress_vec(body)
+                .map_err(|_| DecodeError {
+                    offset: 5,
+                    what: "snappy data invalid",
+                })
+        }
+        COMPRESSION_NONE => Err(DecodeError {
+            offset: 1,
+            what: "block length disagrees with its frame",
+        }),
+        _ => Err(DecodeError {
+            offset: 0,
+            what: "unknown block compression",
+        }),
+    }
+}
+
+/// Builds a data block body.
+#[derive(Debug, Default)]
+pub struct BlockBuilder {
+    buf: Vec<u8>,
+    restarts: Vec<u32>,
+    last_key: Vec<u8>,
+    count: usize,
+    prefix: bool,
+}
+
+impl BlockBuilder {
+    pub fn new(prefix_encoding: bool) -> Self {
+        BlockBuilder {
+            prefix: prefix_encoding,
+            ..Default::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes the body would have now.
+    pub fn size(&self) -> usize {
+        self.buf.len() + 4 * self.restarts.len() + 4
+    }
+
+    pub fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
+        let shared = if self.count % RESTART_INTERVAL == 0 {
+            self.restarts.push(self.buf.len() as u32);
+            0
+        } else if self.prefix {
+            self.last_key
+                .iter()
+                .zip(key)
+                .take_while(|(a, b)| a == b)
+                .count()
+        } else {
+            0
+        };
+        put_varint(&mut self.buf, shared as u64);
+        put_varint(&mut self.buf, (key.len() - shared) as u64);
+        put_varint(&mut self.buf, value.len() as u64);
+        self.buf.extend_from_slice(&key[shared..]);
+        if let Some(ttl) = ttl_ms {
+            put_varint(&mut self.buf, ttl);
+        }
+        self.buf.extend_from_slice(value);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.count += 1;
+    }
+
+    /// Returns the finished body and resets the builder.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut body = std::mem::take(&mut self.buf);
+        for r in &self.restarts {
+            body.extend_from_slice(&r.to_le_bytes());
+        }
+        body.extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        self.restarts.clear();
+        self.last_key.clear();
+        self.count = 0;
+        body
+    }
+}
+
+/// A decoded data block: its body and where the entries end.
+#[derive(Debug)]
+pub struct Block {
+    data: Vec<u8>,
+    entries_end: usize,
+    restarts: Vec<u32>,
+}
+
+impl Block {
+    /// Checks the restart array; entries are checked as they are decoded.
+    pub fn parse(data: Vec<u8>) -> Result<Block, DecodeError> {
+        let n_at = data.len().checked_sub(4).ok_or(DecodeError {
+            offset: 0,
+            what: "data block too short",
+        })?;
+        let n = u32::from_le_bytes(data[n_at..].try_into().expect("4 bytes")) as usize;
+        let restarts_at =
+            n.checked_mul(4)
+                .and_then(|b| n_at.checked_sub(b))
+                .ok_or(DecodeError {
+                    offset: n_at,
+                    what: "restart count out of range",
+                })?;
+        let mut restarts = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = restarts_at + 4 * i;
+            let r = u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
+            if r as usize >= restarts_at.max(1) || restarts.last().is_some_and(|p| *p >= r) {
+                return Err(DecodeError {
+                    offset: at,
+                    what: "restart offset out of order or out of range",
+                });
+            }
+            restarts.push(r);
+        }
+        if n == 0 || restarts[0] != 0 {
+            return Err(DecodeError {
+                offset: restarts_at,
+                what: "data block has no first restart",
+            });
+        }
+        Ok(Block {
+            data,
+            entries_end: restarts_at,
+            restarts,
+        })
+    }
+
+    /// Heap bytes, for the cache's budget.
+    pub fn charge(&self) -> usize {
+        self.data.capacity() + self.restarts.capacity() * 4 + 64
+    }
+}
+
+/// A cursor over one block.
+#[derive(Debug, Clone)]
+pub struct BlockIter {
+    block: Arc<Block>,
+    /// Offset of the current entry; `entries_end` when exhausted.
+    at: usize,
+    next_at: usize,
+    key: Vec<u8>,
+    ttl_ms: Option<u64>,
+    value: (usize, usize),
+}
+
+impl BlockIter {
+    /// Positioned before the first entry; call [`BlockIter::seek_first`].
+    pub fn new(block: Arc<Block>) -> Self {
+        let end = block.entries_end;
+        BlockIter {
+            block,
+            at: end,
+            next_at: 0,
+            key: Vec::new(),
+            ttl_ms: None,
+            value: (0, 0),
+        }
+    }
+
+    pub fn valid(&self) -> bool {
+        self.at < self.block.entries_end
+    }
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+    pub fn ttl_ms(&self) -> Option<u64> {
+        self.ttl_ms
+    }
+    pub fn value(&self) -> &[u8] {
+        &self.block.data[self.value.0..self.value.1]
+    }
+
+    /// Decodes the entry at `at`, whose predecessor's key is in `self.key`.
+    fn decode_at(&mut self, at: usize) -> Result<(), DecodeError> {
+        let data = &self.block.data[..self.block.entries_end];
+        let mut r = Reader::at(data, at);
+        let shared = r.len(self.key.len(), "shared key length")?;
+        let unshared = r.len(data.len(), "key suffix length")?;
+        let value_len = r.len(data.len(), "value length")?;
+        let suffix = r.bytes(unshared, "key suffix")?;
+        self.key.truncate(shared);
+        self.key.extend_from_slice(suffix);
+        if self.key.len() < crate::cell::KEY_OVERHEAD {
+            return Err(DecodeError {
+                offset: at,
+                what: "key shorter than its fixed fields",
+            });
+        }
+        self.ttl_ms = if self.key[self.key.len() - 1] & TTL_FLAG != 0 {
+            Some(r.varint("cell ttl")?)
+        } else {
+            None
+        };
+        let v_at = r.pos();
+        r.bytes(value_len, "value")?;
+        self.at = at;
+        self.value = (v_at, v_at + value_len);
+        self.next_at = r.pos();
+        Ok(())
+    }
+
+    pub fn seek_first(&mut self) -> Result<(), DecodeError> {
+        self.key.clear();
+        if self.block.entries_end == 0 {
+            self.at = self.block.entries_end;
+            return Ok(());
+        }
+        self.decode_at(0)
+    }
+
+    pub fn advance(&mut self) -> Result<(), DecodeError> {
+        if !self.valid() {
+            return Ok(());
+        }
+        if self.next_at >= self.block.entries_end {
+            self.at = self.block.entries_end;
+            return Ok(());
+        }
+        self.decode_at(self.next_at)
+    }
+
+    /// Key at restart `i` (whose shared length must be 0).
+    fn restart_key(&mut self, i: usize) -> Result<Vec<u8>, DecodeError> {
+        self.key.clear();
+        let at = self.block.restarts[i] as usize;
+        self.decode_at(at)?;
+        Ok(self.key.clone())
+    }
+
+    /// Index of the last restart whose key is before `target` (0 if none).
+    fn restart_before(&mut self, target: &[u8], strictly: bool) -> Result<usize, DecodeError> {
+        let (mut lo, mut hi) = (0usize, self.block.restarts.len());
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            let key = self.restart_key(mid)?;
+            let ord = compare_keys(&key, target);
+            if ord == Ordering::Less || (!strictly && ord == Ordering::Equal) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Positions at the first entry with key >= `target`; invalid if none.
+    pub fn seek(&mut self, target: &[u8]) -> Result<(), DecodeError> {
+        let r = self.restart_before(target, true)?;
+        self.key.clear();
+        self.decode_at(self.block.restarts[r] as usize)?;
+        while self.valid() && compare_keys(&self.key, target) == Ordering::Less {
+            self.advance()?;
+        }
+        Ok(())
+    }
+
+    /// The last key in the block strictly before `target`, if any.
+    pub fn last_key_before(&mut self, target: &[u8]) -> Result<Option<Vec<u8>>, DecodeError> {
+        let r = self.restart_before(target, true)?;
+        self.key.clear();
+        self.decode_at(self.block.restarts[r] as usize)?;
+        let mut last = None;
+        while self.valid() && compare_keys(&self.key, target) == Ordering::Less {
+            last = Some(self.key.clone());
+            self.advance()?;
+        }
+        Ok(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellKind, encode_key};
+
+    fn build(n: u64, prefix: bool) -> (Arc<Block>, Vec<Vec<u8>>) {
+        let mut b = BlockBuilder::new(prefix);
+        let mut keys = vec![];
+        for i in 0..n {
+            let key = encode_key(
+                format!("row{:04}", i / 3).as_bytes(),
+                b"f",
+                b"q",
+                1000 - i % 3,
+                CellKind::Put,
+                i % 5 == 0,
+            );
+            b.add(&key, (i % 5 == 0).then_some(i), format!("v{i}").as_bytes());
+            keys.push(key);
+        }
+        (Arc::new(Block::parse(b.finish()).unwrap()), keys)
+    }
+
+    #[test]
+    fn iterate_and_seek_every_key() {
+        for prefix in [true, false] {
+            let (block, keys) = build(100, prefix);
+            let mut it = BlockIter::new(block.clone());
+            it.seek_first().unwrap();
+            for (i, k) in keys.iter().enumerate() {
+                assert!(it.valid());
+                assert_eq!(it.key(), &k[..]);
+                assert_eq!(it.value(), format!("v{i}").as_bytes());
+                assert_eq!(it.ttl_ms(), (i % 5 == 0).then_some(i as u64));
+                it.advance().unwrap();
+            }
+            assert!(!it.valid());
+            for (i, k) in keys.iter().enumerate() {
+                let mut it = BlockIter::new(block.clone());
+                it.seek(k).unwrap();
+                assert_eq!(it.key(), &k[..]);
+                let before = it.last_key_before(k).unwrap();
+                assert_eq!(
+                    before.as_deref(),
+                    if i == 0 { None } else { Some(&keys[i - 1][..]) }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_and_detect_flips() {
+        let body: Vec<u8> = (0..5000u32).flat_map(|i| (i % 17).to_le_bytes()).collect();
+        for snappy in [false, true] {
+            let mut f = vec![];
+            frame(&body, snappy, &mut f);
+            assert_eq!(unframe(&f, 1 << 20).unwrap(), body);
+            for i in 0..f.len() {
+                let mut bad = f.clone();
+                bad[i] ^= 0x40;
+                assert!(unframe(&bad, 1 << 20).is_err(), "flip at {i}");
+            }
+        }
+    }
+}

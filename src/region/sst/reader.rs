@@ -1,0 +1,425 @@
+//! Opens and reads store files. Nothing read from disk is trusted: the
+//! trailer, every block frame and every decoded length is checked, and a
+//! failure names the file and offset.
+
+use std::cmp::Ordering;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::block::{Block, BlockIter, unframe};
+use super::bloom::{Bloom, hash, rowcol_key};
+use super::writer::{TRAILER_LEN, decode_meta};
+use super::{FileMeta, SST_MAGIC, SST_VERSION, SstError};
+use crate::cell::{compare_keys, first_key_of_row};
+use crate::codec::Reader;
+use crate::region::block_cache::BlockCache;
+use crate::schema::BloomType;
+
+/// Largest block we agree to allocate for (a sane bound on a damaged length).
+const MAX_BLOCK: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+struct IndexEntry {
+    first_key: Vec<u8>,
+    offset: u64,
+    size: u64,
+}
+
+/// An open store file.
+#[derive(Debug)]
+pub struct SstReader {
+    path: PathBuf,
+    file: File,
+    file_id: u64,
+    reader_id: u64,
+    size: u64,
+    meta: FileMeta,
+    bloom_type: BloomType,
+    bloom: Option<Bloom>,
+    index: Vec<IndexEntry>,
+    cache: Arc<BlockCache>,
+    use_cache: bool,
+    in_memory: bool,
+}
+
+impl SstReader {
+    pub fn open(
+        path: &Path,
+        file_id: u64,
+        cache: Arc<BlockCache>,
+        use_cache: bool,
+        in_memory: bool,
+    ) -> Result<Arc<SstReader>, SstError> {
+        let file = File::open(path).map_err(|e| SstError::io(path, "open store file", e))?;
+        let size = file
+            .metadata()
+            .map_err(|e| SstError::io(path, "stat store file", e))?
+            .len();
+        if size < TRAILER_LEN as u64 {
+            return Err(SstError::corrupt(path, 0, "file shorter than a trailer"));
+        }
+        let trailer_at = size - TRAILER_LEN as u64;
+        let mut trailer = [0u8; TRAILER_LEN];
+        file.read_exact_at(&mut trailer, trailer_at)
+            .map_err(|e| SstError::io(path, "read trailer", e))?;
+        if &trailer[44..52] != SST_MAGIC {
+            return Err(SstError::corrupt(
+                path,
+                trailer_at + 44,
+                "bad trailer magic",
+            ));
+        }
+        let crc = u32::from_le_bytes(trailer[40..44].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&trailer[..40]) != crc {
+            return Err(SstError::corrupt(
+                path,
+                trailer_at,
+                "trailer checksum mismatch",
+            ));
+        }
+        let version = u32::from_le_bytes(trailer[36..40].try_into().expect("4 bytes"));
+        if version != SST_VERSION {
+            return Err(SstError::corrupt(
+                path,
+                trailer_at + 36,
+                "unsupported store file version",
+            ));
+        }
+        let mut parts = [(0u64, 0u64); 3];
+        for (i, part) in parts.iter_mut().enumerate() {
+            let at = i * 12;
+            let off = u64::from_le_bytes(trailer[at..at + 8].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(trailer[at + 8..at + 12].try_into().expect("4 bytes"));
+            if off
+                .checked_add(u64::from(len))
+                .is_none_or(|end| end > trailer_at)
+            {
+                return Err(SstError::corrupt(
+                    path,
+                    trailer_at + at as u64,
+                    "block pointer past the trailer",
+                ));
+            }
+            *part = (off, u64::from(len));
+        }
+        let [bloom_ptr, index_ptr, meta_ptr] = parts;
+        let read_part = |(off, len): (u64, u64), what: &'static str| -> Result<Vec<u8>, SstError> {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, off)
+                .map_err(|e| SstError::io(path, what, e))?;
+            unframe(&buf, MAX_BLOCK).map_err(|e| SstError::decode(path, off, e))
+        };
+        let meta_body = read_part(meta_ptr, "read meta block")?;
+        let (meta, bloom_type) =
+            decode_meta(&meta_body).map_err(|e| SstError::decode(path, meta_ptr.0, e))?;
+        let bloom_body = read_part(bloom_ptr, "read bloom block")?;
+        let bloom = if bloom_type == BloomType::None {
+            None
+        } else {
+            Some(Bloom::decode(&bloom_body).map_err(|e| SstError::decode(path, bloom_ptr.0, e))?)
+        };
+        let index_body = read_part(index_ptr, "read index block")?;
+        let index = decode_index(&index_body, bloom_ptr.0)
+            .map_err(|e| SstError::decode(path, index_ptr.0, e))?;
+        if (index.is_empty()) != (meta.entries == 0) {
+            return Err(SstError::corrupt(
+                path,
+                index_ptr.0,
+                "index and meta disagree on emptiness",
+            ));
+        }
+        Ok(Arc::new(SstReader {
+            path: path.to_path_buf(),
+            file,
+            file_id,
+            reader_id: cache.new_reader_id(),
+            size,
+            meta,
+            bloom_type,
+            bloom,
+            index,
+            cache,
+            use_cache,
+            in_memory,
+        }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn file_id(&self) -> u64 {
+        self.file_id
+    }
+    /// This open file's key in the block cache.
+    pub fn reader_id(&self) -> u64 {
+        self.reader_id
+    }
+    pub fn meta(&self) -> &FileMeta {
+        &self.meta
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn block_count(&self) -> usize {
+        self.index.len()
+    }
+
+    /// False only when the bloom filter proves the row is absent.
+    pub fn may_contain_row(&self, row: &[u8]) -> bool {
+        match (&self.bloom, self.bloom_type) {
+            (Some(b), BloomType::Row) => b.may_contain(hash(row)),
+            _ => true,
+        }
+    }
+
+    /// False only when the bloom filter proves the (row, qualifier) absent.
+    pub fn may_contain_column(&self, row: &[u8], qualifier: &[u8]) -> bool {
+        match (&self.bloom, self.bloom_type) {
+            (Some(b), BloomType::Row) => b.may_contain(hash(row)),
+            (Some(b), BloomType::RowCol) => b.may_contain(hash(&rowcol_key(row, qualifier))),
+            _ => true,
+        }
+    }
+
+    /// Whether any key of the file can fall in rows [start, stop).
+    pub fn overlaps_rows(&self, start: Option<&[u8]>, stop: Option<&[u8]>) -> bool {
+        if self.meta.entries == 0 {
+            return false;
+        }
+        let first_row = crate::cell::row_of(&self.meta.first_key);
+        let last_row = crate::cell::row_of(&self.meta.last_key);
+        start.is_none_or(|s| last_row >= s) && stop.is_none_or(|s| first_row < s)
+    }
+
+    pub(crate) fn block(&self, i: usize) -> Result<Arc<Block>, SstError> {
+        let entry = &self.index[i];
+        let key = (self.reader_id, entry.offset);
+        if self.use_cache
+            && let Some(b) = self.cache.get(&key)
+        {
+            return Ok(b);
+        }
+        let mut buf = vec![0u8; entry.size as usize];
+        self.file
+            .read_exact_at(&mut buf, entry.offset)
+            .map_err(|e| SstError::io(&self.path, "read data block", e))?;
+        let body =
+            unframe(&buf, MAX_BLOCK).map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
+        let block = Arc::new(
+            Block::parse(body).map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))?,
+        );
+        if self.use_cache {
+            self.cache.insert(key, block.clone(), self.in_memory);
+        }
+        Ok(block)
+    }
+
+    /// Index of the block that may hold the first key >= `target`.
+    fn block_for(&self, target: &[u8]) -> usize {
+        // Last block whose first key is < target; the key may also be the
+        // first of the next block, which the iterator reaches by moving on.
+        let n = self
+            .index
+            .partition_point(|e| compare_keys(&e.first_key, target) == Ordering::Less);
+        n.saturating_sub(1)
+    }
+
+    pub fn iter(self: &Arc<Self>) -> SstIter {
+        SstIter {
+            reader: self.clone(),
+            block_idx: 0,
+            it: None,
+        }
+    }
+
+    /// The row of the last key strictly before the first key of `row`
+    /// (i.e. the greatest row < `row`); with `None`, the last row.
+    pub fn last_row_before(&self, row: Option<&[u8]>) -> Result<Option<Vec<u8>>, SstError> {
+        if self.meta.entries == 0 {
+            return Ok(None);
+        }
+        let target = match row {
+            None => return Ok(Some(crate::cell::row_of(&self.meta.last_key).to_vec())),
+            Some(r) => first_key_of_row(r),
+        };
+        let mut i = self
+            .index
+            .partition_point(|e| compare_keys(&e.first_key, &target) == Ordering::Less);
+        while i > 0 {
+            i -= 1;
+            let block = self.block(i)?;
+            let mut it = BlockIter::new(block);
+            let base = self.index[i].offset;
+            if let Some(k) = it
+                .last_key_before(&target)
+                .map_err(|e| SstError::corrupt(&self.path, base, e.what))?
+            {
+                return Ok(Some(crate::cell::row_of(&k).to_vec()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads every block and checks that keys are in order: for `verify`.
+    pub fn check_all(&self) -> Result<u64, SstError> {
+        let mut n = 0u64;
+        let mut last: Option<Vec<u8>> = None;
+        for i in 0..self.index.len() {
+            let block = self.block(i)?;
+            let base = self.index[i].offset;
+            let mut it = BlockIter::new(block);
+            it.seek_first()
+                .map_err(|e| SstError::corrupt(&self.path, base, e.what))?;
+            while it.valid() {
+                if crate::cell::KeyRef::parse(it.key()).is_none() {
+                    return Err(SstError::corrupt(&self.path, base, "malformed cell key"));
+                }
+                if let Some(l) = &last
+                    && compare_keys(l, it.key()) != Ordering::Less
+                {
+                    return Err(SstError::corrupt(&self.path, base, "keys out of order"));
+                }
+                last = Some(it.key().to_vec());
+                n += 1;
+                it.advance()
+                    .map_err(|e| SstError::corrupt(&self.path, base, e.what))?;
+            }
+        }
+        if n != self.meta.entries {
+            return Err(SstError::corrupt(
+                &self.path,
+                0,
+                "entry count disagrees with meta",
+            ));
+        }
+        Ok(n)
+    }
+}
+
+fn decode_index(body: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, crate::codec::DecodeError> {
+    let mut r = Reader::new(body);
+    let n = r.len(body.len(), "index entry count")?;
+    let mut out: Vec<IndexEntry> = Vec::with_capacity(n);
+    let mut expect_at = 0u64;
+    for _ in 0..n {
+        let at = r.pos();
+        let first_key = r.len_prefixed(body.len(), "index key")?.to_vec();
+        let offset = r.varint("block offset")?;
+        let size = r.varint("block size")?;
+        let bad = |what| crate::codec::DecodeError { offset: at, what };
+        if offset != expect_at {
+            return Err(bad("data blocks not contiguous"));
+        }
+        if size < super::block::FRAME_OVERHEAD as u64 || offset + size > data_end {
+            return Err(bad("block extent out of range"));
+        }
+        if crate::cell::KeyRef::parse(&first_key).is_none() {
+            return Err(bad("malformed index key"));
+        }
+        if let Some(prev) = out.last()
+            && compare_keys(&prev.first_key, &first_key) != Ordering::Less
+        {
+            return Err(bad("index keys out of order"));
+        }
+        expect_at = offset + size;
+        out.push(IndexEntry {
+            first_key,
+            offset,
+            size,
+        });
+    }
+    if expect_at != data_end {
+        return Err(crate::codec::DecodeError {
+            offset: r.pos(),
+            what: "index does not cover the data blocks",
+        });
+    }
+    Ok(out)
+}
+
+/// A forward cursor over a store file.
+#[derive(Debug)]
+pub struct SstIter {
+    reader: Arc<SstReader>,
+    block_idx: usize,
+    it: Option<BlockIter>,
+}
+
+impl SstIter {
+    pub fn reader(&self) -> &Arc<SstReader> {
+        &self.reader
+    }
+
+    fn corrupt(&self, e: crate::codec::DecodeError) -> SstError {
+        let base = self
+            .reader
+            .index
+            .get(self.block_idx)
+            .map_or(0, |e| e.offset);
+        SstError::corrupt(&self.reader.path, base, e.what)
+    }
+
+    fn load(&mut self, i: usize) -> Result<(), SstError> {
+        self.block_idx = i;
+        if i >= self.reader.index.len() {
+            self.it = None;
+            return Ok(());
+        }
+        let mut it = BlockIter::new(self.reader.block(i)?);
+        it.seek_first().map_err(|e| self.corrupt(e))?;
+        self.it = Some(it);
+        Ok(())
+    }
+
+    /// Moves to the next block while the current one is used up.
+    fn settle(&mut self) -> Result<(), SstError> {
+        while self.it.as_ref().is_some_and(|it| !it.valid()) {
+            self.load(self.block_idx + 1)?;
+        }
+        Ok(())
+    }
+
+    pub fn seek_to_first(&mut self) -> Result<(), SstError> {
+        self.load(0)?;
+        self.settle()
+    }
+
+    /// Positions at the first key >= `target`.
+    pub fn seek(&mut self, target: &[u8]) -> Result<(), SstError> {
+        if self.reader.index.is_empty() {
+            self.it = None;
+            return Ok(());
+        }
+        let i = self.reader.block_for(target);
+        self.block_idx = i;
+        let mut it = BlockIter::new(self.reader.block(i)?);
+        it.seek(target).map_err(|e| self.corrupt(e))?;
+        self.it = Some(it);
+        self.settle()
+    }
+
+    pub fn valid(&self) -> bool {
+        self.it.as_ref().is_some_and(|it| it.valid())
+    }
+
+    pub fn key(&self) -> &[u8] {
+        self.it.as_ref().map_or(&[], |it| it.key())
+    }
+    pub fn value(&self) -> &[u8] {
+        self.it.as_ref().map_or(&[], |it| it.value())
+    }
+    pub fn ttl_ms(&self) -> Option<u64> {
+        self.it.as_ref().and_then(|it| it.ttl_ms())
+    }
+
+    pub fn advance(&mut self) -> Result<(), SstError> {
+        if let Some(it) = self.it.as_mut() {
+            if let Err(e) = it.advance() {
+                return Err(self.corrupt(e));
+            }
+        }
+        self.settle()
+    }
+}

@@ -1,0 +1,326 @@
+//! Writes a store file from cells in key order.
+//!
+//! # Meta block body
+//!
+//! ```text
+//! family (len-prefixed) · first_key (len-prefixed) · last_key (len-prefixed)
+//! · varint min_ts · varint max_ts · varint entries · varint delete_markers
+//! · varint max_seq · varint max_cell_expiry · varint created_ms
+//! · varint data_bytes · u8 bloom (0 none, 1 row, 2 rowcol)
+//! ```
+//!
+//! # Index block body
+//!
+//! `varint count`, then per data block: first key (len-prefixed), varint
+//! offset, varint framed size.
+//!
+//! # Trailer (fixed 52 bytes at the end of the file)
+//!
+//! | bytes | field                                  |
+//! |-------|----------------------------------------|
+//! | 8+4   | bloom block offset (u64 LE), size (u32) |
+//! | 8+4   | index block offset, size               |
+//! | 8+4   | meta block offset, size                |
+//! | 4     | format version (u32 LE)                |
+//! | 4     | CRC32C of the 40 bytes above           |
+//! | 8     | magic `HALSST\0\x01`                   |
+//!
+//! The file is written under a temporary name, synced, renamed into place
+//! and the directory synced, so a crash never leaves a half file under a
+//! live name.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::block::{BlockBuilder, frame};
+use super::bloom::{Bloom, hash, rowcol_key};
+use super::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
+use crate::cell::{CellKind, KeyRef, row_of};
+use crate::codec::{put_len_prefixed, put_varint};
+use crate::schema::{BloomType, Compression, DataBlockEncoding, FamilyDescriptor};
+
+pub const TRAILER_LEN: usize = 52;
+
+pub struct SstWriter {
+    tmp_path: PathBuf,
+    final_path: PathBuf,
+    dir: PathBuf,
+    out: std::io::BufWriter<File>,
+    offset: u64,
+    block: BlockBuilder,
+    block_first_key: Option<Vec<u8>>,
+    block_size: usize,
+    snappy: bool,
+    bloom_type: BloomType,
+    bloom_hashes: Vec<u64>,
+    last_bloom_key: Vec<u8>,
+    index: Vec<(Vec<u8>, u64, u64)>,
+    scratch: Vec<u8>,
+    meta: FileMeta,
+    last_key: Vec<u8>,
+}
+
+impl SstWriter {
+    pub fn create(
+        dir: &Path,
+        file_id: u64,
+        family: &FamilyDescriptor,
+        created_ms: u64,
+    ) -> Result<Self, SstError> {
+        let final_path = dir.join(file_name(file_id));
+        let tmp_path = dir.join(format!("{}.tmp", file_name(file_id)));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp_path)
+            .map_err(|e| SstError::io(&tmp_path, "create store file", e))?;
+        Ok(SstWriter {
+            tmp_path,
+            final_path,
+            dir: dir.to_path_buf(),
+            out: std::io::BufWriter::with_capacity(256 * 1024, file),
+            offset: 0,
+            block: BlockBuilder::new(family.data_block_encoding == DataBlockEncoding::Prefix),
+            block_first_key: None,
+            block_size: family.block_size,
+            snappy: family.compression == Compression::Snappy,
+            bloom_type: family.bloom,
+            bloom_hashes: Vec::new(),
+            last_bloom_key: Vec::new(),
+            index: Vec::new(),
+            scratch: Vec::new(),
+            meta: FileMeta {
+                family: family.name.clone(),
+                first_key: Vec::new(),
+                last_key: Vec::new(),
+                min_ts: u64::MAX,
+                max_ts: 0,
+                entries: 0,
+                delete_markers: 0,
+                max_seq: 0,
+                max_cell_expiry: 0,
+                created_ms,
+                data_bytes: 0,
+            },
+            last_key: Vec::new(),
+        })
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.meta.entries
+    }
+
+    /// Bytes written so far (data blocks).
+    pub fn written(&self) -> u64 {
+        self.offset
+    }
+
+    /// Adds an entry; keys must come in strictly increasing order.
+    pub fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) -> Result<(), SstError> {
+        debug_assert!(
+            self.meta.entries == 0
+                || crate::cell::compare_keys(&self.last_key, key) == std::cmp::Ordering::Less,
+            "store file keys out of order"
+        );
+        let parsed = KeyRef::parse(key).ok_or_else(|| {
+            SstError::corrupt(&self.tmp_path, self.offset, "malformed key given to writer")
+        })?;
+        if self.block_first_key.is_none() {
+            self.block_first_key = Some(key.to_vec());
+        }
+        self.block.add(key, ttl_ms, value);
+        let m = &mut self.meta;
+        if m.entries == 0 {
+            m.first_key = key.to_vec();
+        }
+        m.entries += 1;
+        m.min_ts = m.min_ts.min(parsed.timestamp);
+        m.max_ts = m.max_ts.max(parsed.timestamp);
+        if parsed.kind != CellKind::Put {
+            m.delete_markers += 1;
+        }
+        let expiry = match ttl_ms {
+            Some(t) => parsed.timestamp.saturating_add(t),
+            None => u64::MAX,
+        };
+        m.max_cell_expiry = m.max_cell_expiry.max(expiry);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+
+        let bloom_key: Option<Vec<u8>> = match self.bloom_type {
+            BloomType::None => None,
+            BloomType::Row => Some(row_of(key).to_vec()),
+            BloomType::RowCol => Some(rowcol_key(parsed.row, parsed.qualifier)),
+        };
+        if let Some(bk) = bloom_key
+            && bk != self.last_bloom_key
+        {
+            self.bloom_hashes.push(hash(&bk));
+            self.last_bloom_key = bk;
+        }
+        if self.block.size() >= self.block_size {
+            self.flush_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> Result<(), SstError> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let body = self.block.finish();
+        self.meta.data_bytes += body.len() as u64;
+        self.scratch.clear();
+        frame(&body, self.snappy, &mut self.scratch);
+        let first = self
+            .block_first_key
+            .take()
+            .expect("set with the block's first entry");
+        self.index
+            .push((first, self.offset, self.scratch.len() as u64));
+        self.write_scratch()
+    }
+
+    fn write_scratch(&mut self) -> Result<(), SstError> {
+        self.out
+            .write_all(&self.scratch)
+            .map_err(|e| SstError::io(&self.tmp_path, "write store file", e))?;
+        self.offset += self.scratch.len() as u64;
+        Ok(())
+    }
+
+    /// Writes a framed, uncompressed block; returns (offset, size).
+    fn write_block(&mut self, body: &[u8]) -> Result<(u64, u32), SstError> {
+        self.scratch.clear();
+        frame(body, false, &mut self.scratch);
+        let at = self.offset;
+        let size = self.scratch.len() as u32;
+        self.write_scratch()?;
+        Ok((at, size))
+    }
+
+    /// Completes the file, syncs it and moves it under its live name.
+    pub fn finish(mut self, max_seq: u64) -> Result<(PathBuf, FileMeta, u64), SstError> {
+        self.flush_block()?;
+        self.meta.last_key = std::mem::take(&mut self.last_key);
+        self.meta.max_seq = max_seq;
+        if self.meta.entries == 0 {
+            self.meta.min_ts = 0;
+        }
+
+        let mut body = Vec::new();
+        if self.bloom_type != BloomType::None {
+            Bloom::build(&self.bloom_hashes).encode(&mut body);
+        }
+        let bloom = self.write_block(&body)?;
+
+        body.clear();
+        put_varint(&mut body, self.index.len() as u64);
+        for (key, off, size) in &self.index {
+            put_len_prefixed(&mut body, key);
+            put_varint(&mut body, *off);
+            put_varint(&mut body, *size);
+        }
+        let index = self.write_block(&body)?;
+
+        body.clear();
+        encode_meta(&self.meta, self.bloom_type, &mut body);
+        let meta = self.write_block(&body)?;
+
+        let mut trailer = Vec::with_capacity(TRAILER_LEN);
+        for (off, size) in [bloom, index, meta] {
+            trailer.extend_from_slice(&off.to_le_bytes());
+            trailer.extend_from_slice(&size.to_le_bytes());
+        }
+        trailer.extend_from_slice(&SST_VERSION.to_le_bytes());
+        let crc = crc32c::crc32c(&trailer);
+        trailer.extend_from_slice(&crc.to_le_bytes());
+        trailer.extend_from_slice(SST_MAGIC);
+        debug_assert_eq!(trailer.len(), TRAILER_LEN);
+        self.scratch = trailer;
+        self.write_scratch()?;
+
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| SstError::io(&self.tmp_path, "write store file", e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| SstError::io(&self.tmp_path, "fsync store file", e))?;
+        drop(file);
+        fs::rename(&self.tmp_path, &self.final_path)
+            .map_err(|e| SstError::io(&self.final_path, "rename store file", e))?;
+        // fsync the folder, or the rename may not survive a crash.
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| SstError::io(&self.dir, "fsync directory", e))?;
+        Ok((self.final_path, self.meta, self.offset))
+    }
+
+    /// Removes the temporary file of an abandoned write.
+    pub fn abandon(self) {
+        let _ = fs::remove_file(&self.tmp_path);
+    }
+}
+
+fn encode_meta(m: &FileMeta, bloom: BloomType, out: &mut Vec<u8>) {
+    put_len_prefixed(out, &m.family);
+    put_len_prefixed(out, &m.first_key);
+    put_len_prefixed(out, &m.last_key);
+    for v in [
+        m.min_ts,
+        m.max_ts,
+        m.entries,
+        m.delete_markers,
+        m.max_seq,
+        m.max_cell_expiry,
+        m.created_ms,
+        m.data_bytes,
+    ] {
+        put_varint(out, v);
+    }
+    out.push(match bloom {
+        BloomType::None => 0,
+        BloomType::Row => 1,
+        BloomType::RowCol => 2,
+    });
+}
+
+pub(crate) fn decode_meta(body: &[u8]) -> Result<(FileMeta, BloomType), crate::codec::DecodeError> {
+    let mut r = crate::codec::Reader::new(body);
+    let family = r.len_prefixed(body.len(), "family")?.to_vec();
+    let first_key = r.len_prefixed(body.len(), "first key")?.to_vec();
+    let last_key = r.len_prefixed(body.len(), "last key")?.to_vec();
+    let mut v = [0u64; 8];
+    for slot in v.iter_mut() {
+        *slot = r.varint("meta field")?;
+    }
+    let bloom = match r.u8("bloom type")? {
+        0 => BloomType::None,
+        1 => BloomType::Row,
+        2 => BloomType::RowCol,
+        _ => {
+            return Err(crate::codec::DecodeError {
+                offset: r.pos() - 1,
+                what: "unknown bloom type",
+            });
+        }
+    };
+    Ok((
+        FileMeta {
+            family,
+            first_key,
+            last_key,
+            min_ts: v[0],
+            max_ts: v[1],
+            entries: v[2],
+            delete_markers: v[3],
+            max_seq: v[4],
+            max_cell_expiry: v[5],
+            created_ms: v[6],
+            data_bytes: v[7],
+        },
+        bloom,
+    ))
+}

@@ -1,0 +1,887 @@
+//! The write-ahead log: group commit on a dedicated thread.
+//!
+//! Callers hand an encoded edits record to [`Wal::append`] and get a
+//! [`Ticket`] that resolves when the record is durable (SYNC_WAL) or written
+//! (ASYNC_WAL). The WAL thread takes every request that arrived meanwhile,
+//! frames them into one buffer and submits one write (+ fdatasync) for all of
+//! them: one sync covers the whole group. With io_uring several such batches
+//! are in flight at once; tickets are still resolved strictly in submission
+//! order, so an acknowledged record never sits behind a lost one.
+//!
+//! Segments are preallocated and zero-filled (or recycled) in the background
+//! so a sync does not also have to grow the file. A segment is closed with an
+//! end record; at recovery every closed segment must end with one, and only
+//! the last segment may have a torn tail, which is cut at the last whole
+//! record (see `docs/wal.md`).
+
+pub mod io;
+pub mod record;
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::ErrorKind;
+use io::{Completion, IoBackendChoice, IoBackendKind, SyncCounter, WalIo};
+use record::{Edits, Frame, SEGMENT_HEADER_LEN, TYPE_EDITS, TYPE_SEGMENT_END};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("wal i/o error. path=`{path}`, op=`{op}`: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("wal record corrupt: {what}. segment=`{path}`, offset=`{offset}`")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        what: &'static str,
+    },
+    #[error(
+        "wal stopped after a fatal i/o error and accepts no writes; restart to recover. cause: {0}"
+    )]
+    Failed(String),
+    #[error("wal is closed")]
+    Closed,
+    #[error("wal record too large: {len} bytes, limit {limit}; split the batch")]
+    TooLarge { len: usize, limit: usize },
+}
+
+impl WalError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            WalError::Io { .. } => ErrorKind::Internal,
+            WalError::Corrupt { .. } => ErrorKind::Corruption,
+            WalError::Failed(_) | WalError::Closed => ErrorKind::Closed,
+            WalError::TooLarge { .. } => ErrorKind::InvalidInput,
+        }
+    }
+    fn io(path: &Path, op: &'static str, source: std::io::Error) -> Self {
+        WalError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    }
+}
+
+/// WAL settings.
+#[derive(Debug, Clone)]
+pub struct WalOptions {
+    /// Preallocated size of a segment (default 64 MiB).
+    pub segment_size: u64,
+    /// Most bytes framed into one group commit (default 4 MiB).
+    pub max_batch_bytes: usize,
+    /// io_uring with fallback, or sync I/O only.
+    pub io: IoBackendChoice,
+    /// Batches in flight at once on io_uring (default 4).
+    pub depth: usize,
+    /// How often ASYNC_WAL writes are synced (default 1 s).
+    pub async_sync_interval: Duration,
+    /// Reuse flushed segments instead of deleting them (default on).
+    pub recycle: bool,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_size: 64 * 1024 * 1024,
+            max_batch_bytes: 4 * 1024 * 1024,
+            io: IoBackendChoice::Auto,
+            depth: 4,
+            async_sync_interval: Duration::from_secs(1),
+            recycle: true,
+        }
+    }
+}
+
+/// Resolves when the record it was issued for is durable (or written, for
+/// ASYNC_WAL), or with the error that stopped the WAL.
+#[derive(Debug, Clone)]
+pub struct Ticket(Arc<TicketInner>);
+
+#[derive(Debug, Default)]
+struct TicketInner {
+    outcome: Mutex<Option<Result<(), String>>>,
+    cv: Condvar,
+}
+
+impl Ticket {
+    fn new() -> Self {
+        Ticket(Arc::new(TicketInner::default()))
+    }
+    /// A ticket that is already resolved (nothing to wait for).
+    pub fn done() -> Self {
+        let t = Ticket::new();
+        t.resolve(Ok(()));
+        t
+    }
+    fn resolve(&self, outcome: Result<(), String>) {
+        *self.0.outcome.lock() = Some(outcome);
+        self.0.cv.notify_all();
+    }
+    pub fn is_resolved(&self) -> bool {
+        self.0.outcome.lock().is_some()
+    }
+    pub fn wait(&self) -> Result<(), WalError> {
+        let mut outcome = self.0.outcome.lock();
+        while outcome.is_none() {
+            self.0.cv.wait(&mut outcome);
+        }
+        match outcome.as_ref().expect("loop exits only when resolved") {
+            Ok(()) => Ok(()),
+            Err(e) => Err(WalError::Failed(e.clone())),
+        }
+    }
+}
+
+enum Request {
+    Append {
+        region_id: u64,
+        max_seq: u64,
+        payload: Vec<u8>,
+        sync: bool,
+        ticket: Ticket,
+    },
+    Shutdown,
+}
+
+/// Counters the WAL keeps for metrics and tests.
+#[derive(Debug, Default)]
+pub struct WalStats {
+    pub appends: AtomicU64,
+    pub bytes: AtomicU64,
+    pub batches: AtomicU64,
+    pub syncs: Arc<SyncCounter>,
+    /// Sum of sync latencies in µs, for a mean in benchmarks.
+    pub sync_micros: AtomicU64,
+    pub segments_rolled: AtomicU64,
+}
+
+#[derive(Debug)]
+struct ClosedSegment {
+    id: u64,
+    path: PathBuf,
+    /// Highest sequence id per region in the segment.
+    max_seq: HashMap<u64, u64>,
+}
+
+#[derive(Debug, Default)]
+struct Segments {
+    closed: Vec<ClosedSegment>,
+    flushed: HashMap<u64, u64>,
+    free: Vec<PathBuf>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    options: WalOptions,
+    segments: Mutex<Segments>,
+    failed: Mutex<Option<String>>,
+    stats: WalStats,
+}
+
+impl Shared {
+    /// Deletes (or keeps for reuse) closed segments whose every edit is in
+    /// store files.
+    fn collect_garbage(&self) {
+        let mut segs = self.segments.lock();
+        let Segments {
+            closed,
+            flushed,
+            free,
+        } = &mut *segs;
+        let mut keep = Vec::with_capacity(closed.len());
+        for seg in closed.drain(..) {
+            let done = seg
+                .max_seq
+                .iter()
+                .all(|(region, max)| flushed.get(region).is_some_and(|f| f >= max));
+            if !done {
+                keep.push(seg);
+                continue;
+            }
+            if self.options.recycle && free.len() < 2 {
+                let to = self.dir.join(format!("{:020}.free", seg.id));
+                if fs::rename(&seg.path, &to).is_ok() {
+                    free.push(to);
+                    continue;
+                }
+            }
+            let _ = fs::remove_file(&seg.path);
+        }
+        *closed = keep;
+    }
+}
+
+/// A segment found at open, kept for replay until its edits are flushed.
+#[derive(Debug, Clone)]
+struct RecoveredSegment {
+    id: u64,
+    path: PathBuf,
+    /// Bytes holding whole records (header included).
+    valid_len: u64,
+}
+
+/// The write-ahead log of one writer (one per shard).
+pub struct Wal {
+    shared: Arc<Shared>,
+    tx: Mutex<Option<Sender<Request>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    recovered: Vec<RecoveredSegment>,
+    backend: IoBackendKind,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.shared.dir)
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.log"))
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), WalError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| WalError::io(dir, "fsync directory", e))
+}
+
+impl Wal {
+    /// Opens (or creates) the WAL in `dir`: checks every segment, cuts a torn
+    /// tail off the last one, and starts the writer thread on a new segment.
+    pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<Wal, WalError> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| WalError::io(&dir, "create directory", e))?;
+        let mut ids = Vec::new();
+        let mut free = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(|e| WalError::io(&dir, "list directory", e))? {
+            let entry = entry.map_err(|e| WalError::io(&dir, "list directory", e))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name
+                .strip_suffix(".log")
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                ids.push(id);
+            } else if name.ends_with(".free") {
+                free.push(path);
+            } else if name.ends_with(".spare") {
+                // A preparation cut short by a crash.
+                let _ = fs::remove_file(&path);
+            }
+        }
+        ids.sort_unstable();
+
+        let mut recovered = Vec::new();
+        let mut closed = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            let path = segment_path(&dir, id);
+            let is_last = i + 1 == ids.len();
+            let (valid_len, max_seq) = scan_segment(&path, id, is_last)?;
+            recovered.push(RecoveredSegment {
+                id,
+                path: path.clone(),
+                valid_len,
+            });
+            closed.push(ClosedSegment { id, path, max_seq });
+        }
+        let next_id = ids.last().map_or(1, |id| id + 1);
+
+        let stats = WalStats::default();
+        let io = io::open_backend(options.io, options.depth, stats.syncs.clone());
+        let backend = io.kind();
+        let shared = Arc::new(Shared {
+            dir: dir.clone(),
+            options: options.clone(),
+            segments: Mutex::new(Segments {
+                closed,
+                flushed: HashMap::new(),
+                free,
+            }),
+            failed: Mutex::new(None),
+            stats,
+        });
+        let recycled = shared.segments.lock().free.pop();
+        let file = prepare_segment(&dir, next_id, options.segment_size, recycled)?;
+        activate_segment(&dir, next_id)?;
+        let (tx, rx) = crossbeam_channel::bounded(4096);
+        let mut writer = Writer {
+            io,
+            shared: shared.clone(),
+            seg_id: next_id,
+            file: Arc::new(file),
+            offset: SEGMENT_HEADER_LEN,
+            seg_max_seq: HashMap::new(),
+            spare: None,
+            next_batch: 0,
+            inflight: VecDeque::new(),
+            unsynced: false,
+            last_sync: Instant::now(),
+        };
+        writer.prepare_spare();
+        let thread = std::thread::Builder::new()
+            .name("halite-wal".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| WalError::io(&dir, "spawn wal thread", e))?;
+        Ok(Wal {
+            shared,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            recovered,
+            backend,
+        })
+    }
+
+    pub fn backend(&self) -> IoBackendKind {
+        self.backend
+    }
+
+    pub fn stats(&self) -> &WalStats {
+        &self.shared.stats
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Queues an encoded edits record; `max_seq` is the highest sequence id in
+    /// it (for segment deletion). With `sync`, the ticket resolves after
+    /// fdatasync; without, after the write.
+    pub fn append(
+        &self,
+        region_id: u64,
+        max_seq: u64,
+        payload: Vec<u8>,
+        sync: bool,
+    ) -> Result<Ticket, WalError> {
+        if payload.len() > record::MAX_RECORD_LEN {
+            return Err(WalError::TooLarge {
+                len: payload.len(),
+                limit: record::MAX_RECORD_LEN,
+            });
+        }
+        if let Some(cause) = self.shared.failed.lock().clone() {
+            return Err(WalError::Failed(cause));
+        }
+        let ticket = Ticket::new();
+        let tx = self.tx.lock().clone().ok_or(WalError::Closed)?;
+        tx.send(Request::Append {
+            region_id,
+            max_seq,
+            payload,
+            sync,
+            ticket: ticket.clone(),
+        })
+        .map_err(|_| WalError::Closed)?;
+        Ok(ticket)
+    }
+
+    /// Records that every edit of `region_id` up to `seq` is in store files,
+    /// so segments holding nothing newer can go.
+    pub fn mark_flushed(&self, region_id: u64, seq: u64) {
+        {
+            let mut segs = self.shared.segments.lock();
+            let f = segs.flushed.entry(region_id).or_insert(0);
+            *f = (*f).max(seq);
+        }
+        self.shared.collect_garbage();
+    }
+
+    /// Number of segment files holding edits not yet known to be flushed,
+    /// plus the active one.
+    pub fn live_segments(&self) -> usize {
+        self.shared.segments.lock().closed.len() + 1
+    }
+
+    /// Replays the edits of `region_id` with sequence ids above `after_seq`
+    /// from the segments found at open, in log order.
+    pub fn replay(
+        &self,
+        region_id: u64,
+        after_seq: u64,
+        mut apply: impl FnMut(Edits),
+    ) -> Result<(), WalError> {
+        for seg in &self.recovered {
+            let buf = match fs::read(&seg.path) {
+                Ok(b) => b,
+                // Deleted after its edits were flushed: nothing to replay.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalError::io(&seg.path, "read segment", e)),
+            };
+            let end = (seg.valid_len as usize).min(buf.len());
+            let mut pos = SEGMENT_HEADER_LEN as usize;
+            while pos < end {
+                let Frame::Record {
+                    kind,
+                    payload,
+                    next,
+                } = record::read_frame(&buf[..end], pos, seg.id)
+                else {
+                    return Err(WalError::Corrupt {
+                        path: seg.path.clone(),
+                        offset: pos as u64,
+                        what: "segment changed since it was checked at open",
+                    });
+                };
+                if kind == TYPE_EDITS {
+                    let edits = record::decode_edits(payload).map_err(|e| WalError::Corrupt {
+                        path: seg.path.clone(),
+                        offset: (pos + record::FRAME_HEADER_LEN + e.offset) as u64,
+                        what: e.what,
+                    })?;
+                    let last = edits.first_seq + edits.rows.len() as u64;
+                    if edits.region_id == region_id && last > after_seq + 1 {
+                        apply(edits);
+                    }
+                }
+                pos = next;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the writer after it has written and synced everything queued.
+    pub fn close(&self) {
+        if let Some(tx) = self.tx.lock().take() {
+            let _ = tx.send(Request::Shutdown);
+        }
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+
+    /// The fatal error that stopped the WAL, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failed.lock().clone()
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Checks one segment; returns the length of its whole records and the
+/// highest sequence id per region. Damage before the end of a closed segment
+/// is an error; in the last segment it is a torn tail, cut off here by
+/// writing an end record over it.
+fn scan_segment(path: &Path, id: u64, is_last: bool) -> Result<(u64, HashMap<u64, u64>), WalError> {
+    let buf = fs::read(path).map_err(|e| WalError::io(path, "read segment", e))?;
+    let corrupt = |offset: usize, what: &'static str| WalError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        what,
+    };
+    if buf.len() < SEGMENT_HEADER_LEN as usize || &buf[..8] != record::SEGMENT_MAGIC {
+        return Err(corrupt(0, "bad segment header magic"));
+    }
+    if buf[8..16] != id.to_le_bytes() {
+        return Err(corrupt(8, "segment header names another segment"));
+    }
+    let mut max_seq = HashMap::new();
+    let mut pos = SEGMENT_HEADER_LEN as usize;
+    loop {
+        match record::read_frame(&buf, pos, id) {
+            Frame::Record {
+                kind: TYPE_SEGMENT_END,
+                ..
+            } => return Ok((pos as u64, max_seq)),
+            Frame::Record { payload, next, .. } => {
+                let edits = record::decode_edits(payload)
+                    .map_err(|e| corrupt(pos + record::FRAME_HEADER_LEN + e.offset, e.what))?;
+                if !edits.rows.is_empty() {
+                    let last = edits.first_seq + edits.rows.len() as u64 - 1;
+                    let m = max_seq.entry(edits.region_id).or_insert(0);
+                    *m = last.max(*m);
+                }
+                pos = next;
+            }
+            Frame::EndOfData | Frame::Bad { .. } if is_last => {
+                // Torn tail (or never written): end the segment here so the
+                // next recovery sees a cleanly closed segment.
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| WalError::io(path, "open segment", e))?;
+                let mut end = Vec::new();
+                record::frame_into(&mut end, id, TYPE_SEGMENT_END, &[]);
+                file.write_all_at(&end, pos as u64)
+                    .and_then(|_| file.sync_data())
+                    .map_err(|e| WalError::io(path, "write end record", e))?;
+                return Ok((pos as u64, max_seq));
+            }
+            Frame::EndOfData => return Err(corrupt(pos, "closed segment has no end record")),
+            Frame::Bad { what } => return Err(corrupt(pos, what)),
+        }
+    }
+}
+
+/// Creates `<id>.spare`: header, then zeros (or a recycled file's old bytes)
+/// up to the segment size, synced, so appends overwrite allocated blocks.
+fn prepare_segment(
+    dir: &Path,
+    id: u64,
+    size: u64,
+    recycled: Option<PathBuf>,
+) -> Result<File, WalError> {
+    let spare = dir.join(format!("{id:020}.spare"));
+    let reused = match recycled {
+        Some(from) => fs::rename(&from, &spare).is_ok(),
+        None => false,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(!reused)
+        .open(&spare)
+        .map_err(|e| WalError::io(&spare, "create segment", e))?;
+    let io_err = |e| WalError::io(&spare, "preallocate segment", e);
+    file.write_all_at(&record::segment_header(id), 0)
+        .map_err(io_err)?;
+    let have = file.metadata().map_err(io_err)?.len();
+    if have < size {
+        let zeros = vec![0u8; 1024 * 1024];
+        let mut at = have.max(SEGMENT_HEADER_LEN);
+        while at < size {
+            let n = (size - at).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], at).map_err(io_err)?;
+            at += n as u64;
+        }
+    }
+    if reused {
+        // Stale records of the old segment fail their checksum (the segment
+        // id is part of it); zero the first frame anyway so an empty reused
+        // segment reads as empty rather than torn.
+        file.write_all_at(&[0u8; record::FRAME_HEADER_LEN], SEGMENT_HEADER_LEN)
+            .map_err(io_err)?;
+    }
+    file.sync_all().map_err(io_err)?;
+    Ok(file)
+}
+
+/// Makes a prepared segment live: from here on recovery reads it.
+fn activate_segment(dir: &Path, id: u64) -> Result<(), WalError> {
+    let spare = dir.join(format!("{id:020}.spare"));
+    let live = segment_path(dir, id);
+    fs::rename(&spare, &live).map_err(|e| WalError::io(&live, "activate segment", e))?;
+    fsync_dir(dir)
+}
+
+struct Batch {
+    id: u64,
+    tickets: Vec<Ticket>,
+    outcome: Option<std::io::Result<()>>,
+    sync: bool,
+    submitted: Instant,
+    bytes: usize,
+}
+
+struct Writer {
+    io: Box<dyn WalIo>,
+    shared: Arc<Shared>,
+    seg_id: u64,
+    file: Arc<File>,
+    offset: u64,
+    seg_max_seq: HashMap<u64, u64>,
+    spare: Option<JoinHandle<Result<File, WalError>>>,
+    next_batch: u64,
+    inflight: VecDeque<Batch>,
+    unsynced: bool,
+    last_sync: Instant,
+}
+
+/// How long the writer waits for a completion before looking for new
+/// requests: short against a sync (≈150 µs+), so the next batch is submitted
+/// while the previous one syncs.
+const REAP_WAIT: Duration = Duration::from_micros(100);
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Request>) {
+        let max_bytes = self.shared.options.max_batch_bytes;
+        let interval = self.shared.options.async_sync_interval;
+        let mut pending: Vec<Request> = Vec::new();
+        let mut pending_bytes = 0usize;
+        let mut closing = false;
+        loop {
+            if self.inflight.is_empty() && pending.is_empty() {
+                if closing {
+                    break;
+                }
+                let timeout = if self.unsynced {
+                    interval.saturating_sub(self.last_sync.elapsed())
+                } else {
+                    Duration::from_secs(3600)
+                };
+                match rx.recv_timeout(timeout) {
+                    Ok(Request::Shutdown) | Err(RecvTimeoutError::Disconnected) => closing = true,
+                    Ok(r) => {
+                        pending_bytes += request_len(&r);
+                        pending.push(r);
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+            }
+            while !closing && pending_bytes < max_bytes {
+                match rx.try_recv() {
+                    Ok(Request::Shutdown) | Err(TryRecvError::Disconnected) => closing = true,
+                    Ok(r) => {
+                        pending_bytes += request_len(&r);
+                        pending.push(r);
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            let timer_due = self.unsynced && self.last_sync.elapsed() >= interval;
+            let room = self.inflight.len() < self.io.depth();
+            if room && (!pending.is_empty() || timer_due) {
+                self.submit(std::mem::take(&mut pending));
+                pending_bytes = 0;
+            }
+            if !self.inflight.is_empty() {
+                let blocked = pending.is_empty() || self.inflight.len() >= self.io.depth();
+                self.reap(if blocked { Some(REAP_WAIT) } else { None });
+            }
+        }
+        self.finish();
+    }
+
+    fn failed(&self) -> Option<String> {
+        self.shared.failed.lock().clone()
+    }
+
+    fn fail(&mut self, cause: String) {
+        self.shared.failed.lock().get_or_insert(cause.clone());
+        for b in self.inflight.drain(..) {
+            for t in b.tickets {
+                t.resolve(Err(cause.clone()));
+            }
+        }
+    }
+
+    /// Frames `requests` into one buffer and submits it as one batch.
+    fn submit(&mut self, requests: Vec<Request>) {
+        if let Some(cause) = self.failed() {
+            for r in requests {
+                if let Request::Append { ticket, .. } = r {
+                    ticket.resolve(Err(cause.clone()));
+                }
+            }
+            return;
+        }
+        let total: usize = requests.iter().map(request_len).sum();
+        if self.offset + total as u64 + record::FRAME_HEADER_LEN as u64
+            > self.shared.options.segment_size
+            && self.offset > SEGMENT_HEADER_LEN
+            && let Err(e) = self.roll()
+        {
+            self.fail(e.to_string());
+            return self.submit(requests);
+        }
+        let mut buf = Vec::with_capacity(total);
+        let mut tickets = Vec::with_capacity(requests.len());
+        let mut sync =
+            self.unsynced && self.last_sync.elapsed() >= self.shared.options.async_sync_interval;
+        for r in requests {
+            if let Request::Append {
+                region_id,
+                max_seq,
+                payload,
+                sync: wants_sync,
+                ticket,
+            } = r
+            {
+                record::frame_into(&mut buf, self.seg_id, TYPE_EDITS, &payload);
+                let m = self.seg_max_seq.entry(region_id).or_insert(0);
+                *m = max_seq.max(*m);
+                sync |= wants_sync;
+                tickets.push(ticket);
+            }
+        }
+        let stats = &self.shared.stats;
+        stats
+            .appends
+            .fetch_add(tickets.len() as u64, Ordering::Relaxed);
+        stats.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_batch;
+        self.next_batch += 1;
+        let bytes = buf.len();
+        let offset = self.offset;
+        self.offset += bytes as u64;
+        if let Err(e) = self.io.submit(id, &self.file, offset, buf, sync) {
+            for t in &tickets {
+                t.resolve(Err(e.to_string()));
+            }
+            self.fail(format!("submit wal write: {e}"));
+            return;
+        }
+        if sync {
+            self.unsynced = false;
+            self.last_sync = Instant::now();
+        } else if bytes > 0 {
+            self.unsynced = true;
+        }
+        self.inflight.push_back(Batch {
+            id,
+            tickets,
+            outcome: None,
+            sync,
+            submitted: Instant::now(),
+            bytes,
+        });
+        // The sync backend completes inline; collect at once.
+        self.reap(None);
+    }
+
+    fn reap(&mut self, wait: Option<Duration>) {
+        let mut done: Vec<Completion> = Vec::new();
+        if let Err(e) = self.io.reap(wait, &mut done) {
+            self.fail(format!("reap wal completions: {e}"));
+            return;
+        }
+        for c in done {
+            if let Some(b) = self.inflight.iter_mut().find(|b| b.id == c.id) {
+                b.outcome = Some(c.result);
+            }
+        }
+        while self.inflight.front().is_some_and(|b| b.outcome.is_some()) {
+            let b = self.inflight.pop_front().expect("front checked above");
+            match b.outcome.expect("checked above") {
+                Ok(()) => {
+                    if b.sync {
+                        self.shared
+                            .stats
+                            .sync_micros
+                            .fetch_add(b.submitted.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    }
+                    let _ = b.bytes;
+                    for t in b.tickets {
+                        t.resolve(Ok(()));
+                    }
+                }
+                Err(e) => {
+                    // Never retried: after a failed fsync the page cache may
+                    // have dropped the dirty pages, so "retry and succeed"
+                    // could acknowledge data that is not on disk.
+                    let cause = format!(
+                        "wal write/fdatasync failed. segment=`{}`: {e}",
+                        segment_path(&self.shared.dir, self.seg_id).display()
+                    );
+                    for t in b.tickets {
+                        t.resolve(Err(cause.clone()));
+                    }
+                    self.fail(cause);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn drain(&mut self) {
+        while !self.inflight.is_empty() {
+            self.reap(Some(Duration::from_millis(10)));
+        }
+    }
+
+    fn prepare_spare(&mut self) {
+        let dir = self.shared.dir.clone();
+        let id = self.seg_id + 1;
+        let size = self.shared.options.segment_size;
+        let recycled = self.shared.segments.lock().free.pop();
+        self.spare = std::thread::Builder::new()
+            .name("halite-wal-prep".into())
+            .spawn(move || prepare_segment(&dir, id, size, recycled))
+            .ok();
+    }
+
+    /// Closes the active segment with an end record and moves to the next.
+    fn roll(&mut self) -> Result<(), WalError> {
+        self.drain();
+        if let Some(cause) = self.failed() {
+            return Err(WalError::Failed(cause));
+        }
+        self.close_segment()?;
+        let next = self.seg_id + 1;
+        let file = match self.spare.take().map(|h| h.join()) {
+            Some(Ok(Ok(file))) => file,
+            _ => {
+                let recycled = self.shared.segments.lock().free.pop();
+                prepare_segment(
+                    &self.shared.dir,
+                    next,
+                    self.shared.options.segment_size,
+                    recycled,
+                )?
+            }
+        };
+        activate_segment(&self.shared.dir, next)?;
+        self.shared.segments.lock().closed.push(ClosedSegment {
+            id: self.seg_id,
+            path: segment_path(&self.shared.dir, self.seg_id),
+            max_seq: std::mem::take(&mut self.seg_max_seq),
+        });
+        self.seg_id = next;
+        self.file = Arc::new(file);
+        self.offset = SEGMENT_HEADER_LEN;
+        self.shared
+            .stats
+            .segments_rolled
+            .fetch_add(1, Ordering::Relaxed);
+        self.prepare_spare();
+        self.shared.collect_garbage();
+        Ok(())
+    }
+
+    fn close_segment(&mut self) -> Result<(), WalError> {
+        let path = segment_path(&self.shared.dir, self.seg_id);
+        let mut end = Vec::new();
+        record::frame_into(&mut end, self.seg_id, TYPE_SEGMENT_END, &[]);
+        self.file
+            .write_all_at(&end, self.offset)
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| WalError::io(&path, "close segment", e))?;
+        self.shared.stats.syncs.add();
+        self.unsynced = false;
+        Ok(())
+    }
+
+    fn finish(mut self) {
+        self.drain();
+        if self.failed().is_none()
+            && let Err(e) = self.close_segment()
+        {
+            self.fail(e.to_string());
+        }
+        if let Some(h) = self.spare.take()
+            && let Ok(Ok(_)) = h.join()
+        {
+            // Keep the prepared spare: a later open removes it as unfinished
+            // work, which costs nothing but the preallocation.
+        }
+    }
+}
+
+fn request_len(r: &Request) -> usize {
+    match r {
+        Request::Append { payload, .. } => payload.len() + record::FRAME_HEADER_LEN,
+        Request::Shutdown => 0,
+    }
+}

@@ -1,0 +1,325 @@
+//! WAL segment and record layout.
+//!
+//! # Segment
+//!
+//! A segment file `<id:020>.log` starts with a 16-byte header and holds
+//! framed records after it; the rest of the file is preallocated (zeros, or
+//! stale records of a recycled segment, which fail their checksum because the
+//! segment id is part of it).
+//!
+//! | bytes | header field                 |
+//! |-------|------------------------------|
+//! | 8     | magic `HALWAL\0\x01`         |
+//! | 8     | segment id, u64 LE           |
+//!
+//! # Record frame
+//!
+//! | bytes | field                                                          |
+//! |-------|----------------------------------------------------------------|
+//! | 4     | payload length n, u32 LE (0 with a 0 checksum: end of data)    |
+//! | 4     | CRC32C over segment id (u64 LE) ‖ type ‖ payload, u32 LE       |
+//! | 1     | type: 1 = edits, 2 = segment end                               |
+//! | n     | payload                                                        |
+//!
+//! # Edits payload
+//!
+//! ```text
+//! varint region_id · varint first_seq · varint flags
+//! [flags & 1: origin = varint topic_len, topic, varint partition, varint offset]
+//! varint row_count
+//!   per row (sequence id = first_seq + index):
+//!   varint entry_count
+//!     per entry: varint key_len, key, [varint ttl_ms if key has the TTL flag],
+//!                varint value_len, value
+//! ```
+
+use crate::cell::{Entry, KeyRef, TTL_FLAG};
+use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
+
+pub const SEGMENT_MAGIC: &[u8; 8] = b"HALWAL\0\x01";
+pub const SEGMENT_HEADER_LEN: u64 = 16;
+pub const FRAME_HEADER_LEN: usize = 9;
+pub const TYPE_EDITS: u8 = 1;
+pub const TYPE_SEGMENT_END: u8 = 2;
+/// No single record may exceed this; bigger batches are split by callers.
+pub const MAX_RECORD_LEN: usize = 256 * 1024 * 1024;
+
+const FLAG_ORIGIN: u64 = 1;
+
+pub fn segment_header(segment_id: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
+    h[..8].copy_from_slice(SEGMENT_MAGIC);
+    h[8..].copy_from_slice(&segment_id.to_le_bytes());
+    h
+}
+
+pub fn record_crc(segment_id: u64, kind: u8, payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&segment_id.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc, &[kind]);
+    crc32c::crc32c_append(crc, payload)
+}
+
+/// Appends one framed record to `out`.
+pub fn frame_into(out: &mut Vec<u8>, segment_id: u64, kind: u8, payload: &[u8]) {
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&record_crc(segment_id, kind, payload).to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(payload);
+}
+
+/// Where a batch of edits came from, so ingestion can resume from the WAL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// A decoded edits record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edits {
+    pub region_id: u64,
+    pub first_seq: u64,
+    pub origin: Option<Origin>,
+    /// One entry list per row; row `i` has sequence id `first_seq + i`.
+    pub rows: Vec<Vec<Entry>>,
+}
+
+pub fn encode_edits(
+    region_id: u64,
+    first_seq: u64,
+    origin: Option<&Origin>,
+    rows: &[Vec<Entry>],
+) -> Vec<u8> {
+    encode_edits_with_body(region_id, first_seq, origin, &encode_edits_body(rows))
+}
+
+/// The row part of an edits payload; independent of the sequence id, so a
+/// writer can encode it before taking the region's write lock.
+pub fn encode_edits_body(rows: &[Vec<Entry>]) -> Vec<u8> {
+    let size: usize = rows
+        .iter()
+        .flat_map(|r| r.iter())
+        .map(|e| e.key.len() + e.value.len() + 8)
+        .sum();
+    let mut out = Vec::with_capacity(size + 8);
+    put_varint(&mut out, rows.len() as u64);
+    for row in rows {
+        put_varint(&mut out, row.len() as u64);
+        for e in row {
+            put_len_prefixed(&mut out, &e.key);
+            if let Some(ttl) = e.ttl_ms {
+                put_varint(&mut out, ttl);
+            }
+            put_len_prefixed(&mut out, &e.value);
+        }
+    }
+    out
+}
+
+/// Prepends the header (region, first sequence id, origin) to a body.
+pub fn encode_edits_with_body(
+    region_id: u64,
+    first_seq: u64,
+    origin: Option<&Origin>,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 32);
+    put_varint(&mut out, region_id);
+    put_varint(&mut out, first_seq);
+    match origin {
+        Some(o) => {
+            put_varint(&mut out, FLAG_ORIGIN);
+            put_len_prefixed(&mut out, o.topic.as_bytes());
+            put_varint(&mut out, u64::from(o.partition));
+            put_varint(&mut out, o.offset);
+        }
+        None => put_varint(&mut out, 0),
+    }
+    out.extend_from_slice(body);
+    out
+}
+
+pub fn decode_edits(payload: &[u8]) -> Result<Edits, DecodeError> {
+    let mut r = Reader::new(payload);
+    let region_id = r.varint("region id")?;
+    let first_seq = r.varint("first sequence id")?;
+    let flags = r.varint("flags")?;
+    let origin = if flags & FLAG_ORIGIN != 0 {
+        let topic = r.len_prefixed(payload.len(), "origin topic")?;
+        let topic = String::from_utf8(topic.to_vec()).map_err(|_| DecodeError {
+            offset: r.pos(),
+            what: "origin topic is not utf-8",
+        })?;
+        let partition = r.varint("origin partition")?;
+        let partition = u32::try_from(partition).map_err(|_| DecodeError {
+            offset: r.pos(),
+            what: "origin partition",
+        })?;
+        Some(Origin {
+            topic,
+            partition,
+            offset: r.varint("origin offset")?,
+        })
+    } else {
+        None
+    };
+    let row_count = r.len(payload.len(), "row count")?;
+    let mut rows = Vec::with_capacity(row_count);
+    for _ in 0..row_count {
+        let n = r.len(payload.len(), "entry count")?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key_at = r.pos();
+            let key = r.len_prefixed(payload.len(), "key")?;
+            let parsed = KeyRef::parse(key).ok_or(DecodeError {
+                offset: key_at,
+                what: "malformed cell key",
+            })?;
+            let ttl_ms = if key[key.len() - 1] & TTL_FLAG != 0 {
+                Some(r.varint("cell ttl")?)
+            } else {
+                None
+            };
+            debug_assert_eq!(parsed.has_ttl, ttl_ms.is_some());
+            let value = r.len_prefixed(payload.len(), "value")?;
+            entries.push(Entry {
+                key: key.to_vec(),
+                ttl_ms,
+                value: value.to_vec(),
+            });
+        }
+        rows.push(entries);
+    }
+    if !r.is_empty() {
+        return Err(DecodeError {
+            offset: r.pos(),
+            what: "trailing bytes after edits",
+        });
+    }
+    Ok(Edits {
+        region_id,
+        first_seq,
+        origin,
+        rows,
+    })
+}
+
+/// What the scan of one segment found.
+#[derive(Debug)]
+pub enum Frame<'a> {
+    Record {
+        kind: u8,
+        payload: &'a [u8],
+        next: usize,
+    },
+    /// Zeros where the next frame would be: the written part ends here.
+    EndOfData,
+    /// A frame that does not check out (torn write, stale or damaged data).
+    Bad { what: &'static str },
+}
+
+/// Reads the frame at `pos` of a segment's bytes.
+pub fn read_frame(buf: &[u8], pos: usize, segment_id: u64) -> Frame<'_> {
+    let Some(header) = buf.get(pos..pos + FRAME_HEADER_LEN) else {
+        return if buf.len() <= pos || buf[pos..].iter().all(|b| *b == 0) {
+            Frame::EndOfData
+        } else {
+            Frame::Bad {
+                what: "frame header cut short",
+            }
+        };
+    };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let kind = header[8];
+    if len == 0 && crc == 0 && kind == 0 {
+        return Frame::EndOfData;
+    }
+    if len > MAX_RECORD_LEN {
+        return Frame::Bad {
+            what: "record length out of range",
+        };
+    }
+    let start = pos + FRAME_HEADER_LEN;
+    let Some(payload) = buf.get(start..start + len) else {
+        return Frame::Bad {
+            what: "record runs past the end of the segment",
+        };
+    };
+    if record_crc(segment_id, kind, payload) != crc {
+        return Frame::Bad {
+            what: "record checksum mismatch",
+        };
+    }
+    if kind != TYPE_EDITS && kind != TYPE_SEGMENT_END {
+        return Frame::Bad {
+            what: "unknown record type",
+        };
+    }
+    Frame::Record {
+        kind,
+        payload,
+        next: start + len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellKind, encode_key};
+
+    #[test]
+    fn edits_round_trip_with_ttl_and_origin() {
+        let rows = vec![
+            vec![
+                Entry {
+                    key: encode_key(b"r1", b"f", b"q", 5, CellKind::Put, true),
+                    ttl_ms: Some(1000),
+                    value: b"v".to_vec(),
+                },
+                Entry {
+                    key: encode_key(b"r1", b"f", b"", 5, CellKind::DeleteFamily, false),
+                    ttl_ms: None,
+                    value: vec![],
+                },
+            ],
+            vec![],
+        ];
+        let origin = Origin {
+            topic: "cpu".into(),
+            partition: 3,
+            offset: 99,
+        };
+        let payload = encode_edits(7, 42, Some(&origin), &rows);
+        let back = decode_edits(&payload).unwrap();
+        assert_eq!(back.region_id, 7);
+        assert_eq!(back.first_seq, 42);
+        assert_eq!(back.origin, Some(origin));
+        assert_eq!(back.rows, rows);
+        for cut in 0..payload.len() {
+            assert!(decode_edits(&payload[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn frames_check_segment_id_and_detect_tears() {
+        let mut seg = vec![];
+        frame_into(&mut seg, 5, TYPE_EDITS, b"hello");
+        let whole = seg.len();
+        seg.extend_from_slice(&[0u8; 32]);
+        match read_frame(&seg, 0, 5) {
+            Frame::Record { payload, next, .. } => {
+                assert_eq!(payload, b"hello");
+                assert_eq!(next, whole);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(read_frame(&seg, whole, 5), Frame::EndOfData));
+        assert!(matches!(read_frame(&seg, 0, 6), Frame::Bad { .. }));
+        assert!(matches!(
+            read_frame(&seg[..whole - 1], 0, 5),
+            Frame::Bad { .. }
+        ));
+    }
+}

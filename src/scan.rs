@@ -1,0 +1,596 @@
+//! The read path of one region: Get and Scan over MemStores and store files.
+//!
+//! A scan merges its sources ([`merge::Merge`]), groups entries by row and
+//! column, resolves versions, deletes and TTL ([`resolve`]), applies the
+//! column selection and filters, and pages with offset, limit and a
+//! continuation token. Reverse scans return rows in descending order (cells
+//! within a row stay in their normal order, as in HBase).
+
+pub mod merge;
+pub mod resolve;
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
+use crate::error::{Error, Result};
+use crate::schema::FamilyDescriptor;
+use merge::Merge;
+use resolve::{ColumnGroup, GroupEntry, resolve_column};
+
+/// `[min, max)` in epoch milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Default for TimeRange {
+    fn default() -> Self {
+        TimeRange {
+            min: 0,
+            max: u64::MAX,
+        }
+    }
+}
+
+impl TimeRange {
+    pub fn contains(&self, ts: u64) -> bool {
+        ts >= self.min && ts < self.max
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareOp {
+    Less,
+    LessOrEqual,
+    Equal,
+    NotEqual,
+    GreaterOrEqual,
+    Greater,
+}
+
+impl CompareOp {
+    pub fn test(self, actual: &[u8], operand: &[u8]) -> bool {
+        let o = actual.cmp(operand);
+        match self {
+            CompareOp::Less => o == Ordering::Less,
+            CompareOp::LessOrEqual => o != Ordering::Greater,
+            CompareOp::Equal => o == Ordering::Equal,
+            CompareOp::NotEqual => o != Ordering::Equal,
+            CompareOp::GreaterOrEqual => o != Ordering::Less,
+            CompareOp::Greater => o == Ordering::Greater,
+        }
+    }
+}
+
+/// Filters, all of which must pass (HBase's FilterList MUST_PASS_ALL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Keep cells whose qualifier starts with the prefix.
+    ColumnPrefix(Vec<u8>),
+    /// Keep cells whose value compares true (HBase ValueFilter).
+    Value { op: CompareOp, value: Vec<u8> },
+    /// Keep rows whose newest value of one column compares true (HBase
+    /// SingleColumnValueFilter). Rows without the column pass unless
+    /// `filter_if_missing`.
+    SingleColumnValue {
+        family: Vec<u8>,
+        qualifier: Vec<u8>,
+        op: CompareOp,
+        value: Vec<u8>,
+        filter_if_missing: bool,
+    },
+}
+
+/// Which columns a read returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// Whole families; empty with no `columns` means every family.
+    pub families: Vec<Vec<u8>>,
+    /// Single columns (family, qualifier).
+    pub columns: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Columns {
+    pub fn all() -> Self {
+        Columns::default()
+    }
+    fn is_all(&self) -> bool {
+        self.families.is_empty() && self.columns.is_empty()
+    }
+    fn wants_family(&self, family: &[u8]) -> bool {
+        self.is_all()
+            || self.families.iter().any(|f| f == family)
+            || self.columns.iter().any(|(f, _)| f == family)
+    }
+    fn wants(&self, family: &[u8], qualifier: &[u8]) -> bool {
+        self.is_all()
+            || self.families.iter().any(|f| f == family)
+            || self
+                .columns
+                .iter()
+                .any(|(f, q)| f == family && q == qualifier)
+    }
+}
+
+/// `[start, stop)` rows; `None` is open.
+pub(crate) type RowBounds = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// A scan, as HBase's `Scan`: a row range, what to return, and paging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// First row, inclusive.
+    pub start: Option<Vec<u8>>,
+    /// Last row, exclusive.
+    pub stop: Option<Vec<u8>>,
+    /// Only rows starting with this (combined with start/stop).
+    pub prefix: Option<Vec<u8>>,
+    pub columns: Columns,
+    pub time_range: TimeRange,
+    /// Versions per column (default 1).
+    pub max_versions: u32,
+    pub filters: Vec<Filter>,
+    /// Rows to skip before the first returned.
+    pub offset: usize,
+    /// Most rows returned; `None` for all.
+    pub limit: Option<usize>,
+    pub reverse: bool,
+    /// Resume after the last row of a previous page.
+    pub continuation: Option<ContinuationToken>,
+}
+
+impl Default for Scan {
+    fn default() -> Self {
+        Scan {
+            start: None,
+            stop: None,
+            prefix: None,
+            columns: Columns::all(),
+            time_range: TimeRange::default(),
+            max_versions: 1,
+            filters: Vec::new(),
+            offset: 0,
+            limit: None,
+            reverse: false,
+            continuation: None,
+        }
+    }
+}
+
+impl Scan {
+    pub fn new() -> Self {
+        Scan::default()
+    }
+    pub fn range(start: impl Into<Vec<u8>>, stop: impl Into<Vec<u8>>) -> Self {
+        Scan {
+            start: Some(start.into()),
+            stop: Some(stop.into()),
+            ..Scan::default()
+        }
+    }
+    pub fn with_prefix(prefix: impl Into<Vec<u8>>) -> Self {
+        Scan {
+            prefix: Some(prefix.into()),
+            ..Scan::default()
+        }
+    }
+
+    /// The effective [start, stop) after prefix and continuation.
+    pub(crate) fn bounds(&self) -> Result<RowBounds> {
+        let mut start = self.start.clone();
+        let mut stop = self.stop.clone();
+        if let Some(p) = &self.prefix {
+            if start.as_ref().is_none_or(|s| s < p) {
+                start = Some(p.clone());
+            }
+            if let Some(end) = prefix_successor(p)
+                && stop.as_ref().is_none_or(|s| *s > end)
+            {
+                stop = Some(end);
+            }
+        }
+        if let Some(token) = &self.continuation {
+            if token.reverse != self.reverse {
+                return Err(Error::InvalidInput(
+                    "continuation token belongs to a scan in the other direction".into(),
+                ));
+            }
+            if self.reverse {
+                if stop.as_ref().is_none_or(|s| *s > token.row) {
+                    stop = Some(token.row.clone());
+                }
+            } else {
+                let mut after = token.row.clone();
+                after.push(0);
+                if start.as_ref().is_none_or(|s| *s < after) {
+                    start = Some(after);
+                }
+            }
+        }
+        Ok((start, stop))
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.max_versions == 0 {
+            return Err(Error::InvalidInput(
+                "max_versions must be at least 1".into(),
+            ));
+        }
+        if self.time_range.min > self.time_range.max {
+            return Err(Error::InvalidInput(format!(
+                "time range is empty: min {} > max {}",
+                self.time_range.min, self.time_range.max
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, or `None`
+/// if there is none (all 0xff).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut p = prefix.to_vec();
+    while let Some(last) = p.pop() {
+        if last != 0xff {
+            p.push(last + 1);
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Where a page ended; opaque to clients, printable as hex.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinuationToken {
+    pub row: Vec<u8>,
+    pub reverse: bool,
+}
+
+impl ContinuationToken {
+    const VERSION: u8 = 1;
+
+    pub fn encode(&self) -> String {
+        let mut bytes = vec![Self::VERSION, u8::from(self.reverse)];
+        bytes.extend_from_slice(&self.row);
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn decode(s: &str) -> Result<ContinuationToken> {
+        let bad = || {
+            Error::InvalidInput(format!(
+                "continuation token is not one this server issued: `{s}`"
+            ))
+        };
+        if s.len() % 2 != 0 || s.len() < 4 {
+            return Err(bad());
+        }
+        let bytes = (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(s.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+            .collect::<Result<Vec<u8>>>()?;
+        if bytes[0] != Self::VERSION || bytes[1] > 1 {
+            return Err(bad());
+        }
+        Ok(ContinuationToken {
+            reverse: bytes[1] == 1,
+            row: bytes[2..].to_vec(),
+        })
+    }
+}
+
+/// One page of a scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanPage {
+    pub rows: Vec<Row>,
+    /// Present when the limit cut the page short and more rows follow.
+    pub continuation: Option<ContinuationToken>,
+}
+
+/// A Get, as HBase's: one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Get {
+    pub row: Vec<u8>,
+    pub columns: Columns,
+    pub time_range: TimeRange,
+    pub max_versions: u32,
+}
+
+impl Get {
+    pub fn new(row: impl Into<Vec<u8>>) -> Self {
+        Get {
+            row: row.into(),
+            columns: Columns::all(),
+            time_range: TimeRange::default(),
+            max_versions: 1,
+        }
+    }
+}
+
+/// Streams the rows of a scan from a consistent snapshot.
+pub struct RowScanner {
+    merge: Merge,
+    assembler: Assembler,
+    start: Option<Vec<u8>>,
+    stop: Option<Vec<u8>>,
+    reverse: bool,
+    to_skip: usize,
+    remaining: Option<usize>,
+    /// Reverse scans: rows below this one are next.
+    reverse_bound: Option<Vec<u8>>,
+    started: bool,
+    done: bool,
+}
+
+/// Resolves the column groups of one row into cells.
+struct Assembler {
+    families: Arc<HashMap<Vec<u8>, FamilyDescriptor>>,
+    now_ms: u64,
+    columns: Columns,
+    time_range: TimeRange,
+    max_versions: u32,
+    filters: Vec<Filter>,
+    group: ColumnGroup,
+    survivors: Vec<usize>,
+}
+
+impl RowScanner {
+    pub(crate) fn new(
+        merge: Merge,
+        families: Arc<HashMap<Vec<u8>, FamilyDescriptor>>,
+        now_ms: u64,
+        scan: &Scan,
+    ) -> Result<Self> {
+        scan.validate()?;
+        let (start, stop) = scan.bounds()?;
+        let empty = matches!((&start, &stop), (Some(a), Some(b)) if a >= b);
+        Ok(RowScanner {
+            merge,
+            assembler: Assembler {
+                families,
+                now_ms,
+                columns: scan.columns.clone(),
+                time_range: scan.time_range,
+                max_versions: scan.max_versions,
+                filters: scan.filters.clone(),
+                group: ColumnGroup::default(),
+                survivors: Vec::new(),
+            },
+            reverse_bound: stop.clone(),
+            start,
+            stop,
+            reverse: scan.reverse,
+            to_skip: scan.offset,
+            remaining: scan.limit,
+            started: false,
+            done: empty || scan.limit == Some(0),
+        })
+    }
+
+    /// Reads one page: up to the scan's limit, with a continuation token if
+    /// more rows follow.
+    pub fn page(mut self) -> Result<ScanPage> {
+        let mut rows = Vec::new();
+        while let Some(row) = self.next_row()? {
+            rows.push(row);
+        }
+        let continuation = match (rows.last(), self.remaining) {
+            (Some(last), Some(0)) => {
+                // Probe for one more row so a client knows when to stop.
+                self.remaining = Some(1);
+                self.to_skip = 0;
+                self.done = false;
+                self.next_row()?.map(|_| ContinuationToken {
+                    row: last.key.clone(),
+                    reverse: self.reverse,
+                })
+            }
+            _ => None,
+        };
+        Ok(ScanPage { rows, continuation })
+    }
+
+    /// The next row of the scan, or `None` at its end.
+    pub fn next_row(&mut self) -> Result<Option<Row>> {
+        while !self.done {
+            let Some(row) = (if self.reverse {
+                self.next_row_reverse()?
+            } else {
+                self.next_row_forward()?
+            }) else {
+                self.done = true;
+                break;
+            };
+            if row.cells.is_empty() {
+                continue;
+            }
+            if self.to_skip > 0 {
+                self.to_skip -= 1;
+                continue;
+            }
+            if let Some(r) = self.remaining.as_mut() {
+                *r -= 1;
+                if *r == 0 {
+                    self.done = true;
+                }
+            }
+            return Ok(Some(row));
+        }
+        Ok(None)
+    }
+
+    fn next_row_forward(&mut self) -> Result<Option<Row>> {
+        if !self.started {
+            self.started = true;
+            let seek = first_key_of_row(self.start.as_deref().unwrap_or(&[]));
+            self.merge.seek(&seek)?;
+        }
+        if !self.merge.valid() {
+            return Ok(None);
+        }
+        let row = crate::cell::row_of(self.merge.key()).to_vec();
+        if self.stop.as_ref().is_some_and(|s| row >= *s) {
+            return Ok(None);
+        }
+        self.read_row(row).map(Some)
+    }
+
+    fn next_row_reverse(&mut self) -> Result<Option<Row>> {
+        let Some(row) = self.merge.last_row_before(self.reverse_bound.as_deref())? else {
+            return Ok(None);
+        };
+        if self.start.as_ref().is_some_and(|s| row < *s) {
+            return Ok(None);
+        }
+        self.merge.seek(&first_key_of_row(&row))?;
+        self.reverse_bound = Some(row.clone());
+        self.read_row(row).map(Some)
+    }
+
+    /// Consumes every entry of `row` from the merge and resolves it.
+    fn read_row(&mut self, row: Vec<u8>) -> Result<Row> {
+        let mut cells = Vec::new();
+        let mut family_delete: Option<u64> = None;
+        let mut current_family: Vec<u8> = Vec::new();
+        let a = &mut self.assembler;
+        a.group.entries.clear();
+        while self.merge.valid() {
+            let key = self.merge.key();
+            let Some(k) = KeyRef::parse(key) else {
+                return Err(Error::InvalidInput("malformed key in merge".into()));
+            };
+            if k.row != row.as_slice() {
+                break;
+            }
+            if !a.group.matches(&k) {
+                a.emit_group(family_delete, &mut cells);
+                if k.family != current_family.as_slice() {
+                    current_family = k.family.to_vec();
+                    family_delete = None;
+                }
+                a.group.start(&k);
+            }
+            if k.kind == CellKind::DeleteFamily {
+                family_delete = family_delete.max(Some(k.timestamp));
+            }
+            let value = if k.kind == CellKind::Put && a.columns.wants(k.family, k.qualifier) {
+                self.merge.value().to_vec()
+            } else {
+                Vec::new()
+            };
+            a.group.entries.push(GroupEntry {
+                timestamp: k.timestamp,
+                kind: k.kind,
+                ttl_ms: self.merge.ttl_ms(),
+                value,
+            });
+            self.merge.advance()?;
+        }
+        a.emit_group(family_delete, &mut cells);
+        if !a.row_passes(&cells) {
+            cells.clear();
+        }
+        Ok(Row { key: row, cells })
+    }
+}
+
+impl Assembler {
+    fn emit_group(&mut self, family_delete: Option<u64>, cells: &mut Vec<Cell>) {
+        if self.group.entries.is_empty() {
+            return;
+        }
+        let g = &self.group;
+        if !self.columns.wants_family(&g.family) || !self.columns.wants(&g.family, &g.qualifier) {
+            self.group.entries.clear();
+            return;
+        }
+        let Some(family) = self.families.get(&g.family) else {
+            self.group.entries.clear();
+            return;
+        };
+        resolve_column(
+            &g.entries,
+            family_delete,
+            family,
+            self.now_ms,
+            &mut self.survivors,
+        );
+        let mut n = 0;
+        for &i in &self.survivors {
+            let e = &g.entries[i];
+            if !self.time_range.contains(e.timestamp) {
+                continue;
+            }
+            if n >= self.max_versions {
+                break;
+            }
+            let pass = self.filters.iter().all(|f| match f {
+                Filter::ColumnPrefix(p) => g.qualifier.starts_with(p),
+                Filter::Value { op, value } => op.test(&e.value, value),
+                Filter::SingleColumnValue { .. } => true,
+            });
+            if !pass {
+                continue;
+            }
+            n += 1;
+            cells.push(Cell {
+                family: g.family.clone(),
+                qualifier: g.qualifier.clone(),
+                timestamp: e.timestamp,
+                value: e.value.clone(),
+            });
+        }
+        self.group.entries.clear();
+    }
+
+    fn row_passes(&self, cells: &[Cell]) -> bool {
+        self.filters.iter().all(|f| match f {
+            Filter::SingleColumnValue {
+                family,
+                qualifier,
+                op,
+                value,
+                filter_if_missing,
+            } => match cells
+                .iter()
+                .find(|c| &c.family == family && &c.qualifier == qualifier)
+            {
+                Some(c) => op.test(&c.value, value),
+                None => !filter_if_missing,
+            },
+            _ => true,
+        })
+    }
+}
+
+impl Iterator for RowScanner {
+    type Item = Result<Row>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_row().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_reject_junk() {
+        let t = ContinuationToken {
+            row: b"host\x00\xff".to_vec(),
+            reverse: true,
+        };
+        assert_eq!(ContinuationToken::decode(&t.encode()).unwrap(), t);
+        for junk in ["", "zz", "0201", "01", "0103"] {
+            assert!(ContinuationToken::decode(junk).is_err(), "{junk}");
+        }
+    }
+
+    #[test]
+    fn prefix_successor_skips_ff() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_successor(b"\xff\xff"), None);
+    }
+}

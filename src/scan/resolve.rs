@@ -1,0 +1,92 @@
+//! Turns the merged entries of one column into the versions a reader sees.
+//!
+//! The rule, applied the same way by reads and by major compaction so that
+//! compaction never changes an answer:
+//!
+//! 1. A put is masked by a family delete of its row and family at or after
+//!    its timestamp, by a column delete at or after it, or by a version
+//!    delete at exactly its timestamp (HBase's rule: a delete masks puts by
+//!    timestamp, whenever they were written, until a major compaction
+//!    removes the marker).
+//! 2. The unmasked puts, newest first, are cut to the family's `VERSIONS`.
+//! 3. Of those, expired cells (family TTL, or a shorter per-cell TTL) are
+//!    hidden, except the newest `MIN_VERSIONS`, which are always kept.
+
+use crate::cell::{CellKind, KeyRef};
+use crate::schema::FamilyDescriptor;
+
+/// One entry of a column group, as merged.
+#[derive(Debug, Clone)]
+pub struct GroupEntry {
+    pub timestamp: u64,
+    pub kind: CellKind,
+    pub ttl_ms: Option<u64>,
+    pub value: Vec<u8>,
+}
+
+/// The versions of one column that survive, newest first, each with its
+/// index in the group.
+pub fn resolve_column(
+    entries: &[GroupEntry],
+    family_delete_ts: Option<u64>,
+    family: &FamilyDescriptor,
+    now_ms: u64,
+    out: &mut Vec<usize>,
+) {
+    out.clear();
+    let column_delete_ts = entries
+        .iter()
+        .filter(|e| e.kind == CellKind::DeleteColumn)
+        .map(|e| e.timestamp)
+        .max();
+    let masked_at = family_delete_ts.max(column_delete_ts);
+    let mut kept = 0u32;
+    let mut last_ts = None;
+    for (i, e) in entries.iter().enumerate() {
+        if e.kind != CellKind::Put || last_ts == Some(e.timestamp) {
+            continue;
+        }
+        last_ts = Some(e.timestamp);
+        if masked_at.is_some_and(|m| e.timestamp <= m) {
+            continue;
+        }
+        let version_deleted = entries
+            .iter()
+            .any(|d| d.kind == CellKind::DeleteVersion && d.timestamp == e.timestamp);
+        if version_deleted {
+            continue;
+        }
+        if kept >= family.versions {
+            break;
+        }
+        let expired = family
+            .expires_at(e.timestamp, e.ttl_ms)
+            .is_some_and(|at| at <= now_ms);
+        if kept < family.min_versions || !expired {
+            out.push(i);
+        }
+        kept += 1;
+    }
+}
+
+/// Accumulates one column at a time from a stream of entries in key order.
+#[derive(Debug, Default)]
+pub struct ColumnGroup {
+    pub family: Vec<u8>,
+    pub qualifier: Vec<u8>,
+    pub entries: Vec<GroupEntry>,
+}
+
+impl ColumnGroup {
+    pub fn matches(&self, key: &KeyRef<'_>) -> bool {
+        !self.entries.is_empty() && self.family == key.family && self.qualifier == key.qualifier
+    }
+
+    pub fn start(&mut self, key: &KeyRef<'_>) {
+        self.family.clear();
+        self.family.extend_from_slice(key.family);
+        self.qualifier.clear();
+        self.qualifier.extend_from_slice(key.qualifier);
+        self.entries.clear();
+    }
+}

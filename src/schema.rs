@@ -1,0 +1,171 @@
+//! Column family attributes and write durability, as HBase names them.
+
+use crate::error::{Error, Result};
+
+/// Which keys a store file's bloom filter holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BloomType {
+    None,
+    /// Row keys: Gets skip files that cannot hold the row.
+    Row,
+    /// Row + qualifier: Gets of given columns skip files without them.
+    RowCol,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Snappy,
+}
+
+/// How keys inside a data block are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataBlockEncoding {
+    /// Every key whole.
+    None,
+    /// Each key stores only what differs from the previous one.
+    Prefix,
+}
+
+/// When a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// No WAL: durable only once flushed to a store file.
+    SkipWal,
+    /// Written to the WAL at once, synced on an interval.
+    AsyncWal,
+    /// Acknowledged after the WAL is synced (fdatasync).
+    #[default]
+    SyncWal,
+}
+
+/// A column family and its storage attributes. Defaults follow HBase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyDescriptor {
+    pub name: Vec<u8>,
+    /// Most versions of a column kept (default 1).
+    pub versions: u32,
+    /// Versions kept even when expired (default 0).
+    pub min_versions: u32,
+    /// Seconds a cell lives after its timestamp; `None` is forever.
+    pub ttl_secs: Option<u64>,
+    /// Target uncompressed size of a data block (default 64 KiB).
+    pub block_size: usize,
+    /// Whether data blocks of this family enter the block cache.
+    pub block_cache: bool,
+    /// Cache priority: in-memory families are evicted last.
+    pub in_memory: bool,
+    pub bloom: BloomType,
+    pub compression: Compression,
+    pub data_block_encoding: DataBlockEncoding,
+}
+
+impl FamilyDescriptor {
+    pub fn new(name: impl Into<Vec<u8>>) -> Self {
+        FamilyDescriptor {
+            name: name.into(),
+            versions: 1,
+            min_versions: 0,
+            ttl_secs: None,
+            block_size: 64 * 1024,
+            block_cache: true,
+            in_memory: false,
+            bloom: BloomType::Row,
+            compression: Compression::None,
+            data_block_encoding: DataBlockEncoding::Prefix,
+        }
+    }
+
+    pub fn versions(mut self, n: u32) -> Self {
+        self.versions = n;
+        self
+    }
+    pub fn min_versions(mut self, n: u32) -> Self {
+        self.min_versions = n;
+        self
+    }
+    pub fn ttl_secs(mut self, secs: u64) -> Self {
+        self.ttl_secs = Some(secs);
+        self
+    }
+    pub fn block_size(mut self, bytes: usize) -> Self {
+        self.block_size = bytes;
+        self
+    }
+    pub fn block_cache(mut self, on: bool) -> Self {
+        self.block_cache = on;
+        self
+    }
+    pub fn in_memory(mut self, on: bool) -> Self {
+        self.in_memory = on;
+        self
+    }
+    pub fn bloom(mut self, bloom: BloomType) -> Self {
+        self.bloom = bloom;
+        self
+    }
+    pub fn compression(mut self, c: Compression) -> Self {
+        self.compression = c;
+        self
+    }
+    pub fn data_block_encoding(mut self, e: DataBlockEncoding) -> Self {
+        self.data_block_encoding = e;
+        self
+    }
+
+    /// Family TTL in milliseconds, if any.
+    pub fn ttl_ms(&self) -> Option<u64> {
+        self.ttl_secs.map(|s| s.saturating_mul(1000))
+    }
+
+    /// The time at which a cell written at `timestamp` expires, or `None`
+    /// if never. A cell TTL cannot outlive the family TTL.
+    pub fn expires_at(&self, timestamp: u64, cell_ttl_ms: Option<u64>) -> Option<u64> {
+        let ttl = match (self.ttl_ms(), cell_ttl_ms) {
+            (Some(f), Some(c)) => Some(f.min(c)),
+            (f, c) => f.or(c),
+        };
+        ttl.map(|t| timestamp.saturating_add(t))
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let name = String::from_utf8_lossy(&self.name);
+        if self.name.is_empty() || self.name.len() > crate::cell::MAX_FAMILY_LEN {
+            return Err(Error::InvalidInput(format!(
+                "family name must be 1..=255 bytes. family=`{name}`"
+            )));
+        }
+        if self
+            .name
+            .iter()
+            .any(|b| !(b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-' || *b == b'.'))
+        {
+            return Err(Error::InvalidInput(format!(
+                "family name may hold only letters, digits, '_', '-' and '.'. family=`{name}`"
+            )));
+        }
+        if self.versions == 0 {
+            return Err(Error::InvalidInput(format!(
+                "VERSIONS must be at least 1. family=`{name}`"
+            )));
+        }
+        if self.min_versions > self.versions {
+            return Err(Error::InvalidInput(format!(
+                "MIN_VERSIONS cannot exceed VERSIONS. family=`{name}`, min_versions=`{}`, versions=`{}`",
+                self.min_versions, self.versions
+            )));
+        }
+        if self.block_size < 1024 || self.block_size > 16 * 1024 * 1024 {
+            return Err(Error::InvalidInput(format!(
+                "BLOCKSIZE must be between 1 KiB and 16 MiB. family=`{name}`, block_size=`{}`",
+                self.block_size
+            )));
+        }
+        if self.ttl_secs == Some(0) {
+            return Err(Error::InvalidInput(format!(
+                "TTL must be at least 1 second (omit it for forever). family=`{name}`"
+            )));
+        }
+        Ok(())
+    }
+}

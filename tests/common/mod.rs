@@ -1,0 +1,127 @@
+//! Shared test environment: a region with its WAL in a temp dir, a manual
+//! clock, and reopen.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use halite::clock::{Clock, ManualClock};
+use halite::region::block_cache::BlockCache;
+use halite::region::wal::io::IoBackendChoice;
+use halite::region::wal::{Wal, WalOptions};
+use halite::region::{Region, RegionDescriptor, RegionOptions};
+use halite::schema::FamilyDescriptor;
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub clock: ManualClock,
+    pub cache: Arc<BlockCache>,
+    pub families: Vec<FamilyDescriptor>,
+    pub options: RegionOptions,
+    pub wal_options: WalOptions,
+    pub wal: Option<Arc<Wal>>,
+    pub region: Option<Region>,
+}
+
+pub fn small_wal(io: IoBackendChoice) -> WalOptions {
+    WalOptions {
+        segment_size: 256 * 1024,
+        io,
+        ..WalOptions::default()
+    }
+}
+
+pub fn foreground_options() -> RegionOptions {
+    RegionOptions {
+        background: false,
+        ..RegionOptions::default()
+    }
+}
+
+impl Harness {
+    pub fn new(
+        families: Vec<FamilyDescriptor>,
+        options: RegionOptions,
+        wal_options: WalOptions,
+    ) -> Self {
+        let mut h = Harness {
+            dir: tempfile::tempdir().expect("temp dir"),
+            clock: ManualClock::new(1_700_000_000_000),
+            cache: BlockCache::new(8 * 1024 * 1024),
+            families,
+            options,
+            wal_options,
+            wal: None,
+            region: None,
+        };
+        h.open();
+        h
+    }
+
+    pub fn wal_dir(&self) -> PathBuf {
+        self.dir.path().join("wal")
+    }
+    pub fn region_dir(&self) -> PathBuf {
+        self.dir.path().join("region-1")
+    }
+
+    pub fn open(&mut self) {
+        let wal = Arc::new(Wal::open(self.wal_dir(), self.wal_options.clone()).expect("open wal"));
+        let region = Region::open(
+            self.region_dir(),
+            RegionDescriptor {
+                id: 1,
+                families: self.families.clone(),
+            },
+            self.options.clone(),
+            wal.clone(),
+            Arc::new(self.clock.clone()) as Arc<dyn Clock>,
+            self.cache.clone(),
+        )
+        .expect("open region");
+        self.wal = Some(wal);
+        self.region = Some(region);
+    }
+
+    pub fn region(&self) -> &Region {
+        self.region.as_ref().expect("region open")
+    }
+
+    /// Closes cleanly (flushing) and opens again.
+    pub fn reopen_clean(&mut self) {
+        if let Some(r) = self.region.take() {
+            r.close().expect("close region");
+        }
+        if let Some(w) = self.wal.take() {
+            w.close();
+        }
+        self.open();
+    }
+
+    /// Drops the region without a flush: the MemStore must come back from
+    /// the WAL.
+    pub fn reopen_unflushed(&mut self) {
+        drop(self.region.take());
+        if let Some(w) = self.wal.take() {
+            w.close();
+        }
+        self.open();
+    }
+}
+
+pub fn files_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == ext) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
