@@ -13,7 +13,9 @@ use halite::region::{Region, RegionDescriptor, RegionOptions};
 use halite::schema::FamilyDescriptor;
 
 pub struct Harness {
-    pub dir: tempfile::TempDir,
+    /// Kept to delete the directory at the end, when the harness made it.
+    pub _tmp: Option<tempfile::TempDir>,
+    pub root: PathBuf,
     pub clock: ManualClock,
     pub cache: Arc<BlockCache>,
     pub families: Vec<FamilyDescriptor>,
@@ -44,8 +46,23 @@ impl Harness {
         options: RegionOptions,
         wal_options: WalOptions,
     ) -> Self {
-        let mut h = Harness {
-            dir: tempfile::tempdir().expect("temp dir"),
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mut h = Harness::new_at(tmp.path(), families, options, wal_options);
+        h._tmp = Some(tmp);
+        h.open();
+        h
+    }
+
+    /// A harness over an existing directory; call `open` to start.
+    pub fn new_at(
+        root: &Path,
+        families: Vec<FamilyDescriptor>,
+        options: RegionOptions,
+        wal_options: WalOptions,
+    ) -> Self {
+        Harness {
+            _tmp: None,
+            root: root.to_path_buf(),
             clock: ManualClock::new(1_700_000_000_000),
             cache: BlockCache::new(8 * 1024 * 1024),
             families,
@@ -53,16 +70,14 @@ impl Harness {
             wal_options,
             wal: None,
             region: None,
-        };
-        h.open();
-        h
+        }
     }
 
     pub fn wal_dir(&self) -> PathBuf {
-        self.dir.path().join("wal")
+        self.root.join("wal")
     }
     pub fn region_dir(&self) -> PathBuf {
-        self.dir.path().join("region-1")
+        self.root.join("region-1")
     }
 
     pub fn open(&mut self) {

@@ -1,0 +1,206 @@
+//! The WAL on both I/O backends: group commit, sync counting, replay across
+//! segment rolls, and segment deletion once flushed.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::files_in;
+use halite::cell::{CellKind, Entry, encode_key};
+use halite::region::wal::io::{IoBackendChoice, IoBackendKind};
+use halite::region::wal::record::encode_edits;
+use halite::region::wal::{Wal, WalOptions};
+
+fn options(io: IoBackendChoice) -> WalOptions {
+    WalOptions {
+        segment_size: 64 * 1024,
+        io,
+        ..WalOptions::default()
+    }
+}
+
+fn record(region: u64, seq: u64, size: usize) -> Vec<u8> {
+    let entry = Entry {
+        key: encode_key(
+            format!("row{seq}").as_bytes(),
+            b"f",
+            b"q",
+            seq,
+            CellKind::Put,
+            false,
+        ),
+        ttl_ms: None,
+        value: vec![(seq % 251) as u8; size],
+    };
+    encode_edits(region, seq, None, &[vec![entry]])
+}
+
+fn uring_expected() -> bool {
+    // The kernel may forbid io_uring (kernel.io_uring_disabled = 2, or a
+    // seccomp policy); then Auto must fall back.
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |v| v.trim() != "2")
+}
+
+#[test]
+fn auto_uses_io_uring_where_the_kernel_allows_and_sync_is_the_fallback() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let auto = Wal::open(dir.path().join("a"), options(IoBackendChoice::Auto)).expect("open");
+    if uring_expected() {
+        assert_eq!(auto.backend(), IoBackendKind::IoUring);
+    }
+    let sync = Wal::open(dir.path().join("s"), options(IoBackendChoice::Sync)).expect("open");
+    assert_eq!(sync.backend(), IoBackendKind::Sync);
+}
+
+fn concurrent_group_commit(io: IoBackendChoice) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let wal = Arc::new(Wal::open(dir.path(), options(io)).expect("open"));
+    let threads = 8u64;
+    let per_thread = 150u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let wal = wal.clone();
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let seq = t * per_thread + i + 1;
+                    wal.append(t, seq, record(t, seq, 300), true)
+                        .expect("append")
+                        .wait()
+                        .expect("durable");
+                }
+            });
+        }
+    });
+    let stats = wal.stats();
+    let appends = stats.appends.load(std::sync::atomic::Ordering::Relaxed);
+    let batches = stats.batches.load(std::sync::atomic::Ordering::Relaxed);
+    let syncs = stats.syncs.get();
+    assert_eq!(appends, threads * per_thread);
+    assert!(
+        batches < appends,
+        "no group commit: {batches} batches for {appends} appends"
+    );
+    // Every batch asked for a sync; count that each one got it.
+    assert!(
+        syncs >= batches,
+        "{syncs} data syncs for {batches} synced batches"
+    );
+    // Segments rolled at 64 KiB; all records come back in order per region.
+    assert!(
+        stats
+            .segments_rolled
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    wal.close();
+    let reopened = Wal::open(dir.path(), options(io)).expect("reopen");
+    for t in 0..threads {
+        let mut seqs = Vec::new();
+        reopened
+            .replay(t, 0, |e| {
+                assert_eq!(e.region_id, t);
+                seqs.push(e.first_seq);
+            })
+            .expect("replay");
+        let want: Vec<u64> = (0..per_thread).map(|i| t * per_thread + i + 1).collect();
+        assert_eq!(seqs, want, "region {t}");
+    }
+}
+
+#[test]
+fn group_commit_on_io_uring() {
+    concurrent_group_commit(IoBackendChoice::Auto);
+}
+
+#[test]
+fn group_commit_on_sync_fallback() {
+    concurrent_group_commit(IoBackendChoice::Sync);
+}
+
+fn segments_go_once_flushed(io: IoBackendChoice) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let wal = Wal::open(dir.path(), options(io)).expect("open");
+    for seq in 1..=400u64 {
+        let region = seq % 2;
+        wal.append(region, seq, record(region, seq, 500), true)
+            .expect("append")
+            .wait()
+            .expect("durable");
+    }
+    let before = wal.live_segments();
+    assert!(before > 3, "expected several segments, got {before}");
+    // Only region 0 flushed: segments still hold region 1's edits.
+    wal.mark_flushed(0, 400);
+    assert_eq!(wal.live_segments(), before);
+    wal.mark_flushed(1, 200);
+    let mid = wal.live_segments();
+    assert!(mid < before && mid > 1, "{before} -> {mid}");
+    wal.mark_flushed(1, 400);
+    assert_eq!(wal.live_segments(), 1, "only the active segment is left");
+    let logs = files_in(dir.path(), "log");
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    // At most two flushed segments are kept for reuse.
+    assert!(files_in(dir.path(), "free").len() <= 2);
+    wal.close();
+    // Recycled segments hold stale records of other segment ids: nothing of
+    // them may be replayed.
+    let reopened = Wal::open(dir.path(), options(io)).expect("reopen");
+    let mut seen = Vec::new();
+    for region in [0, 1] {
+        reopened
+            .replay(region, 0, |e| seen.push(e.first_seq))
+            .expect("replay");
+    }
+    seen.sort_unstable();
+    let distinct = seen.len();
+    seen.dedup();
+    assert_eq!(
+        seen.len(),
+        distinct,
+        "an edit came back twice: stale recycled data replayed"
+    );
+    assert!(seen.iter().all(|s| (1..=400).contains(s)));
+    let mut after_flush = 0;
+    for region in [0, 1] {
+        reopened
+            .replay(region, 400, |_| after_flush += 1)
+            .expect("replay");
+    }
+    assert_eq!(
+        after_flush, 0,
+        "edits at or below the flushed sequence id were replayed"
+    );
+}
+
+#[test]
+fn segments_are_deleted_or_recycled_once_flushed_io_uring() {
+    segments_go_once_flushed(IoBackendChoice::Auto);
+}
+
+#[test]
+fn segments_are_deleted_or_recycled_once_flushed_sync() {
+    segments_go_once_flushed(IoBackendChoice::Sync);
+}
+
+#[test]
+fn async_writes_are_synced_on_the_interval() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let wal = Wal::open(
+        dir.path(),
+        WalOptions {
+            async_sync_interval: std::time::Duration::from_millis(20),
+            ..options(IoBackendChoice::Auto)
+        },
+    )
+    .expect("open");
+    let syncs_before = wal.stats().syncs.get();
+    wal.append(1, 1, record(1, 1, 100), false)
+        .expect("append")
+        .wait()
+        .expect("written");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        wal.stats().syncs.get() > syncs_before,
+        "the async write was never synced"
+    );
+}
