@@ -1,1 +1,284 @@
-fn main() {}
+//! Storage engine benchmark (`make bench-engine`).
+//!
+//! Ingests TSBS-style "cpu" rows — 100 hosts, 10 float fields, one row per
+//! host every 10 s, row key = host + reversed timestamp, one cell per field —
+//! into one region with SYNC_WAL from one writer thread (which keeps a few
+//! batches in flight, as an ingest pipeline does), then scans everything and
+//! times Gets on cached blocks. In the same run it measures the raw disk
+//! limit: appending the same bytes in the same batch sizes with fdatasync and
+//! nothing else.
+//!
+//! Environment: `HALITE_BENCH_ROWS` (default 1,000,000), `HALITE_BENCH_DIR`
+//! (default: a temp dir), `HALITE_BENCH_BATCH` rows per write (default 1000).
+
+use std::collections::VecDeque;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use halite::cell::RowMutation;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use halite::clock::SystemClock;
+use halite::region::block_cache::BlockCache;
+use halite::region::wal::{Wal, WalOptions};
+use halite::region::{Region, RegionDescriptor, RegionOptions};
+use halite::scan::{Get, Scan};
+use halite::schema::{Compression, Durability, FamilyDescriptor};
+
+const HOSTS: u64 = 100;
+const FIELDS: [&str; 10] = [
+    "usage_user",
+    "usage_system",
+    "usage_idle",
+    "usage_nice",
+    "usage_iowait",
+    "usage_irq",
+    "usage_softirq",
+    "usage_steal",
+    "usage_guest",
+    "usage_guest_nice",
+];
+const MEMSTORE_FLUSH: usize = 64 * 1024 * 1024;
+const BLOCKING_MULTIPLIER: usize = 4;
+const CACHE: usize = 128 * 1024 * 1024;
+const IN_FLIGHT: usize = 4;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn row_key(host: u64, ts: u64) -> Vec<u8> {
+    let mut k = format!("host_{host}").into_bytes();
+    k.resize(12, b'_');
+    k.extend_from_slice(&(u64::MAX - ts).to_be_bytes());
+    k
+}
+
+/// Two-decimal sensor values, deterministic.
+fn value(host: u64, step: u64, field: usize) -> f64 {
+    let x = host.wrapping_mul(6364136223846793005)
+        ^ step.wrapping_mul(1442695040888963407)
+        ^ field as u64;
+    ((x >> 33) % 10_000) as f64 / 100.0
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Appends `total` bytes in `batch`-byte writes, each followed by
+/// fdatasync, to a new file: the disk's limit for a WAL of this batch size.
+fn raw_append_mb_per_s(dir: &Path, batch: usize, total: u64) -> (f64, f64) {
+    let path = dir.join("raw-append.bin");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .expect("create raw file");
+    let buf = vec![0x5au8; batch.max(1)];
+    let started = Instant::now();
+    let mut written = 0u64;
+    let mut syncs = 0u64;
+    while written < total {
+        f.write_all(&buf).expect("raw write");
+        f.sync_data().expect("raw fdatasync");
+        written += buf.len() as u64;
+        syncs += 1;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    (written as f64 / secs / 1e6, syncs as f64 / secs)
+}
+
+fn main() {
+    let rows = env_u64("HALITE_BENCH_ROWS", 1_000_000);
+    let batch_rows = env_u64("HALITE_BENCH_BATCH", 1000) as usize;
+    let tmp = tempfile::tempdir_in(
+        std::env::var("HALITE_BENCH_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
+    )
+    .expect("bench dir");
+    let dir = tmp.path();
+    println!(
+        "engine bench: {rows} rows x {} fields, batches of {batch_rows} rows, dir {}",
+        FIELDS.len(),
+        dir.display()
+    );
+
+    let wal = Arc::new(Wal::open(dir.join("wal"), WalOptions::default()).expect("wal"));
+    println!("wal backend: {}", wal.backend().as_str());
+    let cache = BlockCache::new(CACHE);
+    let region = Region::open(
+        dir.join("region"),
+        RegionDescriptor {
+            id: 1,
+            families: vec![FamilyDescriptor::new("cpu").compression(Compression::Snappy)],
+        },
+        RegionOptions {
+            flush_size: MEMSTORE_FLUSH,
+            blocking_multiplier: BLOCKING_MULTIPLIER,
+            ..RegionOptions::default()
+        },
+        wal.clone(),
+        Arc::new(SystemClock),
+        cache.clone(),
+    )
+    .expect("region");
+
+    let start_ts = 1_700_000_000_000u64;
+    let steps = rows.div_ceil(HOSTS);
+    let started = Instant::now();
+    let mut pending = VecDeque::new();
+    let mut batch = Vec::with_capacity(batch_rows);
+    let mut written = 0u64;
+    let (mut t_build, mut t_submit, mut t_wait) = (0f64, 0f64, 0f64);
+    let mut t0 = Instant::now();
+    'outer: for step in 0..steps {
+        let ts = start_ts + step * 10_000;
+        for host in 0..HOSTS {
+            let mut m = RowMutation::new(row_key(host, ts));
+            m.mutations.reserve(FIELDS.len());
+            for (i, f) in FIELDS.iter().enumerate() {
+                m = m.put("cpu", *f, ts, value(host, step, i).to_be_bytes().to_vec());
+            }
+            batch.push(m);
+            written += 1;
+            if batch.len() == batch_rows || written == rows {
+                t_build += t0.elapsed().as_secs_f64();
+                t0 = Instant::now();
+                let w = region
+                    .submit(&batch, Durability::SyncWal, None)
+                    .expect("submit");
+                pending.push_back(w);
+                batch.clear();
+                t_submit += t0.elapsed().as_secs_f64();
+                t0 = Instant::now();
+                if pending.len() >= IN_FLIGHT {
+                    pending
+                        .pop_front()
+                        .expect("non-empty")
+                        .wait()
+                        .expect("durable");
+                }
+                t_wait += t0.elapsed().as_secs_f64();
+                t0 = Instant::now();
+            }
+            if written == rows {
+                break 'outer;
+            }
+        }
+    }
+    for w in pending {
+        w.wait().expect("durable");
+    }
+    let ingest_secs = started.elapsed().as_secs_f64();
+    println!(
+        "writer thread: building rows {t_build:.2}s, submit {t_submit:.2}s, waiting for durability {t_wait:.2}s"
+    );
+    let stats = wal.stats();
+    let wal_bytes = stats.bytes.load(Ordering::Relaxed);
+    let batches = stats.batches.load(Ordering::Relaxed).max(1);
+    let syncs = stats.syncs.get();
+    let cells = rows * FIELDS.len() as u64;
+    let wal_mb_s = wal_bytes as f64 / ingest_secs / 1e6;
+    let avg_batch = (wal_bytes / batches) as usize;
+    // The same bytes, the same batch size, appended with fdatasync.
+    let (raw_mb_s, raw_syncs_s) =
+        raw_append_mb_per_s(dir, avg_batch, wal_bytes.min(512 * 1024 * 1024));
+    println!(
+        "wal: {wal_bytes} bytes in {batches} group commits (avg {avg_batch} bytes), {syncs} data syncs, {} flushes, {} stalls ({:.2}s)",
+        region.stats().flushes.load(Ordering::Relaxed),
+        region.stats().writer_stalls.load(Ordering::Relaxed),
+        region.stats().writer_stall_micros.load(Ordering::Relaxed) as f64 / 1e6
+    );
+    println!(
+        "raw append+fdatasync at {avg_batch} bytes: {raw_mb_s:.1} MB/s, {raw_syncs_s:.0} syncs/s"
+    );
+    println!(
+        "engine_ingest cells_per_s={:.0} wal_mb_per_s={:.1} syncs_per_s={:.0} disk_limit_ratio={:.2}",
+        cells as f64 / ingest_secs,
+        wal_mb_s,
+        syncs as f64 / ingest_secs,
+        wal_mb_s / raw_mb_s
+    );
+
+    region.flush().expect("flush");
+    region.compact(true).expect("compact");
+    println!(
+        "store: {} file(s), {} bytes ({:.2} bytes/cell)",
+        region.file_paths().len(),
+        region.store_bytes(),
+        region.store_bytes() as f64 / cells as f64
+    );
+
+    // Full scan, twice: the first reads blocks from the OS, the second from
+    // the block cache where it fits.
+    let mut scan_rate = 0.0f64;
+    for _ in 0..2 {
+        let started = Instant::now();
+        let mut n = 0u64;
+        for row in region.scanner(&Scan::new()).expect("scanner") {
+            n += row.expect("row").cells.len() as u64;
+        }
+        assert_eq!(n, cells, "scan returned {n} cells");
+        scan_rate = scan_rate.max(n as f64 / started.elapsed().as_secs_f64());
+    }
+    println!("engine_scan cells_per_s={scan_rate:.0}");
+
+    // Gets of random existing rows, after one pass to warm the cache.
+    let mut x = 0x2545F4914F6CDD1Du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let keys: Vec<Vec<u8>> = (0..20_000)
+        .map(|_| {
+            let r = next() % rows;
+            row_key(r % HOSTS, start_ts + (r / HOSTS) * 10_000)
+        })
+        .collect();
+    for k in &keys {
+        region.get(&Get::new(k.clone())).expect("get").expect("row");
+    }
+    let mut lat = Vec::with_capacity(keys.len());
+    for k in &keys {
+        let t = Instant::now();
+        let row = region.get(&Get::new(k.clone())).expect("get").expect("row");
+        lat.push(t.elapsed().as_nanos() as f64 / 1000.0);
+        assert_eq!(row.cells.len(), FIELDS.len());
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "engine_get p50_us={:.1} p99_us={:.1}",
+        lat[lat.len() / 2],
+        lat[lat.len() * 99 / 100]
+    );
+    println!(
+        "budgets: memstore blocking limit {} MiB, block cache {} MiB",
+        MEMSTORE_FLUSH * BLOCKING_MULTIPLIER / (1024 * 1024),
+        CACHE / (1024 * 1024)
+    );
+    println!("engine_peak_rss_mb={:.0}", peak_rss_mb());
+    region.close().expect("close");
+    wal.close();
+}

@@ -383,6 +383,142 @@ pub struct Entry {
     pub value: Vec<u8>,
 }
 
+/// Entries of several rows encoded into one buffer: one allocation per batch
+/// instead of several per cell. Rows keep their order; a row's entries are
+/// applied atomically.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EntryBatch {
+    buf: Vec<u8>,
+    entries: Vec<EntrySpan>,
+    /// Index in `entries` one past each row's last entry.
+    row_ends: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EntrySpan {
+    start: usize,
+    key_len: usize,
+    value_len: usize,
+    ttl_ms: Option<u64>,
+}
+
+/// A borrowed entry of an [`EntryBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    pub key: &'a [u8],
+    pub ttl_ms: Option<u64>,
+    pub value: &'a [u8],
+}
+
+impl EntryBatch {
+    pub fn new() -> Self {
+        EntryBatch::default()
+    }
+
+    /// Appends an entry to the current row. Callers have checked the limits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push(
+        &mut self,
+        row: &[u8],
+        family: &[u8],
+        qualifier: &[u8],
+        timestamp: u64,
+        kind: CellKind,
+        ttl_ms: Option<u64>,
+        value: &[u8],
+    ) {
+        let start = self.buf.len();
+        encode_key_into(
+            &mut self.buf,
+            row,
+            family,
+            qualifier,
+            timestamp,
+            kind,
+            ttl_ms.is_some(),
+        );
+        let key_len = self.buf.len() - start;
+        self.buf.extend_from_slice(value);
+        self.entries.push(EntrySpan {
+            start,
+            key_len,
+            value_len: value.len(),
+            ttl_ms,
+        });
+    }
+
+    /// Appends an already encoded entry to the current row.
+    pub fn push_encoded(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(key);
+        self.buf.extend_from_slice(value);
+        self.entries.push(EntrySpan {
+            start,
+            key_len: key.len(),
+            value_len: value.len(),
+            ttl_ms,
+        });
+    }
+
+    /// Closes the current row (possibly empty).
+    pub fn end_row(&mut self) {
+        self.row_ends.push(self.entries.len());
+    }
+
+    pub fn rows(&self) -> usize {
+        self.row_ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_ends.is_empty()
+    }
+
+    /// Bytes of keys and values.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn entry(&self, i: usize) -> EntryRef<'_> {
+        let e = self.entries[i];
+        EntryRef {
+            key: &self.buf[e.start..e.start + e.key_len],
+            ttl_ms: e.ttl_ms,
+            value: &self.buf[e.start + e.key_len..e.start + e.key_len + e.value_len],
+        }
+    }
+
+    /// The entries of row `i`.
+    pub fn row(&self, i: usize) -> impl ExactSizeIterator<Item = EntryRef<'_>> {
+        let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
+        (from..self.row_ends[i]).map(move |j| self.entry(j))
+    }
+
+    pub fn from_rows(rows: &[Vec<Entry>]) -> Self {
+        let mut b = EntryBatch::new();
+        for row in rows {
+            for e in row {
+                b.push_encoded(&e.key, e.ttl_ms, &e.value);
+            }
+            b.end_row();
+        }
+        b
+    }
+
+    pub fn to_rows(&self) -> Vec<Vec<Entry>> {
+        (0..self.rows())
+            .map(|i| {
+                self.row(i)
+                    .map(|e| Entry {
+                        key: e.key.to_vec(),
+                        ttl_ms: e.ttl_ms,
+                        value: e.value.to_vec(),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

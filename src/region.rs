@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::cell::{self, CellKind, Entry, Mutation, Row, RowMutation, encode_key};
+use crate::cell::{self, CellKind, EntryBatch, Mutation, Row, RowMutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::scan::merge::{MemCursor, Merge, Source};
@@ -276,8 +276,18 @@ impl Region {
                     continue;
                 }
                 last_seq = last_seq.max(seq);
-                for e in row {
-                    active.insert(e.key, seq, e.ttl_ms, e.value, now);
+                if let Some(first) = row.first() {
+                    let key = cell::row_of(&first.key).to_vec();
+                    active.insert_row(
+                        &key,
+                        seq,
+                        row.iter().map(|e| cell::EntryRef {
+                            key: &e.key,
+                            ttl_ms: e.ttl_ms,
+                            value: &e.value,
+                        }),
+                        now,
+                    );
                 }
             }
         })?;
@@ -549,9 +559,9 @@ impl Inner {
         }
     }
 
-    /// Validates row mutations and turns them into entries.
-    fn to_entries(&self, rows: &[RowMutation], now: u64) -> Result<Vec<Vec<Entry>>> {
-        let mut out = Vec::with_capacity(rows.len());
+    /// Validates row mutations and encodes them into one batch.
+    fn to_entries(&self, rows: &[RowMutation], now: u64) -> Result<EntryBatch> {
+        let mut out = EntryBatch::new();
         for (i, rm) in rows.iter().enumerate() {
             let bad = |what: String| Error::InvalidInput(format!("row {i}: {what}"));
             if rm.row.is_empty() || rm.row.len() > cell::MAX_ROW_LEN {
@@ -584,7 +594,7 @@ impl Inner {
                     Ok(())
                 }
             };
-            let mut entries = Vec::with_capacity(rm.mutations.len());
+            let row = rm.row.as_slice();
             for m in &rm.mutations {
                 match m {
                     Mutation::Put {
@@ -606,18 +616,7 @@ impl Inner {
                         if *ttl_ms == Some(0) {
                             return Err(bad("cell TTL must be at least 1 ms".into()));
                         }
-                        entries.push(Entry {
-                            key: encode_key(
-                                &rm.row,
-                                f,
-                                q,
-                                ts(*timestamp),
-                                CellKind::Put,
-                                ttl_ms.is_some(),
-                            ),
-                            ttl_ms: *ttl_ms,
-                            value: value.clone(),
-                        });
+                        out.push(row, f, q, ts(*timestamp), CellKind::Put, *ttl_ms, value);
                     }
                     Mutation::DeleteVersion {
                         family: f,
@@ -626,13 +625,15 @@ impl Inner {
                     } => {
                         family(f)?;
                         qualifier(q)?;
-                        entries.push(marker(
-                            &rm.row,
+                        out.push(
+                            row,
                             f,
                             q,
                             ts(Some(*timestamp)),
                             CellKind::DeleteVersion,
-                        ));
+                            None,
+                            &[],
+                        );
                     }
                     Mutation::DeleteColumn {
                         family: f,
@@ -641,41 +642,39 @@ impl Inner {
                     } => {
                         family(f)?;
                         qualifier(q)?;
-                        entries.push(marker(
-                            &rm.row,
-                            f,
-                            q,
-                            ts(*timestamp),
-                            CellKind::DeleteColumn,
-                        ));
+                        out.push(row, f, q, ts(*timestamp), CellKind::DeleteColumn, None, &[]);
                     }
                     Mutation::DeleteFamily {
                         family: f,
                         timestamp,
                     } => {
                         family(f)?;
-                        entries.push(marker(
-                            &rm.row,
+                        out.push(
+                            row,
                             f,
                             b"",
                             ts(*timestamp),
                             CellKind::DeleteFamily,
-                        ));
+                            None,
+                            &[],
+                        );
                     }
                     Mutation::DeleteRow { timestamp } => {
                         for f in &self.family_order {
-                            entries.push(marker(
-                                &rm.row,
+                            out.push(
+                                row,
                                 f,
                                 b"",
                                 ts(*timestamp),
                                 CellKind::DeleteFamily,
-                            ));
+                                None,
+                                &[],
+                            );
                         }
                     }
                 }
             }
-            out.push(entries);
+            out.end_row();
         }
         Ok(out)
     }
@@ -727,7 +726,7 @@ impl Inner {
         }
         self.wait_for_room()?;
         let body = (durability != Durability::SkipWal).then(|| encode_edits_body(&entries));
-        let n = entries.len() as u64;
+        let n = entries.rows() as u64;
         let (ticket, last_seq) = {
             let _w = self.write_lock.lock();
             self.check_open()?;
@@ -750,10 +749,8 @@ impl Inner {
                 None => Ticket::done(),
             };
             let active = self.state.read().active.clone();
-            for (i, row) in entries.into_iter().enumerate() {
-                for e in row {
-                    active.insert(e.key, first + i as u64, e.ttl_ms, e.value, now);
-                }
+            for (i, rm) in rows.iter().enumerate() {
+                active.insert_row(&rm.row, first + i as u64, entries.row(i), now);
             }
             (ticket, last)
         };
@@ -834,12 +831,4 @@ fn bloom_may_match(reader: &SstReader, get: &Get, family: &[u8]) -> bool {
         .iter()
         .chain(std::iter::once(&&b""[..]))
         .any(|q| reader.may_contain_column(&get.row, q))
-}
-
-fn marker(row: &[u8], family: &[u8], qualifier: &[u8], ts: u64, kind: CellKind) -> Entry {
-    Entry {
-        key: encode_key(row, family, qualifier, ts, kind, false),
-        ttl_ms: None,
-        value: Vec::new(),
-    }
 }

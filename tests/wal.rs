@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::files_in;
-use halite::cell::{CellKind, Entry, encode_key};
+use halite::cell::{CellKind, Entry, EntryBatch, encode_key};
 use halite::region::wal::io::{IoBackendChoice, IoBackendKind};
 use halite::region::wal::record::encode_edits;
 use halite::region::wal::{Wal, WalOptions};
@@ -32,7 +32,7 @@ fn record(region: u64, seq: u64, size: usize) -> Vec<u8> {
         ttl_ms: None,
         value: vec![(seq % 251) as u8; size],
     };
-    encode_edits(region, seq, None, &[vec![entry]])
+    encode_edits(region, seq, None, &EntryBatch::from_rows(&[vec![entry]]))
 }
 
 fn uring_expected() -> bool {

@@ -1,6 +1,11 @@
 //! The MemStore: a lock-free skiplist of recent edits that readers scan while
 //! the writer inserts, plus the MVCC read point that makes a row's edits
 //! visible all at once.
+//!
+//! Entry bytes (key ‖ value) are copied into large chunks owned by the
+//! MemStore — HBase's MSLAB (MemStore-local allocation buffer) — so an insert
+//! costs no allocation of its own, readers copy nothing, and a flushed
+//! MemStore frees a few chunks instead of millions of small buffers.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -8,44 +13,207 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
-use crossbeam_skiplist::SkipMap;
+use crossbeam_skiplist::SkipSet;
 use parking_lot::{Condvar, Mutex};
 
-use crate::cell::compare_keys;
+use crate::cell::{EntryRef, TTL_FLAG, compare_keys};
+use crate::codec::{Reader, put_len_prefixed, put_varint};
 
-/// A MemStore key: the encoded cell key and the edit's sequence id. Equal
-/// cell keys order newest edit first, so the first visible one wins.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemKey {
-    pub key: Vec<u8>,
-    pub seq: u64,
+/// Chunk size of the MemStore-local allocation buffer.
+const CHUNK: usize = 2 * 1024 * 1024;
+/// Entries at least this big get a chunk of their own, so one large value
+/// does not waste the rest of a shared chunk.
+const OWN_CHUNK: usize = CHUNK / 8;
+
+/// Bytes owned by an [`Arena`]; valid for as long as the arena lives.
+#[derive(Debug, Clone, Copy)]
+struct RawSlice {
+    ptr: *const u8,
+    len: usize,
 }
 
-impl Ord for MemKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare_keys(&self.key, &other.key).then_with(|| other.seq.cmp(&self.seq))
+// SAFETY: a RawSlice points at bytes that are written once, before the slice
+// is published, and never changed or freed while the owning MemStore lives.
+unsafe impl Send for RawSlice {}
+// SAFETY: as above; the bytes are immutable after publication.
+unsafe impl Sync for RawSlice {}
+
+impl RawSlice {
+    fn of(bytes: &[u8]) -> Self {
+        RawSlice {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+    /// Splits into the first `at` bytes and the rest.
+    fn split(self, at: usize) -> (RawSlice, RawSlice) {
+        let at = at.min(self.len);
+        (
+            RawSlice {
+                ptr: self.ptr,
+                len: at,
+            },
+            // SAFETY: `at <= len`, so the pointer stays inside the slice.
+            RawSlice {
+                ptr: unsafe { self.ptr.add(at) },
+                len: self.len - at,
+            },
+        )
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` lies inside an arena chunk (or, for a
+        // search probe, a buffer borrowed for the duration of the search)
+        // that outlives every slice handed out: entries leave the MemStore
+        // only through `load_row`, whose callers hold an `Arc<MemStore>`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
-impl PartialOrd for MemKey {
+
+/// Chunks of entry bytes, appended to and never moved.
+#[derive(Debug, Default)]
+struct Arena {
+    inner: Mutex<ArenaChunks>,
+}
+
+#[derive(Debug, Default)]
+struct ArenaChunks {
+    /// Raw pointers (from `Box::into_raw`), so writing into the unused tail
+    /// of a chunk never creates a `&mut` over bytes readers may be reading.
+    chunks: Vec<(*mut u8, usize)>,
+    /// The chunk being filled and how much of it is used.
+    current: Option<(*mut u8, usize, usize)>,
+}
+
+// SAFETY: the raw chunk pointers are owned by the arena, only written under
+// its mutex, and only into bytes no reader has been given yet.
+unsafe impl Send for ArenaChunks {}
+
+impl Arena {
+    fn new_chunk(len: usize) -> *mut u8 {
+        Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8
+    }
+
+    /// Copies `a ‖ b` into the arena.
+    fn copy(&self, a: &[u8], b: &[u8]) -> RawSlice {
+        let len = a.len() + b.len();
+        let mut inner = self.inner.lock();
+        let dst = if len >= OWN_CHUNK {
+            let p = Arena::new_chunk(len);
+            inner.chunks.push((p, len));
+            p
+        } else {
+            let fits = matches!(inner.current, Some((_, used, cap)) if used + len <= cap);
+            if !fits {
+                let p = Arena::new_chunk(CHUNK);
+                inner.chunks.push((p, CHUNK));
+                inner.current = Some((p, 0, CHUNK));
+            }
+            let (p, used, cap) = inner.current.expect("set above");
+            inner.current = Some((p, used + len, cap));
+            // SAFETY: used + len <= cap, so the range is inside the chunk.
+            unsafe { p.add(used) }
+        };
+        // SAFETY: `dst..dst+len` is inside a chunk we own and has not been
+        // handed to anyone; the sources are valid slices that do not overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(a.as_ptr(), dst, a.len());
+            std::ptr::copy_nonoverlapping(b.as_ptr(), dst.add(a.len()), b.len());
+        }
+        RawSlice { ptr: dst, len }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        for (p, len) in self.inner.get_mut().chunks.drain(..) {
+            // SAFETY: each pointer came from `Box::into_raw` of a boxed slice
+            // of exactly `len` bytes and is freed once, here.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
+        }
+    }
+}
+
+/// A skiplist node: one row mutation. Nodes order by row, then newest edit
+/// first; the row's cells, sorted by cell key, are one blob in the arena:
+///
+/// ```text
+/// per cell: varint key_len · key · [varint ttl_ms if the key has the TTL flag]
+///           · varint value_len · value
+/// ```
+///
+/// Time-series rows carry several cells each, so one node per row instead of
+/// one per cell divides the skiplist's work (and cache misses) by the number
+/// of fields.
+#[derive(Debug, Clone, Copy)]
+struct RowNode {
+    row: RawSlice,
+    seq: u64,
+    cells: RawSlice,
+}
+
+impl RowNode {
+    fn probe(row: &[u8], seq: u64) -> RowNode {
+        RowNode {
+            row: RawSlice::of(row),
+            seq,
+            cells: RawSlice::of(&[]),
+        }
+    }
+}
+
+impl PartialEq for RowNode {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for RowNode {}
+impl Ord for RowNode {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.row
+            .as_slice()
+            .cmp(other.row.as_slice())
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+impl PartialOrd for RowNode {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct MemValue {
+/// One cell of a MemStore, as a reader sees it. Only valid while its
+/// MemStore lives: readers keep an `Arc<MemStore>` next to these.
+#[derive(Debug, Clone, Copy)]
+pub struct MemEntry {
+    key: RawSlice,
+    value: RawSlice,
+    pub seq: u64,
     pub ttl_ms: Option<u64>,
-    pub value: Vec<u8>,
 }
 
-/// Fixed per-entry overhead counted against the flush size: skiplist node,
-/// tower pointers and two `Vec` headers.
-const ENTRY_OVERHEAD: usize = 96;
+impl MemEntry {
+    pub fn key(&self) -> &[u8] {
+        self.key.as_slice()
+    }
+    pub fn value(&self) -> &[u8] {
+        self.value.as_slice()
+    }
+}
+
+/// Per-row bytes counted against the flush size besides the cells: the
+/// skiplist node with its tower.
+const ROW_OVERHEAD: usize = 96;
+/// Per-cell bytes besides key and value: the varint lengths.
+const CELL_OVERHEAD: usize = 6;
 
 #[derive(Debug, Default)]
 pub struct MemStore {
-    map: SkipMap<MemKey, MemValue>,
+    map: SkipSet<RowNode>,
+    // Dropped after `map`: fields drop in declaration order.
+    arena: Arena,
     bytes: AtomicUsize,
+    cells: AtomicUsize,
     max_seq: AtomicU64,
     min_ts: AtomicU64,
     max_ts: AtomicU64,
@@ -64,15 +232,55 @@ impl MemStore {
         }
     }
 
-    pub fn insert(&self, key: Vec<u8>, seq: u64, ttl_ms: Option<u64>, value: Vec<u8>, now_ms: u64) {
-        let size = key.len() + value.len() + ENTRY_OVERHEAD;
-        if let Some(k) = crate::cell::KeyRef::parse(&key) {
-            self.min_ts.fetch_min(k.timestamp, AtomicOrdering::Relaxed);
-            self.max_ts.fetch_max(k.timestamp, AtomicOrdering::Relaxed);
+    /// Inserts one row mutation: `entries` all belong to `row`. Among equal
+    /// cell keys in one mutation the last one wins.
+    pub fn insert_row<'a>(
+        &self,
+        row: &[u8],
+        seq: u64,
+        entries: impl Iterator<Item = EntryRef<'a>>,
+        now_ms: u64,
+    ) {
+        let mut cells: Vec<EntryRef<'a>> = entries.collect();
+        if cells.is_empty() {
+            return;
         }
-        self.map
-            .insert(MemKey { key, seq }, MemValue { ttl_ms, value });
-        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        cells.reverse();
+        // Stable: after the reverse, the last written of equal keys is first.
+        cells.sort_by(|a, b| compare_keys(a.key, b.key));
+        cells.dedup_by(|later, first| compare_keys(later.key, first.key) == Ordering::Equal);
+        let mut blob = Vec::with_capacity(
+            cells
+                .iter()
+                .map(|c| c.key.len() + c.value.len() + CELL_OVERHEAD)
+                .sum(),
+        );
+        let (mut min_ts, mut max_ts) = (u64::MAX, 0);
+        for c in &cells {
+            if let Some(k) = crate::cell::KeyRef::parse(c.key) {
+                min_ts = min_ts.min(k.timestamp);
+                max_ts = max_ts.max(k.timestamp);
+            }
+            put_len_prefixed(&mut blob, c.key);
+            if let Some(ttl) = c.ttl_ms {
+                put_varint(&mut blob, ttl);
+            }
+            put_len_prefixed(&mut blob, c.value);
+        }
+        let stored = self.arena.copy(row, &blob);
+        let (row_part, cell_part) = stored.split(row.len());
+        self.map.insert(RowNode {
+            row: row_part,
+            seq,
+            cells: cell_part,
+        });
+        self.bytes.fetch_add(
+            row.len() + blob.len() + ROW_OVERHEAD,
+            AtomicOrdering::Relaxed,
+        );
+        self.cells.fetch_add(cells.len(), AtomicOrdering::Relaxed);
+        self.min_ts.fetch_min(min_ts, AtomicOrdering::Relaxed);
+        self.max_ts.fetch_max(max_ts, AtomicOrdering::Relaxed);
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
         let _ = self.first_write_ms.compare_exchange(
             0,
@@ -88,8 +296,9 @@ impl MemStore {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
-    pub fn len(&self) -> usize {
-        self.map.len()
+    /// Cells inserted (before replacement of equal keys).
+    pub fn cells(&self) -> usize {
+        self.cells.load(AtomicOrdering::Relaxed)
     }
     pub fn max_seq(&self) -> u64 {
         self.max_seq.load(AtomicOrdering::Relaxed)
@@ -110,50 +319,110 @@ impl MemStore {
         self.sealed_seq.load(AtomicOrdering::Acquire)
     }
 
-    /// Up to `n` entries from `from` on (inclusive or not) with sequence ids
-    /// at most `read_point`, appended to `out`. Batching amortises the
-    /// skiplist search over many entries.
-    pub fn read_batch(
+    /// Loads into `out` the cells of the first row at or after `from` (or
+    /// strictly after, with `after`) that has edits visible at
+    /// `read_point`, sorted by cell key with only the newest edit of equal
+    /// keys. Returns that row, or `None` past the last row. Callers must hold
+    /// an `Arc` of this MemStore for as long as they keep the entries.
+    pub fn load_row(
         &self,
-        from: Bound<&MemKey>,
+        from: &[u8],
+        after: bool,
         read_point: u64,
-        n: usize,
-        out: &mut VecDeque<(MemKey, MemValue)>,
-    ) -> Option<MemKey> {
-        let mut last = None;
-        let mut taken = 0;
-        for e in self.map.range((from, Bound::Unbounded)) {
-            last = Some(e.key().clone());
-            taken += 1;
-            if e.key().seq <= read_point {
-                out.push_back((e.key().clone(), e.value().clone()));
+        out: &mut Vec<MemEntry>,
+    ) -> Option<RawRow> {
+        out.clear();
+        // (row, u64::MAX) is the first node of a row; (row, 0) its last.
+        let probe = RowNode::probe(from, if after { 0 } else { u64::MAX });
+        let lower = if after {
+            Bound::Excluded(&probe)
+        } else {
+            Bound::Included(&probe)
+        };
+        let mut current: Option<RawSlice> = None;
+        let mut nodes = 0;
+        for e in self.map.range((lower, Bound::Unbounded)) {
+            let node = *e.value();
+            if let Some(row) = current
+                && row.as_slice() != node.row.as_slice()
+            {
+                if nodes > 0 {
+                    break;
+                }
+                current = None;
             }
-            if taken >= n {
-                break;
+            current.get_or_insert(node.row);
+            if node.seq > read_point {
+                continue;
             }
+            nodes += 1;
+            decode_cells(node, out);
         }
-        last
+        let row = current?;
+        if nodes > 1 {
+            // Nodes came newest first; a stable sort keeps that order among
+            // equal keys, and dedup keeps the first (newest).
+            out.sort_by(|a, b| compare_keys(a.key(), b.key()));
+            out.dedup_by(|later, first| compare_keys(later.key(), first.key()) == Ordering::Equal);
+        }
+        (nodes > 0).then_some(RawRow(row))
     }
 
     /// The greatest row strictly below `row` (any row with `None`) that has
-    /// an entry visible at `read_point`.
+    /// an edit visible at `read_point`.
     pub fn last_row_before(&self, row: Option<&[u8]>, read_point: u64) -> Option<Vec<u8>> {
-        let upper = row.map(|r| MemKey {
-            key: crate::cell::first_key_of_row(r),
-            seq: u64::MAX,
-        });
+        let upper = row.map(|r| RowNode::probe(r, u64::MAX));
         let range = match &upper {
             Some(u) => self
                 .map
-                .range::<MemKey, _>((Bound::Unbounded, Bound::Excluded(u))),
+                .range::<RowNode, _>((Bound::Unbounded, Bound::Excluded(u))),
             None => self
                 .map
-                .range::<MemKey, _>((Bound::Unbounded, Bound::Unbounded)),
+                .range::<RowNode, _>((Bound::Unbounded, Bound::Unbounded)),
         };
         range
             .rev()
-            .find(|e| e.key().seq <= read_point)
-            .map(|e| crate::cell::row_of(&e.key().key).to_vec())
+            .find(|e| e.value().seq <= read_point)
+            .map(|e| e.value().row.as_slice().to_vec())
+    }
+}
+
+/// A row key held in a MemStore's arena.
+#[derive(Debug, Clone, Copy)]
+pub struct RawRow(RawSlice);
+
+impl RawRow {
+    pub fn as_slice(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+/// Decodes a node's cell blob. The blob was written by `insert_row` in this
+/// process, so it is well formed; a malformed one would be a bug, and is
+/// cut short rather than trusted.
+fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>) {
+    let blob = node.cells.as_slice();
+    let mut r = Reader::new(blob);
+    while !r.is_empty() {
+        let Ok(key) = r.len_prefixed(blob.len(), "key") else {
+            debug_assert!(false, "malformed memstore blob");
+            return;
+        };
+        let ttl_ms = if key.last().is_some_and(|b| b & TTL_FLAG != 0) {
+            r.varint("ttl").ok()
+        } else {
+            None
+        };
+        let Ok(value) = r.len_prefixed(blob.len(), "value") else {
+            debug_assert!(false, "malformed memstore blob");
+            return;
+        };
+        out.push(MemEntry {
+            key: RawSlice::of(key),
+            value: RawSlice::of(value),
+            seq: node.seq,
+            ttl_ms,
+        });
     }
 }
 
@@ -265,5 +534,59 @@ mod tests {
         assert_eq!(m.read_point(), 10);
         m.complete(12);
         assert_eq!(m.read_point(), 13);
+    }
+}
+
+#[cfg(test)]
+mod row_tests {
+    use super::*;
+    use crate::cell::{CellKind, EntryBatch};
+
+    fn batch(cells: &[(&str, u64, &str)]) -> EntryBatch {
+        let mut b = EntryBatch::new();
+        for (q, ts, v) in cells {
+            b.push(
+                b"r",
+                b"f",
+                q.as_bytes(),
+                *ts,
+                CellKind::Put,
+                None,
+                v.as_bytes(),
+            );
+        }
+        b.end_row();
+        b
+    }
+
+    fn read(m: &MemStore, read_point: u64) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        m.load_row(b"", false, read_point, &mut out);
+        out.iter()
+            .map(|e| (String::from_utf8(e.value().to_vec()).unwrap(), e.seq))
+            .collect()
+    }
+
+    #[test]
+    fn later_edits_win_and_rows_merge_in_key_order() {
+        let m = MemStore::new();
+        // Within one mutation the last of equal keys wins.
+        m.insert_row(
+            b"r",
+            1,
+            batch(&[("b", 5, "b1"), ("a", 5, "a1"), ("b", 5, "b2")]).row(0),
+            0,
+        );
+        assert_eq!(read(&m, 1), vec![("a1".into(), 1), ("b2".into(), 1)]);
+        // A later mutation of the same row shadows equal keys, adds others.
+        m.insert_row(b"r", 2, batch(&[("a", 5, "a2"), ("c", 5, "c2")]).row(0), 0);
+        assert_eq!(
+            read(&m, 2),
+            vec![("a2".into(), 2), ("b2".into(), 1), ("c2".into(), 2)]
+        );
+        // Invisible edits are not read.
+        assert_eq!(read(&m, 1), vec![("a1".into(), 1), ("b2".into(), 1)]);
+        assert_eq!(m.last_row_before(None, 2), Some(b"r".to_vec()));
+        assert_eq!(m.last_row_before(Some(b"r"), 2), None);
     }
 }

@@ -5,25 +5,22 @@
 //! one returned and the rest are skipped.
 
 use std::cmp::Ordering;
-use std::collections::VecDeque;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::cell::compare_keys;
 use crate::error::Result;
-use crate::region::memstore::{MemKey, MemStore, MemValue};
+use crate::region::memstore::{MemEntry, MemStore, RawRow};
 use crate::region::sst::SstIter;
 
-const MEM_BATCH: usize = 128;
-
-/// A forward cursor over one MemStore at a fixed read point.
+/// A forward cursor over one MemStore at a fixed read point, a row at a
+/// time. It holds the MemStore, which keeps the bytes of the loaded entries
+/// alive.
 pub struct MemCursor {
     mem: Arc<MemStore>,
     read_point: u64,
-    buf: VecDeque<(MemKey, MemValue)>,
-    /// Last key fetched from the skiplist (visible or not).
-    fetched_to: Option<MemKey>,
-    exhausted: bool,
+    row: Option<RawRow>,
+    entries: Vec<MemEntry>,
+    pos: usize,
 }
 
 impl MemCursor {
@@ -31,50 +28,48 @@ impl MemCursor {
         MemCursor {
             mem,
             read_point,
-            buf: VecDeque::new(),
-            fetched_to: None,
-            exhausted: true,
+            row: None,
+            entries: Vec::new(),
+            pos: 0,
         }
     }
 
-    fn fill(&mut self) {
-        while self.buf.is_empty() && !self.exhausted {
-            let from = match &self.fetched_to {
-                Some(k) => Bound::Excluded(k),
-                None => Bound::Unbounded,
-            };
-            match self
-                .mem
-                .read_batch(from, self.read_point, MEM_BATCH, &mut self.buf)
-            {
-                Some(last) => self.fetched_to = Some(last),
-                None => self.exhausted = true,
-            }
-        }
+    fn current(&self) -> Option<&MemEntry> {
+        self.entries.get(self.pos)
+    }
+
+    fn load(&mut self, from: &[u8], after: bool) {
+        self.pos = 0;
+        self.row = self
+            .mem
+            .load_row(from, after, self.read_point, &mut self.entries);
     }
 
     fn seek(&mut self, target: &[u8]) {
-        self.buf.clear();
-        self.exhausted = false;
-        let start = MemKey {
-            key: target.to_vec(),
-            seq: u64::MAX,
-        };
-        match self.mem.read_batch(
-            Bound::Included(&start),
-            self.read_point,
-            MEM_BATCH,
-            &mut self.buf,
-        ) {
-            Some(last) => self.fetched_to = Some(last),
-            None => self.exhausted = true,
+        self.load(crate::cell::row_of(target), false);
+        while self
+            .current()
+            .is_some_and(|e| compare_keys(e.key(), target) == Ordering::Less)
+        {
+            self.pos += 1;
         }
-        self.fill();
+        if self.current().is_none() {
+            self.next_row();
+        }
+    }
+
+    fn next_row(&mut self) {
+        match self.row {
+            Some(row) => self.load(row.as_slice(), true),
+            None => self.entries.clear(),
+        }
     }
 
     fn advance(&mut self) {
-        self.buf.pop_front();
-        self.fill();
+        self.pos += 1;
+        if self.pos >= self.entries.len() {
+            self.next_row();
+        }
     }
 }
 
@@ -94,26 +89,26 @@ impl Source {
     }
     pub fn valid(&self) -> bool {
         match self {
-            Source::Mem(m) => !m.buf.is_empty(),
+            Source::Mem(m) => m.current().is_some(),
             Source::File(f) => f.valid(),
         }
     }
     /// Only meaningful when `valid()`.
     pub fn key(&self) -> &[u8] {
         match self {
-            Source::Mem(m) => m.buf.front().map_or(&[], |e| &e.0.key),
+            Source::Mem(m) => m.current().map_or(&[], |e| e.key()),
             Source::File(f) => f.key(),
         }
     }
     pub fn ttl_ms(&self) -> Option<u64> {
         match self {
-            Source::Mem(m) => m.buf.front().and_then(|e| e.1.ttl_ms),
+            Source::Mem(m) => m.current().and_then(|e| e.ttl_ms),
             Source::File(f) => f.ttl_ms(),
         }
     }
     pub fn value(&self) -> &[u8] {
         match self {
-            Source::Mem(m) => m.buf.front().map_or(&[], |e| &e.1.value),
+            Source::Mem(m) => m.current().map_or(&[], |e| e.value()),
             Source::File(f) => f.value(),
         }
     }

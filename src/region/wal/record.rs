@@ -33,7 +33,7 @@
 //!                varint value_len, value
 //! ```
 
-use crate::cell::{Entry, KeyRef, TTL_FLAG};
+use crate::cell::{Entry, EntryBatch, KeyRef, TTL_FLAG};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"HALWAL\0\x01";
@@ -89,29 +89,25 @@ pub fn encode_edits(
     region_id: u64,
     first_seq: u64,
     origin: Option<&Origin>,
-    rows: &[Vec<Entry>],
+    rows: &EntryBatch,
 ) -> Vec<u8> {
     encode_edits_with_body(region_id, first_seq, origin, &encode_edits_body(rows))
 }
 
 /// The row part of an edits payload; independent of the sequence id, so a
 /// writer can encode it before taking the region's write lock.
-pub fn encode_edits_body(rows: &[Vec<Entry>]) -> Vec<u8> {
-    let size: usize = rows
-        .iter()
-        .flat_map(|r| r.iter())
-        .map(|e| e.key.len() + e.value.len() + 8)
-        .sum();
-    let mut out = Vec::with_capacity(size + 8);
-    put_varint(&mut out, rows.len() as u64);
-    for row in rows {
+pub fn encode_edits_body(rows: &EntryBatch) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.bytes() + rows.rows() * 32 + 8);
+    put_varint(&mut out, rows.rows() as u64);
+    for i in 0..rows.rows() {
+        let row = rows.row(i);
         put_varint(&mut out, row.len() as u64);
         for e in row {
-            put_len_prefixed(&mut out, &e.key);
+            put_len_prefixed(&mut out, e.key);
             if let Some(ttl) = e.ttl_ms {
                 put_varint(&mut out, ttl);
             }
-            put_len_prefixed(&mut out, &e.value);
+            put_len_prefixed(&mut out, e.value);
         }
     }
     out
@@ -291,7 +287,7 @@ mod tests {
             partition: 3,
             offset: 99,
         };
-        let payload = encode_edits(7, 42, Some(&origin), &rows);
+        let payload = encode_edits(7, 42, Some(&origin), &EntryBatch::from_rows(&rows));
         let back = decode_edits(&payload).unwrap();
         assert_eq!(back.region_id, 7);
         assert_eq!(back.first_seq, 42);
