@@ -232,7 +232,7 @@ fn main() {
     // Full scan, twice: the first reads blocks from the OS, the second from
     // the block cache where it fits.
     let mut scan_rate = 0.0f64;
-    for _ in 0..2 {
+    for _ in 0..env_u64("HALITE_BENCH_SCANS", 2) {
         let started = Instant::now();
         let mut n = 0u64;
         for row in region.scanner(&Scan::new()).expect("scanner") {

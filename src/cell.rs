@@ -24,6 +24,8 @@
 
 use std::cmp::Ordering;
 
+use bytes::Bytes;
+
 pub const MAX_ROW_LEN: usize = u16::MAX as usize;
 pub const MAX_FAMILY_LEN: usize = u8::MAX as usize;
 pub const MAX_QUALIFIER_LEN: usize = 64 * 1024;
@@ -236,13 +238,15 @@ pub fn same_column(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// A cell as readers see it.
+/// A cell as readers see it. The byte fields are reference-counted: a
+/// value read from a store file is a slice of its decoded block, and the
+/// family and qualifier are shared by the cells of a scan that name them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cell {
-    pub family: Vec<u8>,
-    pub qualifier: Vec<u8>,
+    pub family: Bytes,
+    pub qualifier: Bytes,
     pub timestamp: u64,
-    pub value: Vec<u8>,
+    pub value: Bytes,
 }
 
 /// A row as readers see it: its cells in family, qualifier, newest-first order.

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use halite::cell::RowMutation;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use halite::clock::{Clock, SystemClock};
 use halite::region::block_cache::BlockCache;
 use halite::region::wal::{Wal, WalOptions};
@@ -160,7 +163,7 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         let user = row
             .cells
             .iter()
-            .find(|c| c.qualifier == b"usage_user")
+            .find(|c| c.qualifier.as_ref() == b"usage_user")
             .map(|c| f64::from_be_bytes(c.value[..8].try_into().unwrap_or([0; 8])));
         println!("  ts={ts} usage_user={user:?} cells={}", row.cells.len());
     }

@@ -13,6 +13,8 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
 use crate::error::{Error, Result};
 use crate::schema::FamilyDescriptor;
@@ -321,6 +323,8 @@ pub struct RowScanner {
     reverse_bound: Option<Vec<u8>>,
     started: bool,
     done: bool,
+    /// Cells in the previous row, to size the next one's vector.
+    last_row_cells: usize,
 }
 
 /// Resolves the column groups of one row into cells.
@@ -333,6 +337,41 @@ struct Assembler {
     filters: Vec<Filter>,
     group: ColumnGroup,
     survivors: Vec<usize>,
+    /// The family of the last group resolved.
+    family: Option<FamilyDescriptor>,
+    names: Names,
+}
+
+/// Family and qualifier names shared by the cells of a scan: time-series
+/// rows repeat the same few qualifiers, so each is allocated once.
+#[derive(Default)]
+struct Names {
+    family: Bytes,
+    qualifiers: Vec<Bytes>,
+    /// Where the last qualifier was found: rows list their qualifiers in the
+    /// same order, so the next one is usually the one after it.
+    last: usize,
+}
+
+impl Names {
+    const KEPT: usize = 64;
+
+    fn qualifier(&mut self, q: &[u8]) -> Bytes {
+        let n = self.qualifiers.len();
+        for i in (0..n).map(|d| (self.last + 1 + d) % n.max(1)) {
+            if self.qualifiers[i].as_ref() == q {
+                self.last = i;
+                return self.qualifiers[i].clone();
+            }
+        }
+        let b = Bytes::copy_from_slice(q);
+        if n >= Self::KEPT {
+            self.qualifiers.clear();
+        }
+        self.qualifiers.push(b.clone());
+        self.last = self.qualifiers.len() - 1;
+        b
+    }
 }
 
 impl RowScanner {
@@ -356,6 +395,8 @@ impl RowScanner {
                 filters: scan.filters.clone(),
                 group: ColumnGroup::default(),
                 survivors: Vec::new(),
+                family: None,
+                names: Names::default(),
             },
             reverse_bound: stop.clone(),
             start,
@@ -364,6 +405,7 @@ impl RowScanner {
             to_skip: scan.offset,
             remaining: scan.limit,
             started: false,
+            last_row_cells: 0,
             done: empty || scan.limit == Some(0),
         })
     }
@@ -450,7 +492,7 @@ impl RowScanner {
 
     /// Consumes every entry of `row` from the merge and resolves it.
     fn read_row(&mut self, row: Vec<u8>) -> Result<Row> {
-        let mut cells = Vec::new();
+        let mut cells = Vec::with_capacity(self.last_row_cells);
         let mut family_delete: Option<u64> = None;
         let mut current_family: Vec<u8> = Vec::new();
         let a = &mut self.assembler;
@@ -475,9 +517,9 @@ impl RowScanner {
                 family_delete = family_delete.max(Some(k.timestamp));
             }
             let value = if k.kind == CellKind::Put && a.columns.wants(k.family, k.qualifier) {
-                self.merge.value().to_vec()
+                self.merge.value_bytes()
             } else {
-                Vec::new()
+                Bytes::new()
             };
             a.group.entries.push(GroupEntry {
                 timestamp: k.timestamp,
@@ -491,6 +533,7 @@ impl RowScanner {
         if !a.row_passes(&cells) {
             cells.clear();
         }
+        self.last_row_cells = cells.len();
         Ok(Row { key: row, cells })
     }
 }
@@ -505,7 +548,11 @@ impl Assembler {
             self.group.entries.clear();
             return;
         }
-        let Some(family) = self.families.get(&g.family) else {
+        // Consecutive groups are mostly of one family: look it up on change.
+        if self.family.as_ref().is_none_or(|f| f.name != g.family) {
+            self.family = self.families.get(&g.family).cloned();
+        }
+        let Some(family) = self.family.as_ref() else {
             self.group.entries.clear();
             return;
         };
@@ -516,9 +563,10 @@ impl Assembler {
             self.now_ms,
             &mut self.survivors,
         );
+        let g = &mut self.group;
         let mut n = 0;
         for &i in &self.survivors {
-            let e = &g.entries[i];
+            let e = &mut g.entries[i];
             if !self.time_range.contains(e.timestamp) {
                 continue;
             }
@@ -534,11 +582,15 @@ impl Assembler {
                 continue;
             }
             n += 1;
+            if self.names.family.as_ref() != g.family.as_slice() {
+                self.names.family = Bytes::copy_from_slice(&g.family);
+            }
+            let qualifier = self.names.qualifier(&g.qualifier);
             cells.push(Cell {
-                family: g.family.clone(),
-                qualifier: g.qualifier.clone(),
+                family: self.names.family.clone(),
+                qualifier,
                 timestamp: e.timestamp,
-                value: e.value.clone(),
+                value: std::mem::take(&mut e.value),
             });
         }
         self.group.entries.clear();
@@ -554,7 +606,7 @@ impl Assembler {
                 filter_if_missing,
             } => match cells
                 .iter()
-                .find(|c| &c.family == family && &c.qualifier == qualifier)
+                .find(|c| c.family == family && c.qualifier == qualifier)
             {
                 Some(c) => op.test(&c.value, value),
                 None => !filter_if_missing,

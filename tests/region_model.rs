@@ -219,10 +219,10 @@ impl Oracle {
                 if pass {
                     n += 1;
                     cells.push(Cell {
-                        family: fam.clone(),
-                        qualifier: qual.clone(),
+                        family: fam.clone().into(),
+                        qualifier: qual.clone().into(),
                         timestamp: ts,
-                        value,
+                        value: value.into(),
                     });
                 }
             }

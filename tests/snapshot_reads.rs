@@ -70,7 +70,7 @@ fn concurrent_scans_see_whole_rows_and_a_fixed_snapshot() {
                 "row {:?} mixes generations",
                 row.key
             );
-            let g = u64::from_be_bytes(g0.try_into().expect("8 bytes"));
+            let g = u64::from_be_bytes(g0.as_ref().try_into().expect("8 bytes"));
             assert!(
                 g >= before,
                 "scan saw generation {g}, older than acknowledged {before}"

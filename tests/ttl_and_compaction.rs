@@ -133,7 +133,7 @@ fn min_versions_keeps_the_newest_even_when_expired() {
         .expect("get")
         .expect("kept by MIN_VERSIONS");
     assert_eq!(row.cells.len(), 1);
-    assert_eq!(row.cells[0].value, b"new");
+    assert_eq!(row.cells[0].value.as_ref(), b"new");
 }
 
 #[test]

@@ -289,7 +289,7 @@ fn write_major(
             timestamp: k.timestamp,
             kind: k.kind,
             ttl_ms: merge.ttl_ms(),
-            value: merge.value().to_vec(),
+            value: merge.value_bytes(),
         });
         merge.advance()?;
     }

@@ -119,6 +119,15 @@ impl Source {
         }
         Ok(())
     }
+    /// The value, shared with the block it was read from where possible.
+    pub fn value_bytes(&self) -> bytes::Bytes {
+        match self {
+            Source::Mem(m) => m.current().map_or_else(bytes::Bytes::new, |e| {
+                bytes::Bytes::copy_from_slice(e.value())
+            }),
+            Source::File(f) => f.value_bytes(),
+        }
+    }
     /// The greatest row strictly below `row` (or the last row) in this source.
     pub fn last_row_before(&self, row: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
         Ok(match self {
@@ -135,7 +144,6 @@ pub struct Merge {
     heap: Vec<usize>,
     /// Key of the entry last returned, to skip older duplicates.
     last: Vec<u8>,
-    has_last: bool,
 }
 
 impl Merge {
@@ -144,7 +152,6 @@ impl Merge {
             sources,
             heap: Vec::new(),
             last: Vec::new(),
-            has_last: false,
         }
     }
 
@@ -189,7 +196,6 @@ impl Merge {
         for s in &mut self.sources {
             s.seek(target)?;
         }
-        self.has_last = false;
         self.rebuild();
         Ok(())
     }
@@ -209,6 +215,9 @@ impl Merge {
     }
     pub fn value(&self) -> &[u8] {
         self.top().value()
+    }
+    pub fn value_bytes(&self) -> bytes::Bytes {
+        self.top().value_bytes()
     }
 
     fn advance_top(&mut self) -> Result<()> {
@@ -230,10 +239,14 @@ impl Merge {
         if self.heap.is_empty() {
             return Ok(());
         }
+        if self.heap.len() == 1 {
+            // One source never repeats a key: store files hold unique keys
+            // and MemStore cursors resolve equal keys to the newest.
+            return self.advance_top();
+        }
         self.last.clear();
         let top = self.heap[0];
         self.last.extend_from_slice(self.sources[top].key());
-        self.has_last = true;
         self.advance_top()?;
         while !self.heap.is_empty()
             && compare_keys(self.sources[self.heap[0]].key(), &self.last) == Ordering::Equal

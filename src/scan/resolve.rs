@@ -21,7 +21,7 @@ pub struct GroupEntry {
     pub timestamp: u64,
     pub kind: CellKind,
     pub ttl_ms: Option<u64>,
-    pub value: Vec<u8>,
+    pub value: bytes::Bytes,
 }
 
 /// The versions of one column that survive, newest first, each with its

@@ -26,6 +26,8 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::cell::{TTL_FLAG, compare_keys};
 use crate::codec::{DecodeError, Reader, put_varint};
 
@@ -188,7 +190,7 @@ impl BlockBuilder {
 /// A decoded data block: its body and where the entries end.
 #[derive(Debug)]
 pub struct Block {
-    data: Vec<u8>,
+    data: Bytes,
     entries_end: usize,
     restarts: Vec<u32>,
 }
@@ -227,7 +229,7 @@ impl Block {
             });
         }
         Ok(Block {
-            data,
+            data: Bytes::from(data),
             entries_end: restarts_at,
             restarts,
         })
@@ -235,7 +237,7 @@ impl Block {
 
     /// Heap bytes, for the cache's budget.
     pub fn charge(&self) -> usize {
-        self.data.capacity() + self.restarts.capacity() * 4 + 64
+        self.data.len() + self.restarts.capacity() * 4 + 64
     }
 }
 
@@ -276,6 +278,10 @@ impl BlockIter {
     }
     pub fn value(&self) -> &[u8] {
         &self.block.data[self.value.0..self.value.1]
+    }
+    /// The value as a slice of the block, without copying.
+    pub fn value_bytes(&self) -> Bytes {
+        self.block.data.slice(self.value.0..self.value.1)
     }
 
     /// Decodes the entry at `at`, whose predecessor's key is in `self.key`.

@@ -413,6 +413,11 @@ impl SstIter {
     pub fn ttl_ms(&self) -> Option<u64> {
         self.it.as_ref().and_then(|it| it.ttl_ms())
     }
+    pub fn value_bytes(&self) -> bytes::Bytes {
+        self.it
+            .as_ref()
+            .map_or_else(bytes::Bytes::new, |it| it.value_bytes())
+    }
 
     pub fn advance(&mut self) -> Result<(), SstError> {
         if let Some(it) = self.it.as_mut() {
