@@ -236,7 +236,7 @@ impl Oracle {
                 filter_if_missing,
             } => match cells
                 .iter()
-                .find(|c| &c.family == family && &c.qualifier == qualifier)
+                .find(|c| c.family == family && c.qualifier == qualifier)
             {
                 Some(c) => op.test(&c.value, value),
                 None => !filter_if_missing,
