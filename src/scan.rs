@@ -19,7 +19,7 @@ use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
 use crate::error::{Error, Result};
 use crate::schema::FamilyDescriptor;
 use merge::Merge;
-use resolve::{ColumnGroup, GroupEntry, resolve_column};
+use resolve::{ColumnGroup, resolve_column};
 
 /// `[min, max)` in epoch milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,6 +310,100 @@ impl Get {
     }
 }
 
+/// One resolved row in the scanner's reusable buffer.
+#[derive(Debug, Default)]
+struct RowBuf {
+    key: Vec<u8>,
+    bytes: Vec<u8>,
+    cells: Vec<CellSpan>,
+}
+
+#[derive(Debug, Clone)]
+struct CellSpan {
+    family: std::ops::Range<usize>,
+    qualifier: std::ops::Range<usize>,
+    timestamp: u64,
+    value: std::ops::Range<usize>,
+}
+
+impl RowBuf {
+    fn clear(&mut self) {
+        self.key.clear();
+        self.bytes.clear();
+        self.cells.clear();
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> std::ops::Range<usize> {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        start..self.bytes.len()
+    }
+
+    fn view(&self) -> RowView<'_> {
+        RowView { buf: self }
+    }
+}
+
+/// A row borrowed from a scanner: valid until the scanner moves on. Reading
+/// rows this way costs no allocation per cell.
+#[derive(Debug, Clone, Copy)]
+pub struct RowView<'a> {
+    buf: &'a RowBuf,
+}
+
+/// A cell borrowed from a [`RowView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellView<'a> {
+    pub family: &'a [u8],
+    pub qualifier: &'a [u8],
+    pub timestamp: u64,
+    pub value: &'a [u8],
+}
+
+impl<'a> RowView<'a> {
+    pub fn key(&self) -> &'a [u8] {
+        &self.buf.key
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.cells.is_empty()
+    }
+
+    pub fn cells(&self) -> impl ExactSizeIterator<Item = CellView<'a>> + 'a {
+        let buf = self.buf;
+        buf.cells.iter().map(move |c| CellView {
+            family: &buf.bytes[c.family.clone()],
+            qualifier: &buf.bytes[c.qualifier.clone()],
+            timestamp: c.timestamp,
+            value: &buf.bytes[c.value.clone()],
+        })
+    }
+
+    /// An owned copy: one allocation for all cell bytes, which the cells
+    /// share.
+    pub fn to_row(&self) -> Row {
+        let shared = Bytes::copy_from_slice(&self.buf.bytes);
+        Row {
+            key: self.buf.key.clone(),
+            cells: self
+                .buf
+                .cells
+                .iter()
+                .map(|c| Cell {
+                    family: shared.slice(c.family.clone()),
+                    qualifier: shared.slice(c.qualifier.clone()),
+                    timestamp: c.timestamp,
+                    value: shared.slice(c.value.clone()),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Streams the rows of a scan from a consistent snapshot.
 pub struct RowScanner {
     merge: Merge,
@@ -323,8 +417,7 @@ pub struct RowScanner {
     reverse_bound: Option<Vec<u8>>,
     started: bool,
     done: bool,
-    /// Cells in the previous row, to size the next one's vector.
-    last_row_cells: usize,
+    row: RowBuf,
 }
 
 /// Resolves the column groups of one row into cells.
@@ -339,39 +432,6 @@ struct Assembler {
     survivors: Vec<usize>,
     /// The family of the last group resolved.
     family: Option<FamilyDescriptor>,
-    names: Names,
-}
-
-/// Family and qualifier names shared by the cells of a scan: time-series
-/// rows repeat the same few qualifiers, so each is allocated once.
-#[derive(Default)]
-struct Names {
-    family: Bytes,
-    qualifiers: Vec<Bytes>,
-    /// Where the last qualifier was found: rows list their qualifiers in the
-    /// same order, so the next one is usually the one after it.
-    last: usize,
-}
-
-impl Names {
-    const KEPT: usize = 64;
-
-    fn qualifier(&mut self, q: &[u8]) -> Bytes {
-        let n = self.qualifiers.len();
-        for i in (0..n).map(|d| (self.last + 1 + d) % n.max(1)) {
-            if self.qualifiers[i].as_ref() == q {
-                self.last = i;
-                return self.qualifiers[i].clone();
-            }
-        }
-        let b = Bytes::copy_from_slice(q);
-        if n >= Self::KEPT {
-            self.qualifiers.clear();
-        }
-        self.qualifiers.push(b.clone());
-        self.last = self.qualifiers.len() - 1;
-        b
-    }
 }
 
 impl RowScanner {
@@ -396,7 +456,6 @@ impl RowScanner {
                 group: ColumnGroup::default(),
                 survivors: Vec::new(),
                 family: None,
-                names: Names::default(),
             },
             reverse_bound: stop.clone(),
             start,
@@ -405,8 +464,8 @@ impl RowScanner {
             to_skip: scan.offset,
             remaining: scan.limit,
             started: false,
-            last_row_cells: 0,
             done: empty || scan.limit == Some(0),
+            row: RowBuf::default(),
         })
     }
 
@@ -423,9 +482,10 @@ impl RowScanner {
                 self.remaining = Some(1);
                 self.to_skip = 0;
                 self.done = false;
-                self.next_row()?.map(|_| ContinuationToken {
+                let reverse = self.reverse;
+                self.next_view()?.map(|_| ContinuationToken {
                     row: last.key.clone(),
-                    reverse: self.reverse,
+                    reverse,
                 })
             }
             _ => None,
@@ -433,18 +493,24 @@ impl RowScanner {
         Ok(ScanPage { rows, continuation })
     }
 
-    /// The next row of the scan, or `None` at its end.
+    /// The next row of the scan as an owned [`Row`], or `None` at its end.
     pub fn next_row(&mut self) -> Result<Option<Row>> {
+        Ok(self.next_view()?.map(|v| v.to_row()))
+    }
+
+    /// The next row of the scan, borrowed until the next call.
+    pub fn next_view(&mut self) -> Result<Option<RowView<'_>>> {
         while !self.done {
-            let Some(row) = (if self.reverse {
+            let found = if self.reverse {
                 self.next_row_reverse()?
             } else {
                 self.next_row_forward()?
-            }) else {
+            };
+            if !found {
                 self.done = true;
                 break;
-            };
-            if row.cells.is_empty() {
+            }
+            if self.row.cells.is_empty() {
                 continue;
             }
             if self.to_skip > 0 {
@@ -457,58 +523,66 @@ impl RowScanner {
                     self.done = true;
                 }
             }
-            return Ok(Some(row));
+            return Ok(Some(self.row.view()));
         }
         Ok(None)
     }
 
-    fn next_row_forward(&mut self) -> Result<Option<Row>> {
+    fn next_row_forward(&mut self) -> Result<bool> {
         if !self.started {
             self.started = true;
             let seek = first_key_of_row(self.start.as_deref().unwrap_or(&[]));
             self.merge.seek(&seek)?;
         }
         if !self.merge.valid() {
-            return Ok(None);
+            return Ok(false);
         }
-        let row = crate::cell::row_of(self.merge.key()).to_vec();
-        if self.stop.as_ref().is_some_and(|s| row >= *s) {
-            return Ok(None);
+        let row = crate::cell::row_of(self.merge.key());
+        if self.stop.as_deref().is_some_and(|s| row >= s) {
+            return Ok(false);
         }
-        self.read_row(row).map(Some)
+        self.row.clear();
+        self.row.key.extend_from_slice(row);
+        self.read_row()?;
+        Ok(true)
     }
 
-    fn next_row_reverse(&mut self) -> Result<Option<Row>> {
+    fn next_row_reverse(&mut self) -> Result<bool> {
         let Some(row) = self.merge.last_row_before(self.reverse_bound.as_deref())? else {
-            return Ok(None);
+            return Ok(false);
         };
         if self.start.as_ref().is_some_and(|s| row < *s) {
-            return Ok(None);
+            return Ok(false);
         }
         self.merge.seek(&first_key_of_row(&row))?;
-        self.reverse_bound = Some(row.clone());
-        self.read_row(row).map(Some)
+        self.row.clear();
+        self.row.key.extend_from_slice(&row);
+        self.reverse_bound = Some(row);
+        self.read_row()?;
+        Ok(true)
     }
 
-    /// Consumes every entry of `row` from the merge and resolves it.
-    fn read_row(&mut self, row: Vec<u8>) -> Result<Row> {
-        let mut cells = Vec::with_capacity(self.last_row_cells);
+    /// Consumes every entry of the row in `self.row.key` from the merge and
+    /// resolves it into `self.row`.
+    fn read_row(&mut self) -> Result<()> {
         let mut family_delete: Option<u64> = None;
         let mut current_family: Vec<u8> = Vec::new();
         let a = &mut self.assembler;
-        a.group.entries.clear();
+        let out = &mut self.row;
+        a.group.clear();
         while self.merge.valid() {
             let key = self.merge.key();
             let Some(k) = KeyRef::parse(key) else {
                 return Err(Error::InvalidInput("malformed key in merge".into()));
             };
-            if k.row != row.as_slice() {
+            if k.row != out.key.as_slice() {
                 break;
             }
             if !a.group.matches(&k) {
-                a.emit_group(family_delete, &mut cells);
+                a.emit_group(family_delete, out);
                 if k.family != current_family.as_slice() {
-                    current_family = k.family.to_vec();
+                    current_family.clear();
+                    current_family.extend_from_slice(k.family);
                     family_delete = None;
                 }
                 a.group.start(&k);
@@ -517,35 +591,30 @@ impl RowScanner {
                 family_delete = family_delete.max(Some(k.timestamp));
             }
             let value = if k.kind == CellKind::Put && a.columns.wants(k.family, k.qualifier) {
-                self.merge.value_bytes()
+                self.merge.value()
             } else {
-                Bytes::new()
+                &[]
             };
-            a.group.entries.push(GroupEntry {
-                timestamp: k.timestamp,
-                kind: k.kind,
-                ttl_ms: self.merge.ttl_ms(),
-                value,
-            });
+            a.group
+                .push(k.timestamp, k.kind, self.merge.ttl_ms(), value);
             self.merge.advance()?;
         }
-        a.emit_group(family_delete, &mut cells);
-        if !a.row_passes(&cells) {
-            cells.clear();
+        a.emit_group(family_delete, out);
+        if !a.row_passes(out) {
+            out.cells.clear();
         }
-        self.last_row_cells = cells.len();
-        Ok(Row { key: row, cells })
+        Ok(())
     }
 }
 
 impl Assembler {
-    fn emit_group(&mut self, family_delete: Option<u64>, cells: &mut Vec<Cell>) {
+    fn emit_group(&mut self, family_delete: Option<u64>, out: &mut RowBuf) {
         if self.group.entries.is_empty() {
             return;
         }
         let g = &self.group;
         if !self.columns.wants_family(&g.family) || !self.columns.wants(&g.family, &g.qualifier) {
-            self.group.entries.clear();
+            self.group.clear();
             return;
         }
         // Consecutive groups are mostly of one family: look it up on change.
@@ -553,7 +622,7 @@ impl Assembler {
             self.family = self.families.get(&g.family).cloned();
         }
         let Some(family) = self.family.as_ref() else {
-            self.group.entries.clear();
+            self.group.clear();
             return;
         };
         resolve_column(
@@ -563,40 +632,42 @@ impl Assembler {
             self.now_ms,
             &mut self.survivors,
         );
-        let g = &mut self.group;
         let mut n = 0;
+        let mut names: Option<(std::ops::Range<usize>, std::ops::Range<usize>)> = None;
         for &i in &self.survivors {
-            let e = &mut g.entries[i];
+            let e = &g.entries[i];
             if !self.time_range.contains(e.timestamp) {
                 continue;
             }
             if n >= self.max_versions {
                 break;
             }
+            let value = g.value(e);
             let pass = self.filters.iter().all(|f| match f {
                 Filter::ColumnPrefix(p) => g.qualifier.starts_with(p),
-                Filter::Value { op, value } => op.test(&e.value, value),
+                Filter::Value { op, value: operand } => op.test(value, operand),
                 Filter::SingleColumnValue { .. } => true,
             });
             if !pass {
                 continue;
             }
             n += 1;
-            if self.names.family.as_ref() != g.family.as_slice() {
-                self.names.family = Bytes::copy_from_slice(&g.family);
-            }
-            let qualifier = self.names.qualifier(&g.qualifier);
-            cells.push(Cell {
-                family: self.names.family.clone(),
+            // Versions of one column share its family and qualifier bytes.
+            let (family, qualifier) = names
+                .get_or_insert_with(|| (out.put(&g.family), out.put(&g.qualifier)))
+                .clone();
+            let value = out.put(value);
+            out.cells.push(CellSpan {
+                family,
                 qualifier,
                 timestamp: e.timestamp,
-                value: std::mem::take(&mut e.value),
+                value,
             });
         }
-        self.group.entries.clear();
+        self.group.clear();
     }
 
-    fn row_passes(&self, cells: &[Cell]) -> bool {
+    fn row_passes(&self, row: &RowBuf) -> bool {
         self.filters.iter().all(|f| match f {
             Filter::SingleColumnValue {
                 family,
@@ -604,11 +675,12 @@ impl Assembler {
                 op,
                 value,
                 filter_if_missing,
-            } => match cells
-                .iter()
-                .find(|c| c.family == family && c.qualifier == qualifier)
+            } => match row
+                .view()
+                .cells()
+                .find(|c| c.family == family.as_slice() && c.qualifier == qualifier.as_slice())
             {
-                Some(c) => op.test(&c.value, value),
+                Some(c) => op.test(c.value, value),
                 None => !filter_if_missing,
             },
             _ => true,

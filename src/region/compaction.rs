@@ -17,7 +17,7 @@ use super::{Inner, family_dir};
 use crate::cell::{CellKind, KeyRef, encode_key};
 use crate::error::{Error, Result};
 use crate::scan::merge::{Merge, Source};
-use crate::scan::resolve::{ColumnGroup, GroupEntry, resolve_column};
+use crate::scan::resolve::{ColumnGroup, resolve_column};
 use crate::schema::FamilyDescriptor;
 
 #[derive(Debug, Clone)]
@@ -266,9 +266,9 @@ fn write_major(
                     CellKind::Put,
                     e.ttl_ms.is_some(),
                 );
-                w.add(&key, e.ttl_ms, &e.value)?;
+                w.add(&key, e.ttl_ms, group.value(e))?;
             }
-            group.entries.clear();
+            group.clear();
             Ok(())
         };
     while merge.valid() {
@@ -285,12 +285,7 @@ fn write_major(
         if k.kind == CellKind::DeleteFamily {
             family_delete = family_delete.max(Some(k.timestamp));
         }
-        group.entries.push(GroupEntry {
-            timestamp: k.timestamp,
-            kind: k.kind,
-            ttl_ms: merge.ttl_ms(),
-            value: merge.value_bytes(),
-        });
+        group.push(k.timestamp, k.kind, merge.ttl_ms(), merge.value());
         merge.advance()?;
     }
     emit(&row, &mut group, family_delete)

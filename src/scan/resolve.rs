@@ -15,13 +15,14 @@
 use crate::cell::{CellKind, KeyRef};
 use crate::schema::FamilyDescriptor;
 
-/// One entry of a column group, as merged.
+/// One entry of a column group, as merged. Its value lives in the group's
+/// buffer ([`ColumnGroup::value`]).
 #[derive(Debug, Clone)]
 pub struct GroupEntry {
     pub timestamp: u64,
     pub kind: CellKind,
     pub ttl_ms: Option<u64>,
-    pub value: bytes::Bytes,
+    value: std::ops::Range<usize>,
 }
 
 /// The versions of one column that survive, newest first, each with its
@@ -70,14 +71,36 @@ pub fn resolve_column(
 }
 
 /// Accumulates one column at a time from a stream of entries in key order.
+/// Values are copied into one reused buffer: no allocation per entry.
 #[derive(Debug, Default)]
 pub struct ColumnGroup {
     pub family: Vec<u8>,
     pub qualifier: Vec<u8>,
     pub entries: Vec<GroupEntry>,
+    values: Vec<u8>,
 }
 
 impl ColumnGroup {
+    pub fn push(&mut self, timestamp: u64, kind: CellKind, ttl_ms: Option<u64>, value: &[u8]) {
+        let start = self.values.len();
+        self.values.extend_from_slice(value);
+        self.entries.push(GroupEntry {
+            timestamp,
+            kind,
+            ttl_ms,
+            value: start..self.values.len(),
+        });
+    }
+
+    pub fn value(&self, e: &GroupEntry) -> &[u8] {
+        &self.values[e.value.clone()]
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.values.clear();
+    }
+
     pub fn matches(&self, key: &KeyRef<'_>) -> bool {
         !self.entries.is_empty() && self.family == key.family && self.qualifier == key.qualifier
     }
@@ -87,6 +110,6 @@ impl ColumnGroup {
         self.family.extend_from_slice(key.family);
         self.qualifier.clear();
         self.qualifier.extend_from_slice(key.qualifier);
-        self.entries.clear();
+        self.clear();
     }
 }
