@@ -71,11 +71,19 @@ fn value(host: u64, step: u64, field: usize) -> f64 {
 }
 
 fn peak_rss_mb() -> f64 {
+    status_mb("VmHWM:")
+}
+
+fn rss_mb() -> f64 {
+    status_mb("VmRSS:")
+}
+
+fn status_mb(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
@@ -126,22 +134,44 @@ fn main() {
     let wal = Arc::new(Wal::open(dir.join("wal"), WalOptions::default()).expect("wal"));
     println!("wal backend: {}", wal.backend().as_str());
     let cache = BlockCache::new(CACHE);
-    let region = Region::open(
-        dir.join("region"),
-        RegionDescriptor {
-            id: 1,
-            families: vec![FamilyDescriptor::new("cpu").compression(Compression::Snappy)],
-        },
-        RegionOptions {
-            flush_size: MEMSTORE_FLUSH,
-            blocking_multiplier: BLOCKING_MULTIPLIER,
-            ..RegionOptions::default()
-        },
-        wal.clone(),
-        Arc::new(SystemClock),
-        cache.clone(),
-    )
-    .expect("region");
+    let region = Arc::new(
+        Region::open(
+            dir.join("region"),
+            RegionDescriptor {
+                id: 1,
+                families: vec![FamilyDescriptor::new("cpu").compression(Compression::Snappy)],
+            },
+            RegionOptions {
+                flush_size: MEMSTORE_FLUSH,
+                blocking_multiplier: BLOCKING_MULTIPLIER,
+                compaction: halite::region::compaction::CompactionOptions {
+                    min_files: env_u64("HALITE_BENCH_COMPACT_MIN", 3) as usize,
+                    ..Default::default()
+                },
+                ..RegionOptions::default()
+            },
+            wal.clone(),
+            Arc::new(SystemClock),
+            cache.clone(),
+        )
+        .expect("region"),
+    );
+    // Samples memory during ingest, to show where the peak comes from.
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (sampling, region) = (sampling.clone(), region.clone());
+        std::thread::spawn(move || {
+            let mut worst = (0.0f64, 0usize);
+            while sampling.load(Ordering::Relaxed) {
+                let rss = rss_mb();
+                if rss > worst.0 {
+                    worst = (rss, region.memstore_bytes());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            worst
+        })
+    };
 
     let start_ts = 1_700_000_000_000u64;
     let steps = rows.div_ceil(HOSTS);
@@ -190,6 +220,13 @@ fn main() {
         w.wait().expect("durable");
     }
     let ingest_secs = started.elapsed().as_secs_f64();
+    sampling.store(false, Ordering::Relaxed);
+    let worst = sampler.join().expect("sampler");
+    println!(
+        "ingest rss peak sampled: {:.0} MiB with {:.0} MiB in memstores",
+        worst.0,
+        worst.1 as f64 / 1048576.0
+    );
     println!(
         "writer thread: building rows {t_build:.2}s, submit {t_submit:.2}s, waiting for durability {t_wait:.2}s"
     );
@@ -220,8 +257,18 @@ fn main() {
         wal_mb_s / raw_mb_s
     );
 
+    println!(
+        "rss after ingest: {:.0} MiB (peak so far {:.0})",
+        rss_mb(),
+        peak_rss_mb()
+    );
     region.flush().expect("flush");
     region.compact(true).expect("compact");
+    println!(
+        "rss after flush + major compaction: {:.0} MiB (peak so far {:.0})",
+        rss_mb(),
+        peak_rss_mb()
+    );
     println!(
         "store: {} file(s), {} bytes ({:.2} bytes/cell)",
         region.file_paths().len(),
@@ -254,9 +301,17 @@ fn main() {
         owned_rate = owned_rate.max(n as f64 / started.elapsed().as_secs_f64());
     }
     println!("full scan as owned rows: {owned_rate:.0} cells/s");
+    println!(
+        "rss after scans: {:.0} MiB (peak so far {:.0}), block cache {:.0} MiB",
+        rss_mb(),
+        peak_rss_mb(),
+        cache.bytes() as f64 / 1048576.0
+    );
     println!("engine_scan cells_per_s={view_rate:.0}");
 
-    // Gets of random existing rows, after one pass to warm the cache.
+    // Gets: on cached blocks (a hot set, the newest tenth of the points,
+    // warmed first) as the target states, and over all rows (mostly cache
+    // misses: the data is larger than the cache) for comparison.
     let mut x = 0x2545F4914F6CDD1Du64;
     let mut next = || {
         x ^= x << 13;
@@ -264,28 +319,43 @@ fn main() {
         x ^= x << 17;
         x
     };
-    let keys: Vec<Vec<u8>> = (0..20_000)
+    let steps_written = rows.div_ceil(HOSTS);
+    let hot_steps = (steps_written / 10).max(1);
+    let key_at = |host: u64, step: u64| row_key(host, start_ts + step * 10_000);
+    let hot: Vec<Vec<u8>> = (0..20_000)
         .map(|_| {
-            let r = next() % rows;
-            row_key(r % HOSTS, start_ts + (r / HOSTS) * 10_000)
+            let step = steps_written - 1 - next() % hot_steps;
+            key_at(next() % HOSTS, step)
         })
         .collect();
-    for k in &keys {
-        region.get(&Get::new(k.clone())).expect("get").expect("row");
-    }
-    let mut lat = Vec::with_capacity(keys.len());
-    for k in &keys {
-        let t = Instant::now();
-        let row = region.get(&Get::new(k.clone())).expect("get").expect("row");
-        lat.push(t.elapsed().as_nanos() as f64 / 1000.0);
-        assert_eq!(row.cells.len(), FIELDS.len());
-    }
-    lat.sort_by(|a, b| a.total_cmp(b));
+    let all: Vec<Vec<u8>> = (0..20_000)
+        .map(|_| {
+            let r = next() % rows;
+            key_at(r % HOSTS, r / HOSTS)
+        })
+        .collect();
+    let time_gets = |keys: &[Vec<u8>]| {
+        let mut lat = Vec::with_capacity(keys.len());
+        for k in keys {
+            let t = Instant::now();
+            let row = region.get(&Get::new(k.clone())).expect("get").expect("row");
+            lat.push(t.elapsed().as_nanos() as f64 / 1000.0);
+            assert_eq!(row.cells.len(), FIELDS.len());
+        }
+        lat.sort_by(|a, b| a.total_cmp(b));
+        (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
+    };
+    let (p50, p99) = time_gets(&all);
+    println!("gets over all rows (mostly uncached): p50 {p50:.1} us, p99 {p99:.1} us");
+    time_gets(&hot);
+    let misses = cache.stats().misses.load(Ordering::Relaxed);
+    let (p50, p99) = time_gets(&hot);
+    let hot_misses = cache.stats().misses.load(Ordering::Relaxed) - misses;
     println!(
-        "engine_get p50_us={:.1} p99_us={:.1}",
-        lat[lat.len() / 2],
-        lat[lat.len() * 99 / 100]
+        "hot-set gets: {} keys, {hot_misses} block cache misses while timed",
+        hot.len()
     );
+    println!("engine_get p50_us={p50:.1} p99_us={p99:.1}");
     println!(
         "budgets: memstore blocking limit {} MiB, block cache {} MiB",
         MEMSTORE_FLUSH * BLOCKING_MULTIPLIER / (1024 * 1024),

@@ -119,6 +119,7 @@ struct State {
 
 enum Work {
     Flush,
+    Compact,
     Stop,
 }
 
@@ -144,6 +145,7 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     stats: RegionStats,
     work_tx: Sender<Work>,
+    compact_tx: Sender<Work>,
 }
 
 /// One region of a table.
@@ -294,6 +296,7 @@ impl Region {
         wal.mark_flushed(descriptor.id, flushed);
 
         let (work_tx, work_rx) = crossbeam_channel::bounded(64);
+        let (compact_tx, compact_rx) = crossbeam_channel::bounded(1);
         let inner = Arc::new(Inner {
             id: descriptor.id,
             dir,
@@ -319,15 +322,23 @@ impl Region {
             closed: AtomicBool::new(false),
             stats: RegionStats::default(),
             work_tx,
+            compact_tx,
         });
         let mut workers = Vec::new();
         if inner.options.background {
             let w = inner.clone();
             workers.push(
                 std::thread::Builder::new()
-                    .name(format!("halite-maint-{}", inner.id))
-                    .spawn(move || maintenance_loop(w, work_rx))
-                    .map_err(|e| Error::io(&inner.dir, "spawn maintenance thread", e))?,
+                    .name(format!("halite-flush-{}", inner.id))
+                    .spawn(move || flush_loop(w, work_rx))
+                    .map_err(|e| Error::io(&inner.dir, "spawn flush thread", e))?,
+            );
+            let w = inner.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("halite-compact-{}", inner.id))
+                    .spawn(move || compaction_loop(w, compact_rx))
+                    .map_err(|e| Error::io(&inner.dir, "spawn compaction thread", e))?,
             );
         }
         Ok(Region {
@@ -452,6 +463,7 @@ impl Region {
             return Ok(());
         }
         let _ = self.inner.work_tx.send(Work::Stop);
+        let _ = self.inner.compact_tx.send(Work::Stop);
         for w in self.workers.lock().drain(..) {
             let _ = w.join();
         }
@@ -466,6 +478,7 @@ impl Drop for Region {
     fn drop(&mut self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         let _ = self.inner.work_tx.try_send(Work::Stop);
+        let _ = self.inner.compact_tx.try_send(Work::Stop);
         for w in self.workers.lock().drain(..) {
             let _ = w.join();
         }
@@ -490,7 +503,9 @@ fn remove_leftovers(fdir: &Path, live: &[u64]) -> Result<()> {
     Ok(())
 }
 
-fn maintenance_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
+/// Flushes on request, on size and on age. Never compacts, so a long
+/// compaction cannot hold MemStores in memory.
+fn flush_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
     let tick =
         (inner.options.flush_age / 4).clamp(Duration::from_millis(50), Duration::from_secs(10));
     let mut backoff_until: Option<Instant> = None;
@@ -522,7 +537,25 @@ fn maintenance_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
             }
         }
         if flush {
-            let _ = compaction::compact(&inner, false);
+            // A pending request already covers this one.
+            let _ = inner.compact_tx.try_send(Work::Compact);
+        }
+    }
+}
+
+/// Runs minor compactions after flushes, one at a time.
+fn compaction_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
+    loop {
+        // Polls the closed flag too: a Stop sent with try_send may not fit
+        // behind a queued request.
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(Work::Compact) if !inner.closed.load(Ordering::SeqCst) => {
+                // Failures leave the files as they were; the next flush retries.
+                let _ = compaction::compact(&inner, false);
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+                if !inner.closed.load(Ordering::SeqCst) => {}
+            _ => return,
         }
     }
 }

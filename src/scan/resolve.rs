@@ -35,6 +35,19 @@ pub fn resolve_column(
     out: &mut Vec<usize>,
 ) {
     out.clear();
+    // Most columns of time-series rows hold exactly one put.
+    if let [only] = entries
+        && only.kind == CellKind::Put
+    {
+        let masked = family_delete_ts.is_some_and(|m| only.timestamp <= m);
+        let expired = family
+            .expires_at(only.timestamp, only.ttl_ms)
+            .is_some_and(|at| at <= now_ms);
+        if !masked && (family.min_versions > 0 || !expired) {
+            out.push(0);
+        }
+        return;
+    }
     let column_delete_ts = entries
         .iter()
         .filter(|e| e.kind == CellKind::DeleteColumn)
@@ -106,8 +119,10 @@ impl ColumnGroup {
     }
 
     pub fn start(&mut self, key: &KeyRef<'_>) {
-        self.family.clear();
-        self.family.extend_from_slice(key.family);
+        if self.family != key.family {
+            self.family.clear();
+            self.family.extend_from_slice(key.family);
+        }
         self.qualifier.clear();
         self.qualifier.extend_from_slice(key.qualifier);
         self.clear();

@@ -194,6 +194,13 @@ impl SstReader {
     }
 
     pub(crate) fn block(&self, i: usize) -> Result<Arc<Block>, SstError> {
+        self.block_with(i, true)
+    }
+
+    /// Reads data block `i`, using the cache when the family allows;
+    /// `fill_cache: false` still uses cached blocks but does not add new ones
+    /// (compactions read everything once and would evict the hot set).
+    fn block_with(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>, SstError> {
         let entry = &self.index[i];
         let key = (self.reader_id, entry.offset);
         if self.use_cache
@@ -210,7 +217,7 @@ impl SstReader {
         let block = Arc::new(
             Block::parse(body).map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))?,
         );
-        if self.use_cache {
+        if self.use_cache && fill_cache {
             self.cache.insert(key, block.clone(), self.in_memory);
         }
         Ok(block)
@@ -231,6 +238,15 @@ impl SstReader {
             reader: self.clone(),
             block_idx: 0,
             it: None,
+            fill_cache: true,
+        }
+    }
+
+    /// A cursor that does not add the blocks it reads to the cache.
+    pub fn iter_uncached(self: &Arc<Self>) -> SstIter {
+        SstIter {
+            fill_cache: false,
+            ..self.iter()
         }
     }
 
@@ -345,6 +361,7 @@ pub struct SstIter {
     reader: Arc<SstReader>,
     block_idx: usize,
     it: Option<BlockIter>,
+    fill_cache: bool,
 }
 
 impl SstIter {
@@ -367,7 +384,7 @@ impl SstIter {
             self.it = None;
             return Ok(());
         }
-        let mut it = BlockIter::new(self.reader.block(i)?);
+        let mut it = BlockIter::new(self.reader.block_with(i, self.fill_cache)?);
         it.seek_first().map_err(|e| self.corrupt(e))?;
         self.it = Some(it);
         Ok(())
@@ -394,7 +411,7 @@ impl SstIter {
         }
         let i = self.reader.block_for(target);
         self.block_idx = i;
-        let mut it = BlockIter::new(self.reader.block(i)?);
+        let mut it = BlockIter::new(self.reader.block_with(i, self.fill_cache)?);
         it.seek(target).map_err(|e| self.corrupt(e))?;
         self.it = Some(it);
         self.settle()
