@@ -9,7 +9,7 @@ HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 ## Runs the demo: ingests TSBS-style sensor rows into a region, flushes,
 ## compacts, scans them back and prints what it did.
 run:
-	$(CARGO) run --release --bin halite -- demo
+	$(CARGO) run --release --bin halite -- demo --config configs/halite.toml
 
 ## Runs every test (unit, property, crash, corruption, WAL backends).
 test:

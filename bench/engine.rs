@@ -241,7 +241,8 @@ fn main() {
     let (raw_mb_s, raw_syncs_s) =
         raw_append_mb_per_s(dir, avg_batch, wal_bytes.min(512 * 1024 * 1024));
     println!(
-        "wal: {wal_bytes} bytes in {batches} group commits (avg {avg_batch} bytes), {syncs} data syncs, {} flushes, {} stalls ({:.2}s)",
+        "wal: {wal_bytes} bytes in {batches} group commits (avg {avg_batch} bytes), {syncs} data syncs, up to {} batches in flight, {} flushes, {} stalls ({:.2}s)",
+        stats.max_in_flight.load(Ordering::Relaxed),
         region.stats().flushes.load(Ordering::Relaxed),
         region.stats().writer_stalls.load(Ordering::Relaxed),
         region.stats().writer_stall_micros.load(Ordering::Relaxed) as f64 / 1e6

@@ -28,6 +28,7 @@
 pub mod cell;
 pub mod clock;
 pub mod codec;
+pub mod config;
 pub mod error;
 pub mod region;
 pub mod scan;

@@ -11,17 +11,22 @@ use halite::cell::RowMutation;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use halite::clock::{Clock, SystemClock};
+use halite::config::Config;
 use halite::region::block_cache::BlockCache;
-use halite::region::wal::{Wal, WalOptions};
-use halite::region::{Region, RegionDescriptor, RegionOptions};
+use halite::region::wal::Wal;
+use halite::region::{Region, RegionDescriptor};
 use halite::scan::{Get, Scan};
 use halite::schema::{Compression, Durability, FamilyDescriptor};
 
-const USAGE: &str = "usage: halite demo [--dir PATH] [--hosts N] [--points-per-host N]
+const USAGE: &str = "usage: halite demo [--config PATH] [--set KEY=VALUE]... [--dir PATH]
+                   [--hosts N] [--points-per-host N]
 
   demo   ingest TSBS-style cpu rows (host + reversed timestamp keys, one
          cell per field) into one region with SYNC_WAL, flush, compact,
-         and read them back.";
+         and read them back. Engine settings come from the config file
+         (configs/halite.toml documents each), HALITE__SECTION__KEY
+         environment variables and --set flags. Data goes to --dir, or a
+         fresh temporary directory.";
 
 const FIELDS: [&str; 10] = [
     "usage_user",
@@ -38,6 +43,8 @@ const FIELDS: [&str; 10] = [
 
 struct DemoArgs {
     dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    overrides: Vec<String>,
     hosts: u64,
     points: u64,
 }
@@ -45,6 +52,8 @@ struct DemoArgs {
 fn parse_demo(args: &[String]) -> Result<DemoArgs, String> {
     let mut out = DemoArgs {
         dir: None,
+        config: None,
+        overrides: Vec::new(),
         hosts: 100,
         points: 2_000,
     };
@@ -57,6 +66,8 @@ fn parse_demo(args: &[String]) -> Result<DemoArgs, String> {
         };
         match a.as_str() {
             "--dir" => out.dir = Some(PathBuf::from(value("--dir")?)),
+            "--config" => out.config = Some(PathBuf::from(value("--config")?)),
+            "--set" => out.overrides.push(value("--set")?),
             "--hosts" => {
                 out.hosts = value("--hosts")?
                     .parse()
@@ -83,16 +94,13 @@ fn row_key(host: u64, ts: u64) -> Vec<u8> {
 }
 
 fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let tmp;
-    let dir = match args.dir {
-        Some(d) => d,
-        None => {
-            tmp = std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()));
-            tmp
-        }
-    };
+    let own_dir = args.dir.is_none();
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()))
+    });
+    let config = Config::load(args.config.as_deref(), &args.overrides)?;
     println!("halite demo: data in {}", dir.display());
-    let wal = Arc::new(Wal::open(dir.join("wal"), WalOptions::default())?);
+    let wal = Arc::new(Wal::open(dir.join("wal"), config.wal_options())?);
     println!("wal backend: {}", wal.backend().as_str());
     let family = FamilyDescriptor::new("cpu").compression(Compression::Snappy);
     let region = Region::open(
@@ -101,13 +109,10 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
             id: 1,
             families: vec![family],
         },
-        RegionOptions {
-            flush_size: 32 * 1024 * 1024,
-            ..RegionOptions::default()
-        },
+        config.region_options(),
         wal.clone(),
         Arc::new(SystemClock),
-        BlockCache::new(64 * 1024 * 1024),
+        BlockCache::new(config.cache.block_cache_size.0 as usize),
     )?;
     let start_ts = SystemClock.now_ms() - args.points * 10_000;
     let started = Instant::now();
@@ -174,7 +179,12 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     region.close()?;
     wal.close();
-    println!("done; remove {} when finished", dir.display());
+    if own_dir {
+        std::fs::remove_dir_all(&dir)?;
+        println!("done; removed {}", dir.display());
+    } else {
+        println!("done; the data stays in {}", dir.display());
+    }
     Ok(())
 }
 

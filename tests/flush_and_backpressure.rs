@@ -145,3 +145,61 @@ fn writers_wait_instead_of_growing_memory() {
         4 * 60 * 40
     );
 }
+
+#[test]
+fn skip_wal_writes_are_durable_only_once_flushed() {
+    let mut h = Harness::new(
+        vec![FamilyDescriptor::new("cf")],
+        RegionOptions::default(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let bytes_before = h
+        .wal
+        .as_ref()
+        .expect("wal")
+        .stats()
+        .bytes
+        .load(Ordering::Relaxed);
+    h.region()
+        .mutate(&rows(1, 10), Durability::SkipWal)
+        .expect("write");
+    assert_eq!(
+        h.region().scan(&Scan::new()).expect("scan").rows.len(),
+        10,
+        "visible at once"
+    );
+    assert_eq!(
+        h.wal
+            .as_ref()
+            .expect("wal")
+            .stats()
+            .bytes
+            .load(Ordering::Relaxed),
+        bytes_before,
+        "SKIP_WAL wrote to the WAL"
+    );
+    // Lost by a crash before a flush...
+    h.reopen_unflushed();
+    assert!(h.region().scan(&Scan::new()).expect("scan").rows.is_empty());
+    // ...kept once flushed.
+    h.region()
+        .mutate(&rows(2, 10), Durability::SkipWal)
+        .expect("write");
+    h.region().flush().expect("flush");
+    h.reopen_unflushed();
+    assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 10);
+}
+
+#[test]
+fn async_wal_writes_survive_a_process_crash() {
+    let mut h = Harness::new(
+        vec![FamilyDescriptor::new("cf")],
+        RegionOptions::default(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    h.region()
+        .mutate(&rows(1, 25), Durability::AsyncWal)
+        .expect("write");
+    h.reopen_unflushed();
+    assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 25);
+}

@@ -85,6 +85,15 @@ fn concurrent_group_commit(io: IoBackendChoice) {
         syncs >= batches,
         "{syncs} data syncs for {batches} synced batches"
     );
+    if io == IoBackendChoice::Auto && uring_expected() {
+        assert!(
+            stats
+                .max_in_flight
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 1,
+            "io_uring never had two batches in flight"
+        );
+    }
     // Segments rolled at 64 KiB; all records come back in order per region.
     assert!(
         stats

@@ -167,6 +167,8 @@ pub struct WalStats {
     /// Sum of sync latencies in µs, for a mean in benchmarks.
     pub sync_micros: AtomicU64,
     pub segments_rolled: AtomicU64,
+    /// Most batches seen in flight at once (io_uring pipelining at work).
+    pub max_in_flight: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -282,8 +284,9 @@ impl Wal {
             } else if name.ends_with(".free") {
                 free.push(path);
             } else if name.ends_with(".spare") {
-                // A preparation cut short by a crash.
-                let _ = fs::remove_file(&path);
+                // Prepared but never used (a close or crash came first):
+                // reuse it; preparation tops up whatever is missing.
+                free.push(path);
             }
         }
         ids.sort_unstable();
@@ -591,7 +594,6 @@ struct Batch {
     outcome: Option<std::io::Result<()>>,
     sync: bool,
     submitted: Instant,
-    bytes: usize,
 }
 
 struct Writer {
@@ -745,8 +747,11 @@ impl Writer {
             outcome: None,
             sync,
             submitted: Instant::now(),
-            bytes,
         });
+        self.shared
+            .stats
+            .max_in_flight
+            .fetch_max(self.inflight.len() as u64, Ordering::Relaxed);
         // The sync backend completes inline; collect at once.
         self.reap(None);
     }
@@ -772,7 +777,6 @@ impl Writer {
                             .sync_micros
                             .fetch_add(b.submitted.elapsed().as_micros() as u64, Ordering::Relaxed);
                     }
-                    let _ = b.bytes;
                     for t in b.tickets {
                         t.resolve(Ok(()));
                     }
@@ -870,11 +874,9 @@ impl Writer {
         {
             self.fail(e.to_string());
         }
-        if let Some(h) = self.spare.take()
-            && let Ok(Ok(_)) = h.join()
-        {
-            // Keep the prepared spare: a later open removes it as unfinished
-            // work, which costs nothing but the preallocation.
+        if let Some(h) = self.spare.take() {
+            // The prepared spare stays on disk; the next open reuses it.
+            let _ = h.join();
         }
     }
 }

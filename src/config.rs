@@ -1,0 +1,402 @@
+//! Configuration: one TOML file (`configs/halite.toml`), every setting with
+//! a default, overridable by environment variables and command-line flags.
+//!
+//! Overrides name a setting by its path: `wal.depth` is set by the
+//! environment variable `HALITE__WAL__DEPTH` or the flag
+//! `--set wal.depth=8`. Flags win over the environment, which wins over the
+//! file. Sizes take `KiB`/`MiB`/`GiB` suffixes (`"64MiB"`) or plain bytes;
+//! durations take `ms`/`s`/`m`/`h` (`"250ms"`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::region::RegionOptions;
+use crate::region::compaction::CompactionOptions;
+use crate::region::wal::WalOptions;
+use crate::region::wal::io::IoBackendChoice;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file. path=`{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config is not valid TOML or has a wrong setting: {0}")]
+    Parse(String),
+    #[error("override `{0}` must look like `section.key=value`")]
+    BadOverride(String),
+    #[error("invalid setting `{key}`: {why}")]
+    Invalid { key: &'static str, why: String },
+}
+
+/// A byte size: `"64MiB"` or a number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => parse_size(&s)
+                .map(ByteSize)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like `64MiB`"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" | "KB" => 1 << 10,
+        "MiB" | "M" | "MB" => 1 << 20,
+        "GiB" | "G" | "GB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}`; use KiB, MiB or GiB"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// A duration: `"250ms"`, `"1s"`, `"5m"`, `"1h"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like `250ms`"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("`{s}` needs a unit: ms, s, m or h")),
+    })
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where WAL segments and regions live (default `data`).
+    pub data_dir: PathBuf,
+    pub wal: WalConfig,
+    pub region: RegionConfig,
+    pub cache: CacheConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WalConfig {
+    /// Preallocated size of a segment (default 64MiB).
+    pub segment_size: ByteSize,
+    /// Most bytes framed into one group commit (default 4MiB).
+    pub max_batch_bytes: ByteSize,
+    /// `auto` (io_uring, falling back to write+fdatasync) or `sync`.
+    pub io: String,
+    /// Batches in flight at once on io_uring (default 4).
+    pub depth: usize,
+    /// How often ASYNC_WAL writes are synced (default 1s).
+    pub async_sync_interval: Dur,
+    /// Reuse flushed segments instead of deleting them (default true).
+    pub recycle: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegionConfig {
+    /// Flush a MemStore at this size (default 128MiB).
+    pub flush_size: ByteSize,
+    /// Writers wait above flush_size × this (default 4).
+    pub blocking_multiplier: usize,
+    /// Flush a MemStore whose oldest edit is this old (default 1h).
+    pub flush_age: Dur,
+    /// Largest cell value accepted (default 10MiB).
+    pub max_value_size: ByteSize,
+    /// Flush when a region closes (default true).
+    pub flush_on_close: bool,
+    pub compaction: CompactionConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// Fewest files a minor compaction merges (default 3).
+    pub min_files: usize,
+    /// Most files a minor compaction merges (default 10).
+    pub max_files: usize,
+    /// Size ratio of HBase's selection rule (default 1.2).
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Block cache budget (default 256MiB).
+    pub block_cache_size: ByteSize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("data"),
+            wal: WalConfig::default(),
+            region: RegionConfig::default(),
+            cache: CacheConfig::default(),
+        }
+    }
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        let d = WalOptions::default();
+        WalConfig {
+            segment_size: ByteSize(d.segment_size),
+            max_batch_bytes: ByteSize(d.max_batch_bytes as u64),
+            io: "auto".into(),
+            depth: d.depth,
+            async_sync_interval: Dur(d.async_sync_interval),
+            recycle: d.recycle,
+        }
+    }
+}
+
+impl Default for RegionConfig {
+    fn default() -> Self {
+        let d = RegionOptions::default();
+        RegionConfig {
+            flush_size: ByteSize(d.flush_size as u64),
+            blocking_multiplier: d.blocking_multiplier,
+            flush_age: Dur(d.flush_age),
+            max_value_size: ByteSize(d.max_value_size as u64),
+            flush_on_close: d.flush_on_close,
+            compaction: CompactionConfig::default(),
+        }
+    }
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        let d = CompactionOptions::default();
+        CompactionConfig {
+            min_files: d.min_files,
+            max_files: d.max_files,
+            ratio: d.ratio,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            block_cache_size: ByteSize(256 << 20),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path` (if given), applies `HALITE__…` environment variables,
+    /// then `overrides` (`section.key=value`), and checks the result.
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.to_path_buf(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        let mut doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let mut env: Vec<(String, String)> = std::env::vars()
+            .filter_map(|(k, v)| {
+                k.strip_prefix("HALITE__")
+                    .map(|rest| (rest.to_ascii_lowercase().replace("__", "."), v))
+            })
+            .collect();
+        env.sort();
+        for (key, value) in env {
+            set_path(&mut doc, &key, &value)?;
+        }
+        for o in overrides {
+            let (key, value) = o
+                .split_once('=')
+                .ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
+            set_path(&mut doc, key.trim(), value.trim())?;
+        }
+        let config: Config = toml::Value::Table(doc)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |key, why: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                why: why.into(),
+            })
+        };
+        if !matches!(self.wal.io.as_str(), "auto" | "sync") {
+            return bad("wal.io", "must be `auto` or `sync`");
+        }
+        if self.wal.segment_size.0 < 64 * 1024 {
+            return bad("wal.segment_size", "must be at least 64KiB");
+        }
+        if self.wal.depth == 0 || self.wal.depth > 64 {
+            return bad("wal.depth", "must be 1..=64");
+        }
+        if self.region.flush_size.0 < 64 * 1024 {
+            return bad("region.flush_size", "must be at least 64KiB");
+        }
+        if self.region.blocking_multiplier == 0 {
+            return bad("region.blocking_multiplier", "must be at least 1");
+        }
+        let c = &self.region.compaction;
+        if c.min_files < 2 || c.max_files < c.min_files || c.ratio <= 0.0 {
+            return bad(
+                "region.compaction",
+                "needs 2 <= min_files <= max_files and ratio > 0",
+            );
+        }
+        Ok(())
+    }
+
+    pub fn wal_options(&self) -> WalOptions {
+        WalOptions {
+            segment_size: self.wal.segment_size.0,
+            max_batch_bytes: self.wal.max_batch_bytes.0 as usize,
+            io: if self.wal.io == "sync" {
+                IoBackendChoice::Sync
+            } else {
+                IoBackendChoice::Auto
+            },
+            depth: self.wal.depth,
+            async_sync_interval: self.wal.async_sync_interval.0,
+            recycle: self.wal.recycle,
+        }
+    }
+
+    pub fn region_options(&self) -> RegionOptions {
+        RegionOptions {
+            flush_size: self.region.flush_size.0 as usize,
+            blocking_multiplier: self.region.blocking_multiplier,
+            flush_age: self.region.flush_age.0,
+            max_value_size: self.region.max_value_size.0 as usize,
+            flush_on_close: self.region.flush_on_close,
+            background: true,
+            compaction: CompactionOptions {
+                min_files: self.region.compaction.min_files,
+                max_files: self.region.compaction.max_files,
+                ratio: self.region.compaction.ratio,
+            },
+        }
+    }
+}
+
+/// Sets `a.b.c = value` in a TOML table; the value is parsed as TOML when it
+/// can be (numbers, booleans) and taken as a string otherwise.
+fn set_path(doc: &mut toml::Table, key: &str, raw: &str) -> Result<(), ConfigError> {
+    let parts: Vec<&str> = key.split('.').filter(|p| !p.is_empty()).collect();
+    let Some((last, parents)) = parts.split_last() else {
+        return Err(ConfigError::BadOverride(key.into()));
+    };
+    let mut table = doc;
+    for p in parents {
+        let entry = table
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry
+            .as_table_mut()
+            .ok_or_else(|| ConfigError::BadOverride(format!("{key} (`{p}` is not a section)")))?;
+    }
+    let value = format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    table.insert(last.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_parses_to_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
+        let c = Config::load(Some(&path), &[]).unwrap();
+        let d = Config::default();
+        assert_eq!(c.wal.segment_size, d.wal.segment_size);
+        assert_eq!(c.wal.depth, d.wal.depth);
+        assert_eq!(c.region.flush_size, d.region.flush_size);
+        assert_eq!(c.region.flush_age, d.region.flush_age);
+        assert_eq!(c.cache.block_cache_size, d.cache.block_cache_size);
+        assert_eq!(c.region.compaction.ratio, d.region.compaction.ratio);
+    }
+
+    #[test]
+    fn overrides_apply_and_bad_values_are_named() {
+        let c = Config::load(
+            None,
+            &[
+                "wal.depth=8".into(),
+                "region.flush_size=\"32MiB\"".into(),
+                "wal.io=sync".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.wal.depth, 8);
+        assert_eq!(c.region.flush_size, ByteSize(32 << 20));
+        assert_eq!(c.wal_options().io, IoBackendChoice::Sync);
+        let e = Config::load(None, &["wal.io=uring".into()]).unwrap_err();
+        assert!(e.to_string().contains("wal.io"), "{e}");
+        let e = Config::load(None, &["wal.nope=1".into()]).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+        let e = Config::load(None, &["region.flush_age=\"5 parsecs\"".into()]).unwrap_err();
+        assert!(e.to_string().contains("unit"), "{e}");
+    }
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12 furlongs").is_err());
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("10").is_err());
+    }
+}
