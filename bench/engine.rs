@@ -19,8 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use halite::cell::RowMutation;
-
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use halite::clock::SystemClock;
@@ -29,20 +27,9 @@ use halite::region::wal::{Wal, WalOptions};
 use halite::region::{Region, RegionDescriptor, RegionOptions};
 use halite::scan::{Get, Scan};
 use halite::schema::{Compression, Durability, FamilyDescriptor};
+use halite::tsbs::{self, CPU_FIELDS, cpu_row_key};
 
 const HOSTS: u64 = 100;
-const FIELDS: [&str; 10] = [
-    "usage_user",
-    "usage_system",
-    "usage_idle",
-    "usage_nice",
-    "usage_iowait",
-    "usage_irq",
-    "usage_softirq",
-    "usage_steal",
-    "usage_guest",
-    "usage_guest_nice",
-];
 const MEMSTORE_FLUSH: usize = 64 * 1024 * 1024;
 const BLOCKING_MULTIPLIER: usize = 4;
 const CACHE: usize = 128 * 1024 * 1024;
@@ -53,21 +40,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn row_key(host: u64, ts: u64) -> Vec<u8> {
-    let mut k = format!("host_{host}").into_bytes();
-    k.resize(12, b'_');
-    k.extend_from_slice(&(u64::MAX - ts).to_be_bytes());
-    k
-}
-
-/// Two-decimal sensor values, deterministic.
-fn value(host: u64, step: u64, field: usize) -> f64 {
-    let x = host.wrapping_mul(6364136223846793005)
-        ^ step.wrapping_mul(1442695040888963407)
-        ^ field as u64;
-    ((x >> 33) % 10_000) as f64 / 100.0
 }
 
 fn peak_rss_mb() -> f64 {
@@ -127,7 +99,7 @@ fn main() {
     let dir = tmp.path();
     println!(
         "engine bench: {rows} rows x {} fields, batches of {batch_rows} rows, dir {}",
-        FIELDS.len(),
+        CPU_FIELDS.len(),
         dir.display()
     );
 
@@ -184,12 +156,7 @@ fn main() {
     'outer: for step in 0..steps {
         let ts = start_ts + step * 10_000;
         for host in 0..HOSTS {
-            let mut m = RowMutation::new(row_key(host, ts));
-            m.mutations.reserve(FIELDS.len());
-            for (i, f) in FIELDS.iter().enumerate() {
-                m = m.put("cpu", *f, ts, value(host, step, i).to_be_bytes().to_vec());
-            }
-            batch.push(m);
+            batch.push(tsbs::cpu_row("cpu", host, step, ts));
             written += 1;
             if batch.len() == batch_rows || written == rows {
                 t_build += t0.elapsed().as_secs_f64();
@@ -234,7 +201,7 @@ fn main() {
     let wal_bytes = stats.bytes.load(Ordering::Relaxed);
     let batches = stats.batches.load(Ordering::Relaxed).max(1);
     let syncs = stats.syncs.get();
-    let cells = rows * FIELDS.len() as u64;
+    let cells = rows * CPU_FIELDS.len() as u64;
     let wal_mb_s = wal_bytes as f64 / ingest_secs / 1e6;
     let avg_batch = (wal_bytes / batches) as usize;
     // The same bytes, the same batch size, appended with fdatasync.
@@ -322,7 +289,7 @@ fn main() {
     };
     let steps_written = rows.div_ceil(HOSTS);
     let hot_steps = (steps_written / 10).max(1);
-    let key_at = |host: u64, step: u64| row_key(host, start_ts + step * 10_000);
+    let key_at = |host: u64, step: u64| cpu_row_key(host, start_ts + step * 10_000);
     let hot: Vec<Vec<u8>> = (0..20_000)
         .map(|_| {
             let step = steps_written - 1 - next() % hot_steps;
@@ -341,7 +308,7 @@ fn main() {
             let t = Instant::now();
             let row = region.get(&Get::new(k.clone())).expect("get").expect("row");
             lat.push(t.elapsed().as_nanos() as f64 / 1000.0);
-            assert_eq!(row.cells.len(), FIELDS.len());
+            assert_eq!(row.cells.len(), CPU_FIELDS.len());
         }
         lat.sort_by(|a, b| a.total_cmp(b));
         (lat[lat.len() / 2], lat[lat.len() * 99 / 100])

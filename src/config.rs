@@ -61,7 +61,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("`{s}` is not a size like `64MiB`"))?;
-    let mult = match unit.trim() {
+    let mult = match unit {
         "" | "B" => 1,
         "KiB" | "K" | "KB" => 1 << 10,
         "MiB" | "M" | "MB" => 1 << 20,

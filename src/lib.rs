@@ -33,6 +33,7 @@ pub mod error;
 pub mod region;
 pub mod scan;
 pub mod schema;
+pub mod tsbs;
 
 pub use cell::{Cell, Row, RowMutation};
 pub use error::{Error, ErrorKind, Result};

@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use halite::cell::RowMutation;
-
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use halite::clock::{Clock, SystemClock};
@@ -17,6 +15,7 @@ use halite::region::wal::Wal;
 use halite::region::{Region, RegionDescriptor};
 use halite::scan::{Get, Scan};
 use halite::schema::{Compression, Durability, FamilyDescriptor};
+use halite::tsbs;
 
 const USAGE: &str = "usage: halite demo [--config PATH] [--set KEY=VALUE]... [--dir PATH]
                    [--hosts N] [--points-per-host N]
@@ -27,19 +26,6 @@ const USAGE: &str = "usage: halite demo [--config PATH] [--set KEY=VALUE]... [--
          (configs/halite.toml documents each), HALITE__SECTION__KEY
          environment variables and --set flags. Data goes to --dir, or a
          fresh temporary directory.";
-
-const FIELDS: [&str; 10] = [
-    "usage_user",
-    "usage_system",
-    "usage_idle",
-    "usage_nice",
-    "usage_iowait",
-    "usage_irq",
-    "usage_softirq",
-    "usage_steal",
-    "usage_guest",
-    "usage_guest_nice",
-];
 
 struct DemoArgs {
     dir: Option<PathBuf>,
@@ -84,15 +70,6 @@ fn parse_demo(args: &[String]) -> Result<DemoArgs, String> {
     Ok(out)
 }
 
-/// host name padded to 16 bytes, then the reversed timestamp: one host's
-/// points are contiguous, newest first.
-fn row_key(host: u64, ts: u64) -> Vec<u8> {
-    let mut k = format!("host_{host:04}").into_bytes();
-    k.resize(16, b' ');
-    k.extend_from_slice(&(u64::MAX - ts).to_be_bytes());
-    k
-}
-
 fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let own_dir = args.dir.is_none();
     let dir = args.dir.clone().unwrap_or_else(|| {
@@ -121,12 +98,7 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     for p in 0..args.points {
         let ts = start_ts + p * 10_000;
         for h in 0..args.hosts {
-            let mut m = RowMutation::new(row_key(h, ts));
-            for (i, f) in FIELDS.iter().enumerate() {
-                let v = ((h * 31 + p * 7 + i as u64 * 13) % 10_000) as f64 / 100.0;
-                m = m.put("cpu", *f, ts, v.to_be_bytes().to_vec());
-            }
-            batch.push(m);
+            batch.push(tsbs::cpu_row("cpu", h, p, ts));
             if batch.len() == 1000 {
                 region.mutate(&batch, Durability::SyncWal)?;
                 rows += batch.len() as u64;
@@ -154,8 +126,7 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let host = args.hosts / 2;
-    let mut prefix = format!("host_{host:04}").into_bytes();
-    prefix.resize(16, b' ');
+    let prefix = tsbs::host_prefix(host);
     let started = Instant::now();
     let page = region.scan(&Scan {
         prefix: Some(prefix),
@@ -164,7 +135,7 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     })?;
     println!("last 5 points of host_{host:04} ({:?}):", started.elapsed());
     for row in &page.rows {
-        let ts = u64::MAX - u64::from_be_bytes(row.key[16..24].try_into()?);
+        let ts = tsbs::cpu_row_ts(&row.key).unwrap_or(0);
         let user = row
             .cells
             .iter()
@@ -172,7 +143,7 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
             .map(|c| f64::from_be_bytes(c.value[..8].try_into().unwrap_or([0; 8])));
         println!("  ts={ts} usage_user={user:?} cells={}", row.cells.len());
     }
-    let get = region.get(&Get::new(row_key(0, start_ts)))?;
+    let get = region.get(&Get::new(tsbs::cpu_row_key(0, start_ts)))?;
     println!(
         "get host_0000 at the first timestamp: {} cells",
         get.map_or(0, |r| r.cells.len())

@@ -94,19 +94,26 @@ fn every_flipped_byte_in_a_store_file_is_detected() {
     }
 }
 
-#[test]
-fn a_damaged_store_file_fails_the_read_with_its_name_not_a_wrong_answer() {
+/// A harness whose region was flushed to one store file and then closed,
+/// so the file can be damaged before the next open.
+fn closed_with_one_store_file(rows: u32) -> (Harness, std::path::PathBuf) {
     let mut h = Harness::new(
         families(),
         foreground_options(),
         small_wal(IoBackendChoice::Auto),
     );
-    fill(&h, 300);
+    fill(&h, rows);
     h.region().flush().expect("flush");
     let path = files_in(&h.region_dir(), "sst")
         .pop()
         .expect("a store file");
     drop(h.region.take());
+    (h, path)
+}
+
+#[test]
+fn a_damaged_store_file_fails_the_read_with_its_name_not_a_wrong_answer() {
+    let (mut h, path) = closed_with_one_store_file(300);
     // Flip a byte in the middle of the first data block: the file opens (its
     // trailer, index and meta are fine) but reading that block fails.
     let mut bytes = fs::read(&path).expect("read");
@@ -125,17 +132,7 @@ fn a_damaged_store_file_fails_the_read_with_its_name_not_a_wrong_answer() {
 
 #[test]
 fn a_damaged_trailer_fails_the_open_naming_the_file() {
-    let mut h = Harness::new(
-        families(),
-        foreground_options(),
-        small_wal(IoBackendChoice::Auto),
-    );
-    fill(&h, 10);
-    h.region().flush().expect("flush");
-    let path = files_in(&h.region_dir(), "sst")
-        .pop()
-        .expect("a store file");
-    drop(h.region.take());
+    let (h, path) = closed_with_one_store_file(10);
     let mut bytes = fs::read(&path).expect("read");
     let n = bytes.len();
     bytes[n - 20] ^= 1;
