@@ -810,10 +810,7 @@ impl Inner {
             sources.push(Source::Mem(MemCursor::new(m.clone(), read_point)));
         }
         for (family, files) in &state.files {
-            let wanted = scan.columns.families.is_empty() && scan.columns.columns.is_empty()
-                || scan.columns.families.contains(family)
-                || scan.columns.columns.iter().any(|(f, _)| f == family);
-            if !wanted {
+            if !scan.columns.wants_family(family) {
                 continue;
             }
             for reader in files.iter().rev() {
@@ -854,8 +851,7 @@ fn bloom_may_match(reader: &SstReader, get: &Get, family: &[u8]) -> bool {
         .filter(|(f, _)| f == family)
         .map(|(_, q)| q.as_slice())
         .collect();
-    let whole_family = get.columns.families.is_empty() && get.columns.columns.is_empty()
-        || get.columns.families.iter().any(|f| f == family);
+    let whole_family = get.columns.is_all() || get.columns.families.iter().any(|f| f == family);
     if whole_family || qualifiers.is_empty() {
         return reader.may_contain_row(&get.row);
     }

@@ -99,15 +99,16 @@ impl Columns {
     pub fn all() -> Self {
         Columns::default()
     }
-    fn is_all(&self) -> bool {
+    pub fn is_all(&self) -> bool {
         self.families.is_empty() && self.columns.is_empty()
     }
-    fn wants_family(&self, family: &[u8]) -> bool {
+    /// Whether any column of `family` is selected.
+    pub fn wants_family(&self, family: &[u8]) -> bool {
         self.is_all()
             || self.families.iter().any(|f| f == family)
             || self.columns.iter().any(|(f, _)| f == family)
     }
-    fn wants(&self, family: &[u8], qualifier: &[u8]) -> bool {
+    pub fn wants(&self, family: &[u8], qualifier: &[u8]) -> bool {
         self.is_all()
             || self.families.iter().any(|f| f == family)
             || self
