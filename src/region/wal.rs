@@ -146,13 +146,33 @@ impl Ticket {
     }
 }
 
+/// The WAL side of a ticket. Dropping it unresolved — a request still
+/// queued when the WAL stops — fails the ticket, so no waiter hangs.
+#[derive(Debug)]
+struct Resolver(Ticket);
+
+impl Resolver {
+    fn resolve(self, outcome: Result<(), String>) {
+        self.0.resolve(outcome);
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        if !self.0.is_resolved() {
+            self.0
+                .resolve(Err("wal closed before the record was written".into()));
+        }
+    }
+}
+
 enum Request {
     Append {
         region_id: u64,
         max_seq: u64,
         payload: Vec<u8>,
         sync: bool,
-        ticket: Ticket,
+        ticket: Resolver,
     },
     Shutdown,
 }
@@ -389,7 +409,7 @@ impl Wal {
             max_seq,
             payload,
             sync,
-            ticket: ticket.clone(),
+            ticket: Resolver(ticket.clone()),
         })
         .map_err(|_| WalError::Closed)?;
         Ok(ticket)
@@ -590,7 +610,7 @@ fn activate_segment(dir: &Path, id: u64) -> Result<(), WalError> {
 
 struct Batch {
     id: u64,
-    tickets: Vec<Ticket>,
+    tickets: Vec<Resolver>,
     outcome: Option<std::io::Result<()>>,
     sync: bool,
     submitted: Instant,
@@ -729,7 +749,7 @@ impl Writer {
         let offset = self.offset;
         self.offset += bytes as u64;
         if let Err(e) = self.io.submit(id, &self.file, offset, buf, sync) {
-            for t in &tickets {
+            for t in tickets {
                 t.resolve(Err(e.to_string()));
             }
             self.fail(format!("submit wal write: {e}"));
@@ -885,5 +905,38 @@ fn request_len(r: &Request) -> usize {
     match r {
         Request::Append { payload, .. } => payload.len() + record::FRAME_HEADER_LEN,
         Request::Shutdown => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_request_fails_its_ticket_instead_of_hanging() {
+        let ticket = Ticket::new();
+        drop(Resolver(ticket.clone()));
+        assert!(matches!(ticket.wait(), Err(WalError::Failed(_))));
+        let ticket = Ticket::new();
+        Resolver(ticket.clone()).resolve(Ok(()));
+        assert!(ticket.wait().is_ok());
+    }
+
+    #[test]
+    fn appends_after_close_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(
+            dir.path(),
+            WalOptions {
+                segment_size: 64 * 1024,
+                ..WalOptions::default()
+            },
+        )
+        .unwrap();
+        wal.close();
+        assert!(matches!(
+            wal.append(1, 1, vec![1], true),
+            Err(WalError::Closed)
+        ));
     }
 }
