@@ -30,6 +30,7 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod key;
 pub mod region;
 pub mod scan;
 pub mod schema;

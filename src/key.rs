@@ -1,0 +1,694 @@
+//! Row-key design: a table's key schema turns a point's named fields into a
+//! row key and back (DESIGN §2).
+//!
+//! ```text
+//! [salt: width bytes = hash(salt fields) % buckets] [md5 prefix] field₁ field₂ … fieldₙ
+//! ```
+//!
+//! - **Field order** is the field swap / promotion: putting `metric` or
+//!   `host` before the timestamp keeps a series contiguous.
+//! - **Encodings** make byte order equal logical order: fixed-width strings
+//!   padded with zero bytes (so "a" < "ab" < "b", and "02" < "10"), big-endian
+//!   unsigned integers, timestamps (epoch ms, big-endian), reversed
+//!   timestamps (`u64::MAX - ts`, newest first) and uniquifiers.
+//! - **Salt** spreads writes over `buckets` pre-split regions: the series
+//!   identity by default (OpenTSDB: one series stays in one bucket), or the
+//!   timestamp (the seed articles' `hash(ts) % N`: even writes, every read
+//!   fans out), or any listed fields. The hash is xxh3-64 of the encoded salt
+//!   fields, a stable function, so keys written today route the same later.
+//! - **Hashed keys** (`md5_prefix`) put the first bytes of the MD5 of the
+//!   encoded fields in front, for random-access tables; such keys still
+//!   decode, but a range of them is not a range of field values.
+//!
+//! Byte layout and rules are also in `docs/row-keys.md`.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// How a field is stored in the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldEncoding {
+    /// UTF-8 text of at most `width` bytes, zero-padded; longer is an error.
+    String { width: usize },
+    /// Unsigned integer in `width` bytes (1, 2, 4 or 8), big-endian.
+    Uint { width: usize },
+    /// Epoch milliseconds, 8 bytes big-endian: oldest first.
+    Timestamp,
+    /// `u64::MAX - epoch ms`, 8 bytes big-endian: newest first.
+    ReversedTimestamp,
+    /// A number that makes otherwise equal keys distinct (a sequence or
+    /// nanotime suffix), `width` bytes big-endian.
+    Uniquifier { width: usize },
+}
+
+impl FieldEncoding {
+    fn width(&self) -> usize {
+        match self {
+            FieldEncoding::String { width } => *width,
+            FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width } => *width,
+            FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp => 8,
+        }
+    }
+
+    fn is_time(&self) -> bool {
+        matches!(
+            self,
+            FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp
+        )
+    }
+}
+
+/// A key field: `{ name = "host", type = "string", width = 16 }` in TOML or
+/// JSON. Types: `string` and `uint` and `uniquifier` (with `width`),
+/// `timestamp`, `reversed_timestamp`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "FieldSpec", into = "FieldSpec")]
+pub struct KeyField {
+    pub name: String,
+    pub encoding: FieldEncoding,
+}
+
+/// The written form of a [`KeyField`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FieldSpec {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    width: Option<usize>,
+}
+
+impl TryFrom<FieldSpec> for KeyField {
+    type Error = String;
+    fn try_from(f: FieldSpec) -> Result<Self, String> {
+        let width = |kind: &str| {
+            f.width
+                .ok_or_else(|| format!("key field `{}` of type {kind} needs a width", f.name))
+        };
+        let encoding = match f.kind.as_str() {
+            "string" => FieldEncoding::String {
+                width: width("string")?,
+            },
+            "uint" => FieldEncoding::Uint {
+                width: width("uint")?,
+            },
+            "uniquifier" => FieldEncoding::Uniquifier {
+                width: width("uniquifier")?,
+            },
+            "timestamp" => FieldEncoding::Timestamp,
+            "reversed_timestamp" => FieldEncoding::ReversedTimestamp,
+            other => {
+                return Err(format!(
+                    "key field `{}` has unknown type `{other}`; use string, uint, timestamp, reversed_timestamp or uniquifier",
+                    f.name
+                ));
+            }
+        };
+        Ok(KeyField {
+            name: f.name,
+            encoding,
+        })
+    }
+}
+
+impl From<KeyField> for FieldSpec {
+    fn from(f: KeyField) -> Self {
+        let (kind, width) = match f.encoding {
+            FieldEncoding::String { width } => ("string", Some(width)),
+            FieldEncoding::Uint { width } => ("uint", Some(width)),
+            FieldEncoding::Uniquifier { width } => ("uniquifier", Some(width)),
+            FieldEncoding::Timestamp => ("timestamp", None),
+            FieldEncoding::ReversedTimestamp => ("reversed_timestamp", None),
+        };
+        FieldSpec {
+            name: f.name,
+            kind: kind.into(),
+            width,
+        }
+    }
+}
+
+/// Which fields the salt hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SaltFrom {
+    /// Every field but timestamps and uniquifiers: one series, one bucket.
+    #[default]
+    Series,
+    /// The timestamp field(s) only.
+    Timestamp,
+    /// These fields, by name.
+    Fields(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Salt {
+    /// Number of buckets (and pre-split regions), 2..=65535.
+    pub buckets: u32,
+    /// Bytes of salt: 1 (up to 256 buckets) or 2.
+    #[serde(default = "one")]
+    pub width: usize,
+    #[serde(default)]
+    pub from: SaltFrom,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The whole key schema of a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySchema {
+    pub fields: Vec<KeyField>,
+    #[serde(default)]
+    pub salt: Option<Salt>,
+    /// Bytes of MD5 put before the fields (hashed-key mode); 0 for none.
+    #[serde(default)]
+    pub md5_prefix: usize,
+}
+
+/// A field value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FieldValue {
+    Uint(u64),
+    Str(String),
+}
+
+impl FieldValue {
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            FieldValue::Uint(v) => Some(*v),
+            FieldValue::Str(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for FieldValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldValue::Uint(v) => write!(f, "{v}"),
+            FieldValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A decoded key: its bucket (if salted) and its fields by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedKey {
+    pub bucket: Option<u32>,
+    pub fields: Vec<(String, FieldValue)>,
+}
+
+fn invalid(msg: String) -> Error {
+    Error::InvalidInput(msg)
+}
+
+impl KeySchema {
+    /// Checks the schema; every problem names the field.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.fields.is_empty() {
+            return Err(invalid("a key schema needs at least one field".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &self.fields {
+            if f.name.is_empty() || !names.insert(f.name.as_str()) {
+                return Err(invalid(format!(
+                    "key field names must be unique and non-empty. field=`{}`",
+                    f.name
+                )));
+            }
+            match f.encoding {
+                FieldEncoding::String { width } if width == 0 || width > 1024 => {
+                    return Err(invalid(format!(
+                        "string key field width must be 1..=1024. field=`{}`",
+                        f.name
+                    )));
+                }
+                FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width }
+                    if ![1, 2, 4, 8].contains(&width) =>
+                {
+                    return Err(invalid(format!(
+                        "integer key field width must be 1, 2, 4 or 8. field=`{}`",
+                        f.name
+                    )));
+                }
+                _ => {}
+            }
+        }
+        if self.md5_prefix > 16 {
+            return Err(invalid("md5_prefix is at most 16 bytes".into()));
+        }
+        if let Some(s) = &self.salt {
+            if !(s.width == 1 || s.width == 2) {
+                return Err(invalid("salt width must be 1 or 2 bytes".into()));
+            }
+            let max = if s.width == 1 { 256 } else { 65_536 };
+            if s.buckets < 2 || s.buckets > max {
+                return Err(invalid(format!(
+                    "salt buckets must be 2..={max} for a {}-byte salt, got {}",
+                    s.width, s.buckets
+                )));
+            }
+            let salt_fields = self.salt_field_indexes();
+            if salt_fields.is_empty() {
+                return Err(invalid(
+                    "the salt hashes no field: list fields that exist".into(),
+                ));
+            }
+            if let SaltFrom::Fields(names) = &s.from
+                && let Some(missing) = names
+                    .iter()
+                    .find(|n| !self.fields.iter().any(|f| &f.name == *n))
+            {
+                return Err(invalid(format!(
+                    "salt names an unknown field. field=`{missing}`"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of salt (and hash prefix) before the fields.
+    pub fn prefix_len(&self) -> usize {
+        self.salt.as_ref().map_or(0, |s| s.width) + self.md5_prefix
+    }
+
+    /// Total key length: every field has a fixed width.
+    pub fn key_len(&self) -> usize {
+        self.prefix_len()
+            + self
+                .fields
+                .iter()
+                .map(|f| f.encoding.width())
+                .sum::<usize>()
+    }
+
+    pub fn buckets(&self) -> u32 {
+        self.salt.as_ref().map_or(1, |s| s.buckets)
+    }
+
+    /// Indexes of the fields the salt hashes, in key order.
+    pub fn salt_field_indexes(&self) -> Vec<usize> {
+        let Some(s) = &self.salt else {
+            return Vec::new();
+        };
+        self.fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| match &s.from {
+                SaltFrom::Series => {
+                    !f.encoding.is_time() && !matches!(f.encoding, FieldEncoding::Uniquifier { .. })
+                }
+                SaltFrom::Timestamp => f.encoding.is_time(),
+                SaltFrom::Fields(names) => names.contains(&f.name),
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Length of the series identity: the leading fields before the first
+    /// timestamp or uniquifier, plus salt and hash prefix. The ROWPREFIX bloom
+    /// filter covers this many bytes.
+    pub fn series_prefix_len(&self) -> usize {
+        let fields: usize = self
+            .fields
+            .iter()
+            .take_while(|f| {
+                !f.encoding.is_time() && !matches!(f.encoding, FieldEncoding::Uniquifier { .. })
+            })
+            .map(|f| f.encoding.width())
+            .sum();
+        self.prefix_len() + fields
+    }
+
+    fn field_index(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    /// Encodes one field value into `out`.
+    fn encode_field(&self, i: usize, value: &FieldValue, out: &mut Vec<u8>) -> Result<(), Error> {
+        let f = &self.fields[i];
+        let wrong = |want: &str| {
+            invalid(format!(
+                "key field `{}` needs {want}, got `{value}`",
+                f.name
+            ))
+        };
+        match (&f.encoding, value) {
+            (FieldEncoding::String { width }, FieldValue::Str(s)) => {
+                if s.len() > *width {
+                    return Err(invalid(format!(
+                        "key field `{}` is {} bytes, longer than its width {width}: `{s}`",
+                        f.name,
+                        s.len()
+                    )));
+                }
+                if s.as_bytes().contains(&0) {
+                    return Err(invalid(format!(
+                        "key field `{}` may not contain a NUL byte",
+                        f.name
+                    )));
+                }
+                out.extend_from_slice(s.as_bytes());
+                out.resize(out.len() + width - s.len(), 0);
+            }
+            (
+                FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width },
+                FieldValue::Uint(v),
+            ) => {
+                if *width < 8 && *v >= 1u64 << (8 * width) {
+                    return Err(invalid(format!(
+                        "key field `{}` value {v} does not fit in {width} byte(s)",
+                        f.name
+                    )));
+                }
+                out.extend_from_slice(&v.to_be_bytes()[8 - width..]);
+            }
+            (FieldEncoding::Timestamp, FieldValue::Uint(v)) => {
+                out.extend_from_slice(&v.to_be_bytes())
+            }
+            (FieldEncoding::ReversedTimestamp, FieldValue::Uint(v)) => {
+                out.extend_from_slice(&(u64::MAX - v).to_be_bytes())
+            }
+            (FieldEncoding::String { .. }, _) => return Err(wrong("a string")),
+            _ => return Err(wrong("an unsigned integer")),
+        }
+        Ok(())
+    }
+
+    /// The salt bucket of a point whose fields are `values` (in key order).
+    fn bucket_of(&self, encoded_fields: &[u8]) -> Option<u32> {
+        let salt = self.salt.as_ref()?;
+        let mut hashed = Vec::new();
+        let mut at = 0;
+        let salt_fields = self.salt_field_indexes();
+        for (i, f) in self.fields.iter().enumerate() {
+            let w = f.encoding.width();
+            if salt_fields.contains(&i) {
+                hashed.extend_from_slice(&encoded_fields[at..at + w]);
+            }
+            at += w;
+        }
+        Some((xxhash_rust::xxh3::xxh3_64(&hashed) % u64::from(salt.buckets)) as u32)
+    }
+
+    /// The salt bytes of a bucket.
+    pub fn salt_bytes(&self, bucket: u32) -> Vec<u8> {
+        match &self.salt {
+            Some(s) if s.width == 1 => vec![bucket as u8],
+            Some(_) => (bucket as u16).to_be_bytes().to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Encodes a full key from named values; every field must be given.
+    pub fn encode(&self, values: &[(&str, FieldValue)]) -> Result<Vec<u8>, Error> {
+        let mut ordered: Vec<Option<&FieldValue>> = vec![None; self.fields.len()];
+        for (name, v) in values {
+            let i = self
+                .field_index(name)
+                .ok_or_else(|| invalid(format!("no key field named `{name}`")))?;
+            ordered[i] = Some(v);
+        }
+        let mut fields = Vec::with_capacity(self.key_len());
+        for (i, v) in ordered.iter().enumerate() {
+            let v = v.ok_or_else(|| {
+                invalid(format!("key field `{}` is missing", self.fields[i].name))
+            })?;
+            self.encode_field(i, v, &mut fields)?;
+        }
+        Ok(self.assemble(&fields))
+    }
+
+    /// Encodes values given in key order.
+    pub fn encode_ordered(&self, values: &[FieldValue]) -> Result<Vec<u8>, Error> {
+        if values.len() != self.fields.len() {
+            return Err(invalid(format!(
+                "key needs {} field values, got {}",
+                self.fields.len(),
+                values.len()
+            )));
+        }
+        let mut fields = Vec::with_capacity(self.key_len());
+        for (i, v) in values.iter().enumerate() {
+            self.encode_field(i, v, &mut fields)?;
+        }
+        Ok(self.assemble(&fields))
+    }
+
+    fn assemble(&self, fields: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix_len() + fields.len());
+        if let Some(b) = self.bucket_of(fields) {
+            key.extend_from_slice(&self.salt_bytes(b));
+        }
+        if self.md5_prefix > 0 {
+            let digest = md5::compute(fields);
+            key.extend_from_slice(&digest.0[..self.md5_prefix]);
+        }
+        key.extend_from_slice(fields);
+        key
+    }
+
+    /// Encodes the leading fields `values` (in key order, fewer than all):
+    /// the prefix every key of those values starts with, after the salt.
+    pub fn encode_leading(&self, values: &[FieldValue]) -> Result<Vec<u8>, Error> {
+        if values.len() > self.fields.len() {
+            return Err(invalid("more values than key fields".into()));
+        }
+        let mut out = Vec::new();
+        for (i, v) in values.iter().enumerate() {
+            self.encode_field(i, v, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// The bucket a query with these leading values lands in, when they fix
+    /// every salt field; `None` when it must fan out.
+    pub fn bucket_for_leading(&self, values: &[FieldValue]) -> Result<Option<u32>, Error> {
+        if self.salt.is_none() {
+            return Ok(None);
+        }
+        let salt_fields = self.salt_field_indexes();
+        if salt_fields.iter().any(|&i| i >= values.len()) {
+            return Ok(None);
+        }
+        let mut encoded = self.encode_leading(values)?;
+        let full: usize = self.fields.iter().map(|f| f.encoding.width()).sum();
+        encoded.resize(full, 0);
+        Ok(self.bucket_of(&encoded))
+    }
+
+    /// Decodes a key back to named fields.
+    pub fn decode(&self, key: &[u8]) -> Result<DecodedKey, Error> {
+        if key.len() != self.key_len() {
+            return Err(invalid(format!(
+                "key is {} bytes, the schema's keys are {}",
+                key.len(),
+                self.key_len()
+            )));
+        }
+        let bucket = self.salt.as_ref().map(|s| {
+            if s.width == 1 {
+                u32::from(key[0])
+            } else {
+                u32::from(u16::from_be_bytes([key[0], key[1]]))
+            }
+        });
+        let mut at = self.prefix_len();
+        let mut fields = Vec::with_capacity(self.fields.len());
+        for f in &self.fields {
+            let w = f.encoding.width();
+            let bytes = &key[at..at + w];
+            at += w;
+            let value = match f.encoding {
+                FieldEncoding::String { .. } => {
+                    let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+                    let s = std::str::from_utf8(&bytes[..end])
+                        .map_err(|_| invalid(format!("key field `{}` is not UTF-8", f.name)))?;
+                    FieldValue::Str(s.to_string())
+                }
+                FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. } => {
+                    let mut b = [0u8; 8];
+                    b[8 - w..].copy_from_slice(bytes);
+                    FieldValue::Uint(u64::from_be_bytes(b))
+                }
+                FieldEncoding::Timestamp => {
+                    FieldValue::Uint(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
+                }
+                FieldEncoding::ReversedTimestamp => FieldValue::Uint(
+                    u64::MAX - u64::from_be_bytes(bytes.try_into().expect("8 bytes")),
+                ),
+            };
+            fields.push((f.name.clone(), value));
+        }
+        Ok(DecodedKey { bucket, fields })
+    }
+
+    /// The logical order of two value lists (key order): strings and numbers
+    /// ascending, reversed timestamps descending. Byte order of encoded keys
+    /// within one bucket equals this.
+    pub fn logical_cmp(&self, a: &[FieldValue], b: &[FieldValue]) -> Ordering {
+        for (f, (x, y)) in self.fields.iter().zip(a.iter().zip(b)) {
+            let o = match (x, y) {
+                (FieldValue::Str(x), FieldValue::Str(y)) => x.as_bytes().cmp(y.as_bytes()),
+                (FieldValue::Uint(x), FieldValue::Uint(y)) => {
+                    if f.encoding == FieldEncoding::ReversedTimestamp {
+                        y.cmp(x)
+                    } else {
+                        x.cmp(y)
+                    }
+                }
+                _ => Ordering::Equal,
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu() -> KeySchema {
+        toml::from_str(
+            r#"
+            fields = [
+              { name = "metric", type = "string", width = 8 },
+              { name = "host", type = "string", width = 12 },
+              { name = "ts", type = "reversed_timestamp" },
+            ]
+            salt = { buckets = 16 }
+            "#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn schema_from_toml_round_trips_a_key() {
+        let s = cpu();
+        s.validate().unwrap();
+        assert_eq!(s.key_len(), 1 + 8 + 12 + 8);
+        assert_eq!(s.series_prefix_len(), 1 + 8 + 12);
+        let key = s
+            .encode(&[
+                ("ts", FieldValue::Uint(1_700_000_000_000)),
+                ("host", FieldValue::Str("host_7".into())),
+                ("metric", FieldValue::Str("cpu".into())),
+            ])
+            .unwrap();
+        let d = s.decode(&key).unwrap();
+        assert!(d.bucket.unwrap() < 16);
+        assert_eq!(
+            d.fields,
+            vec![
+                ("metric".to_string(), FieldValue::Str("cpu".into())),
+                ("host".to_string(), FieldValue::Str("host_7".into())),
+                ("ts".to_string(), FieldValue::Uint(1_700_000_000_000)),
+            ]
+        );
+        // One series, one bucket: the salt ignores the timestamp.
+        let other_time = s
+            .encode_ordered(&[
+                FieldValue::Str("cpu".into()),
+                FieldValue::Str("host_7".into()),
+                FieldValue::Uint(5),
+            ])
+            .unwrap();
+        assert_eq!(key[0], other_time[0]);
+        assert_eq!(
+            s.bucket_for_leading(&[
+                FieldValue::Str("cpu".into()),
+                FieldValue::Str("host_7".into())
+            ])
+            .unwrap(),
+            Some(u32::from(key[0]))
+        );
+        assert_eq!(
+            s.bucket_for_leading(&[FieldValue::Str("cpu".into())])
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_values_and_schemas_are_named() {
+        let s = cpu();
+        let e = s
+            .encode_ordered(&[
+                FieldValue::Str("a-very-long-metric".into()),
+                FieldValue::Str("h".into()),
+                FieldValue::Uint(1),
+            ])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("metric") && e.to_string().contains("width 8"),
+            "{e}"
+        );
+        let e = s
+            .encode(&[("metric", FieldValue::Str("cpu".into()))])
+            .unwrap_err();
+        assert!(e.to_string().contains("`host` is missing"), "{e}");
+        let e = s
+            .encode_ordered(&[
+                FieldValue::Uint(1),
+                FieldValue::Str("h".into()),
+                FieldValue::Uint(1),
+            ])
+            .unwrap_err();
+        assert!(e.to_string().contains("needs a string"), "{e}");
+        let mut bad = cpu();
+        bad.salt = Some(Salt {
+            buckets: 300,
+            width: 1,
+            from: SaltFrom::Series,
+        });
+        assert!(bad.validate().unwrap_err().to_string().contains("2..=256"));
+        let mut bad = cpu();
+        bad.fields.push(KeyField {
+            name: "n".into(),
+            encoding: FieldEncoding::Uint { width: 3 },
+        });
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("1, 2, 4 or 8")
+        );
+    }
+
+    #[test]
+    fn timestamp_salt_and_md5_prefix() {
+        let s: KeySchema = toml::from_str(
+            r#"
+            fields = [ { name = "id", type = "uint", width = 4 }, { name = "ts", type = "timestamp" } ]
+            salt = { buckets = 300, width = 2, from = "timestamp" }
+            md5_prefix = 4
+            "#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.key_len(), 2 + 4 + 4 + 8);
+        let k = s
+            .encode_ordered(&[FieldValue::Uint(42), FieldValue::Uint(99)])
+            .unwrap();
+        assert_eq!(
+            s.decode(&k).unwrap().fields[0],
+            ("id".to_string(), FieldValue::Uint(42))
+        );
+        // The salt hashes the timestamp only.
+        let k2 = s
+            .encode_ordered(&[FieldValue::Uint(7), FieldValue::Uint(99)])
+            .unwrap();
+        assert_eq!(k[..2], k2[..2]);
+    }
+}
