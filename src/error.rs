@@ -18,6 +18,8 @@ pub enum ErrorKind {
     InvalidInput,
     /// The thing named does not exist (table, family).
     NotFound,
+    /// The thing to create exists already, or is still in use.
+    Conflict,
     /// Temporarily unable (overloaded, shutting down a writer); retry later.
     Unavailable,
     /// Data on disk failed a check; the named file needs attention.
@@ -41,6 +43,16 @@ pub enum Error {
     InvalidInput(String),
     #[error("unknown column family. family=`{0}`")]
     UnknownFamily(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("catalog corrupt: {what}. file=`{path}`, offset=`{offset}`")]
+    CatalogCorrupt {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
     #[error("region is closed; reopen it to continue")]
     Closed,
     #[error(
@@ -63,7 +75,9 @@ impl Error {
             Error::Sst(e) => e.kind(),
             Error::Manifest(e) => e.kind(),
             Error::InvalidInput(_) => ErrorKind::InvalidInput,
-            Error::UnknownFamily(_) => ErrorKind::NotFound,
+            Error::UnknownFamily(_) | Error::NotFound(_) => ErrorKind::NotFound,
+            Error::Conflict(_) => ErrorKind::Conflict,
+            Error::CatalogCorrupt { .. } => ErrorKind::Corruption,
             Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
             Error::Io { .. } => ErrorKind::Internal,
         }

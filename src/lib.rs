@@ -25,11 +25,13 @@
 
 #![deny(clippy::unwrap_used)]
 
+pub mod catalog;
 pub mod cell;
 pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod fsutil;
 pub mod key;
 pub mod region;
 pub mod scan;

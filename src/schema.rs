@@ -2,41 +2,116 @@
 
 use crate::error::{Error, Result};
 
+use serde::{Deserialize, Serialize};
+
 /// Which keys a store file's bloom filter holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BloomType {
+    #[serde(rename = "NONE", alias = "none")]
     None,
     /// Row keys: Gets skip files that cannot hold the row.
+    #[serde(rename = "ROW", alias = "row")]
     Row,
     /// Row + qualifier: Gets of given columns skip files without them.
+    #[serde(rename = "ROWCOL", alias = "rowcol")]
     RowCol,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Compression {
+    #[serde(rename = "NONE", alias = "none")]
     None,
+    #[serde(rename = "SNAPPY", alias = "snappy")]
     Snappy,
 }
 
 /// How keys inside a data block are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DataBlockEncoding {
     /// Every key whole.
+    #[serde(rename = "NONE", alias = "none")]
     None,
     /// Each key stores only what differs from the previous one.
+    #[serde(rename = "PREFIX", alias = "prefix")]
     Prefix,
 }
 
 /// When a write is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Durability {
     /// No WAL: durable only once flushed to a store file.
+    #[serde(rename = "SKIP_WAL", alias = "skip_wal")]
     SkipWal,
     /// Written to the WAL at once, synced on an interval.
+    #[serde(rename = "ASYNC_WAL", alias = "async_wal")]
     AsyncWal,
     /// Acknowledged after the WAL is synced (fdatasync).
     #[default]
+    #[serde(rename = "SYNC_WAL", alias = "sync_wal")]
     SyncWal,
+}
+
+/// A column family as written in configuration and API requests, with
+/// HBase's attribute names; every attribute but `name` has HBase's default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FamilySpec {
+    pub name: String,
+    #[serde(default = "FamilySpec::one")]
+    pub versions: u32,
+    #[serde(default)]
+    pub min_versions: u32,
+    /// Seconds; absent is forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u64>,
+    #[serde(default = "FamilySpec::block")]
+    pub blocksize: usize,
+    #[serde(default = "FamilySpec::yes")]
+    pub blockcache: bool,
+    #[serde(default)]
+    pub in_memory: bool,
+    #[serde(default = "FamilySpec::row")]
+    pub bloomfilter: BloomType,
+    #[serde(default = "FamilySpec::no_compression")]
+    pub compression: Compression,
+    #[serde(default = "FamilySpec::prefix")]
+    pub data_block_encoding: DataBlockEncoding,
+}
+
+impl FamilySpec {
+    fn one() -> u32 {
+        1
+    }
+    fn block() -> usize {
+        64 * 1024
+    }
+    fn yes() -> bool {
+        true
+    }
+    fn row() -> BloomType {
+        BloomType::Row
+    }
+    fn no_compression() -> Compression {
+        Compression::None
+    }
+    fn prefix() -> DataBlockEncoding {
+        DataBlockEncoding::Prefix
+    }
+
+    pub fn descriptor(&self) -> FamilyDescriptor {
+        FamilyDescriptor {
+            name: self.name.as_bytes().to_vec(),
+            versions: self.versions,
+            min_versions: self.min_versions,
+            ttl_secs: self.ttl,
+            block_size: self.blocksize,
+            block_cache: self.blockcache,
+            in_memory: self.in_memory,
+            bloom: self.bloomfilter,
+            compression: self.compression,
+            data_block_encoding: self.data_block_encoding,
+        }
+    }
 }
 
 /// A column family and its storage attributes. Defaults follow HBase.

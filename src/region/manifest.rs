@@ -18,8 +18,7 @@
 //! file_id*`.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
@@ -77,31 +76,14 @@ impl Manifest {
                 put_varint(&mut body, *id);
             }
         }
-        let mut out = Vec::with_capacity(body.len() + 16);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&body);
-        out
+        crate::fsutil::seal(MAGIC, &body)
     }
 
     pub fn decode(buf: &[u8]) -> Result<Manifest, DecodeError> {
-        let mut r = Reader::new(buf);
-        if r.bytes(8, "manifest magic")? != MAGIC {
-            return Err(DecodeError {
-                offset: 0,
-                what: "bad manifest magic",
-            });
-        }
-        let crc = r.u32_le("manifest checksum")?;
-        let len = r.u32_le("manifest length")? as usize;
-        let body = r.bytes(len, "manifest body")?;
-        if crc32c::crc32c(body) != crc {
-            return Err(DecodeError {
-                offset: 8,
-                what: "manifest checksum mismatch",
-            });
-        }
+        let body = crate::fsutil::unseal(MAGIC, buf).map_err(|(offset, what)| DecodeError {
+            offset: offset as usize,
+            what,
+        })?;
         let mut r = Reader::new(body);
         let next_file_id = r.varint("next file id")?;
         let flushed_seq = r.varint("flushed sequence id")?;
@@ -148,22 +130,13 @@ impl Manifest {
 
     /// Replaces the manifest of `dir` atomically.
     pub fn store(&self, dir: &Path) -> Result<(), ManifestError> {
-        let tmp = dir.join("MANIFEST.tmp");
-        let path = dir.join(MANIFEST_FILE);
-        let io = |path: &Path, op, source| ManifestError::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        };
-        let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create manifest", e))?;
-        f.write_all(&self.encode())
-            .and_then(|_| f.sync_all())
-            .map_err(|e| io(&tmp, "write manifest", e))?;
-        drop(f);
-        fs::rename(&tmp, &path).map_err(|e| io(&path, "rename manifest", e))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io(dir, "fsync directory", e))
+        crate::fsutil::replace_atomically(dir, MANIFEST_FILE, &self.encode()).map_err(|source| {
+            ManifestError::Io {
+                path: dir.join(MANIFEST_FILE),
+                op: "replace manifest",
+                source,
+            }
+        })
     }
 }
 

@@ -279,9 +279,7 @@ fn segment_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 fn fsync_dir(dir: &Path) -> Result<(), WalError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| WalError::io(dir, "fsync directory", e))
+    crate::fsutil::fsync_dir(dir).map_err(|e| WalError::io(dir, "fsync directory", e))
 }
 
 impl Wal {

@@ -252,8 +252,7 @@ impl SstWriter {
         fs::rename(&self.tmp_path, &self.final_path)
             .map_err(|e| SstError::io(&self.final_path, "rename store file", e))?;
         // fsync the folder, or the rename may not survive a crash.
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
+        crate::fsutil::fsync_dir(&self.dir)
             .map_err(|e| SstError::io(&self.dir, "fsync directory", e))?;
         Ok((self.final_path, self.meta, self.offset))
     }

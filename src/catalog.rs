@@ -1,0 +1,395 @@
+//! The catalog: namespaces and tables — each table's column families, key
+//! schema, durability and regions.
+//!
+//! Stored as one file, `CATALOG` (a checksummed JSON document, see
+//! [`crate::fsutil::seal`]), replaced atomically on every change with the same
+//! care as a region manifest: written to a temporary name, fsynced, renamed,
+//! directory fsynced. A crash leaves the old catalog or the new one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::key::KeySchema;
+use crate::schema::{Durability, FamilySpec};
+
+pub const CATALOG_FILE: &str = "CATALOG";
+const MAGIC: &[u8; 8] = b"HALCAT\0\x01";
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// `namespace:table`; a bare `table` is in `default`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TableName {
+    pub namespace: String,
+    pub table: String,
+}
+
+fn check_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!(
+            "{what} name must be 1..=128 of letters, digits, '_', '-', '.'. name=`{name}`"
+        )))
+    }
+}
+
+impl TableName {
+    pub fn parse(s: &str) -> Result<TableName> {
+        let (namespace, table) = match s.split_once(':') {
+            Some((ns, t)) => (ns, t),
+            None => (DEFAULT_NAMESPACE, s),
+        };
+        check_name("namespace", namespace)?;
+        check_name("table", table)?;
+        Ok(TableName {
+            namespace: namespace.into(),
+            table: table.into(),
+        })
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.namespace, self.table)
+    }
+}
+
+impl Serialize for TableName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TableName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        TableName::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Bytes written as lowercase hex in JSON.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = String::deserialize(d)?;
+        super::from_hex(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+pub fn from_hex(s: &str) -> std::result::Result<Vec<u8>, String> {
+    if s.len() % 2 != 0 {
+        return Err(format!("hex string has odd length: `{s}`"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("not hex: `{s}`"))
+        })
+        .collect()
+}
+
+/// One region of a table: rows in `[start, end)`; an empty `end` is the end
+/// of the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionInfo {
+    pub id: u64,
+    #[serde(with = "hex_bytes")]
+    pub start: Vec<u8>,
+    #[serde(with = "hex_bytes")]
+    pub end: Vec<u8>,
+}
+
+impl RegionInfo {
+    pub fn contains(&self, row: &[u8]) -> bool {
+        row >= self.start.as_slice() && (self.end.is_empty() || row < self.end.as_slice())
+    }
+}
+
+/// A create-table request (from config or the API).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTable {
+    pub name: TableName,
+    pub families: Vec<FamilySpec>,
+    pub key: KeySchema,
+    #[serde(default)]
+    pub durability: Durability,
+    /// Extra split points (hex row keys), on top of one region per salt bucket.
+    #[serde(default)]
+    pub split_points: Vec<String>,
+}
+
+/// Everything the catalog knows about a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDescriptor {
+    pub name: TableName,
+    pub families: Vec<FamilySpec>,
+    pub key: KeySchema,
+    pub durability: Durability,
+    /// Sorted by start key, covering every row exactly once.
+    pub regions: Vec<RegionInfo>,
+    pub created_ms: u64,
+}
+
+impl TableDescriptor {
+    /// The region holding `row`.
+    pub fn region_for(&self, row: &[u8]) -> &RegionInfo {
+        let i = self
+            .regions
+            .partition_point(|r| r.start.as_slice() <= row)
+            .saturating_sub(1);
+        &self.regions[i]
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct CatalogData {
+    namespaces: BTreeSet<String>,
+    tables: BTreeMap<String, TableDescriptor>,
+    next_region_id: u64,
+}
+
+/// The catalog of one server.
+#[derive(Debug)]
+pub struct Catalog {
+    dir: PathBuf,
+    data: Mutex<CatalogData>,
+}
+
+impl Catalog {
+    /// Opens the catalog in `dir`, creating an empty one (with the `default`
+    /// namespace) if there is none.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Catalog> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(&dir, "create catalog directory", e))?;
+        let path = dir.join(CATALOG_FILE);
+        let data = match std::fs::read(&path) {
+            Ok(buf) => {
+                let corrupt = |offset: u64, what: String| Error::CatalogCorrupt {
+                    path: path.clone(),
+                    offset,
+                    what,
+                };
+                let body =
+                    crate::fsutil::unseal(MAGIC, &buf).map_err(|(o, w)| corrupt(o, w.into()))?;
+                serde_json::from_slice(body)
+                    .map_err(|e| corrupt(16, format!("invalid document: {e}")))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut d = CatalogData {
+                    next_region_id: 1,
+                    ..CatalogData::default()
+                };
+                d.namespaces.insert(DEFAULT_NAMESPACE.into());
+                store(&dir, &d)?;
+                d
+            }
+            Err(e) => return Err(Error::io(&path, "read catalog", e)),
+        };
+        Ok(Catalog {
+            dir,
+            data: Mutex::new(data),
+        })
+    }
+
+    /// Applies `change` to a copy, stores it, then makes it current.
+    fn update<T>(&self, change: impl FnOnce(&mut CatalogData) -> Result<T>) -> Result<T> {
+        let mut data = self.data.lock();
+        let mut next = data.clone();
+        let out = change(&mut next)?;
+        store(&self.dir, &next)?;
+        *data = next;
+        Ok(out)
+    }
+
+    pub fn namespaces(&self) -> Vec<String> {
+        self.data.lock().namespaces.iter().cloned().collect()
+    }
+
+    pub fn create_namespace(&self, ns: &str) -> Result<()> {
+        check_name("namespace", ns)?;
+        self.update(|d| {
+            if !d.namespaces.insert(ns.into()) {
+                return Err(Error::Conflict(format!(
+                    "namespace exists. namespace=`{ns}`"
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    pub fn drop_namespace(&self, ns: &str) -> Result<()> {
+        if ns == DEFAULT_NAMESPACE {
+            return Err(Error::InvalidInput(
+                "the default namespace cannot be dropped".into(),
+            ));
+        }
+        self.update(|d| {
+            if !d.namespaces.contains(ns) {
+                return Err(Error::NotFound(format!(
+                    "no such namespace. namespace=`{ns}`"
+                )));
+            }
+            if d.tables.values().any(|t| t.name.namespace == ns) {
+                return Err(Error::Conflict(format!(
+                    "namespace still has tables; drop them first. namespace=`{ns}`"
+                )));
+            }
+            d.namespaces.remove(ns);
+            Ok(())
+        })
+    }
+
+    /// Creates a table, pre-split into one region per salt bucket plus the
+    /// extra split points.
+    pub fn create_table(&self, req: &CreateTable, now_ms: u64) -> Result<TableDescriptor> {
+        if req.families.is_empty() {
+            return Err(Error::InvalidInput(format!(
+                "table `{}` needs at least one column family",
+                req.name
+            )));
+        }
+        let mut names = BTreeSet::new();
+        for f in &req.families {
+            f.descriptor().validate()?;
+            if !names.insert(&f.name) {
+                return Err(Error::InvalidInput(format!(
+                    "family `{}` is listed twice",
+                    f.name
+                )));
+            }
+        }
+        req.key.validate()?;
+        let mut splits = BTreeSet::new();
+        for b in 1..req.key.buckets() {
+            splits.insert(req.key.salt_bytes(b));
+        }
+        for p in &req.split_points {
+            let key = from_hex(p).map_err(Error::InvalidInput)?;
+            if !key.is_empty() {
+                splits.insert(key);
+            }
+        }
+        self.update(|d| {
+            if !d.namespaces.contains(&req.name.namespace) {
+                return Err(Error::NotFound(format!(
+                    "no such namespace; create it first. namespace=`{}`",
+                    req.name.namespace
+                )));
+            }
+            let key = req.name.to_string();
+            if d.tables.contains_key(&key) {
+                return Err(Error::Conflict(format!("table exists. table=`{key}`")));
+            }
+            let mut starts = vec![Vec::new()];
+            starts.extend(splits);
+            let mut regions = Vec::with_capacity(starts.len());
+            for (i, start) in starts.iter().enumerate() {
+                regions.push(RegionInfo {
+                    id: d.next_region_id,
+                    start: start.clone(),
+                    end: starts.get(i + 1).cloned().unwrap_or_default(),
+                });
+                d.next_region_id += 1;
+            }
+            let t = TableDescriptor {
+                name: req.name.clone(),
+                families: req.families.clone(),
+                key: req.key.clone(),
+                durability: req.durability,
+                regions,
+                created_ms: now_ms,
+            };
+            d.tables.insert(key, t.clone());
+            Ok(t)
+        })
+    }
+
+    pub fn table(&self, name: &TableName) -> Result<TableDescriptor> {
+        self.data
+            .lock()
+            .tables
+            .get(&name.to_string())
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))
+    }
+
+    /// Tables, all or of one namespace, by name.
+    pub fn tables(&self, namespace: Option<&str>) -> Vec<TableDescriptor> {
+        self.data
+            .lock()
+            .tables
+            .values()
+            .filter(|t| namespace.is_none_or(|ns| t.name.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
+    /// Changes family attributes or adds families. New store files use the
+    /// new attributes; the next major compaction rewrites the old ones.
+    pub fn alter_families(
+        &self,
+        name: &TableName,
+        families: &[FamilySpec],
+    ) -> Result<TableDescriptor> {
+        for f in families {
+            f.descriptor().validate()?;
+        }
+        self.update(|d| {
+            let t = d
+                .tables
+                .get_mut(&name.to_string())
+                .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))?;
+            for f in families {
+                match t.families.iter_mut().find(|x| x.name == f.name) {
+                    Some(existing) => *existing = f.clone(),
+                    None => t.families.push(f.clone()),
+                }
+            }
+            Ok(t.clone())
+        })
+    }
+
+    /// Removes a table from the catalog; the caller deletes its regions.
+    pub fn drop_table(&self, name: &TableName) -> Result<TableDescriptor> {
+        self.update(|d| {
+            d.tables
+                .remove(&name.to_string())
+                .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))
+        })
+    }
+
+    /// Every region id the catalog knows, to find leftovers of dropped tables.
+    pub fn region_ids(&self) -> BTreeSet<u64> {
+        self.data
+            .lock()
+            .tables
+            .values()
+            .flat_map(|t| t.regions.iter().map(|r| r.id))
+            .collect()
+    }
+}
+
+fn store(dir: &Path, data: &CatalogData) -> Result<()> {
+    let body = serde_json::to_vec_pretty(data)
+        .map_err(|e| Error::InvalidInput(format!("catalog does not serialise: {e}")))?;
+    crate::fsutil::replace_atomically(dir, CATALOG_FILE, &crate::fsutil::seal(MAGIC, &body))
+        .map_err(|e| Error::io(dir.join(CATALOG_FILE), "replace catalog", e))
+}

@@ -1,0 +1,160 @@
+//! The catalog: namespaces and tables survive restarts and crashes; tables
+//! are pre-split by salt bucket; mistakes get typed errors.
+
+use halite::ErrorKind;
+use halite::catalog::{CATALOG_FILE, Catalog, CreateTable, TableName};
+use halite::schema::{BloomType, Compression, Durability};
+
+fn cpu_table(name: &str) -> CreateTable {
+    serde_json::from_str(&format!(
+        r#"{{
+          "name": "{name}",
+          "families": [{{ "name": "f", "compression": "SNAPPY", "ttl": 86400 }}],
+          "key": {{
+            "fields": [
+              {{ "name": "metric", "type": "string", "width": 8 }},
+              {{ "name": "host", "type": "string", "width": 12 }},
+              {{ "name": "ts", "type": "reversed_timestamp" }}
+            ],
+            "salt": {{ "buckets": 16 }}
+          }},
+          "split_points": ["0880"]
+        }}"#
+    ))
+    .expect("valid request")
+}
+
+#[test]
+fn tables_are_pre_split_by_bucket_and_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = Catalog::open(dir.path()).expect("open");
+    c.create_namespace("metrics").expect("namespace");
+    let t = c
+        .create_table(&cpu_table("metrics:cpu"), 1)
+        .expect("create");
+    // 16 buckets + one extra split inside bucket 8.
+    assert_eq!(t.regions.len(), 17);
+    assert!(t.regions[0].start.is_empty());
+    assert!(t.regions.last().expect("regions").end.is_empty());
+    for w in t.regions.windows(2) {
+        assert_eq!(w[0].end, w[1].start, "regions must tile the key space");
+    }
+    assert_eq!(t.region_for(&[3, b'x']).start, vec![3]);
+    assert_eq!(t.region_for(&[8, 0x90]).start, vec![8, 0x80]);
+    assert_eq!(t.families[0].compression, Compression::Snappy);
+    assert_eq!(t.families[0].bloomfilter, BloomType::Row, "HBase's default");
+    assert_eq!(t.durability, Durability::SyncWal);
+    drop(c);
+
+    let c = Catalog::open(dir.path()).expect("reopen");
+    assert_eq!(
+        c.namespaces(),
+        vec!["default".to_string(), "metrics".to_string()]
+    );
+    assert_eq!(
+        c.table(&TableName::parse("metrics:cpu").expect("name"))
+            .expect("table"),
+        t
+    );
+    assert_eq!(c.tables(Some("metrics")).len(), 1);
+    assert_eq!(c.region_ids().len(), 17);
+}
+
+#[test]
+fn mistakes_get_typed_errors() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = Catalog::open(dir.path()).expect("open");
+    assert_eq!(
+        c.create_table(&cpu_table("nope:cpu"), 1)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    c.create_table(&cpu_table("cpu"), 1)
+        .expect("create in default");
+    assert_eq!(
+        c.create_table(&cpu_table("cpu"), 1).unwrap_err().kind(),
+        ErrorKind::Conflict
+    );
+    assert_eq!(
+        c.create_namespace("default").unwrap_err().kind(),
+        ErrorKind::Conflict
+    );
+    assert_eq!(
+        c.drop_namespace("default").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    c.create_namespace("ns").expect("namespace");
+    c.create_table(&cpu_table("ns:t"), 1).expect("create");
+    assert_eq!(
+        c.drop_namespace("ns").unwrap_err().kind(),
+        ErrorKind::Conflict
+    );
+    c.drop_table(&TableName::parse("ns:t").expect("name"))
+        .expect("drop");
+    c.drop_namespace("ns").expect("empty namespace drops");
+    assert!(TableName::parse("bad name").is_err());
+    let mut bad = cpu_table("x");
+    bad.key.fields.clear();
+    assert_eq!(
+        c.create_table(&bad, 1).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let mut bad = cpu_table("y");
+    bad.families[0].versions = 0;
+    assert!(
+        c.create_table(&bad, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("VERSIONS")
+    );
+    let unknown: Result<CreateTable, _> = serde_json::from_str(
+        r#"{"name":"z","families":[{"name":"f","colour":"red"}],"key":{"fields":[]}}"#,
+    );
+    assert!(unknown.unwrap_err().to_string().contains("colour"));
+}
+
+#[test]
+fn alter_changes_attributes_and_adds_families() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = Catalog::open(dir.path()).expect("open");
+    let name = TableName::parse("cpu").expect("name");
+    c.create_table(&cpu_table("cpu"), 1).expect("create");
+    let mut f = c.table(&name).expect("table").families[0].clone();
+    f.versions = 5;
+    let mut g = f.clone();
+    g.name = "g".into();
+    c.alter_families(&name, &[f, g]).expect("alter");
+    drop(c);
+    let t = Catalog::open(dir.path())
+        .expect("reopen")
+        .table(&name)
+        .expect("table");
+    assert_eq!(t.families.len(), 2);
+    assert_eq!(t.families[0].versions, 5);
+}
+
+#[test]
+fn a_crash_mid_update_leaves_the_old_catalog_and_damage_is_named() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = Catalog::open(dir.path()).expect("open");
+    c.create_table(&cpu_table("cpu"), 1).expect("create");
+    drop(c);
+    // A crash while writing the next version leaves only a partial temp file.
+    std::fs::write(
+        dir.path().join(format!("{CATALOG_FILE}.tmp")),
+        b"HALCAT\0\x01garbage",
+    )
+    .expect("tmp");
+    let c = Catalog::open(dir.path()).expect("old catalog still opens");
+    assert_eq!(c.tables(None).len(), 1);
+    drop(c);
+    let path = dir.path().join(CATALOG_FILE);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x20;
+    std::fs::write(&path, &bytes).expect("write");
+    let err = Catalog::open(dir.path()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corruption);
+    assert!(err.to_string().contains("CATALOG"), "{err}");
+}
