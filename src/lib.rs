@@ -36,6 +36,7 @@ pub mod key;
 pub mod region;
 pub mod scan;
 pub mod schema;
+pub mod store;
 pub mod tsbs;
 
 pub use cell::{Cell, Row, RowMutation};

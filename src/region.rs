@@ -456,6 +456,19 @@ impl Region {
             .sum()
     }
 
+    /// Stops background work and refuses further writes without flushing:
+    /// for a region whose data is being deleted.
+    pub fn close_without_flush(&self) {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let _ = self.inner.work_tx.send(Work::Stop);
+        let _ = self.inner.compact_tx.send(Work::Stop);
+        for w in self.workers.lock().drain(..) {
+            let _ = w.join();
+        }
+    }
+
     /// Stops background work, flushes (if configured) and refuses further
     /// writes. The WAL is not closed: it may serve other regions.
     pub fn close(&self) -> Result<()> {

@@ -424,6 +424,24 @@ impl Wal {
         self.shared.collect_garbage();
     }
 
+    /// Forgets the edits of every region not in `live` (regions of dropped
+    /// tables), so they no longer keep segments alive.
+    pub fn forget_regions_except(&self, live: &std::collections::BTreeSet<u64>) {
+        {
+            let mut segs = self.shared.segments.lock();
+            let dead: Vec<u64> = segs
+                .closed
+                .iter()
+                .flat_map(|s| s.max_seq.keys().copied())
+                .filter(|r| !live.contains(r))
+                .collect();
+            for r in dead {
+                segs.flushed.insert(r, u64::MAX);
+            }
+        }
+        self.shared.collect_garbage();
+    }
+
     /// Number of segment files holding edits not yet known to be flushed,
     /// plus the active one.
     pub fn live_segments(&self) -> usize {
