@@ -38,6 +38,7 @@ pub mod scan;
 pub mod schema;
 pub mod store;
 pub mod tsbs;
+pub mod value;
 
 pub use cell::{Cell, Row, RowMutation};
 pub use error::{Error, ErrorKind, Result};

@@ -140,7 +140,7 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
             .cells
             .iter()
             .find(|c| c.qualifier.as_ref() == b"usage_user")
-            .map(|c| f64::from_be_bytes(c.value[..8].try_into().unwrap_or([0; 8])));
+            .and_then(|c| halite::value::numeric(&c.value));
         println!("  ts={ts} usage_user={user:?} cells={}", row.cells.len());
     }
     let get = region.get(&Get::new(tsbs::cpu_row_key(0, start_ts)))?;

@@ -3,6 +3,7 @@
 //! and the benchmarks write exactly the same deterministic data through here.
 
 use crate::cell::RowMutation;
+use crate::value::Value;
 
 pub const CPU_FIELDS: [&str; 10] = [
     "usage_user",
@@ -52,7 +53,7 @@ pub fn cpu_row_ts(key: &[u8]) -> Option<u64> {
     Some(u64::MAX - u64::from_be_bytes(tail))
 }
 
-/// One host's row at one step: a cell per field, values as big-endian f64.
+/// One host's row at one step: a cell per field, typed float values.
 pub fn cpu_row(family: &str, host: u64, step: u64, ts: u64) -> RowMutation {
     let mut m = RowMutation::new(cpu_row_key(host, ts));
     m.mutations.reserve(CPU_FIELDS.len());
@@ -61,7 +62,7 @@ pub fn cpu_row(family: &str, host: u64, step: u64, ts: u64) -> RowMutation {
             family,
             *f,
             ts,
-            cpu_value(host, step, i).to_be_bytes().to_vec(),
+            Value::Float(cpu_value(host, step, i)).encode(),
         );
     }
     m
