@@ -45,7 +45,13 @@ pub enum FieldEncoding {
 }
 
 impl FieldEncoding {
-    fn width(&self) -> usize {
+    /// Part of the series identity (not a timestamp or uniquifier).
+    pub fn is_identity(&self) -> bool {
+        !self.is_time() && !matches!(self, FieldEncoding::Uniquifier { .. })
+    }
+
+    /// Bytes the field takes in a key.
+    pub fn width(&self) -> usize {
         match self {
             FieldEncoding::String { width } => *width,
             FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width } => *width,
@@ -53,7 +59,7 @@ impl FieldEncoding {
         }
     }
 
-    fn is_time(&self) -> bool {
+    pub fn is_time(&self) -> bool {
         matches!(
             self,
             FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp

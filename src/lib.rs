@@ -33,6 +33,7 @@ pub mod config;
 pub mod error;
 pub mod fsutil;
 pub mod key;
+pub mod query;
 pub mod region;
 pub mod scan;
 pub mod schema;

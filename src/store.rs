@@ -24,6 +24,7 @@ use crate::cell::{Row, RowMutation};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::query::{Query, QueryPage, QueryPool, SeriesAggregate};
 use crate::region::block_cache::BlockCache;
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
@@ -41,6 +42,9 @@ pub struct StoreOptions {
     pub wal: WalOptions,
     pub region: RegionOptions,
     pub block_cache_bytes: usize,
+    /// Threads that run bucket scans of logical queries (default: two per
+    /// core).
+    pub query_threads: usize,
 }
 
 impl StoreOptions {
@@ -51,6 +55,7 @@ impl StoreOptions {
             wal: c.wal_options(),
             region: c.region_options(),
             block_cache_bytes: c.cache.block_cache_size.0 as usize,
+            query_threads: 2 * std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }
 }
@@ -92,6 +97,7 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     /// Serialises table creation and removal with opening their regions.
     ddl: Mutex<()>,
+    pool: QueryPool,
 }
 
 fn region_dir(dir: &Path, id: u64) -> PathBuf {
@@ -107,6 +113,7 @@ impl Store {
         clock: Arc<dyn Clock>,
     ) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
+        let options_query_threads = options.query_threads;
         let catalog = Catalog::open(dir.join("catalog"))?;
         let cache = BlockCache::new(options.block_cache_bytes);
         let mut shards = Vec::with_capacity(options.shards.max(1));
@@ -135,6 +142,7 @@ impl Store {
             cache,
             clock,
             ddl: Mutex::new(()),
+            pool: QueryPool::new(options_query_threads),
         };
         for desc in store.catalog.tables(None) {
             let table = store.open_table(desc)?;
@@ -300,6 +308,16 @@ impl Store {
             _ => None,
         };
         Ok(ScanPage { rows, continuation })
+    }
+
+    /// A logical series query (see [`crate::query`]): one page of rows.
+    pub fn query(&self, name: &TableName, q: &Query) -> Result<QueryPage> {
+        crate::query::run(self.table(name)?, &self.pool, q)
+    }
+
+    /// A logical series query with aggregation pushed into the bucket scans.
+    pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<Vec<SeriesAggregate>> {
+        crate::query::aggregate(self.table(name)?, &self.pool, q)
     }
 
     /// Flushes every region (for shutdown and tests).

@@ -26,6 +26,7 @@ fn options() -> StoreOptions {
             ..RegionOptions::default()
         },
         block_cache_bytes: 8 << 20,
+        query_threads: 4,
     }
 }
 

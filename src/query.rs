@@ -1,0 +1,702 @@
+//! Logical series queries over salted tables: the parallel multi-prefix
+//! scanner.
+//!
+//! A query names a table, values for the leading key fields (say `metric`
+//! and `host`), a time range and fields. With salted keys the matching rows
+//! sit under every salt bucket, so the query becomes one scanner per bucket,
+//! each over the same logical range under its salt prefix (one bucket only
+//! when the values fix every salt field).
+//!
+//! Bucket scanners are read in batches by a bounded pool of threads, each
+//! bucket at most one batch ahead of what the merge has used; the merge
+//! orders rows by the unsalted key, which is exactly the order an unsalted
+//! table would have. Offset and limit apply after the merge; each bucket
+//! stops after offset + limit rows; dropping the query stops every bucket
+//! (a batch in flight finishes, and nothing more is read). Nothing is
+//! buffered whole, unlike OpenTSDB's SaltScanner.
+//!
+//! With aggregation, each bucket computes partial min/max/sum/count/first/
+//! last per series, field and downsample window while it scans, and the
+//! merge combines the partials: raw points never leave the bucket scans.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::cell::Row;
+use crate::error::{Error, Result};
+use crate::key::{FieldEncoding, FieldValue, KeySchema};
+use crate::scan::{Columns, ContinuationToken, Scan, prefix_successor};
+use crate::store::{Table, TableScanner};
+
+/// OpenTSDB's aggregators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AggFn {
+    Min,
+    Max,
+    Sum,
+    Count,
+    Avg,
+    First,
+    Last,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aggregate {
+    pub functions: Vec<AggFn>,
+    /// Window length in ms; absent: one window over the whole range.
+    #[serde(default)]
+    pub downsample_ms: Option<u64>,
+}
+
+/// A logical query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Query {
+    /// Values of leading key fields, in key order (`[["metric","cpu"],["host","h1"]]`).
+    #[serde(default)]
+    pub series: Vec<(String, FieldValue)>,
+    /// Time range `[start_ms, end_ms)` on the key's timestamp field.
+    #[serde(default)]
+    pub start_ms: Option<u64>,
+    #[serde(default)]
+    pub end_ms: Option<u64>,
+    /// Column family; the table's first when absent.
+    #[serde(default)]
+    pub family: Option<String>,
+    /// Qualifiers to return; all when empty.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    #[serde(default)]
+    pub offset: usize,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub reverse: bool,
+    /// Opaque token from a previous page ("after this logical key").
+    #[serde(default)]
+    pub continuation: Option<String>,
+    #[serde(default)]
+    pub aggregate: Option<Aggregate>,
+}
+
+/// One page of raw rows, in logical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryPage {
+    pub rows: Vec<Row>,
+    pub continuation: Option<ContinuationToken>,
+    pub buckets_scanned: usize,
+}
+
+/// Aggregates of one series, field and window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesAggregate {
+    pub series: Vec<(String, FieldValue)>,
+    pub field: String,
+    /// Start of the downsample window, when downsampling.
+    pub window_ms: Option<u64>,
+    pub values: Vec<(AggFn, f64)>,
+}
+
+/// Partial aggregate state; partials of one series from several buckets
+/// combine into the same answer as one scan would give.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Partial {
+    pub min: f64,
+    pub max: f64,
+    pub sum: f64,
+    pub count: u64,
+    pub first: (u64, f64),
+    pub last: (u64, f64),
+}
+
+impl Partial {
+    fn new(ts: u64, v: f64) -> Self {
+        Partial {
+            min: v,
+            max: v,
+            sum: v,
+            count: 1,
+            first: (ts, v),
+            last: (ts, v),
+        }
+    }
+
+    fn add(&mut self, ts: u64, v: f64) {
+        self.combine(&Partial::new(ts, v));
+    }
+
+    pub fn combine(&mut self, o: &Partial) {
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.sum += o.sum;
+        self.count += o.count;
+        if o.first.0 < self.first.0 {
+            self.first = o.first;
+        }
+        if o.last.0 > self.last.0 {
+            self.last = o.last;
+        }
+    }
+
+    pub fn value(&self, f: AggFn) -> f64 {
+        match f {
+            AggFn::Min => self.min,
+            AggFn::Max => self.max,
+            AggFn::Sum => self.sum,
+            AggFn::Count => self.count as f64,
+            AggFn::Avg => self.sum / self.count as f64,
+            AggFn::First => self.first.1,
+            AggFn::Last => self.last.1,
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of threads that run bucket scans (a batch at a time).
+pub struct QueryPool {
+    tx: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl QueryPool {
+    pub fn new(threads: usize) -> Self {
+        let (tx, rx) = bounded::<Job>(1024);
+        let threads = (0..threads.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("halite-query-{i}"))
+                    .spawn(move || {
+                        for job in rx {
+                            job();
+                        }
+                    })
+                    .expect("spawn query thread")
+            })
+            .collect();
+        QueryPool {
+            tx: Some(tx),
+            threads,
+        }
+    }
+
+    fn run(&self, job: Job) -> Result<()> {
+        self.tx
+            .as_ref()
+            .ok_or(Error::Closed)?
+            .send(job)
+            .map_err(|_| Error::Closed)
+    }
+}
+
+impl Drop for QueryPool {
+    fn drop(&mut self) {
+        self.tx.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where a query's rows are in one table.
+struct Plan {
+    buckets: Vec<u32>,
+    /// Range after the salt: [lo, hi) (hi `None`: to the end of the bucket).
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    /// Offset of the timestamp field in the key, when rows must be filtered
+    /// on it (it does not follow the series fields directly).
+    ts_filter: Option<(usize, FieldEncoding)>,
+    start: u64,
+    end: u64,
+}
+
+/// The first timestamp field: its index, byte offset in the key, encoding.
+fn ts_offset(schema: &KeySchema) -> Option<(usize, usize, FieldEncoding)> {
+    let mut at = schema.prefix_len();
+    for (i, f) in schema.fields.iter().enumerate() {
+        if f.encoding.is_time() {
+            return Some((i, at, f.encoding.clone()));
+        }
+        at += f.encoding.width();
+    }
+    None
+}
+
+/// The query's family (the table's first by default) and column selection.
+fn query_columns(table: &Table, q: &Query) -> Result<Columns> {
+    let family = q
+        .family
+        .clone()
+        .or_else(|| table.desc.families.first().map(|f| f.name.clone()))
+        .ok_or_else(|| Error::InvalidInput("table has no families".into()))?;
+    if !table.desc.families.iter().any(|f| f.name == family) {
+        return Err(Error::UnknownFamily(family));
+    }
+    Ok(if q.fields.is_empty() {
+        Columns {
+            families: vec![family.into_bytes()],
+            columns: vec![],
+        }
+    } else {
+        Columns {
+            families: vec![],
+            columns: q
+                .fields
+                .iter()
+                .map(|f| (family.clone().into_bytes(), f.clone().into_bytes()))
+                .collect(),
+        }
+    })
+}
+
+fn key_ts(key: &[u8], at: usize, enc: &FieldEncoding) -> Option<u64> {
+    let raw = u64::from_be_bytes(key.get(at..at + 8)?.try_into().ok()?);
+    Some(match enc {
+        FieldEncoding::ReversedTimestamp => u64::MAX - raw,
+        _ => raw,
+    })
+}
+
+fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
+    if schema.md5_prefix > 0 {
+        return Err(Error::InvalidInput(
+            "this table has hashed keys (md5_prefix): it serves gets and raw scans, not series queries".into(),
+        ));
+    }
+    let mut values = Vec::with_capacity(q.series.len());
+    for (i, (name, v)) in q.series.iter().enumerate() {
+        match schema.fields.get(i) {
+            Some(f) if &f.name == name => values.push(v.clone()),
+            _ => {
+                return Err(Error::InvalidInput(format!(
+                    "series fields must be leading key fields in key order; `{name}` is not field {} ({})",
+                    i + 1,
+                    schema
+                        .fields
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    }
+    let lead = schema.encode_leading(&values)?;
+    let start = q.start_ms.unwrap_or(0);
+    let end = q.end_ms.unwrap_or(u64::MAX);
+    if start > end {
+        return Err(Error::InvalidInput(format!(
+            "time range is inverted: start {start} > end {end}"
+        )));
+    }
+    let buckets = match schema.bucket_for_leading(&values)? {
+        _ if start == end => Vec::new(), // an empty range matches nothing
+        Some(b) => vec![b],
+        None => (0..schema.buckets()).collect(),
+    };
+    let (mut lo, mut hi) = (lead.clone(), prefix_successor(&lead));
+    let mut ts_filter = None;
+    if let Some((i, at, enc)) = ts_offset(schema) {
+        if i == values.len() {
+            // The timestamp follows the series: the range narrows the scan.
+            match enc {
+                FieldEncoding::Timestamp => {
+                    lo.extend_from_slice(&start.to_be_bytes());
+                    if end != u64::MAX {
+                        let mut h = lead.clone();
+                        h.extend_from_slice(&end.to_be_bytes());
+                        hi = Some(h);
+                    }
+                }
+                _ => {
+                    // ts in [start, end) ⇔ MAX-ts in (MAX-end, MAX-start].
+                    if end != u64::MAX {
+                        // end > start >= 0 here, so end - 1 cannot underflow.
+                        lo.extend_from_slice(&(u64::MAX - (end - 1)).to_be_bytes());
+                    }
+                    if start > 0 {
+                        let mut h = lead.clone();
+                        h.extend_from_slice(&(u64::MAX - start + 1).to_be_bytes());
+                        hi = Some(h);
+                    }
+                }
+            }
+        } else if q.start_ms.is_some() || q.end_ms.is_some() {
+            ts_filter = Some((at, enc));
+        }
+    } else if q.start_ms.is_some() || q.end_ms.is_some() {
+        return Err(Error::InvalidInput(
+            "the table's key has no timestamp field: drop the time range".into(),
+        ));
+    }
+    if lead.is_empty() && hi.as_ref().is_some_and(|h| h.is_empty()) {
+        hi = None;
+    }
+    Ok(Plan {
+        buckets,
+        lo,
+        hi,
+        ts_filter,
+        start,
+        end,
+    })
+}
+
+/// A batch of a bucket's rows, and whether the bucket is done.
+type Batch = Result<(Vec<Row>, bool)>;
+
+/// Reads one bucket's rows a batch at a time on the pool.
+struct BucketCursor {
+    scanner: Arc<Mutex<TableScanner>>,
+    buf: VecDeque<Row>,
+    inflight: Option<Receiver<Batch>>,
+    done: bool,
+}
+
+const BATCH: usize = 256;
+
+impl BucketCursor {
+    fn request(
+        &mut self,
+        pool: &QueryPool,
+        filter: Option<(usize, FieldEncoding, u64, u64)>,
+    ) -> Result<()> {
+        if self.done || self.inflight.is_some() {
+            return Ok(());
+        }
+        let (tx, rx) = bounded(1);
+        let scanner = self.scanner.clone();
+        pool.run(Box::new(move || {
+            let mut s = scanner.lock();
+            let mut rows = Vec::with_capacity(BATCH);
+            let outcome = loop {
+                match s.next_row() {
+                    Ok(Some(row)) => {
+                        let keep = filter.as_ref().is_none_or(|(at, enc, start, end)| {
+                            key_ts(&row.key, *at, enc).is_some_and(|t| t >= *start && t < *end)
+                        });
+                        if keep {
+                            rows.push(row);
+                            if rows.len() == BATCH {
+                                break Ok((rows, false));
+                            }
+                        }
+                    }
+                    Ok(None) => break Ok((rows, true)),
+                    Err(e) => break Err(e),
+                }
+            };
+            // The query may be gone: then nobody listens, and that is fine.
+            let _ = tx.send(outcome);
+        }))?;
+        self.inflight = Some(rx);
+        Ok(())
+    }
+
+    /// Makes sure a row is buffered if the bucket has one.
+    fn fill(
+        &mut self,
+        pool: &QueryPool,
+        filter: Option<(usize, FieldEncoding, u64, u64)>,
+    ) -> Result<()> {
+        while self.buf.is_empty() && !self.done {
+            self.request(pool, filter.clone())?;
+            let rx = self.inflight.take().expect("requested above");
+            let (rows, done) = rx.recv().map_err(|_| Error::Closed)??;
+            self.buf.extend(rows);
+            self.done = done;
+        }
+        // Read ahead one batch while the merge works through this one.
+        self.request(pool, filter)
+    }
+}
+
+/// Runs a raw (non-aggregated) query page.
+pub fn run(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<QueryPage> {
+    let schema = &table.desc.key;
+    let p = plan(schema, q)?;
+    let salt_len = schema.salt.as_ref().map_or(0, |s| s.width);
+    let token = match &q.continuation {
+        Some(t) => {
+            let t = ContinuationToken::decode(t)?;
+            if t.reverse != q.reverse {
+                return Err(Error::InvalidInput(
+                    "continuation token belongs to a query in the other direction".into(),
+                ));
+            }
+            Some(t.row)
+        }
+        None => None,
+    };
+    let columns = query_columns(&table, q)?;
+    let need = q.limit.map(|l| l.saturating_add(q.offset));
+    let filter = p
+        .ts_filter
+        .clone()
+        .map(|(at, enc)| (at, enc, p.start, p.end));
+    let mut cursors = Vec::with_capacity(p.buckets.len());
+    for &b in &p.buckets {
+        let salt = schema.salt_bytes(b);
+        let with_salt = |k: &[u8]| [salt.as_slice(), k].concat();
+        let mut start = with_salt(&p.lo);
+        let mut stop = match &p.hi {
+            Some(h) => Some(with_salt(h)),
+            None => prefix_successor(&salt),
+        };
+        if let Some(after) = &token {
+            let key = with_salt(after);
+            if q.reverse {
+                if stop.as_ref().is_none_or(|s| *s > key) {
+                    stop = Some(key);
+                }
+            } else {
+                let mut next = key;
+                next.push(0);
+                if next > start {
+                    start = next;
+                }
+            }
+        }
+        let scan = Scan {
+            start: Some(start),
+            stop,
+            columns: columns.clone(),
+            limit: need,
+            reverse: q.reverse,
+            ..Scan::new()
+        };
+        let scanner = TableScanner::new(table.clone(), scan)?;
+        let mut c = BucketCursor {
+            scanner: Arc::new(Mutex::new(scanner)),
+            buf: VecDeque::new(),
+            inflight: None,
+            done: false,
+        };
+        // Start every bucket at once: the first batches load in parallel.
+        c.request(pool, filter.clone())?;
+        cursors.push(c);
+    }
+    let buckets_scanned = cursors.len();
+    let mut rows = Vec::new();
+    let mut skip = q.offset;
+    loop {
+        if q.limit.is_some_and(|l| rows.len() >= l) {
+            break;
+        }
+        let mut best: Option<usize> = None;
+        for i in 0..cursors.len() {
+            cursors[i].fill(pool, filter.clone())?;
+            let Some(row) = cursors[i].buf.front() else {
+                continue;
+            };
+            let better = match best {
+                None => true,
+                Some(b) => {
+                    let cur = &cursors[b].buf[0].key[salt_len..];
+                    let o = row.key[salt_len..].cmp(cur);
+                    if q.reverse { o.is_gt() } else { o.is_lt() }
+                }
+            };
+            if better {
+                best = Some(i);
+            }
+        }
+        let Some(b) = best else { break };
+        let row = cursors[b].buf.pop_front().expect("front seen above");
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        rows.push(row);
+    }
+    let more = q.limit.is_some_and(|l| rows.len() >= l) && {
+        let mut any = false;
+        for c in &mut cursors {
+            c.fill(pool, filter.clone())?;
+            any |= !c.buf.is_empty();
+        }
+        any
+    };
+    let continuation = match (more, rows.last()) {
+        (true, Some(last)) => Some(ContinuationToken {
+            row: last.key[salt_len..].to_vec(),
+            reverse: q.reverse,
+        }),
+        _ => None,
+    };
+    Ok(QueryPage {
+        rows,
+        continuation,
+        buckets_scanned,
+    })
+}
+
+/// Key of one aggregate: series identity bytes, field, window start.
+type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
+
+/// Runs an aggregated query: partials per bucket in parallel, combined.
+pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<SeriesAggregate>> {
+    let agg = q
+        .aggregate
+        .clone()
+        .ok_or_else(|| Error::InvalidInput("query has no aggregate".into()))?;
+    if agg.functions.is_empty() {
+        return Err(Error::InvalidInput(
+            "aggregate needs at least one function".into(),
+        ));
+    }
+    if agg.downsample_ms == Some(0) {
+        return Err(Error::InvalidInput(
+            "downsample_ms must be at least 1".into(),
+        ));
+    }
+    let schema = table.desc.key.clone();
+    let p = plan(&schema, q)?;
+    let (_, ts_at, ts_enc) = ts_offset(&schema)
+        .ok_or_else(|| Error::InvalidInput("aggregation needs a timestamp key field".into()))?;
+    // Series identity: the bytes of every field that is not time or a
+    // uniquifier, in key order.
+    let mut identity = Vec::new();
+    let mut at = schema.prefix_len();
+    for f in &schema.fields {
+        let w = match &f.encoding {
+            FieldEncoding::String { width }
+            | FieldEncoding::Uint { width }
+            | FieldEncoding::Uniquifier { width } => *width,
+            _ => 8,
+        };
+        if !matches!(
+            f.encoding,
+            FieldEncoding::Timestamp
+                | FieldEncoding::ReversedTimestamp
+                | FieldEncoding::Uniquifier { .. }
+        ) {
+            identity.push(at..at + w);
+        }
+        at += w;
+    }
+    let columns = query_columns(&table, q)?;
+    let mut waits = Vec::new();
+    for &b in &p.buckets {
+        let salt = schema.salt_bytes(b);
+        let start = [salt.as_slice(), &p.lo].concat();
+        let stop = match &p.hi {
+            Some(h) => Some([salt.as_slice(), h].concat()),
+            None => prefix_successor(&salt),
+        };
+        let scan = Scan {
+            start: Some(start),
+            stop,
+            columns: columns.clone(),
+            ..Scan::new()
+        };
+        let mut scanner = TableScanner::new(table.clone(), scan)?;
+        let (tx, rx) = bounded(1);
+        let identity = identity.clone();
+        let ts_enc = ts_enc.clone();
+        let (start_ms, end_ms, window) = (p.start, p.end, agg.downsample_ms);
+        pool.run(Box::new(move || {
+            let mut partials: BTreeMap<AggKey, Partial> = BTreeMap::new();
+            let outcome = loop {
+                match scanner.next_row() {
+                    Ok(Some(row)) => {
+                        let Some(ts) = key_ts(&row.key, ts_at, &ts_enc) else {
+                            continue;
+                        };
+                        if ts < start_ms || ts >= end_ms {
+                            continue;
+                        }
+                        let series: Vec<u8> = identity
+                            .iter()
+                            .flat_map(|r| row.key[r.clone()].iter().copied())
+                            .collect();
+                        let w = window.map(|w| ts - ts % w);
+                        for c in &row.cells {
+                            let Some(v) = crate::value::numeric(&c.value) else {
+                                continue;
+                            };
+                            partials
+                                .entry((series.clone(), c.qualifier.to_vec(), w))
+                                .and_modify(|p| p.add(ts, v))
+                                .or_insert_with(|| Partial::new(ts, v));
+                        }
+                    }
+                    Ok(None) => break Ok(partials),
+                    Err(e) => break Err(e),
+                }
+            };
+            let _ = tx.send(outcome);
+        }))?;
+        waits.push(rx);
+    }
+    let mut all: BTreeMap<AggKey, Partial> = BTreeMap::new();
+    for rx in waits {
+        for (k, p) in rx.recv().map_err(|_| Error::Closed)?? {
+            all.entry(k).and_modify(|x| x.combine(&p)).or_insert(p);
+        }
+    }
+    // Decode series identities back to field values for the answer.
+    let names: Vec<&str> = schema
+        .fields
+        .iter()
+        .filter(|f| {
+            !matches!(
+                f.encoding,
+                FieldEncoding::Timestamp
+                    | FieldEncoding::ReversedTimestamp
+                    | FieldEncoding::Uniquifier { .. }
+            )
+        })
+        .map(|f| f.name.as_str())
+        .collect();
+    let out = all
+        .into_iter()
+        .skip(q.offset)
+        .take(q.limit.unwrap_or(usize::MAX))
+        .map(|((series, field, window), p)| SeriesAggregate {
+            series: decode_identity(&schema, &names, &series),
+            field: String::from_utf8_lossy(&field).into_owned(),
+            window_ms: window,
+            values: agg.functions.iter().map(|f| (*f, p.value(*f))).collect(),
+        })
+        .collect();
+    Ok(out)
+}
+
+fn decode_identity(schema: &KeySchema, names: &[&str], bytes: &[u8]) -> Vec<(String, FieldValue)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for f in &schema.fields {
+        if !names.contains(&f.name.as_str()) {
+            continue;
+        }
+        let (w, value) = match &f.encoding {
+            FieldEncoding::String { width } => {
+                let raw = &bytes[at..at + width];
+                let end = raw.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+                (
+                    *width,
+                    FieldValue::Str(String::from_utf8_lossy(&raw[..end]).into_owned()),
+                )
+            }
+            FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width } => {
+                let mut b = [0u8; 8];
+                b[8 - width..].copy_from_slice(&bytes[at..at + width]);
+                (*width, FieldValue::Uint(u64::from_be_bytes(b)))
+            }
+            _ => continue,
+        };
+        out.push((f.name.clone(), value));
+        at += w;
+    }
+    out
+}
