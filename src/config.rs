@@ -111,9 +111,37 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 pub struct Config {
     /// Where WAL segments and regions live (default `data`).
     pub data_dir: PathBuf,
+    pub server: ServerConfig,
     pub wal: WalConfig,
     pub region: RegionConfig,
     pub cache: CacheConfig,
+    /// Tables created at start-up when missing (namespaces too).
+    pub tables: Vec<crate::catalog::CreateTable>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of the HTTP API (default 127.0.0.1:8070).
+    pub listen: String,
+    /// Largest request body accepted (default 25MiB, as InfluxDB).
+    pub max_body: ByteSize,
+    /// Writer shards, each with a WAL (default: one per core).
+    pub shards: usize,
+    /// Threads for the bucket scans of queries (default: two per core).
+    pub query_threads: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        ServerConfig {
+            listen: "127.0.0.1:8070".into(),
+            max_body: ByteSize(25 << 20),
+            shards: cores,
+            query_threads: 2 * cores,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -171,9 +199,11 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             data_dir: PathBuf::from("data"),
+            server: ServerConfig::default(),
             wal: WalConfig::default(),
             region: RegionConfig::default(),
             cache: CacheConfig::default(),
+            tables: Vec::new(),
         }
     }
 }
@@ -283,6 +313,12 @@ impl Config {
         }
         if self.region.blocking_multiplier == 0 {
             return bad("region.blocking_multiplier", "must be at least 1");
+        }
+        if self.server.shards == 0 || self.server.shards > 256 {
+            return bad("server.shards", "must be 1..=256");
+        }
+        if self.server.query_threads == 0 {
+            return bad("server.query_threads", "must be at least 1");
         }
         let c = &self.region.compaction;
         if c.min_files < 2 || c.max_files < c.min_files || c.ratio <= 0.0 {

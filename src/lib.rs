@@ -25,6 +25,7 @@
 
 #![deny(clippy::unwrap_used)]
 
+pub mod api;
 pub mod catalog;
 pub mod cell;
 pub mod clock;
@@ -32,6 +33,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod fsutil;
+pub mod ingest;
 pub mod key;
 pub mod query;
 pub mod region;

@@ -1,13 +1,18 @@
-//! The `halite` command. For now it runs the storage-engine demo; the service
-//! (`serve`) and client verbs arrive with the region set and the HTTP API.
+//! The `halite` command: `serve` runs the service; `demo` runs the storage
+//! engine demo.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use clap::{Parser, Subcommand};
+use halite::api::{self, AppState};
+use halite::catalog::CreateTable;
 use halite::clock::{Clock, SystemClock};
 use halite::config::Config;
 use halite::region::block_cache::BlockCache;
@@ -15,67 +20,121 @@ use halite::region::wal::Wal;
 use halite::region::{Region, RegionDescriptor};
 use halite::scan::{Get, Scan};
 use halite::schema::{Compression, Durability, FamilyDescriptor};
+use halite::store::{Store, StoreOptions};
 use halite::tsbs;
 
-const USAGE: &str = "usage: halite demo [--config PATH] [--set KEY=VALUE]... [--dir PATH]
-                   [--hosts N] [--points-per-host N]
-
-  demo   ingest TSBS-style cpu rows (host + reversed timestamp keys, one
-         cell per field) into one region with SYNC_WAL, flush, compact,
-         and read them back. Engine settings come from the config file
-         (configs/halite.toml documents each), HALITE__SECTION__KEY
-         environment variables and --set flags. Data goes to --dir, or a
-         fresh temporary directory.";
-
-struct DemoArgs {
-    dir: Option<PathBuf>,
-    config: Option<PathBuf>,
-    overrides: Vec<String>,
-    hosts: u64,
-    points: u64,
+#[derive(Parser)]
+#[command(
+    name = "halite",
+    version,
+    about = "Time-series ingestion and storage with HBase-style row keys"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn parse_demo(args: &[String]) -> Result<DemoArgs, String> {
-    let mut out = DemoArgs {
-        dir: None,
-        config: None,
-        overrides: Vec::new(),
-        hosts: 100,
-        points: 2_000,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service: the HTTP API over the tables of the config.
+    Serve {
+        /// Config file (configs/halite.toml documents every setting).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Override a setting: --set server.listen=127.0.0.1:9000
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
+    /// Ingest TSBS-style cpu rows into one region with SYNC_WAL, flush,
+    /// compact and read them back. Data goes to --dir or a temporary
+    /// directory that is removed afterwards.
+    Demo {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long, default_value_t = 100)]
+        hosts: u64,
+        #[arg(long, default_value_t = 2000)]
+        points_per_host: u64,
+    },
+}
+
+fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let started = Instant::now();
+    let store = Arc::new(Store::open(
+        &config.data_dir,
+        StoreOptions::from_config(&config),
+        clock.clone(),
+    )?);
+    ensure_tables(&store, &config.tables)?;
+    let state = Arc::new(AppState {
+        store: store.clone(),
+        clock,
+        ready: false.into(),
+        max_body: config.server.max_body.0 as usize,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
+        let addr = listener.local_addr()?;
+        state.ready.store(true, Ordering::Release);
+        println!(
+            "halite serving http://{addr} (data in {}, {} table(s), started in {:.2}s)",
+            config.data_dir.display(),
+            store.catalog().tables(None).len(),
+            started.elapsed().as_secs_f64()
+        );
+        let ready = state.clone();
+        let shutdown = async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+            // Readiness drops first, so load balancers stop sending.
+            ready.ready.store(false, Ordering::Release);
         };
-        match a.as_str() {
-            "--dir" => out.dir = Some(PathBuf::from(value("--dir")?)),
-            "--config" => out.config = Some(PathBuf::from(value("--config")?)),
-            "--set" => out.overrides.push(value("--set")?),
-            "--hosts" => {
-                out.hosts = value("--hosts")?
-                    .parse()
-                    .map_err(|_| "--hosts takes a number")?
-            }
-            "--points-per-host" => {
-                out.points = value("--points-per-host")?
-                    .parse()
-                    .map_err(|_| "--points-per-host takes a number")?
-            }
-            other => return Err(format!("unknown argument `{other}`\n\n{USAGE}")),
+        api::serve(listener, state.clone(), shutdown).await
+    })?;
+    drop(runtime);
+    drop(state);
+    let store = Arc::try_unwrap(store).map_err(|_| "store still in use at shutdown")?;
+    store.close()?;
+    println!("halite stopped cleanly");
+    Ok(())
+}
+
+/// Creates the configured tables (and their namespaces) that do not exist.
+fn ensure_tables(store: &Store, tables: &[CreateTable]) -> Result<(), Box<dyn std::error::Error>> {
+    for t in tables {
+        if !store.catalog().namespaces().contains(&t.name.namespace) {
+            store.catalog().create_namespace(&t.name.namespace)?;
+        }
+        if store.catalog().table(&t.name).is_err() {
+            store.create_table(t)?;
+            println!("created table {}", t.name);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
-fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let own_dir = args.dir.is_none();
-    let dir = args.dir.clone().unwrap_or_else(|| {
+fn demo(
+    config: Config,
+    dir: Option<PathBuf>,
+    hosts: u64,
+    points: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let own_dir = dir.is_none();
+    let dir = dir.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()))
     });
-    let config = Config::load(args.config.as_deref(), &args.overrides)?;
     println!("halite demo: data in {}", dir.display());
     let wal = Arc::new(Wal::open(dir.join("wal"), config.wal_options())?);
     println!("wal backend: {}", wal.backend().as_str());
@@ -91,13 +150,13 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(SystemClock),
         BlockCache::new(config.cache.block_cache_size.0 as usize),
     )?;
-    let start_ts = SystemClock.now_ms() - args.points * 10_000;
+    let start_ts = SystemClock.now_ms() - points * 10_000;
     let started = Instant::now();
     let mut batch = Vec::with_capacity(1000);
     let mut rows = 0u64;
-    for p in 0..args.points {
+    for p in 0..points {
         let ts = start_ts + p * 10_000;
-        for h in 0..args.hosts {
+        for h in 0..hosts {
             batch.push(tsbs::cpu_row("cpu", h, p, ts));
             if batch.len() == 1000 {
                 region.mutate(&batch, Durability::SyncWal)?;
@@ -124,12 +183,10 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         region.file_paths().len(),
         region.store_bytes()
     );
-
-    let host = args.hosts / 2;
-    let prefix = tsbs::host_prefix(host);
+    let host = hosts / 2;
     let started = Instant::now();
     let page = region.scan(&Scan {
-        prefix: Some(prefix),
+        prefix: Some(tsbs::host_prefix(host)),
         limit: Some(5),
         ..Scan::new()
     })?;
@@ -160,24 +217,26 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("demo") => match parse_demo(&args[1..]) {
-            Ok(a) => match demo(a) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            },
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
-        },
-        _ => {
-            eprintln!("{USAGE}");
-            ExitCode::from(2)
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Serve { config, overrides } => Config::load(config.as_deref(), &overrides)
+            .map_err(Into::into)
+            .and_then(serve),
+        Command::Demo {
+            config,
+            overrides,
+            dir,
+            hosts,
+            points_per_host,
+        } => Config::load(config.as_deref(), &overrides)
+            .map_err(Into::into)
+            .and_then(|c| demo(c, dir, hosts, points_per_host)),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -438,7 +438,13 @@ pub fn run(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<QueryPage> 
         None => None,
     };
     let columns = query_columns(&table, q)?;
-    let need = q.limit.map(|l| l.saturating_add(q.offset));
+    // Each bucket needs at most offset + limit rows — counted after the
+    // timestamp filter, so with a filter the scanners cannot stop early on
+    // their own (the merge still reads only a batch ahead per bucket).
+    let need = match p.ts_filter {
+        Some(_) => None,
+        None => q.limit.map(|l| l.saturating_add(q.offset)),
+    };
     let filter = p
         .ts_filter
         .clone()

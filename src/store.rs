@@ -50,12 +50,12 @@ pub struct StoreOptions {
 impl StoreOptions {
     pub fn from_config(c: &Config) -> Self {
         StoreOptions {
-            shards: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            shards: c.server.shards,
             queue_depth: 64,
             wal: c.wal_options(),
             region: c.region_options(),
             block_cache_bytes: c.cache.block_cache_size.0 as usize,
-            query_threads: 2 * std::thread::available_parallelism().map_or(2, |n| n.get()),
+            query_threads: c.server.query_threads,
         }
     }
 }
@@ -214,6 +214,28 @@ impl Store {
     pub fn create_table(&self, req: &CreateTable) -> Result<TableDescriptor> {
         let _ddl = self.ddl.lock();
         let desc = self.catalog.create_table(req, self.clock.now_ms())?;
+        let table = self.open_table(desc.clone())?;
+        self.tables
+            .write()
+            .insert(desc.name.clone(), Arc::new(table));
+        Ok(desc)
+    }
+
+    /// Changes family attributes or adds families. The regions are closed
+    /// (flushed) and reopened with the new attributes: new store files use
+    /// them, and the next major compaction rewrites the old files. Writes
+    /// during the switch fail with a retryable error.
+    pub fn alter_families(
+        &self,
+        name: &TableName,
+        families: &[FamilySpec],
+    ) -> Result<TableDescriptor> {
+        let _ddl = self.ddl.lock();
+        let old = self.table(name)?;
+        let desc = self.catalog.alter_families(name, families)?;
+        for r in old.regions() {
+            r.close()?;
+        }
         let table = self.open_table(desc.clone())?;
         self.tables
             .write()

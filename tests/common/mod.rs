@@ -2,6 +2,8 @@
 //! clock, and reopen.
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

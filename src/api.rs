@@ -1,0 +1,615 @@
+//! The HTTP API (JSON). Disk work runs on blocking threads, never on the
+//! async runtime. Errors are `{"error": {"code", "message"}}` with a status
+//! chosen from the error kind in one place ([`ApiError`]).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /healthz`, `GET /readyz` | alive; ready (catalog loaded, WALs replayed, no fatal I/O error) |
+//! | `GET/POST /api/v1/namespaces`, `DELETE /api/v1/namespaces/{ns}` | namespaces |
+//! | `GET/POST /api/v1/tables`, `GET/PATCH/DELETE /api/v1/tables/{table}` | tables |
+//! | `POST /api/v1/tables/{table}/compact` | major compaction of every region |
+//! | `POST /api/v1/write?table=…&precision=ns\|us\|ms\|s` | line protocol, or JSON points |
+//! | `GET /api/v1/tables/{table}/rows/{row-hex}` | get one row |
+//! | `POST /api/v1/tables/{table}/scan` | raw scan |
+//! | `POST /api/v1/query` | logical series query, raw or aggregated |
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query as UrlQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value as Json_, json};
+
+use crate::catalog::{CreateTable, TableDescriptor, TableName, from_hex};
+use crate::cell::Row;
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind};
+use crate::ingest::line_protocol::{self, Precision};
+use crate::ingest::{JsonPoints, point_to_row};
+use crate::key::KeySchema;
+use crate::query::Query;
+use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
+use crate::schema::FamilySpec;
+use crate::store::Store;
+use crate::value::Value;
+
+/// What the handlers share.
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub clock: Arc<dyn Clock>,
+    pub ready: AtomicBool,
+    /// Request bodies above this are refused with 413 (default 25 MiB).
+    pub max_body: usize,
+}
+
+/// An error as the API answers it.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    extra: Option<Json_>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            extra: None,
+        }
+    }
+    fn bad(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let (status, code) = match e.kind() {
+            ErrorKind::InvalidInput => (StatusCode::BAD_REQUEST, "invalid_input"),
+            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
+            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ErrorKind::Closed => (StatusCode::SERVICE_UNAVAILABLE, "closed"),
+            ErrorKind::Corruption => (StatusCode::INTERNAL_SERVER_ERROR, "corruption"),
+            ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": { "code": self.code, "message": self.message } });
+        if let (Some(extra), Some(obj)) = (self.extra, body.as_object_mut()) {
+            if let Some(map) = extra.as_object() {
+                for (k, v) in map {
+                    obj.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Runs disk work off the async runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("worker failed: {e}"),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "request body is larger than the server's limit; send smaller batches",
+            )
+        } else {
+            ApiError::bad(format!("cannot read the request body: {e}"))
+        }
+    })
+}
+
+fn json_body<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    let bytes = body_bytes(body)?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad(format!("request body is not valid JSON for this call: {e}")))
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.max_body;
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(json!({ "status": "ok" })) }),
+        )
+        .route("/readyz", get(readyz))
+        .route(
+            "/api/v1/namespaces",
+            get(list_namespaces).post(create_namespace),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}",
+            axum::routing::delete(drop_namespace),
+        )
+        .route("/api/v1/tables", get(list_tables).post(create_table))
+        .route(
+            "/api/v1/tables/{table}",
+            get(describe_table).patch(alter_table).delete(drop_table),
+        )
+        .route("/api/v1/tables/{table}/compact", post(compact_table))
+        .route("/api/v1/tables/{table}/rows/{row}", get(get_row))
+        .route("/api/v1/tables/{table}/scan", post(scan_table))
+        .route("/api/v1/write", post(write))
+        .route("/api/v1/query", post(query))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+    if s.ready.load(Ordering::Acquire) {
+        Json(json!({ "status": "ready" })).into_response()
+    } else {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "starting up or stopped after a fatal error",
+        )
+        .into_response()
+    }
+}
+
+async fn list_namespaces(State(s): State<Arc<AppState>>) -> Json<Vec<String>> {
+    Json(s.store.catalog().namespaces())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamespaceReq {
+    name: String,
+}
+
+async fn create_namespace(
+    State(s): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let req: NamespaceReq = json_body(body)?;
+    let store = s.store.clone();
+    let name = req.name.clone();
+    blocking(move || store.catalog().create_namespace(&name)).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "name": req.name }))).into_response())
+}
+
+async fn drop_namespace(
+    State(s): State<Arc<AppState>>,
+    Path(ns): Path<String>,
+) -> ApiResult<StatusCode> {
+    let store = s.store.clone();
+    blocking(move || store.catalog().drop_namespace(&ns)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct ListTables {
+    namespace: Option<String>,
+}
+
+async fn list_tables(
+    State(s): State<Arc<AppState>>,
+    UrlQuery(q): UrlQuery<ListTables>,
+) -> Json<Vec<TableDescriptor>> {
+    Json(s.store.catalog().tables(q.namespace.as_deref()))
+}
+
+async fn create_table(
+    State(s): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let req: CreateTable = json_body(body)?;
+    let store = s.store.clone();
+    let desc = blocking(move || store.create_table(&req)).await?;
+    Ok((StatusCode::CREATED, Json(desc)).into_response())
+}
+
+fn table_name(s: &str) -> ApiResult<TableName> {
+    TableName::parse(s).map_err(ApiError::from)
+}
+
+async fn describe_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<Json<TableDescriptor>> {
+    let name = table_name(&t)?;
+    Ok(Json(s.store.catalog().table(&name)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlterReq {
+    families: Vec<FamilySpec>,
+}
+
+async fn alter_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<TableDescriptor>> {
+    let name = table_name(&t)?;
+    let req: AlterReq = json_body(body)?;
+    let store = s.store.clone();
+    Ok(Json(
+        blocking(move || store.alter_families(&name, &req.families)).await?,
+    ))
+}
+
+async fn drop_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    let name = table_name(&t)?;
+    let store = s.store.clone();
+    blocking(move || store.drop_table(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn compact_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    let name = table_name(&t)?;
+    let store = s.store.clone();
+    blocking(move || {
+        for r in store.table(&name)?.regions() {
+            r.compact(true)?;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A cell value as JSON: typed values as themselves, other bytes as hex.
+fn value_json(bytes: &[u8]) -> Json_ {
+    match Value::decode(bytes) {
+        Some(v) => serde_json::to_value(v).unwrap_or(Json_::Null),
+        None => json!({ "hex": hex(bytes) }),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn row_json(schema: &KeySchema, row: &Row) -> Json_ {
+    let key = schema.decode(&row.key).ok().map(|d| {
+        let fields: serde_json::Map<String, Json_> = d
+            .fields
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::to_value(v).unwrap_or(Json_::Null)))
+            .collect();
+        json!({ "bucket": d.bucket, "fields": fields })
+    });
+    json!({
+        "row": hex(&row.key),
+        "key": key,
+        "cells": row.cells.iter().map(|c| json!({
+            "family": String::from_utf8_lossy(&c.family),
+            "qualifier": String::from_utf8_lossy(&c.qualifier),
+            "timestamp": c.timestamp,
+            "value": value_json(&c.value),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[derive(Deserialize, Default)]
+struct GetParams {
+    max_versions: Option<u32>,
+}
+
+async fn get_row(
+    State(s): State<Arc<AppState>>,
+    Path((t, row)): Path<(String, String)>,
+    UrlQuery(p): UrlQuery<GetParams>,
+) -> ApiResult<Json<Json_>> {
+    let name = table_name(&t)?;
+    let key = from_hex(&row).map_err(|e| ApiError::bad(format!("row must be hex: {e}")))?;
+    let store = s.store.clone();
+    let schema = store.catalog().table(&name)?.key;
+    let get = Get {
+        max_versions: p.max_versions.unwrap_or(1),
+        ..Get::new(key)
+    };
+    match blocking(move || store.get(&name, &get)).await? {
+        Some(row) => Ok(Json(row_json(&schema, &row))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no row `{row}`"),
+        )),
+    }
+}
+
+/// A raw scan as JSON; row keys are hex.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ScanReq {
+    start: Option<String>,
+    stop: Option<String>,
+    prefix: Option<String>,
+    #[serde(default)]
+    families: Vec<String>,
+    /// `family:qualifier`
+    #[serde(default)]
+    columns: Vec<String>,
+    min_ts: Option<u64>,
+    max_ts: Option<u64>,
+    max_versions: Option<u32>,
+    column_prefix: Option<String>,
+    value_filter: Option<ValueFilterReq>,
+    #[serde(default)]
+    offset: usize,
+    limit: Option<usize>,
+    #[serde(default)]
+    reverse: bool,
+    continuation: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValueFilterReq {
+    op: String,
+    /// Compared as typed float bytes when a number, raw UTF-8 when a string.
+    value: Json_,
+}
+
+/// Largest page a scan or query returns in one answer.
+const MAX_PAGE: usize = 10_000;
+
+fn to_scan(r: ScanReq) -> ApiResult<Scan> {
+    let hex_opt = |s: &Option<String>, what: &str| -> ApiResult<Option<Vec<u8>>> {
+        s.as_deref()
+            .map(|h| from_hex(h).map_err(|e| ApiError::bad(format!("{what} must be hex: {e}"))))
+            .transpose()
+    };
+    let mut filters = Vec::new();
+    if let Some(p) = &r.column_prefix {
+        filters.push(Filter::ColumnPrefix(p.clone().into_bytes()));
+    }
+    if let Some(v) = &r.value_filter {
+        let op = match v.op.as_str() {
+            "<" => CompareOp::Less,
+            "<=" => CompareOp::LessOrEqual,
+            "=" | "==" => CompareOp::Equal,
+            "!=" => CompareOp::NotEqual,
+            ">=" => CompareOp::GreaterOrEqual,
+            ">" => CompareOp::Greater,
+            other => {
+                return Err(ApiError::bad(format!(
+                    "unknown comparison `{other}`; use <, <=, =, !=, >=, >"
+                )));
+            }
+        };
+        let value = match &v.value {
+            Json_::String(s) => s.clone().into_bytes(),
+            Json_::Number(n) => Value::Float(n.as_f64().unwrap_or(0.0)).encode(),
+            other => {
+                return Err(ApiError::bad(format!(
+                    "value filter needs a string or number, got {other}"
+                )));
+            }
+        };
+        filters.push(Filter::Value { op, value });
+    }
+    let mut columns = Vec::new();
+    for c in &r.columns {
+        let (f, q) = c
+            .split_once(':')
+            .ok_or_else(|| ApiError::bad(format!("column `{c}` must be family:qualifier")))?;
+        columns.push((f.as_bytes().to_vec(), q.as_bytes().to_vec()));
+    }
+    Ok(Scan {
+        start: hex_opt(&r.start, "start")?,
+        stop: hex_opt(&r.stop, "stop")?,
+        prefix: hex_opt(&r.prefix, "prefix")?,
+        columns: Columns {
+            families: r.families.iter().map(|f| f.clone().into_bytes()).collect(),
+            columns,
+        },
+        time_range: TimeRange {
+            min: r.min_ts.unwrap_or(0),
+            max: r.max_ts.unwrap_or(u64::MAX),
+        },
+        max_versions: r.max_versions.unwrap_or(1),
+        filters,
+        offset: r.offset,
+        limit: Some(r.limit.unwrap_or(MAX_PAGE).min(MAX_PAGE)),
+        reverse: r.reverse,
+        continuation: r
+            .continuation
+            .as_deref()
+            .map(ContinuationToken::decode)
+            .transpose()?,
+    })
+}
+
+async fn scan_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Json_>> {
+    let name = table_name(&t)?;
+    let req: ScanReq = json_body(body)?;
+    let scan = to_scan(req)?;
+    let store = s.store.clone();
+    let schema = store.catalog().table(&name)?.key;
+    let page = blocking(move || store.scan(&name, &scan)).await?;
+    Ok(Json(json!({
+        "rows": page.rows.iter().map(|r| row_json(&schema, r)).collect::<Vec<_>>(),
+        "continuation": page.continuation.map(|t| t.encode()),
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryReq {
+    table: String,
+    #[serde(flatten)]
+    query: Query,
+}
+
+async fn query(
+    State(s): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Json_>> {
+    let bytes = body_bytes(body)?;
+    let req: QueryReq = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad(format!("query is not valid: {e}")))?;
+    let name = table_name(&req.table)?;
+    let mut q = req.query;
+    q.limit = Some(q.limit.unwrap_or(MAX_PAGE).min(MAX_PAGE));
+    let store = s.store.clone();
+    let schema = store.catalog().table(&name)?.key;
+    if q.aggregate.is_some() {
+        let out = blocking(move || store.aggregate(&name, &q)).await?;
+        let series: Vec<Json_> = out
+            .iter()
+            .map(|a| {
+                let values: serde_json::Map<String, Json_> = a
+                    .values
+                    .iter()
+                    .map(|(f, v)| (serde_json::to_value(f).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default(), json!(v)))
+                    .collect();
+                json!({
+                    "series": a.series.iter().map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or(Json_::Null))).collect::<serde_json::Map<_, _>>(),
+                    "field": a.field,
+                    "window_ms": a.window_ms,
+                    "values": values,
+                })
+            })
+            .collect();
+        return Ok(Json(json!({ "aggregates": series })));
+    }
+    let page = blocking(move || store.query(&name, &q)).await?;
+    Ok(Json(json!({
+        "rows": page.rows.iter().map(|r| row_json(&schema, r)).collect::<Vec<_>>(),
+        "continuation": page.continuation.map(|t| t.encode()),
+        "buckets_scanned": page.buckets_scanned,
+    })))
+}
+
+#[derive(Deserialize)]
+struct WriteParams {
+    table: String,
+    precision: Option<String>,
+}
+
+/// Writes line protocol (or JSON points with `Content-Type:
+/// application/json`). Answers when the good points are durable; bad lines
+/// get 400 with their numbers and reasons, and the good ones are written.
+async fn write(
+    State(s): State<Arc<AppState>>,
+    UrlQuery(p): UrlQuery<WriteParams>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let name = table_name(&p.table)?;
+    let precision = match p.precision.as_deref() {
+        None => Precision::default(),
+        Some(x) => Precision::parse(x).ok_or_else(|| {
+            ApiError::bad(format!("unknown precision `{x}`; use ns, us, ms or s"))
+        })?,
+    };
+    let bytes = body_bytes(body)?;
+    let desc = s.store.catalog().table(&name)?;
+    let now = s.clock.now_ms();
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let mut rows = Vec::new();
+    let mut errors: Vec<(usize, String)> = Vec::new();
+    if is_json {
+        let points: JsonPoints = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad(format!("body is not JSON points: {e}")))?;
+        for (i, jp) in points.into_vec().iter().enumerate() {
+            match jp
+                .to_point()
+                .and_then(|pt| point_to_row(&desc, &pt, Precision::Milliseconds, now))
+            {
+                Ok(r) => rows.push(r),
+                Err(e) => errors.push((i + 1, e)),
+            }
+        }
+    } else {
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| ApiError::bad(format!("line protocol must be UTF-8: {e}")))?;
+        let (points, bad) = line_protocol::parse_lines(text);
+        errors.extend(bad.into_iter().map(|e| (e.line, e.reason)));
+        for (line, pt) in &points {
+            match point_to_row(&desc, pt, precision, now) {
+                Ok(r) => rows.push(r),
+                Err(e) => errors.push((*line, e)),
+            }
+        }
+    }
+    errors.sort();
+    let written = rows.len();
+    if written > 0 {
+        let store = s.store.clone();
+        blocking(move || store.write(&name, rows, None)).await?;
+    }
+    if errors.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let mut err = ApiError::bad(format!(
+        "{} point(s) rejected, {written} written; first: line {}: {}",
+        errors.len(),
+        errors[0].0,
+        errors[0].1
+    ));
+    err.code = "partial_write";
+    err.extra = Some(json!({
+        "written": written,
+        "rejected": errors.iter().map(|(l, r)| json!({ "line": l, "reason": r })).collect::<Vec<_>>(),
+    }));
+    Err(err)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
