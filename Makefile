@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build bench-engine crash lint fmt clean
+.PHONY: run test build bench-engine bench-query crash lint fmt clean
 
 ## Runs the demo: ingests TSBS-style sensor rows into a region, flushes,
 ## compacts, scans them back and prints what it did.
@@ -26,6 +26,11 @@ build:
 ## disk limit, full scan, Get latency, peak RSS.
 bench-engine:
 	$(CARGO) bench --bench engine
+
+## The query benchmark (issue #3): HTTP ingest into a 16-bucket salted
+## table, q1/q2/q3 latencies, fan-out speedup.
+bench-query:
+	$(CARGO) bench --bench query
 
 ## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
 crash:

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::cell::Row;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
-use crate::scan::{Columns, ContinuationToken, Scan, prefix_successor};
+use crate::scan::{Columns, ContinuationToken, RowView, Scan, prefix_successor};
 use crate::store::{Table, TableScanner};
 
 /// OpenTSDB's aggregators.
@@ -231,6 +231,40 @@ fn ts_offset(schema: &KeySchema) -> Option<(usize, usize, FieldEncoding)> {
     None
 }
 
+/// Keys bounding `[start, end)` on a timestamp field that directly follows
+/// `prefix`: `[lo, hi)`, `hi = None` for the end of the prefix.
+fn time_window(
+    prefix: &[u8],
+    enc: &FieldEncoding,
+    start: u64,
+    end: u64,
+) -> (Vec<u8>, Option<Vec<u8>>) {
+    let with = |ts: u64| [prefix, &ts.to_be_bytes()].concat();
+    match enc {
+        FieldEncoding::Timestamp => (
+            with(start),
+            if end == u64::MAX {
+                prefix_successor(prefix)
+            } else {
+                Some(with(end))
+            },
+        ),
+        // ts in [start, end) <=> MAX - ts in (MAX - end, MAX - start].
+        _ => (
+            if end == u64::MAX {
+                prefix.to_vec()
+            } else {
+                with(u64::MAX - (end - 1))
+            },
+            if start == 0 {
+                prefix_successor(prefix)
+            } else {
+                Some(with(u64::MAX - start + 1))
+            },
+        ),
+    }
+}
+
 /// The query's family (the table's first by default) and column selection.
 fn query_columns(table: &Table, q: &Query) -> Result<Columns> {
     let family = q
@@ -308,27 +342,8 @@ fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
     if let Some((i, at, enc)) = ts_offset(schema) {
         if i == values.len() {
             // The timestamp follows the series: the range narrows the scan.
-            match enc {
-                FieldEncoding::Timestamp => {
-                    lo.extend_from_slice(&start.to_be_bytes());
-                    if end != u64::MAX {
-                        let mut h = lead.clone();
-                        h.extend_from_slice(&end.to_be_bytes());
-                        hi = Some(h);
-                    }
-                }
-                _ => {
-                    // ts in [start, end) ⇔ MAX-ts in (MAX-end, MAX-start].
-                    if end != u64::MAX {
-                        // end > start >= 0 here, so end - 1 cannot underflow.
-                        lo.extend_from_slice(&(u64::MAX - (end - 1)).to_be_bytes());
-                    }
-                    if start > 0 {
-                        let mut h = lead.clone();
-                        h.extend_from_slice(&(u64::MAX - start + 1).to_be_bytes());
-                        hi = Some(h);
-                    }
-                }
+            if start < end {
+                (lo, hi) = time_window(&lead, &enc, start, end);
             }
         } else if q.start_ms.is_some() || q.end_ms.is_some() {
             ts_filter = Some((at, enc));
@@ -549,6 +564,10 @@ pub fn run(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<QueryPage> 
 /// Key of one aggregate: series identity bytes, field, window start.
 type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
 
+/// A bucket's partials by series, then field, then window: nested so a
+/// lookup borrows the key bytes instead of allocating them.
+type BucketPartials = BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, BTreeMap<Option<u64>, Partial>>>;
+
 /// Runs an aggregated query: partials per bucket in parallel, combined.
 pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<SeriesAggregate>> {
     let agg = q
@@ -574,22 +593,22 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
     let mut identity = Vec::new();
     let mut at = schema.prefix_len();
     for f in &schema.fields {
-        let w = match &f.encoding {
-            FieldEncoding::String { width }
-            | FieldEncoding::Uint { width }
-            | FieldEncoding::Uniquifier { width } => *width,
-            _ => 8,
-        };
-        if !matches!(
-            f.encoding,
-            FieldEncoding::Timestamp
-                | FieldEncoding::ReversedTimestamp
-                | FieldEncoding::Uniquifier { .. }
-        ) {
+        let w = f.encoding.width();
+        if f.encoding.is_identity() {
             identity.push(at..at + w);
         }
         at += w;
     }
+    // Skip scan: when fields sit between the query's series and the
+    // timestamp (all hosts of a metric, say), each series is found, its time
+    // window read directly, and the scan jumps to the next series — instead
+    // of reading every row of the bucket and dropping most of them.
+    let skip_scan = p.ts_filter.is_some()
+        && schema
+            .fields
+            .iter()
+            .take_while(|f| !f.encoding.is_time())
+            .all(|f| f.encoding.is_identity());
     let columns = query_columns(&table, q)?;
     let mut waits = Vec::new();
     for &b in &p.buckets {
@@ -605,42 +624,111 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             columns: columns.clone(),
             ..Scan::new()
         };
-        let mut scanner = TableScanner::new(table.clone(), scan)?;
         let (tx, rx) = bounded(1);
         let identity = identity.clone();
         let ts_enc = ts_enc.clone();
         let (start_ms, end_ms, window) = (p.start, p.end, agg.downsample_ms);
+        let table = table.clone();
+        let columns = columns.clone();
         pool.run(Box::new(move || {
-            let mut partials: BTreeMap<AggKey, Partial> = BTreeMap::new();
-            let outcome = loop {
-                match scanner.next_row() {
-                    Ok(Some(row)) => {
-                        let Some(ts) = key_ts(&row.key, ts_at, &ts_enc) else {
-                            continue;
-                        };
-                        if ts < start_ms || ts >= end_ms {
-                            continue;
-                        }
-                        let series: Vec<u8> = identity
-                            .iter()
-                            .flat_map(|r| row.key[r.clone()].iter().copied())
-                            .collect();
-                        let w = window.map(|w| ts - ts % w);
-                        for c in &row.cells {
-                            let Some(v) = crate::value::numeric(&c.value) else {
-                                continue;
-                            };
-                            partials
-                                .entry((series.clone(), c.qualifier.to_vec(), w))
-                                .and_modify(|p| p.add(ts, v))
-                                .or_insert_with(|| Partial::new(ts, v));
-                        }
+            // series → field → window: looked up by borrowed bytes, so a
+            // cell costs no allocation once its series and field exist.
+            let mut partials: BucketPartials = BTreeMap::new();
+            let mut series = Vec::new();
+            let mut add_row = |row: RowView<'_>| {
+                let key = row.key();
+                let Some(ts) = key_ts(key, ts_at, &ts_enc) else {
+                    return;
+                };
+                if ts < start_ms || ts >= end_ms {
+                    return;
+                }
+                series.clear();
+                for r in &identity {
+                    series.extend_from_slice(&key[r.clone()]);
+                }
+                let w = window.map(|w| ts - ts % w);
+                if !partials.contains_key(series.as_slice()) {
+                    partials.insert(series.clone(), BTreeMap::new());
+                }
+                let fields = partials.get_mut(series.as_slice()).expect("inserted above");
+                for c in row.cells() {
+                    let Some(v) = crate::value::numeric(c.value) else {
+                        continue;
+                    };
+                    if !fields.contains_key(c.qualifier) {
+                        fields.insert(c.qualifier.to_vec(), BTreeMap::new());
                     }
-                    Ok(None) => break Ok(partials),
-                    Err(e) => break Err(e),
+                    let windows = fields.get_mut(c.qualifier).expect("inserted above");
+                    windows
+                        .entry(w)
+                        .and_modify(|p| p.add(ts, v))
+                        .or_insert_with(|| Partial::new(ts, v));
                 }
             };
-            let _ = tx.send(outcome);
+            let scan_range = |start: Vec<u8>,
+                              stop: Option<Vec<u8>>,
+                              limit: Option<usize>,
+                              f: &mut dyn FnMut(RowView<'_>)|
+             -> Result<()> {
+                let mut scanner = TableScanner::new(
+                    table.clone(),
+                    Scan {
+                        start: Some(start),
+                        stop,
+                        columns: columns.clone(),
+                        limit,
+                        ..Scan::new()
+                    },
+                )?;
+                while let Some(row) = scanner.next_view()? {
+                    f(row);
+                }
+                Ok(())
+            };
+            let outcome = if skip_scan {
+                let mut pos = Some(scan.start.clone().unwrap_or_default());
+                let mut result = Ok(());
+                while let Some(at) = pos.take() {
+                    let mut series_prefix = None;
+                    if let Err(e) =
+                        scan_range(at, scan.stop.clone(), Some(1), &mut |row: RowView<'_>| {
+                            series_prefix = row.key().get(..ts_at).map(<[u8]>::to_vec);
+                        })
+                    {
+                        result = Err(e);
+                        break;
+                    }
+                    let Some(prefix) = series_prefix else { break };
+                    let (lo, hi) = time_window(&prefix, &ts_enc, start_ms, end_ms);
+                    if let Err(e) = scan_range(lo, hi, None, &mut add_row) {
+                        result = Err(e);
+                        break;
+                    }
+                    pos = prefix_successor(&prefix)
+                        .filter(|n| scan.stop.as_ref().is_none_or(|s| n < s));
+                }
+                result
+            } else {
+                scan_range(
+                    scan.start.clone().unwrap_or_default(),
+                    scan.stop.clone(),
+                    None,
+                    &mut add_row,
+                )
+            };
+            let flat = outcome.map(|()| {
+                let mut flat: BTreeMap<AggKey, Partial> = BTreeMap::new();
+                for (series, fields) in partials {
+                    for (field, windows) in fields {
+                        for (w, p) in windows {
+                            flat.insert((series.clone(), field.clone(), w), p);
+                        }
+                    }
+                }
+                flat
+            });
+            let _ = tx.send(flat);
         }))?;
         waits.push(rx);
     }

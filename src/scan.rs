@@ -494,6 +494,11 @@ impl RowScanner {
         Ok(ScanPage { rows, continuation })
     }
 
+    /// The row the last [`RowScanner::next_view`] returned, again.
+    pub fn current_view(&self) -> Option<RowView<'_>> {
+        (!self.row.key.is_empty()).then(|| self.row.view())
+    }
+
     /// The next row of the scan as an owned [`Row`], or `None` at its end.
     pub fn next_row(&mut self) -> Result<Option<Row>> {
         Ok(self.next_view()?.map(|v| v.to_row()))

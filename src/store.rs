@@ -29,7 +29,7 @@ use crate::region::block_cache::BlockCache;
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, Region, RegionDescriptor, RegionOptions};
-use crate::scan::{ContinuationToken, Get, RowScanner, Scan, ScanPage};
+use crate::scan::{ContinuationToken, Get, RowScanner, RowView, Scan, ScanPage};
 use crate::schema::FamilySpec;
 
 /// Store settings.
@@ -484,6 +484,11 @@ impl TableScanner {
     }
 
     pub fn next_row(&mut self) -> Result<Option<Row>> {
+        Ok(self.next_view()?.map(|v| v.to_row()))
+    }
+
+    /// The next row, borrowed until the next call: no allocation per cell.
+    pub fn next_view(&mut self) -> Result<Option<RowView<'_>>> {
         if self.remaining == Some(0) {
             return Ok(None);
         }
@@ -491,10 +496,16 @@ impl TableScanner {
             if self.current.is_none() && !self.open_next()? {
                 return Ok(None);
             }
-            let Some(row) = self.current.as_mut().expect("opened above").next_row()? else {
+            let has_row = self
+                .current
+                .as_mut()
+                .expect("opened above")
+                .next_view()?
+                .is_some();
+            if !has_row {
                 self.current = None;
                 continue;
-            };
+            }
             if self.to_skip > 0 {
                 self.to_skip -= 1;
                 continue;
@@ -502,7 +513,7 @@ impl TableScanner {
             if let Some(r) = self.remaining.as_mut() {
                 *r -= 1;
             }
-            return Ok(Some(row));
+            return Ok(self.current.as_ref().and_then(|c| c.current_view()));
         }
     }
 }

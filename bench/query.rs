@@ -1,0 +1,294 @@
+//! Query benchmark (`make bench-query`), end to end over HTTP.
+//!
+//! Starts `halite serve` on a loopback port, loads TSBS-style data (100
+//! hosts, 10 cpu fields, one row per host every 10 s; 1,000,000 rows unless
+//! HALITE_BENCH_ROWS says otherwise) into a 16-bucket salted table through
+//! `/api/v1/write` (line protocol, 5,000-line batches, 2 keep-alive client
+//! connections, SYNC_WAL), then times:
+//!
+//! - q1: last 100 points of one host's usage_user
+//! - q2: one host, all 10 fields, one hour (360 rows)
+//! - q3: all 100 hosts, max(usage_user) per host over one hour (aggregation
+//!   pushed into the 16 bucket scans)
+//!
+//! and, in-process on the same data after the server stops, the q3 fan-out
+//! with a one-thread pool against the default pool.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use halite::catalog::TableName;
+use halite::clock::SystemClock;
+use halite::config::Config;
+use halite::query::{self, AggFn, Aggregate, Query, QueryPool};
+use halite::store::{Store, StoreOptions};
+use halite::tsbs::{CPU_FIELDS, cpu_value};
+
+const HOSTS: u64 = 100;
+const BATCH_LINES: usize = 5_000;
+const T0_MS: u64 = 1_700_000_000_000;
+
+/// A keep-alive HTTP/1.1 connection.
+struct Conn {
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn open(addr: &str) -> Conn {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        Conn {
+            reader: BufReader::new(s),
+        }
+    }
+
+    fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> (u16, Vec<u8>) {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let s = self.reader.get_mut();
+        s.write_all(head.as_bytes()).expect("send");
+        s.write_all(body).expect("send body");
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("status");
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status code");
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).expect("header");
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                len = v.trim().parse().expect("length");
+            }
+        }
+        let mut body = vec![0u8; len];
+        self.reader.read_exact(&mut body).expect("body");
+        (status, body)
+    }
+}
+
+fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[(v.len() * 99 / 100).min(v.len() - 1)])
+}
+
+fn time_query(
+    addr: &str,
+    body: &str,
+    runs: usize,
+    check: impl Fn(&serde_json::Value),
+) -> (f64, f64) {
+    let mut c = Conn::open(addr);
+    let mut lat = Vec::with_capacity(runs);
+    for i in 0..runs + 5 {
+        let t = Instant::now();
+        let (status, out) = c.call("POST", "/api/v1/query", "application/json", body.as_bytes());
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+        if i == 0 {
+            check(&serde_json::from_slice(&out).expect("json"));
+        }
+        if i >= 5 {
+            lat.push(us);
+        }
+    }
+    percentiles(lat)
+}
+
+fn main() {
+    let rows: u64 = std::env::var("HALITE_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let steps = rows / HOSTS;
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let config_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .args(["--set", &format!("data_dir=\"{}\"", dir.path().display())])
+        .args(["--set", &format!("server.listen=\"{addr}\"")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start halite serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "query bench: {rows} rows x {} fields into metrics:cpu (16 salt buckets) over http://{addr}",
+        CPU_FIELDS.len()
+    );
+
+    // Ingest: two connections, each writing every other batch.
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for worker in 0..2u64 {
+            let addr = addr.clone();
+            s.spawn(move || {
+                let mut c = Conn::open(&addr);
+                let mut body = String::with_capacity(BATCH_LINES * 200);
+                let mut lines = 0;
+                let mut batch = 0u64;
+                for step in 0..steps {
+                    for host in 0..HOSTS {
+                        if batch % 2 == worker {
+                            body.push_str(&format!("cpu,host=host_{host:04} "));
+                            for (i, f) in CPU_FIELDS.iter().enumerate() {
+                                if i > 0 {
+                                    body.push(',');
+                                }
+                                body.push_str(&format!("{f}={}", cpu_value(host, step, i)));
+                            }
+                            body.push_str(&format!(" {}\n", T0_MS + step * 10_000));
+                        }
+                        lines += 1;
+                        if lines == BATCH_LINES {
+                            if !body.is_empty() {
+                                let (status, out) = c.call(
+                                    "POST",
+                                    "/api/v1/write?table=metrics:cpu&precision=ms",
+                                    "text/plain",
+                                    body.as_bytes(),
+                                );
+                                assert_eq!(status, 204, "{}", String::from_utf8_lossy(&out));
+                                body.clear();
+                            }
+                            lines = 0;
+                            batch += 1;
+                        }
+                    }
+                }
+                if !body.is_empty() {
+                    let (status, _) = c.call(
+                        "POST",
+                        "/api/v1/write?table=metrics:cpu&precision=ms",
+                        "text/plain",
+                        body.as_bytes(),
+                    );
+                    assert_eq!(status, 204);
+                }
+            });
+        }
+    });
+    let ingest_secs = started.elapsed().as_secs_f64();
+    println!("http ingest: {rows} rows in {ingest_secs:.2}s");
+
+    let last_ts = T0_MS + (steps - 1) * 10_000;
+    let hour_start = last_ts.saturating_sub(3_600_000) + 1;
+    let q1 = format!(
+        r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"fields":["usage_user"],"limit":100}}"#
+    );
+    let (p50, p99) = time_query(&addr, &q1, 300, |r| {
+        assert_eq!(
+            r["rows"].as_array().expect("rows").len(),
+            100.min(steps as usize)
+        )
+    });
+    println!("query q1 p50_us={p50:.0} p99_us={p99:.0}");
+    let q2 = format!(
+        r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"start_ms":{hour_start},"end_ms":{}}}"#,
+        last_ts + 1
+    );
+    let (p50, p99) = time_query(&addr, &q2, 200, |r| {
+        let rows = r["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 360.min(steps as usize));
+        assert_eq!(rows[0]["cells"].as_array().expect("cells").len(), 10);
+    });
+    println!("query q2 p50_us={p50:.0} p99_us={p99:.0}");
+    let q3 = format!(
+        r#"{{"table":"metrics:cpu","series":[["metric","cpu"]],"fields":["usage_user"],"start_ms":{hour_start},"end_ms":{},"aggregate":{{"functions":["max"]}}}}"#,
+        last_ts + 1
+    );
+    let (p50, p99) = time_query(&addr, &q3, 50, |r| {
+        assert_eq!(
+            r["aggregates"].as_array().expect("aggs").len(),
+            HOSTS as usize
+        )
+    });
+    println!("query q3 p50_us={p50:.0} p99_us={p99:.0}");
+
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let status = server.wait().expect("server exit");
+    assert!(status.success(), "server exit {status:?}");
+
+    // Fan-out: the same q3, one thread against the default pool.
+    let config = Config::load(
+        Some(&config_path),
+        &[format!("data_dir=\"{}\"", dir.path().display())],
+    )
+    .expect("config");
+    let store = Store::open(
+        dir.path(),
+        StoreOptions::from_config(&config),
+        Arc::new(SystemClock),
+    )
+    .expect("store");
+    let table = store
+        .table(&TableName::parse("metrics:cpu").expect("name"))
+        .expect("table");
+    let q = Query {
+        series: vec![("metric".into(), halite::key::FieldValue::Str("cpu".into()))],
+        start_ms: Some(hour_start),
+        end_ms: Some(last_ts + 1),
+        family: None,
+        fields: vec!["usage_user".into()],
+        offset: 0,
+        limit: None,
+        reverse: false,
+        continuation: None,
+        aggregate: Some(Aggregate {
+            functions: vec![AggFn::Max],
+            downsample_ms: None,
+        }),
+    };
+    let time_pool = |pool: &QueryPool| {
+        let mut best = f64::MAX;
+        for _ in 0..15 {
+            let t = Instant::now();
+            let out = query::aggregate(table.clone(), pool, &q).expect("aggregate");
+            assert_eq!(out.len(), HOSTS as usize);
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        best
+    };
+    let sequential = time_pool(&QueryPool::new(1));
+    let parallel = time_pool(&QueryPool::new(config.server.query_threads));
+    println!(
+        "q3 in-process: sequential {:.2} ms, parallel ({} threads) {:.2} ms",
+        sequential * 1e3,
+        config.server.query_threads,
+        parallel * 1e3
+    );
+    println!("query fanout_speedup={:.2}", sequential / parallel);
+    println!("http_ingest rows_per_s={:.0}", rows as f64 / ingest_secs);
+    drop(table);
+    store.close().expect("close");
+}
