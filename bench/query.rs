@@ -202,9 +202,7 @@ fn main() {
 
     let last_ts = T0_MS + (steps - 1) * 10_000;
     let hour_start = last_ts.saturating_sub(3_600_000) + 1;
-    let q1 = format!(
-        r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"fields":["usage_user"],"limit":100}}"#
-    );
+    let q1 = r#"{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"fields":["usage_user"],"limit":100}"#.to_string();
     let (p50, p99) = time_query(&addr, &q1, 300, |r| {
         assert_eq!(
             r["rows"].as_array().expect("rows").len(),

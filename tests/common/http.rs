@@ -50,9 +50,15 @@ pub fn request(
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
+    // A server may answer (413, say) and close before taking the whole
+    // body; the answer is still there to read.
+    let sent = s.write_all(body);
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    let read = s.read_to_end(&mut raw);
+    if raw.is_empty() {
+        sent?;
+        read?;
+    }
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
