@@ -28,6 +28,8 @@
 pub mod api;
 pub mod catalog;
 pub mod cell;
+pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod codec;
 pub mod config;

@@ -13,6 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Parser, Subcommand};
 use halite::api::{self, AppState};
 use halite::catalog::CreateTable;
+use halite::cli;
 use halite::clock::{Clock, SystemClock};
 use halite::config::Config;
 use halite::region::block_cache::BlockCache;
@@ -34,8 +35,111 @@ struct Cli {
     command: Command,
 }
 
+/// How client verbs reach the server.
+#[derive(clap::Args)]
+struct Conn {
+    /// Address of a running `halite serve`.
+    #[arg(long, global = true, default_value = "127.0.0.1:8070")]
+    server: String,
+    /// Print the server's JSON answer instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum TableCmd {
+    /// Create a table from a JSON spec (a file, or - for stdin; see docs/api.md).
+    Create { spec: PathBuf },
+    /// Show a table's descriptor.
+    Describe { name: String },
+    /// Change family attributes or add families: a JSON list of families.
+    Alter { name: String, families: String },
+    /// List tables.
+    List,
+    /// Drop a table and its data.
+    Drop { name: String },
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Manage tables on a running server.
+    Table {
+        #[command(subcommand)]
+        cmd: TableCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Write points in line protocol (arguments, or stdin when none).
+    Put {
+        #[arg(long)]
+        table: String,
+        /// Timestamp precision: ns, us, ms or s.
+        #[arg(long, default_value = "ns")]
+        precision: String,
+        lines: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Read one row by its hex row key.
+    Get {
+        #[arg(long)]
+        table: String,
+        row: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// A raw scan (row keys in hex).
+    Scan {
+        #[arg(long)]
+        table: String,
+        #[arg(long)]
+        prefix: Option<String>,
+        #[arg(long)]
+        start: Option<String>,
+        #[arg(long)]
+        stop: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long)]
+        reverse: bool,
+        #[arg(long)]
+        continuation: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// A logical series query: --series metric=cpu,host=h1 (leading key
+    /// fields, in key order).
+    Query {
+        #[arg(long)]
+        table: String,
+        #[arg(long, default_value = "")]
+        series: String,
+        /// Start of the time range, epoch ms (inclusive).
+        #[arg(long)]
+        start: Option<u64>,
+        /// End of the time range, epoch ms (exclusive).
+        #[arg(long)]
+        end: Option<u64>,
+        /// Fields (qualifiers), comma-separated.
+        #[arg(long, default_value = "")]
+        fields: String,
+        /// Aggregators, comma-separated: min,max,sum,count,avg,first,last.
+        #[arg(long, default_value = "")]
+        agg: String,
+        /// Downsample window in ms (with --agg).
+        #[arg(long)]
+        downsample: Option<u64>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        #[arg(long)]
+        reverse: bool,
+        #[arg(long)]
+        continuation: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Run the service: the HTTP API over the tables of the config.
     Serve {
         /// Config file (configs/halite.toml documents every setting).
@@ -216,6 +320,121 @@ fn demo(
     Ok(())
 }
 
+fn client(conn: &Conn) -> cli::Client {
+    cli::Client {
+        addr: conn
+            .server
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string(),
+        json: conn.json,
+    }
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// `metric=cpu,host=h1` with each value typed by the table's key schema.
+fn series_values(c: &cli::Client, table: &str, series: &str) -> Result<serde_json::Value, String> {
+    let pairs: Vec<(String, String)> = split_list(series)
+        .into_iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("series part `{p}` must be field=value"))
+        })
+        .collect::<Result<_, _>>()?;
+    if pairs.is_empty() {
+        return Ok(serde_json::json!([]));
+    }
+    let r = halite::client::request(
+        &c.addr,
+        "GET",
+        &format!("/api/v1/tables/{table}"),
+        None,
+        b"",
+    )
+    .map_err(|e| format!("cannot reach halite at {}: {e}", c.addr))?;
+    let desc = r.json();
+    let fields = desc["key"]["fields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (k, v) in pairs {
+        let numeric = fields
+            .iter()
+            .find(|f| f["name"] == k.as_str())
+            .is_some_and(|f| f["type"] != "string");
+        let value = if numeric {
+            serde_json::json!(
+                v.parse::<u64>()
+                    .map_err(|_| format!("key field `{k}` takes a number, got `{v}`"))?
+            )
+        } else {
+            serde_json::json!(v)
+        };
+        out.push(serde_json::json!([k, value]));
+    }
+    Ok(serde_json::Value::Array(out))
+}
+
+fn read_input(path: &std::path::Path) -> Result<String, String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    }
+}
+
+fn run_client(command: Command) -> Result<(), String> {
+    match command {
+        Command::Table { cmd, conn } => {
+            let c = client(&conn);
+            match cmd {
+                TableCmd::Create { spec } => c.table_create(&read_input(&spec)?),
+                TableCmd::Describe { name } => c.table_describe(&name),
+                TableCmd::Alter { name, families } => c.table_alter(&name, &families),
+                TableCmd::List => c.table_list(),
+                TableCmd::Drop { name } => c.table_drop(&name),
+            }
+        }
+        Command::Put { table, precision, lines, conn } => {
+            let body = if lines.is_empty() { read_input(std::path::Path::new("-"))? } else { lines.join("\n") };
+            client(&conn).put(&table, &precision, &body)
+        }
+        Command::Get { table, row, conn } => client(&conn).get(&table, &row),
+        Command::Scan { table, prefix, start, stop, limit, reverse, continuation, conn } => client(&conn).scan(
+            &table,
+            &serde_json::json!({ "prefix": prefix, "start": start, "stop": stop, "limit": limit, "reverse": reverse, "continuation": continuation }),
+        ),
+        Command::Query { table, series, start, end, fields, agg, downsample, limit, offset, reverse, continuation, conn } => {
+            let c = client(&conn);
+            let mut q = serde_json::json!({
+                "table": table,
+                "series": series_values(&c, &table, &series)?,
+                "start_ms": start, "end_ms": end,
+                "fields": split_list(&fields),
+                "limit": limit, "offset": offset, "reverse": reverse, "continuation": continuation,
+            });
+            let functions = split_list(&agg);
+            if !functions.is_empty() {
+                q["aggregate"] = serde_json::json!({ "functions": functions, "downsample_ms": downsample });
+            }
+            c.query(&q)
+        }
+        Command::Serve { .. } | Command::Demo { .. } => Err("not a client verb".into()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -231,6 +450,7 @@ fn main() -> ExitCode {
         } => Config::load(config.as_deref(), &overrides)
             .map_err(Into::into)
             .and_then(|c| demo(c, dir, hosts, points_per_host)),
+        other => run_client(other).map_err(Into::into),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,56 +8,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::http::{free_port, request};
+use common::server::{start, stop};
 use serde_json::{Value, json};
 
 const HOSTS: u64 = 100;
 const POINTS: u64 = 2_000;
 const T0_MS: u64 = 1_700_000_000_000;
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-fn start(data: &std::path::Path, port: u16, extra: &[&str]) -> Server {
-    let addr = format!("127.0.0.1:{port}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_halite"));
-    cmd.args(["serve", "--set"])
-        .arg(format!("data_dir=\"{}\"", data.display()))
-        .args([
-            "--set",
-            &format!("server.listen=\"{addr}\""),
-            "--set",
-            "region.flush_size=\"4MiB\"",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    let child = cmd.spawn().expect("spawn halite serve");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = request(&addr, "GET", "/readyz", None, b"")
-            && r.status == 200
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "server did not become ready");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Server { child, addr }
-}
-
-fn stop(mut s: Server) {
-    // SAFETY: sending a signal to our own child process by its pid.
-    let rc = unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let status = s.child.wait().expect("wait");
-    assert!(status.success(), "server exited with {status:?}");
-}
 
 fn post_json(addr: &str, path: &str, body: &Value) -> common::http::Response {
     request(

@@ -1,0 +1,322 @@
+//! The client verbs of the `halite` command: they talk to a running server
+//! over its HTTP API and print readable tables, or the raw JSON with
+//! `--json`.
+
+use serde_json::{Value, json};
+
+use crate::client::{Response, request};
+
+/// Where the server is and how to print.
+pub struct Client {
+    pub addr: String,
+    pub json: bool,
+}
+
+pub type CliResult = Result<(), String>;
+
+impl Client {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<Response, String> {
+        request(&self.addr, method, path, content_type, body).map_err(|e| {
+            format!(
+                "cannot reach halite at {}: {e} (is `halite serve` running?)",
+                self.addr
+            )
+        })
+    }
+
+    /// Prints the answer, or turns an error answer into the error message.
+    fn finish(&self, r: Response, table: impl FnOnce(&Value) -> String) -> CliResult {
+        let body = r.json();
+        if r.status >= 400 {
+            let msg = body["error"]["message"]
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| r.text());
+            let mut out = format!("{} ({})", msg, r.status);
+            if let Some(rej) = body["rejected"].as_array() {
+                for x in rej.iter().take(20) {
+                    out.push_str(&format!(
+                        "\n  line {}: {}",
+                        x["line"],
+                        x["reason"].as_str().unwrap_or("")
+                    ));
+                }
+            }
+            return Err(out);
+        }
+        if self.json {
+            println!(
+                "{}",
+                if body.is_null() {
+                    r.text()
+                } else {
+                    body.to_string()
+                }
+            );
+        } else {
+            print!("{}", table(&body));
+        }
+        Ok(())
+    }
+
+    pub fn table_create(&self, spec: &str) -> CliResult {
+        let r = self.call(
+            "POST",
+            "/api/v1/tables",
+            Some("application/json"),
+            spec.as_bytes(),
+        )?;
+        self.finish(r, |t| {
+            format!(
+                "created {} with {} region(s)\n",
+                t["name"].as_str().unwrap_or("?"),
+                t["regions"].as_array().map_or(0, Vec::len)
+            )
+        })
+    }
+
+    pub fn table_list(&self) -> CliResult {
+        let r = self.call("GET", "/api/v1/tables", None, b"")?;
+        self.finish(r, |tables| {
+            let rows: Vec<Vec<String>> = tables
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|t| {
+                            vec![
+                                t["name"].as_str().unwrap_or("").to_string(),
+                                t["regions"].as_array().map_or(0, Vec::len).to_string(),
+                                t["families"]
+                                    .as_array()
+                                    .map(|f| {
+                                        f.iter()
+                                            .filter_map(|x| x["name"].as_str())
+                                            .collect::<Vec<_>>()
+                                            .join(",")
+                                    })
+                                    .unwrap_or_default(),
+                                t["durability"].as_str().unwrap_or("").to_string(),
+                            ]
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            render(&["TABLE", "REGIONS", "FAMILIES", "DURABILITY"], &rows)
+        })
+    }
+
+    pub fn table_describe(&self, name: &str) -> CliResult {
+        let r = self.call("GET", &format!("/api/v1/tables/{name}"), None, b"")?;
+        self.finish(r, |t| {
+            format!("{}\n", serde_json::to_string_pretty(t).unwrap_or_default())
+        })
+    }
+
+    pub fn table_alter(&self, name: &str, families: &str) -> CliResult {
+        let families: Value = serde_json::from_str(families)
+            .map_err(|e| format!("families must be a JSON list: {e}"))?;
+        let body = json!({ "families": families }).to_string();
+        let r = self.call(
+            "PATCH",
+            &format!("/api/v1/tables/{name}"),
+            Some("application/json"),
+            body.as_bytes(),
+        )?;
+        self.finish(r, |t| {
+            format!("altered {}\n", t["name"].as_str().unwrap_or("?"))
+        })
+    }
+
+    pub fn table_drop(&self, name: &str) -> CliResult {
+        let r = self.call("DELETE", &format!("/api/v1/tables/{name}"), None, b"")?;
+        self.finish(r, |_| format!("dropped {name}\n"))
+    }
+
+    pub fn put(&self, table: &str, precision: &str, lines: &str) -> CliResult {
+        let r = self.call(
+            "POST",
+            &format!("/api/v1/write?table={table}&precision={precision}"),
+            Some("text/plain"),
+            lines.as_bytes(),
+        )?;
+        let n = lines
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .count();
+        self.finish(r, |_| format!("wrote {n} point(s)\n"))
+    }
+
+    pub fn get(&self, table: &str, row_hex: &str) -> CliResult {
+        let r = self.call(
+            "GET",
+            &format!("/api/v1/tables/{table}/rows/{row_hex}"),
+            None,
+            b"",
+        )?;
+        self.finish(r, |row| rows_table(std::slice::from_ref(row)))
+    }
+
+    pub fn scan(&self, table: &str, spec: &Value) -> CliResult {
+        let r = self.call(
+            "POST",
+            &format!("/api/v1/tables/{table}/scan"),
+            Some("application/json"),
+            spec.to_string().as_bytes(),
+        )?;
+        self.finish(r, page_table)
+    }
+
+    pub fn query(&self, spec: &Value) -> CliResult {
+        let r = self.call(
+            "POST",
+            "/api/v1/query",
+            Some("application/json"),
+            spec.to_string().as_bytes(),
+        )?;
+        self.finish(r, |answer| match answer["aggregates"].as_array() {
+            Some(aggs) => aggregates_table(aggs),
+            None => page_table(answer),
+        })
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Rows as a table: key fields, timestamp, then one column per qualifier.
+fn rows_table(rows: &[Value]) -> String {
+    let mut key_cols: Vec<String> = Vec::new();
+    let mut value_cols: Vec<String> = Vec::new();
+    for r in rows {
+        if let Some(f) = r["key"]["fields"].as_object() {
+            for k in f.keys() {
+                if !key_cols.contains(k) {
+                    key_cols.push(k.clone());
+                }
+            }
+        }
+        for c in r["cells"].as_array().into_iter().flatten() {
+            let q = format!("{}:{}", scalar(&c["family"]), scalar(&c["qualifier"]));
+            if !value_cols.contains(&q) {
+                value_cols.push(q);
+            }
+        }
+    }
+    let mut header: Vec<String> = if key_cols.is_empty() {
+        vec!["ROW".into()]
+    } else {
+        key_cols.clone()
+    };
+    header.extend(value_cols.iter().cloned());
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut line: Vec<String> = if key_cols.is_empty() {
+                vec![scalar(&r["row"])]
+            } else {
+                key_cols
+                    .iter()
+                    .map(|k| scalar(&r["key"]["fields"][k]))
+                    .collect()
+            };
+            for q in &value_cols {
+                let v = r["cells"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| format!("{}:{}", scalar(&c["family"]), scalar(&c["qualifier"])) == *q)
+                    .map(|c| scalar(&c["value"]))
+                    .unwrap_or_default();
+                line.push(v);
+            }
+            line
+        })
+        .collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    render(&header, &body)
+}
+
+fn page_table(page: &Value) -> String {
+    let rows = page["rows"].as_array().cloned().unwrap_or_default();
+    let mut out = rows_table(&rows);
+    out.push_str(&format!("({} row(s))\n", rows.len()));
+    if let Some(t) = page["continuation"].as_str() {
+        out.push_str(&format!("more: --continuation {t}\n"));
+    }
+    out
+}
+
+fn aggregates_table(aggs: &[Value]) -> String {
+    let mut series_cols: Vec<String> = Vec::new();
+    let mut fn_cols: Vec<String> = Vec::new();
+    for a in aggs {
+        for k in a["series"].as_object().into_iter().flat_map(|m| m.keys()) {
+            if !series_cols.contains(k) {
+                series_cols.push(k.clone());
+            }
+        }
+        for k in a["values"].as_object().into_iter().flat_map(|m| m.keys()) {
+            if !fn_cols.contains(k) {
+                fn_cols.push(k.clone());
+            }
+        }
+    }
+    let mut header = series_cols.clone();
+    header.push("field".into());
+    header.push("window_ms".into());
+    header.extend(fn_cols.iter().cloned());
+    let rows: Vec<Vec<String>> = aggs
+        .iter()
+        .map(|a| {
+            let mut line: Vec<String> = series_cols
+                .iter()
+                .map(|k| scalar(&a["series"][k]))
+                .collect();
+            line.push(scalar(&a["field"]));
+            line.push(scalar(&a["window_ms"]));
+            line.extend(fn_cols.iter().map(|f| scalar(&a["values"][f])));
+            line
+        })
+        .collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    render(&header, &rows)
+}
+
+/// Left-aligned columns separated by two spaces.
+fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        s
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
