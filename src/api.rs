@@ -24,7 +24,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query as UrlQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json_, json};
 
 use crate::catalog::{CreateTable, TableDescriptor, TableName, from_hex};
@@ -296,37 +296,118 @@ async fn compact_table(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A cell value as JSON: typed values as themselves, other bytes as hex.
-fn value_json(bytes: &[u8]) -> Json_ {
-    match Value::decode(bytes) {
-        Some(v) => serde_json::to_value(v).unwrap_or(Json_::Null),
-        None => json!({ "hex": hex(bytes) }),
+fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(DIGITS[(x >> 4) as usize] as char);
+        s.push(DIGITS[(x & 15) as usize] as char);
+    }
+    s
+}
+
+/// A row as the API answers it, serialised straight into the response
+/// (no intermediate JSON tree): `{"row": hex, "key": {"bucket", "fields"},
+/// "cells": [{"family", "qualifier", "timestamp", "value"}]}`. Values are
+/// typed JSON when they are typed values, else `{"hex": …}`.
+struct RowOut<'a> {
+    schema: &'a KeySchema,
+    row: &'a Row,
+}
+
+struct KeyOut(crate::key::DecodedKey);
+
+struct CellsOut<'a>(&'a [crate::cell::Cell]);
+
+struct ValueOut<'a>(&'a [u8]);
+
+impl Serialize for RowOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("row", &hex(&self.row.key))?;
+        m.serialize_entry("key", &self.schema.decode(&self.row.key).ok().map(KeyOut))?;
+        m.serialize_entry("cells", &CellsOut(&self.row.cells))?;
+        m.end()
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+impl Serialize for KeyOut {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Fields<'a>(&'a [(String, crate::key::FieldValue)]);
+        impl Serialize for Fields<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(self.0.len()))?;
+                for (k, v) in self.0 {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("bucket", &self.0.bucket)?;
+        m.serialize_entry("fields", &Fields(&self.0.fields))?;
+        m.end()
+    }
 }
 
-fn row_json(schema: &KeySchema, row: &Row) -> Json_ {
-    let key = schema.decode(&row.key).ok().map(|d| {
-        let fields: serde_json::Map<String, Json_> = d
-            .fields
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::to_value(v).unwrap_or(Json_::Null)))
-            .collect();
-        json!({ "bucket": d.bucket, "fields": fields })
-    });
-    json!({
-        "row": hex(&row.key),
-        "key": key,
-        "cells": row.cells.iter().map(|c| json!({
-            "family": String::from_utf8_lossy(&c.family),
-            "qualifier": String::from_utf8_lossy(&c.qualifier),
-            "timestamp": c.timestamp,
-            "value": value_json(&c.value),
-        })).collect::<Vec<_>>(),
-    })
+impl Serialize for CellsOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for c in self.0 {
+            struct CellOut<'a>(&'a crate::cell::Cell);
+            impl Serialize for CellOut<'_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let mut m = s.serialize_map(Some(4))?;
+                    m.serialize_entry("family", &*String::from_utf8_lossy(&self.0.family))?;
+                    m.serialize_entry("qualifier", &*String::from_utf8_lossy(&self.0.qualifier))?;
+                    m.serialize_entry("timestamp", &self.0.timestamp)?;
+                    m.serialize_entry("value", &ValueOut(&self.0.value))?;
+                    m.end()
+                }
+            }
+            seq.serialize_element(&CellOut(c))?;
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for ValueOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match Value::decode(self.0) {
+            Some(v) => v.serialize(s),
+            None => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("hex", &hex(self.0))?;
+                m.end()
+            }
+        }
+    }
+}
+
+/// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
+#[derive(Serialize)]
+struct PageOut<'a> {
+    rows: Vec<RowOut<'a>>,
+    continuation: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    buckets_scanned: Option<usize>,
+}
+
+fn page_out<'a>(
+    schema: &'a KeySchema,
+    rows: &'a [Row],
+    continuation: Option<ContinuationToken>,
+    buckets: Option<usize>,
+) -> PageOut<'a> {
+    PageOut {
+        rows: rows.iter().map(|row| RowOut { schema, row }).collect(),
+        continuation: continuation.map(|t| t.encode()),
+        buckets_scanned: buckets,
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -338,7 +419,7 @@ async fn get_row(
     State(s): State<Arc<AppState>>,
     Path((t, row)): Path<(String, String)>,
     UrlQuery(p): UrlQuery<GetParams>,
-) -> ApiResult<Json<Json_>> {
+) -> ApiResult<Response> {
     let name = table_name(&t)?;
     let key = from_hex(&row).map_err(|e| ApiError::bad(format!("row must be hex: {e}")))?;
     let store = s.store.clone();
@@ -348,7 +429,11 @@ async fn get_row(
         ..Get::new(key)
     };
     match blocking(move || store.get(&name, &get)).await? {
-        Some(row) => Ok(Json(row_json(&schema, &row))),
+        Some(found) => Ok(Json(RowOut {
+            schema: &schema,
+            row: &found,
+        })
+        .into_response()),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -464,17 +549,14 @@ async fn scan_table(
     State(s): State<Arc<AppState>>,
     Path(t): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Json<Json_>> {
+) -> ApiResult<Response> {
     let name = table_name(&t)?;
     let req: ScanReq = json_body(body)?;
     let scan = to_scan(req)?;
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
     let page = blocking(move || store.scan(&name, &scan)).await?;
-    Ok(Json(json!({
-        "rows": page.rows.iter().map(|r| row_json(&schema, r)).collect::<Vec<_>>(),
-        "continuation": page.continuation.map(|t| t.encode()),
-    })))
+    Ok(Json(page_out(&schema, &page.rows, page.continuation, None)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -488,7 +570,7 @@ struct QueryReq {
 async fn query(
     State(s): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Json<Json_>> {
+) -> ApiResult<Response> {
     let bytes = body_bytes(body)?;
     let req: QueryReq = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad(format!("query is not valid: {e}")))?;
@@ -515,14 +597,16 @@ async fn query(
                 })
             })
             .collect();
-        return Ok(Json(json!({ "aggregates": series })));
+        return Ok(Json(json!({ "aggregates": series })).into_response());
     }
     let page = blocking(move || store.query(&name, &q)).await?;
-    Ok(Json(json!({
-        "rows": page.rows.iter().map(|r| row_json(&schema, r)).collect::<Vec<_>>(),
-        "continuation": page.continuation.map(|t| t.encode()),
-        "buckets_scanned": page.buckets_scanned,
-    })))
+    Ok(Json(page_out(
+        &schema,
+        &page.rows,
+        page.continuation,
+        Some(page.buckets_scanned),
+    ))
+    .into_response())
 }
 
 #[derive(Deserialize)]
