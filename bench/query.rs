@@ -256,16 +256,12 @@ fn main() {
         series: vec![("metric".into(), halite::key::FieldValue::Str("cpu".into()))],
         start_ms: Some(hour_start),
         end_ms: Some(last_ts + 1),
-        family: None,
         fields: vec!["usage_user".into()],
-        offset: 0,
-        limit: None,
-        reverse: false,
-        continuation: None,
         aggregate: Some(Aggregate {
             functions: vec![AggFn::Max],
             downsample_ms: None,
         }),
+        ..Query::default()
     };
     let time_pool = |pool: &QueryPool| {
         let mut best = f64::MAX;

@@ -55,8 +55,8 @@ pub struct Aggregate {
     pub downsample_ms: Option<u64>,
 }
 
-/// A logical query.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A logical query. `Default` is every row of the table, oldest key first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Query {
     /// Values of leading key fields, in key order (`[["metric","cpu"],["host","h1"]]`).

@@ -123,15 +123,7 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
     // One metric across all hosts: fans out over 16 buckets.
     let q = Query {
         series: series(None),
-        start_ms: None,
-        end_ms: None,
-        family: None,
-        fields: vec![],
-        offset: 0,
-        limit: None,
-        reverse: false,
-        continuation: None,
-        aggregate: None,
+        ..Query::default()
     };
     let page = store.query(&name, &q).expect("query");
     assert_eq!(page.buckets_scanned, 16);
@@ -276,12 +268,7 @@ fn check_aggregates(store: &Store, name: &TableName, oracle: &Oracle) {
         series: series(None),
         start_ms: Some(start),
         end_ms: Some(end),
-        family: None,
         fields: vec!["usage_user".into()],
-        offset: 0,
-        limit: None,
-        reverse: false,
-        continuation: None,
         aggregate: Some(Aggregate {
             functions: vec![
                 AggFn::Max,
@@ -294,6 +281,7 @@ fn check_aggregates(store: &Store, name: &TableName, oracle: &Oracle) {
             ],
             downsample_ms: Some(100_000),
         }),
+        ..Query::default()
     };
     let got = store.aggregate(name, &q).expect("aggregate");
     // Oracle: per host and 100 s window over [start, end).
