@@ -174,6 +174,10 @@ pub struct RegionConfig {
     pub max_value_size: ByteSize,
     /// Flush when a region closes (default true).
     pub flush_on_close: bool,
+    /// Flush threads shared by every region of the server (default 2).
+    pub flush_threads: usize,
+    /// Compaction threads shared by every region of the server (default 1).
+    pub compaction_threads: usize,
     pub compaction: CompactionConfig,
 }
 
@@ -231,6 +235,8 @@ impl Default for RegionConfig {
             flush_age: Dur(d.flush_age),
             max_value_size: ByteSize(d.max_value_size as u64),
             flush_on_close: d.flush_on_close,
+            flush_threads: 2,
+            compaction_threads: 1,
             compaction: CompactionConfig::default(),
         }
     }
@@ -310,6 +316,12 @@ impl Config {
         }
         if self.region.flush_size.0 < 64 * 1024 {
             return bad("region.flush_size", "must be at least 64KiB");
+        }
+        if self.region.flush_threads == 0 || self.region.compaction_threads == 0 {
+            return bad(
+                "region",
+                "flush_threads and compaction_threads must be at least 1",
+            );
         }
         if self.region.blocking_multiplier == 0 {
             return bad("region.blocking_multiplier", "must be at least 1");

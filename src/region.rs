@@ -24,6 +24,7 @@
 pub mod block_cache;
 pub mod compaction;
 pub mod flush;
+pub mod maintenance;
 pub mod manifest;
 pub mod memstore;
 pub mod sst;
@@ -146,6 +147,12 @@ pub(crate) struct Inner {
     stats: RegionStats,
     work_tx: Sender<Work>,
     compact_tx: Sender<Work>,
+    /// Shared flush and compaction threads, when the region has no threads
+    /// of its own. Weak: the store owns them, and a pool thread must never
+    /// end up holding the last reference to its own pool.
+    maintenance: Option<std::sync::Weak<maintenance::Maintenance>>,
+    /// A flush request is queued: later writes need not queue another.
+    flush_requested: AtomicBool,
 }
 
 /// One region of a table.
@@ -222,6 +229,20 @@ impl Region {
         wal: Arc<Wal>,
         clock: Arc<dyn Clock>,
         cache: Arc<BlockCache>,
+    ) -> Result<Region> {
+        Region::open_with(dir, descriptor, options, wal, clock, cache, None)
+    }
+
+    /// Like [`Region::open`]; with `maintenance`, flushes and compactions run
+    /// on those shared threads instead of two threads of the region's own.
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        descriptor: RegionDescriptor,
+        options: RegionOptions,
+        wal: Arc<Wal>,
+        clock: Arc<dyn Clock>,
+        cache: Arc<BlockCache>,
+        maintenance: Option<Arc<maintenance::Maintenance>>,
     ) -> Result<Region> {
         let dir = dir.as_ref().to_path_buf();
         for f in &descriptor.families {
@@ -323,9 +344,13 @@ impl Region {
             stats: RegionStats::default(),
             work_tx,
             compact_tx,
+            maintenance: maintenance.as_ref().map(Arc::downgrade),
+            flush_requested: AtomicBool::new(false),
         });
         let mut workers = Vec::new();
-        if inner.options.background {
+        if let Some(m) = &maintenance {
+            m.register(&inner);
+        } else if inner.options.background {
             let w = inner.clone();
             workers.push(
                 std::thread::Builder::new()
@@ -462,11 +487,19 @@ impl Region {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.stop_background();
+    }
+
+    /// Stops background work: the region's own threads, or waits out what
+    /// shared threads are doing for it (they skip closed regions after).
+    fn stop_background(&self) {
         let _ = self.inner.work_tx.send(Work::Stop);
         let _ = self.inner.compact_tx.send(Work::Stop);
         for w in self.workers.lock().drain(..) {
             let _ = w.join();
         }
+        drop(self.inner.compaction_lock.lock());
+        drop(self.inner.flush_lock.lock());
     }
 
     /// Stops background work, flushes (if configured) and refuses further
@@ -475,11 +508,7 @@ impl Region {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let _ = self.inner.work_tx.send(Work::Stop);
-        let _ = self.inner.compact_tx.send(Work::Stop);
-        for w in self.workers.lock().drain(..) {
-            let _ = w.join();
-        }
+        self.stop_background();
         if self.inner.options.flush_on_close && self.inner.poisoned.lock().is_none() {
             flush::flush(&self.inner)?;
         }
@@ -534,13 +563,10 @@ fn flush_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
         if backoff_until.is_some_and(|t| Instant::now() < t) {
             continue;
         }
-        let aged = {
-            let first = inner.state.read().active.first_write_ms();
-            first != 0
-                && inner.clock.now_ms().saturating_sub(first)
-                    >= inner.options.flush_age.as_millis() as u64
-        };
-        let flush = matches!(work, Some(Work::Flush)) || aged || inner.needs_flush();
+        if matches!(work, Some(Work::Flush)) {
+            inner.clear_flush_request();
+        }
+        let flush = inner.flush_due();
         if flush {
             if let Err(_e) = flush::flush(&inner) {
                 // The data is still in the MemStore and the WAL: try again
@@ -550,8 +576,7 @@ fn flush_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
             }
         }
         if flush {
-            // A pending request already covers this one.
-            let _ = inner.compact_tx.try_send(Work::Compact);
+            inner.request_compaction();
         }
     }
 }
@@ -599,9 +624,64 @@ impl Inner {
         Ok(())
     }
 
-    fn after_write(&self) {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the MemStores should be flushed now: the active one is full
+    /// or old, or together they are over the blocking limit.
+    fn flush_due(&self) -> bool {
+        let first = self.state.read().active.first_write_ms();
+        let aged = first != 0
+            && self.clock.now_ms().saturating_sub(first)
+                >= self.options.flush_age.as_millis() as u64;
+        aged || self.needs_flush() || self.memstore_bytes() >= self.blocking_limit()
+    }
+
+    fn blocking_limit(&self) -> usize {
+        self.options
+            .flush_size
+            .saturating_mul(self.options.blocking_multiplier.max(1))
+    }
+
+    fn clear_flush_request(&self) {
+        self.flush_requested.store(false, Ordering::SeqCst);
+    }
+
+    /// Queues one flush request; more writes before it is served add none.
+    fn request_flush(self: &Arc<Self>) {
+        if self.flush_requested.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match &self.maintenance {
+            Some(m) => {
+                if let Some(m) = m.upgrade() {
+                    m.request_flush(self);
+                }
+            }
+            None => {
+                let _ = self.work_tx.try_send(Work::Flush);
+            }
+        }
+    }
+
+    fn request_compaction(self: &Arc<Self>) {
+        match &self.maintenance {
+            Some(m) => {
+                if let Some(m) = m.upgrade() {
+                    m.request_compaction(self);
+                }
+            }
+            None => {
+                // A pending request already covers this one.
+                let _ = self.compact_tx.try_send(Work::Compact);
+            }
+        }
+    }
+
+    fn after_write(self: &Arc<Self>) {
         if self.needs_flush() {
-            let _ = self.work_tx.try_send(Work::Flush);
+            self.request_flush();
         }
     }
 
@@ -726,20 +806,19 @@ impl Inner {
     }
 
     /// Waits while MemStores are over the blocking limit.
-    fn wait_for_room(&self) -> Result<()> {
-        let limit = self
-            .options
-            .flush_size
-            .saturating_mul(self.options.blocking_multiplier.max(1));
+    fn wait_for_room(self: &Arc<Self>) -> Result<()> {
+        let limit = self.blocking_limit();
         if self.memstore_bytes() < limit {
             return Ok(());
         }
         let started = Instant::now();
         self.stats.writer_stalls.fetch_add(1, Ordering::Relaxed);
-        let _ = self.work_tx.try_send(Work::Flush);
+        self.request_flush();
         let mut guard = self.room.0.lock();
         while self.memstore_bytes() >= limit {
             self.check_open()?;
+            // Deduplicated: cheap to repeat while the flush runs.
+            self.request_flush();
             if !self.options.background {
                 drop(guard);
                 flush::flush(self)?;

@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::query::{Query, QueryPage, QueryPool, SeriesAggregate};
 use crate::region::block_cache::BlockCache;
+use crate::region::maintenance::Maintenance;
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, Region, RegionDescriptor, RegionOptions};
@@ -45,6 +46,10 @@ pub struct StoreOptions {
     /// Threads that run bucket scans of logical queries (default: two per
     /// core).
     pub query_threads: usize,
+    /// Flush threads shared by all regions (default 2).
+    pub flush_threads: usize,
+    /// Compaction threads shared by all regions (default 1).
+    pub compaction_threads: usize,
 }
 
 impl StoreOptions {
@@ -56,6 +61,8 @@ impl StoreOptions {
             region: c.region_options(),
             block_cache_bytes: c.cache.block_cache_size.0 as usize,
             query_threads: c.server.query_threads,
+            flush_threads: c.region.flush_threads,
+            compaction_threads: c.region.compaction_threads,
         }
     }
 }
@@ -98,6 +105,7 @@ pub struct Store {
     /// Serialises table creation and removal with opening their regions.
     ddl: Mutex<()>,
     pool: QueryPool,
+    maintenance: Arc<Maintenance>,
 }
 
 fn region_dir(dir: &Path, id: u64) -> PathBuf {
@@ -114,6 +122,8 @@ impl Store {
     ) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         let options_query_threads = options.query_threads;
+        let maintenance = Maintenance::new(options.flush_threads, options.compaction_threads)
+            .map_err(|e| Error::io(&dir, "spawn flush and compaction threads", e))?;
         let catalog = Catalog::open(dir.join("catalog"))?;
         let cache = BlockCache::new(options.block_cache_bytes);
         let mut shards = Vec::with_capacity(options.shards.max(1));
@@ -143,6 +153,7 @@ impl Store {
             clock,
             ddl: Mutex::new(()),
             pool: QueryPool::new(options_query_threads),
+            maintenance,
         };
         for desc in store.catalog.tables(None) {
             let table = store.open_table(desc)?;
@@ -163,7 +174,7 @@ impl Store {
         let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
         let mut regions = Vec::with_capacity(desc.regions.len());
         for info in &desc.regions {
-            let region = Region::open(
+            let region = Region::open_with(
                 region_dir(&self.dir, info.id),
                 RegionDescriptor {
                     id: info.id,
@@ -173,6 +184,7 @@ impl Store {
                 self.shard_of(info.id).wal.clone(),
                 self.clock.clone(),
                 self.cache.clone(),
+                Some(self.maintenance.clone()),
             )?;
             regions.push(Arc::new(region));
         }
@@ -366,6 +378,7 @@ impl Store {
                 r.close()?;
             }
         }
+        self.maintenance.shutdown();
         for s in &self.shards {
             s.wal.close();
         }

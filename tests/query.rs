@@ -37,6 +37,8 @@ fn open(dir: &std::path::Path) -> Store {
             },
             block_cache_bytes: 8 << 20,
             query_threads: 4,
+            flush_threads: 2,
+            compaction_threads: 1,
         },
         Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
     )

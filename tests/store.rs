@@ -27,6 +27,8 @@ fn options() -> StoreOptions {
         },
         block_cache_bytes: 8 << 20,
         query_threads: 4,
+        flush_threads: 2,
+        compaction_threads: 1,
     }
 }
 
@@ -236,5 +238,69 @@ fn dropping_a_table_removes_its_regions_for_good() {
     // The name can be used again, from scratch.
     create(&store);
     assert!(all_keys(&store, &Scan::new()).is_empty());
+    store.close().expect("close");
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+#[test]
+fn regions_share_a_bounded_set_of_flush_and_compaction_threads() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path());
+    store
+        .catalog()
+        .create_namespace("metrics")
+        .expect("namespace");
+    let before = threads();
+    for i in 0..4 {
+        let mut req = cpu();
+        req.name = TableName::parse(&format!("metrics:cpu{i}")).expect("name");
+        store.create_table(&req).expect("create");
+    }
+    let added = threads().saturating_sub(before);
+    assert!(added <= 2, "64 new regions started {added} threads");
+
+    // Writes past the flush size are flushed (and compacted) by the shared
+    // threads, without anyone asking.
+    let t = TableName::parse("metrics:cpu0").expect("name");
+    let schema = store.table(&t).expect("table").desc.key.clone();
+    for batch in 0..40u64 {
+        let rows: Vec<RowMutation> = (0..200u64)
+            .map(|i| {
+                let key = schema
+                    .encode_ordered(&[
+                        FieldValue::Str("cpu".into()),
+                        FieldValue::Str(format!("h{}", i % 4)),
+                        FieldValue::Uint(batch * 1000 + i),
+                    ])
+                    .expect("key");
+                RowMutation::new(key).put("f", "v", 1, vec![7u8; 300])
+            })
+            .collect();
+        store.write(&t, rows, None).expect("write");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let flushes = || {
+        store
+            .table(&t)
+            .expect("table")
+            .regions()
+            .iter()
+            .map(|r| r.stats().flushes.load(std::sync::atomic::Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    while flushes() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background flush happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        store.scan(&t, &Scan::new()).expect("scan").rows.len(),
+        40 * 200
+    );
     store.close().expect("close");
 }
