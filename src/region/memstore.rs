@@ -89,8 +89,25 @@ struct ArenaChunks {
 // its mutex, and only into bytes no reader has been given yet.
 unsafe impl Send for ArenaChunks {}
 
+/// Chunks of flushed MemStores kept for the next ones, so a new MemStore
+/// reuses memory that is already resident instead of faulting in fresh
+/// pages while the old arena's pages linger in the allocator.
+static SPARE_CHUNKS: Mutex<Vec<SpareChunk>> = Mutex::new(Vec::new());
+/// At most this many spare chunks (64 MiB) are kept.
+const MAX_SPARE_CHUNKS: usize = 32;
+
+struct SpareChunk(*mut u8);
+// SAFETY: a spare chunk is owned by the pool alone; no reference to its
+// bytes exists once its arena dropped.
+unsafe impl Send for SpareChunk {}
+
 impl Arena {
     fn new_chunk(len: usize) -> *mut u8 {
+        if len == CHUNK
+            && let Some(SpareChunk(p)) = SPARE_CHUNKS.lock().pop()
+        {
+            return p;
+        }
         Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8
     }
 
@@ -127,6 +144,14 @@ impl Arena {
 impl Drop for Arena {
     fn drop(&mut self) {
         for (p, len) in self.inner.get_mut().chunks.drain(..) {
+            if len == CHUNK {
+                let mut spare = SPARE_CHUNKS.lock();
+                if spare.len() < MAX_SPARE_CHUNKS {
+                    // Reused as is: an arena only reads bytes it wrote.
+                    spare.push(SpareChunk(p));
+                    continue;
+                }
+            }
             // SAFETY: each pointer came from `Box::into_raw` of a boxed slice
             // of exactly `len` bytes and is freed once, here.
             drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
