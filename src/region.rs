@@ -653,15 +653,14 @@ impl Inner {
         if self.flush_requested.swap(true, Ordering::SeqCst) {
             return;
         }
-        match &self.maintenance {
-            Some(m) => {
-                if let Some(m) = m.upgrade() {
-                    m.request_flush(self);
-                }
-            }
-            None => {
-                let _ = self.work_tx.try_send(Work::Flush);
-            }
+        let queued = match &self.maintenance {
+            Some(m) => m.upgrade().is_some_and(|m| m.request_flush(self)),
+            None => self.work_tx.try_send(Work::Flush).is_ok(),
+        };
+        if !queued {
+            // Nothing will be served for this request: let the next write
+            // ask again instead of waiting for the timer.
+            self.clear_flush_request();
         }
     }
 

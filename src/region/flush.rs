@@ -16,6 +16,9 @@ use crate::scan::merge::{MemCursor, Source};
 /// then the active one. Serialised by the region's flush lock.
 pub(crate) fn flush(inner: &Inner) -> Result<()> {
     let _flushing = inner.flush_lock.lock();
+    // Whatever asked for it, this flush serves every pending request; writes
+    // from here on may ask again.
+    inner.clear_flush_request();
     loop {
         let oldest = inner.state.read().flushing.last().cloned();
         match oldest {

@@ -74,10 +74,12 @@ impl Maintenance {
         regions.push(Arc::downgrade(region));
     }
 
-    pub(crate) fn request_flush(&self, region: &Arc<Inner>) {
-        if let Some(tx) = self.flush_tx.lock().as_ref() {
-            let _ = tx.try_send(Arc::downgrade(region));
-        }
+    /// Queues a flush request; false if it could not be queued.
+    pub(crate) fn request_flush(&self, region: &Arc<Inner>) -> bool {
+        self.flush_tx
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok())
     }
 
     pub(crate) fn request_compaction(&self, region: &Arc<Inner>) {
