@@ -174,3 +174,27 @@ fn the_cache_stays_within_its_budget() {
     );
     assert!(h.cache.stats().evictions.load(Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn compactions_do_not_fill_the_cache() {
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf").block_size(4096)],
+        foreground_options(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    for f in 0..3u32 {
+        write_file(&h, f * 2000, (f + 1) * 2000);
+    }
+    let inserts = || h.cache.stats().inserts.load(Ordering::Relaxed);
+    let before = inserts();
+    h.region().compact(true).expect("major compaction");
+    assert_eq!(h.region().file_counts()[&b"cf".to_vec()], 1);
+    assert_eq!(
+        inserts(),
+        before,
+        "a compaction put the blocks it read into the cache"
+    );
+    // Reads after the compaction still fill it.
+    h.region().scan(&Scan::new()).expect("scan");
+    assert!(inserts() > before);
+}

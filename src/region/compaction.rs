@@ -208,7 +208,9 @@ fn rewrite(
     let sources = selected
         .iter()
         .rev()
-        .map(|r| Source::File(r.iter()))
+        // A compaction reads every block once: filling the cache with them
+        // would evict the hot set and hold memory the writers need.
+        .map(|r| Source::File(r.iter_uncached()))
         .collect();
     let mut merge = Merge::new(sources);
     merge.seek(&[])?;
