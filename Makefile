@@ -4,15 +4,25 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build bench-engine bench-query crash lint fmt clean
+.PHONY: run test build venv bench-engine bench-query crash lint fmt clean
 
 ## Runs the demo: ingests TSBS-style sensor rows into a region, flushes,
 ## compacts, scans them back and prints what it did.
 run:
 	$(CARGO) run --release --bin halite -- demo --config configs/halite.toml
 
-## Runs every test (unit, property, crash, corruption, WAL backends).
-test:
+## The project's Python tools, in a local venv: pyarrow (the tests read
+## Arrow answers with it too).
+VENV := .venv
+PYTHON ?= python3
+venv: $(VENV)/.installed
+$(VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check pyarrow==26.0.1
+	touch $@
+
+## Runs every test (unit, property, crash, corruption, WAL backends, HTTP).
+test: venv
 ifeq ($(HAVE_NEXTEST),yes)
 	$(CARGO) nextest run --release --no-fail-fast
 else

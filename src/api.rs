@@ -13,6 +13,9 @@
 //! | `POST /api/v1/tables/{table}/scan` | raw scan |
 //! | `POST /api/v1/query` | logical series query, raw or aggregated |
 
+mod arrow;
+mod stream;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -34,11 +37,12 @@ use crate::error::{Error, ErrorKind};
 use crate::ingest::line_protocol::{self, Precision};
 use crate::ingest::{JsonPoints, point_to_row};
 use crate::key::KeySchema;
-use crate::query::Query;
+use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
 use crate::schema::FamilySpec;
 use crate::store::Store;
 use crate::value::Value;
+use stream::{Format, RowSource};
 
 /// What the handlers share.
 pub struct AppState {
@@ -475,8 +479,20 @@ struct ValueFilterReq {
     value: Json_,
 }
 
-/// Largest page a scan or query returns in one answer.
+/// Largest page a scan or query returns in one JSON (or paged Arrow) answer.
 const MAX_PAGE: usize = 10_000;
+
+/// The row limit an answer applies: JSON answers are pages of at most
+/// [`MAX_PAGE`] rows; NDJSON streams as many as asked (all by default);
+/// Arrow streams all rows, or a page when a limit is given (its token goes
+/// in the schema, which is sent first, so the page is read whole).
+fn answer_limit(format: Format, asked: Option<usize>) -> Option<usize> {
+    match format {
+        Format::Json => Some(asked.unwrap_or(MAX_PAGE).min(MAX_PAGE)),
+        Format::NdJson => asked,
+        Format::Arrow => asked.map(|l| l.min(MAX_PAGE)),
+    }
+}
 
 fn to_scan(r: ScanReq) -> ApiResult<Scan> {
     let hex_opt = |s: &Option<String>, what: &str| -> ApiResult<Option<Vec<u8>>> {
@@ -535,7 +551,7 @@ fn to_scan(r: ScanReq) -> ApiResult<Scan> {
         max_versions: r.max_versions.unwrap_or(1),
         filters,
         offset: r.offset,
-        limit: Some(r.limit.unwrap_or(MAX_PAGE).min(MAX_PAGE)),
+        limit: r.limit,
         reverse: r.reverse,
         continuation: r
             .continuation
@@ -548,13 +564,23 @@ fn to_scan(r: ScanReq) -> ApiResult<Scan> {
 async fn scan_table(
     State(s): State<Arc<AppState>>,
     Path(t): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let name = table_name(&t)?;
     let req: ScanReq = json_body(body)?;
-    let scan = to_scan(req)?;
+    let format = Format::from_headers(&headers);
+    let paged = req.limit.is_some();
+    let mut scan = to_scan(req)?;
+    scan.limit = answer_limit(format, scan.limit);
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
+    if format != Format::Json {
+        return stream::stream_rows(format, schema, paged, move || {
+            Ok(Box::new(store.scanner(&name, &scan)?) as Box<dyn RowSource>)
+        })
+        .await;
+    }
     let page = blocking(move || store.scan(&name, &scan)).await?;
     Ok(Json(page_out(&schema, &page.rows, page.continuation, None)).into_response())
 }
@@ -569,35 +595,28 @@ struct QueryReq {
 
 async fn query(
     State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let bytes = body_bytes(body)?;
     let req: QueryReq = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad(format!("query is not valid: {e}")))?;
     let name = table_name(&req.table)?;
+    let format = Format::from_headers(&headers);
     let mut q = req.query;
-    q.limit = Some(q.limit.unwrap_or(MAX_PAGE).min(MAX_PAGE));
+    let paged = q.limit.is_some();
+    q.limit = answer_limit(format, q.limit);
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
-    if q.aggregate.is_some() {
+    if let Some(agg) = q.aggregate.clone() {
         let out = blocking(move || store.aggregate(&name, &q)).await?;
-        let series: Vec<Json_> = out
-            .iter()
-            .map(|a| {
-                let values: serde_json::Map<String, Json_> = a
-                    .values
-                    .iter()
-                    .map(|(f, v)| (serde_json::to_value(f).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default(), json!(v)))
-                    .collect();
-                json!({
-                    "series": a.series.iter().map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or(Json_::Null))).collect::<serde_json::Map<_, _>>(),
-                    "field": a.field,
-                    "window_ms": a.window_ms,
-                    "values": values,
-                })
-            })
-            .collect();
-        return Ok(Json(json!({ "aggregates": series })).into_response());
+        return aggregate_answer(format, &schema, &agg.functions, &out);
+    }
+    if format != Format::Json {
+        return stream::stream_rows(format, schema, paged, move || {
+            Ok(Box::new(store.query_rows(&name, &q)?) as Box<dyn RowSource>)
+        })
+        .await;
     }
     let page = blocking(move || store.query(&name, &q)).await?;
     Ok(Json(page_out(
@@ -607,6 +626,74 @@ async fn query(
         Some(page.buckets_scanned),
     ))
     .into_response())
+}
+
+/// One aggregate as JSON: `{"series": {field: value}, "field", "window_ms",
+/// "values": {"max": …}}`.
+struct AggregateOut<'a>(&'a SeriesAggregate);
+
+impl Serialize for AggregateOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Pairs<'a, K, V>(&'a [(K, V)], fn(&K) -> &str);
+        impl<K, V: Serialize> Serialize for Pairs<'_, K, V> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(self.0.len()))?;
+                for (k, v) in self.0 {
+                    m.serialize_entry((self.1)(k), v)?;
+                }
+                m.end()
+            }
+        }
+        let a = self.0;
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("series", &Pairs(&a.series, |k: &String| k.as_str()))?;
+        m.serialize_entry("field", &a.field)?;
+        m.serialize_entry("window_ms", &a.window_ms)?;
+        m.serialize_entry("values", &Pairs(&a.values, |f: &AggFn| arrow::agg_name(*f)))?;
+        m.end()
+    }
+}
+
+fn aggregate_answer(
+    format: Format,
+    key: &KeySchema,
+    functions: &[AggFn],
+    out: &[SeriesAggregate],
+) -> ApiResult<Response> {
+    let internal = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e);
+    match format {
+        Format::Json => {
+            #[derive(Serialize)]
+            struct All<'a> {
+                aggregates: Vec<AggregateOut<'a>>,
+            }
+            Ok(Json(All {
+                aggregates: out.iter().map(AggregateOut).collect(),
+            })
+            .into_response())
+        }
+        Format::NdJson => {
+            let mut body = Vec::new();
+            for a in out {
+                serde_json::to_writer(&mut body, &AggregateOut(a))
+                    .map_err(|e| internal(e.to_string()))?;
+                body.push(b'\n');
+            }
+            Ok(([(header::CONTENT_TYPE, stream::NDJSON)], body).into_response())
+        }
+        Format::Arrow => {
+            let batch =
+                arrow::aggregate_batch(key, functions, out).map_err(|e| internal(e.to_string()))?;
+            let mut body = Vec::new();
+            let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut body, &batch.schema())
+                .map_err(|e| internal(e.to_string()))?;
+            w.write(&batch).map_err(|e| internal(e.to_string()))?;
+            w.finish().map_err(|e| internal(e.to_string()))?;
+            drop(w);
+            Ok(([(header::CONTENT_TYPE, stream::ARROW_STREAM)], body).into_response())
+        }
+    }
 }
 
 #[derive(Deserialize)]

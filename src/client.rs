@@ -34,14 +34,29 @@ pub fn request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> std::io::Result<Response> {
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|ct| ("Content-Type", ct))
+        .into_iter()
+        .collect();
+    request_with(addr, method, path, &headers, body)
+}
+
+/// A request with any headers (`Accept`, say).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    extra_headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
-    if let Some(ct) = content_type {
-        head.push_str(&format!("Content-Type: {ct}\r\n"));
+    for (k, v) in extra_headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;

@@ -59,6 +59,9 @@ pub enum Error {
         "region stopped accepting writes after a fatal I/O error; restart to recover from the WAL. cause: {0}"
     )]
     Poisoned(String),
+    /// An answer could not be encoded or sent (the client went away, say).
+    #[error("{0}")]
+    Internal(String),
     #[error("i/o error. path=`{path}`, op=`{op}`: {source}")]
     Io {
         path: PathBuf,
@@ -79,7 +82,7 @@ impl Error {
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::CatalogCorrupt { .. } => ErrorKind::Corruption,
             Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
-            Error::Io { .. } => ErrorKind::Internal,
+            Error::Io { .. } | Error::Internal(_) => ErrorKind::Internal,
         }
     }
 

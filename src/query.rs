@@ -435,129 +435,184 @@ impl BucketCursor {
     }
 }
 
-/// Runs a raw (non-aggregated) query page.
-pub fn run(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<QueryPage> {
-    let schema = &table.desc.key;
-    let p = plan(schema, q)?;
-    let salt_len = schema.salt.as_ref().map_or(0, |s| s.width);
-    let token = match &q.continuation {
-        Some(t) => {
-            let t = ContinuationToken::decode(t)?;
-            if t.reverse != q.reverse {
-                return Err(Error::InvalidInput(
-                    "continuation token belongs to a query in the other direction".into(),
-                ));
+/// A raw (non-aggregated) query's rows, merged from its bucket scanners in
+/// logical order, one at a time: a page collects them, a streamed answer
+/// sends them as they come. Dropping it stops every bucket scanner.
+pub struct QueryRows {
+    pool: Arc<QueryPool>,
+    cursors: Vec<BucketCursor>,
+    filter: Option<(usize, FieldEncoding, u64, u64)>,
+    salt_len: usize,
+    reverse: bool,
+    to_skip: usize,
+    remaining: Option<usize>,
+    /// Unsalted key of the last row handed out.
+    last_key: Option<Vec<u8>>,
+}
+
+impl QueryRows {
+    pub fn new(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<Self> {
+        let schema = &table.desc.key;
+        let p = plan(schema, q)?;
+        let salt_len = schema.salt.as_ref().map_or(0, |s| s.width);
+        let token = match &q.continuation {
+            Some(t) => {
+                let t = ContinuationToken::decode(t)?;
+                if t.reverse != q.reverse {
+                    return Err(Error::InvalidInput(
+                        "continuation token belongs to a query in the other direction".into(),
+                    ));
+                }
+                Some(t.row)
             }
-            Some(t.row)
-        }
-        None => None,
-    };
-    let columns = query_columns(&table, q)?;
-    // Each bucket needs at most offset + limit rows — counted after the
-    // timestamp filter, so with a filter the scanners cannot stop early on
-    // their own (the merge still reads only a batch ahead per bucket).
-    let need = match p.ts_filter {
-        Some(_) => None,
-        None => q.limit.map(|l| l.saturating_add(q.offset)),
-    };
-    let filter = p
-        .ts_filter
-        .clone()
-        .map(|(at, enc)| (at, enc, p.start, p.end));
-    let mut cursors = Vec::with_capacity(p.buckets.len());
-    for &b in &p.buckets {
-        let salt = schema.salt_bytes(b);
-        let with_salt = |k: &[u8]| [salt.as_slice(), k].concat();
-        let mut start = with_salt(&p.lo);
-        let mut stop = match &p.hi {
-            Some(h) => Some(with_salt(h)),
-            None => prefix_successor(&salt),
+            None => None,
         };
-        if let Some(after) = &token {
-            let key = with_salt(after);
-            if q.reverse {
-                if stop.as_ref().is_none_or(|s| *s > key) {
-                    stop = Some(key);
-                }
-            } else {
-                let mut next = key;
-                next.push(0);
-                if next > start {
-                    start = next;
+        let columns = query_columns(&table, q)?;
+        // Each bucket needs at most offset + limit rows — counted after the
+        // timestamp filter, so with a filter the scanners cannot stop early on
+        // their own (the merge still reads only a batch ahead per bucket).
+        let need = match p.ts_filter {
+            Some(_) => None,
+            None => q.limit.map(|l| l.saturating_add(q.offset)),
+        };
+        let filter = p
+            .ts_filter
+            .clone()
+            .map(|(at, enc)| (at, enc, p.start, p.end));
+        let mut cursors = Vec::with_capacity(p.buckets.len());
+        for &b in &p.buckets {
+            let salt = schema.salt_bytes(b);
+            let with_salt = |k: &[u8]| [salt.as_slice(), k].concat();
+            let mut start = with_salt(&p.lo);
+            let mut stop = match &p.hi {
+                Some(h) => Some(with_salt(h)),
+                None => prefix_successor(&salt),
+            };
+            if let Some(after) = &token {
+                let key = with_salt(after);
+                if q.reverse {
+                    if stop.as_ref().is_none_or(|s| *s > key) {
+                        stop = Some(key);
+                    }
+                } else {
+                    let mut next = key;
+                    next.push(0);
+                    if next > start {
+                        start = next;
+                    }
                 }
             }
+            let scan = Scan {
+                start: Some(start),
+                stop,
+                columns: columns.clone(),
+                limit: need,
+                reverse: q.reverse,
+                ..Scan::new()
+            };
+            let scanner = TableScanner::new(table.clone(), scan)?;
+            let mut c = BucketCursor {
+                scanner: Arc::new(Mutex::new(scanner)),
+                buf: VecDeque::new(),
+                inflight: None,
+                done: false,
+            };
+            // Start every bucket at once: the first batches load in parallel.
+            c.request(&pool, filter.clone())?;
+            cursors.push(c);
         }
-        let scan = Scan {
-            start: Some(start),
-            stop,
-            columns: columns.clone(),
-            limit: need,
+        Ok(QueryRows {
+            pool,
+            cursors,
+            filter,
+            salt_len,
             reverse: q.reverse,
-            ..Scan::new()
-        };
-        let scanner = TableScanner::new(table.clone(), scan)?;
-        let mut c = BucketCursor {
-            scanner: Arc::new(Mutex::new(scanner)),
-            buf: VecDeque::new(),
-            inflight: None,
-            done: false,
-        };
-        // Start every bucket at once: the first batches load in parallel.
-        c.request(pool, filter.clone())?;
-        cursors.push(c);
+            to_skip: q.offset,
+            remaining: q.limit,
+            last_key: None,
+        })
     }
-    let buckets_scanned = cursors.len();
-    let mut rows = Vec::new();
-    let mut skip = q.offset;
-    loop {
-        if q.limit.is_some_and(|l| rows.len() >= l) {
-            break;
+
+    /// How many bucket scanners the query runs.
+    pub fn buckets(&self) -> usize {
+        self.cursors.len()
+    }
+
+    /// The next row in logical order, or `None` at the end or the limit.
+    pub fn next_row(&mut self) -> Result<Option<Row>> {
+        loop {
+            if self.remaining == Some(0) {
+                return Ok(None);
+            }
+            let Some(row) = self.pop_smallest()? else {
+                return Ok(None);
+            };
+            if self.to_skip > 0 {
+                self.to_skip -= 1;
+                continue;
+            }
+            if let Some(r) = self.remaining.as_mut() {
+                *r -= 1;
+            }
+            self.last_key = Some(row.key[self.salt_len..].to_vec());
+            return Ok(Some(row));
         }
+    }
+
+    fn pop_smallest(&mut self) -> Result<Option<Row>> {
         let mut best: Option<usize> = None;
-        for i in 0..cursors.len() {
-            cursors[i].fill(pool, filter.clone())?;
-            let Some(row) = cursors[i].buf.front() else {
+        for i in 0..self.cursors.len() {
+            self.cursors[i].fill(&self.pool, self.filter.clone())?;
+            let Some(row) = self.cursors[i].buf.front() else {
                 continue;
             };
             let better = match best {
                 None => true,
                 Some(b) => {
-                    let cur = &cursors[b].buf[0].key[salt_len..];
-                    let o = row.key[salt_len..].cmp(cur);
-                    if q.reverse { o.is_gt() } else { o.is_lt() }
+                    let cur = &self.cursors[b].buf[0].key[self.salt_len..];
+                    let o = row.key[self.salt_len..].cmp(cur);
+                    if self.reverse { o.is_gt() } else { o.is_lt() }
                 }
             };
             if better {
                 best = Some(i);
             }
         }
-        let Some(b) = best else { break };
-        let row = cursors[b].buf.pop_front().expect("front seen above");
-        if skip > 0 {
-            skip -= 1;
-            continue;
+        Ok(best.and_then(|b| self.cursors[b].buf.pop_front()))
+    }
+
+    /// After the rows ran out: a token to continue after the last row when
+    /// the limit cut the answer short and rows remain.
+    pub fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
+        if self.remaining != Some(0) {
+            return Ok(None);
         }
+        let mut more = false;
+        for c in &mut self.cursors {
+            c.fill(&self.pool, self.filter.clone())?;
+            more |= !c.buf.is_empty();
+        }
+        Ok(match (more, &self.last_key) {
+            (true, Some(last)) => Some(ContinuationToken {
+                row: last.clone(),
+                reverse: self.reverse,
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// Runs a raw (non-aggregated) query page.
+pub fn run(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<QueryPage> {
+    let mut rows_of = QueryRows::new(table, pool, q)?;
+    let mut rows = Vec::new();
+    while let Some(row) = rows_of.next_row()? {
         rows.push(row);
     }
-    let more = q.limit.is_some_and(|l| rows.len() >= l) && {
-        let mut any = false;
-        for c in &mut cursors {
-            c.fill(pool, filter.clone())?;
-            any |= !c.buf.is_empty();
-        }
-        any
-    };
-    let continuation = match (more, rows.last()) {
-        (true, Some(last)) => Some(ContinuationToken {
-            row: last.key[salt_len..].to_vec(),
-            reverse: q.reverse,
-        }),
-        _ => None,
-    };
     Ok(QueryPage {
+        continuation: rows_of.continuation()?,
+        buckets_scanned: rows_of.buckets(),
         rows,
-        continuation,
-        buckets_scanned,
     })
 }
 

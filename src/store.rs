@@ -24,7 +24,7 @@ use crate::cell::{Row, RowMutation};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::query::{Query, QueryPage, QueryPool, SeriesAggregate};
+use crate::query::{Query, QueryPage, QueryPool, QueryRows, SeriesAggregate};
 use crate::region::block_cache::BlockCache;
 use crate::region::maintenance::Maintenance;
 use crate::region::wal::record::Origin;
@@ -104,7 +104,7 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     /// Serialises table creation and removal with opening their regions.
     ddl: Mutex<()>,
-    pool: QueryPool,
+    pool: Arc<QueryPool>,
     maintenance: Arc<Maintenance>,
 }
 
@@ -152,7 +152,7 @@ impl Store {
             cache,
             clock,
             ddl: Mutex::new(()),
-            pool: QueryPool::new(options_query_threads),
+            pool: Arc::new(QueryPool::new(options_query_threads)),
             maintenance,
         };
         for desc in store.catalog.tables(None) {
@@ -328,25 +328,30 @@ impl Store {
     /// A raw scan over the table's regions in order (reverse: backwards),
     /// with offset, limit and continuation spanning region boundaries.
     pub fn scan(&self, name: &TableName, scan: &Scan) -> Result<ScanPage> {
-        let table = self.table(name)?;
-        let mut scanner = TableScanner::new(table, scan.clone())?;
+        let mut scanner = self.scanner(name, scan)?;
         let mut rows = Vec::new();
         while let Some(row) = scanner.next_row()? {
             rows.push(row);
         }
-        let continuation = match (rows.last(), scanner.limit_reached()) {
-            (Some(last), true) if scanner.has_more()? => Some(ContinuationToken {
-                row: last.key.clone(),
-                reverse: scan.reverse,
-            }),
-            _ => None,
-        };
-        Ok(ScanPage { rows, continuation })
+        Ok(ScanPage {
+            rows,
+            continuation: scanner.continuation()?,
+        })
+    }
+
+    /// A raw scan's rows one at a time, for answers that stream.
+    pub fn scanner(&self, name: &TableName, scan: &Scan) -> Result<TableScanner> {
+        TableScanner::new(self.table(name)?, scan.clone())
+    }
+
+    /// A logical query's rows one at a time, for answers that stream.
+    pub fn query_rows(&self, name: &TableName, q: &Query) -> Result<QueryRows> {
+        QueryRows::new(self.table(name)?, self.pool.clone(), q)
     }
 
     /// A logical series query (see [`crate::query`]): one page of rows.
     pub fn query(&self, name: &TableName, q: &Query) -> Result<QueryPage> {
-        crate::query::run(self.table(name)?, &self.pool, q)
+        crate::query::run(self.table(name)?, self.pool.clone(), q)
     }
 
     /// A logical series query with aggregation pushed into the bucket scans.
@@ -424,6 +429,8 @@ pub struct TableScanner {
     current: Option<RowScanner>,
     to_skip: usize,
     remaining: Option<usize>,
+    /// Key of the last row handed out (the continuation point).
+    last_key: Option<Vec<u8>>,
 }
 
 impl TableScanner {
@@ -451,18 +458,27 @@ impl TableScanner {
             scan,
             pending,
             current: None,
+            last_key: None,
         })
     }
 
-    fn limit_reached(&self) -> bool {
-        self.remaining == Some(0)
-    }
-
-    /// Whether a row follows (checked after the limit was reached).
-    fn has_more(&mut self) -> Result<bool> {
+    /// After the rows ran out: a token to continue after the last row when
+    /// the limit cut the answer short and rows remain.
+    pub fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
+        if self.remaining != Some(0) {
+            return Ok(None);
+        }
+        let Some(last) = self.last_key.take() else {
+            return Ok(None);
+        };
         self.remaining = Some(1);
         self.to_skip = 0;
-        Ok(self.next_row()?.is_some())
+        let more = self.next_view()?.is_some();
+        self.remaining = Some(0);
+        Ok(more.then_some(ContinuationToken {
+            row: last,
+            reverse: self.scan.reverse,
+        }))
     }
 
     fn open_next(&mut self) -> Result<bool> {
@@ -526,7 +542,13 @@ impl TableScanner {
             if let Some(r) = self.remaining.as_mut() {
                 *r -= 1;
             }
-            return Ok(self.current.as_ref().and_then(|c| c.current_view()));
+            let view = self.current.as_ref().and_then(|c| c.current_view());
+            if let Some(v) = &view {
+                let last = self.last_key.get_or_insert_with(Vec::new);
+                last.clear();
+                last.extend_from_slice(v.key());
+            }
+            return Ok(view);
         }
     }
 }

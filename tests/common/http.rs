@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 #[allow(unused_imports)]
-pub use halite::client::{Response, request};
+pub use halite::client::{Response, request, request_with};
 
 pub fn free_port() -> u16 {
     halite::client::free_port().expect("free port")
