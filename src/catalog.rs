@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
-use crate::schema::{Durability, FamilySpec};
+use crate::schema::{BloomType, Durability, FamilySpec};
 
 pub const CATALOG_FILE: &str = "CATALOG";
 const MAGIC: &[u8; 8] = b"HALCAT\0\x01";
@@ -266,8 +266,10 @@ impl Catalog {
                 req.name
             )));
         }
+        req.key.validate()?;
+        let families = with_prefix_lengths(&req.families, &req.key);
         let mut names = BTreeSet::new();
-        for f in &req.families {
+        for f in &families {
             f.descriptor().validate()?;
             if !names.insert(&f.name) {
                 return Err(Error::InvalidInput(format!(
@@ -276,7 +278,6 @@ impl Catalog {
                 )));
             }
         }
-        req.key.validate()?;
         let mut splits = BTreeSet::new();
         for b in 1..req.key.buckets() {
             splits.insert(req.key.salt_bytes(b));
@@ -311,7 +312,7 @@ impl Catalog {
             }
             let t = TableDescriptor {
                 name: req.name.clone(),
-                families: req.families.clone(),
+                families: families.clone(),
                 key: req.key.clone(),
                 durability: req.durability,
                 regions,
@@ -349,18 +350,19 @@ impl Catalog {
         name: &TableName,
         families: &[FamilySpec],
     ) -> Result<TableDescriptor> {
-        for f in families {
-            f.descriptor().validate()?;
-        }
         self.update(|d| {
             let t = d
                 .tables
                 .get_mut(&name.to_string())
                 .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))?;
+            let families = with_prefix_lengths(families, &t.key);
+            for f in &families {
+                f.descriptor().validate()?;
+            }
             for f in families {
                 match t.families.iter_mut().find(|x| x.name == f.name) {
-                    Some(existing) => *existing = f.clone(),
-                    None => t.families.push(f.clone()),
+                    Some(existing) => *existing = f,
+                    None => t.families.push(f),
                 }
             }
             Ok(t.clone())
@@ -392,4 +394,20 @@ fn store(dir: &Path, data: &CatalogData) -> Result<()> {
         .map_err(|e| Error::InvalidInput(format!("catalog does not serialise: {e}")))?;
     crate::fsutil::replace_atomically(dir, CATALOG_FILE, &crate::fsutil::seal(MAGIC, &body))
         .map_err(|e| Error::io(dir.join(CATALOG_FILE), "replace catalog", e))
+}
+
+/// Families with a ROWPREFIX bloom and no prefix length get the key
+/// schema's salt + series identity length: a series query then fixes the
+/// whole prefix, and files without the series are skipped.
+fn with_prefix_lengths(families: &[FamilySpec], key: &KeySchema) -> Vec<FamilySpec> {
+    families
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            if f.bloomfilter == BloomType::RowPrefix && f.prefix_length.is_none() {
+                f.prefix_length = Some(key.series_prefix_len());
+            }
+            f
+        })
+        .collect()
 }

@@ -107,6 +107,8 @@ pub struct RegionStats {
     pub writer_stalls: AtomicU64,
     pub writer_stall_micros: AtomicU64,
     pub files_skipped_by_bloom: AtomicU64,
+    /// Files a read left out because their time range cannot match.
+    pub files_skipped_by_time: AtomicU64,
 }
 
 /// What readers snapshot: MemStores newest first, files per family oldest
@@ -912,6 +914,17 @@ impl Inner {
                 // the answer: its puts are out of range and older than any
                 // in range, and its markers only mask older puts.
                 if reader.meta().max_ts < scan.time_range.min {
+                    self.stats
+                        .files_skipped_by_time
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // A file entirely newer than the range is still read: its
+                // versions count against VERSIONS before the range applies.
+                if get.is_none() && !reader.may_contain_rows(start.as_deref(), stop.as_deref()) {
+                    self.stats
+                        .files_skipped_by_bloom
+                        .fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 if let Some(get) = get

@@ -15,6 +15,11 @@ pub enum BloomType {
     /// Row + qualifier: Gets of given columns skip files without them.
     #[serde(rename = "ROWCOL", alias = "rowcol")]
     RowCol,
+    /// The first `prefix_length` bytes of row keys (HBase's
+    /// `RowPrefixBloomFilter.prefix_length`): scans within one prefix — a
+    /// series query — skip files without it, which a ROW bloom cannot do.
+    #[serde(rename = "ROWPREFIX", alias = "rowprefix")]
+    RowPrefix,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +77,10 @@ pub struct FamilySpec {
     pub in_memory: bool,
     #[serde(default = "FamilySpec::row")]
     pub bloomfilter: BloomType,
+    /// Bytes of row prefix a ROWPREFIX bloom holds; when absent, a table
+    /// sets it to the salt + series identity of its key schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<usize>,
     #[serde(default = "FamilySpec::no_compression")]
     pub compression: Compression,
     #[serde(default = "FamilySpec::prefix")]
@@ -108,6 +117,7 @@ impl FamilySpec {
             block_cache: self.blockcache,
             in_memory: self.in_memory,
             bloom: self.bloomfilter,
+            bloom_prefix_len: self.prefix_length.unwrap_or(0),
             compression: self.compression,
             data_block_encoding: self.data_block_encoding,
         }
@@ -131,6 +141,8 @@ pub struct FamilyDescriptor {
     /// Cache priority: in-memory families are evicted last.
     pub in_memory: bool,
     pub bloom: BloomType,
+    /// Row prefix length of a ROWPREFIX bloom (0 for other blooms).
+    pub bloom_prefix_len: usize,
     pub compression: Compression,
     pub data_block_encoding: DataBlockEncoding,
 }
@@ -146,6 +158,7 @@ impl FamilyDescriptor {
             block_cache: true,
             in_memory: false,
             bloom: BloomType::Row,
+            bloom_prefix_len: 0,
             compression: Compression::None,
             data_block_encoding: DataBlockEncoding::Prefix,
         }
@@ -173,6 +186,12 @@ impl FamilyDescriptor {
     }
     pub fn in_memory(mut self, on: bool) -> Self {
         self.in_memory = on;
+        self
+    }
+    /// A ROWPREFIX bloom over the first `len` bytes of row keys.
+    pub fn bloom_prefix(mut self, len: usize) -> Self {
+        self.bloom = BloomType::RowPrefix;
+        self.bloom_prefix_len = len;
         self
     }
     pub fn bloom(mut self, bloom: BloomType) -> Self {
@@ -218,6 +237,24 @@ impl FamilyDescriptor {
             return Err(Error::InvalidInput(format!(
                 "family name may hold only letters, digits, '_', '-' and '.'. family=`{name}`"
             )));
+        }
+        match (self.bloom, self.bloom_prefix_len) {
+            (BloomType::RowPrefix, 0) => {
+                return Err(Error::InvalidInput(format!(
+                    "BLOOMFILTER => ROWPREFIX needs a prefix_length of at least 1 byte. family=`{name}`"
+                )));
+            }
+            (BloomType::RowPrefix, n) if n > u16::MAX as usize => {
+                return Err(Error::InvalidInput(format!(
+                    "prefix_length must be at most 65535 bytes. family=`{name}`"
+                )));
+            }
+            (BloomType::RowPrefix, _) | (_, 0) => {}
+            (_, _) => {
+                return Err(Error::InvalidInput(format!(
+                    "prefix_length applies only to BLOOMFILTER => ROWPREFIX. family=`{name}`"
+                )));
+            }
         }
         if self.versions == 0 {
             return Err(Error::InvalidInput(format!(

@@ -158,3 +158,48 @@ fn a_crash_mid_update_leaves_the_old_catalog_and_damage_is_named() {
     assert_eq!(err.kind(), ErrorKind::Corruption);
     assert!(err.to_string().contains("CATALOG"), "{err}");
 }
+
+#[test]
+fn rowprefix_blooms_default_to_the_salt_and_series_identity() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = Catalog::open(dir.path()).expect("open");
+    let mut req = cpu_table("cpu");
+    req.families[0].bloomfilter = BloomType::RowPrefix;
+    let t = c.create_table(&req, 1).expect("create");
+    // 1 salt byte + metric (8) + host (12); the timestamp is not part of it.
+    assert_eq!(t.families[0].prefix_length, Some(21));
+    assert_eq!(t.families[0].descriptor().bloom_prefix_len, 21);
+
+    let mut explicit = cpu_table("cpu2");
+    explicit.families[0].bloomfilter = BloomType::RowPrefix;
+    explicit.families[0].prefix_length = Some(9);
+    let t = c.create_table(&explicit, 1).expect("create");
+    assert_eq!(t.families[0].prefix_length, Some(9));
+
+    let mut wrong = cpu_table("cpu3");
+    wrong.families[0].prefix_length = Some(9);
+    let e = c
+        .create_table(&wrong, 1)
+        .expect_err("prefix_length on a ROW bloom");
+    assert!(e.to_string().contains("ROWPREFIX"), "{e}");
+
+    // Alter to ROWPREFIX also fills the length in.
+    let mut f = cpu_table("x").families[0].clone();
+    f.bloomfilter = BloomType::RowPrefix;
+    let t = c
+        .alter_families(&TableName::parse("cpu3").expect("name"), &[f])
+        .err()
+        .map(|e| e.to_string());
+    assert!(t.is_some_and(|e| e.contains("no such table")));
+    let t = c
+        .alter_families(
+            &TableName::parse("cpu").expect("name"),
+            &[{
+                let mut f = cpu_table("x").families[0].clone();
+                f.bloomfilter = BloomType::RowPrefix;
+                f
+            }],
+        )
+        .expect("alter");
+    assert_eq!(t.families[0].prefix_length, Some(21));
+}

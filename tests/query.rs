@@ -343,3 +343,70 @@ fn aggregates_pushed_into_buckets_equal_the_oracle() {
     check_aggregates(&store, &b, &oracle_b);
     store.close().expect("close");
 }
+
+#[test]
+fn series_queries_skip_files_by_rowprefix_bloom() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path());
+    let name = TableName::parse("pfx").expect("name");
+    let req: CreateTable = serde_json::from_str(
+        r#"{
+          "name": "pfx",
+          "families": [{ "name": "f", "bloomfilter": "ROWPREFIX" }],
+          "key": { "fields": [
+            { "name": "metric", "type": "string", "width": 8 },
+            { "name": "host", "type": "string", "width": 12 },
+            { "name": "ts", "type": "reversed_timestamp" } ] }
+        }"#,
+    )
+    .expect("request");
+    store.create_table(&req).expect("create");
+    let schema = store.table(&name).expect("table").desc.key.clone();
+    // Four files, each with every fourth host: their key ranges overlap,
+    // so only the bloom can tell which files hold a host.
+    for round in 0..4 {
+        let rows: Vec<RowMutation> = (0..HOSTS)
+            .filter(|h| h % 4 == round)
+            .flat_map(|h| (0..POINTS).map(move |p| (h, p)))
+            .map(|(h, p)| {
+                let ts = T0 + p * 10_000;
+                let key = schema
+                    .encode_ordered(&[
+                        FieldValue::Str("cpu".into()),
+                        FieldValue::Str(format!("host_{h:02}")),
+                        FieldValue::Uint(ts),
+                    ])
+                    .expect("key");
+                RowMutation::new(key).put("f", "usage_user", ts, Value::Float(h as f64).encode())
+            })
+            .collect();
+        store.write(&name, rows, None).expect("write");
+        store.flush_all().expect("flush");
+    }
+    let table = store.table(&name).expect("table");
+    let region = &table.regions()[0];
+    assert_eq!(region.file_counts()[&b"f".to_vec()], 4);
+    let skipped = || {
+        region
+            .stats()
+            .files_skipped_by_bloom
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // Hosts 4..26 fall inside every file's key range.
+    for h in 4..26 {
+        let q = Query {
+            series: series(Some(h)),
+            ..Query::default()
+        };
+        let page = store.query(&name, &q).expect("query");
+        assert_eq!(page.rows.len(), POINTS as usize);
+        assert!(
+            page.rows
+                .iter()
+                .all(|r| numeric(&r.cells[0].value) == Some(h as f64))
+        );
+    }
+    let got = skipped();
+    assert!(got >= 22 * 3 * 9 / 10, "skipped {got} of {} files", 22 * 3);
+    store.close().expect("close");
+}

@@ -37,6 +37,7 @@ pub struct SstReader {
     size: u64,
     meta: FileMeta,
     bloom_type: BloomType,
+    bloom_prefix_len: usize,
     bloom: Option<Bloom>,
     index: Vec<IndexEntry>,
     cache: Arc<BlockCache>,
@@ -112,7 +113,7 @@ impl SstReader {
             unframe(&buf, MAX_BLOCK).map_err(|e| SstError::decode(path, off, e))
         };
         let meta_body = read_part(meta_ptr, "read meta block")?;
-        let (meta, bloom_type) =
+        let (meta, bloom_type, bloom_prefix_len) =
             decode_meta(&meta_body).map_err(|e| SstError::decode(path, meta_ptr.0, e))?;
         let bloom_body = read_part(bloom_ptr, "read bloom block")?;
         let bloom = if bloom_type == BloomType::None {
@@ -138,6 +139,7 @@ impl SstReader {
             size,
             meta,
             bloom_type,
+            bloom_prefix_len,
             bloom,
             index,
             cache,
@@ -170,6 +172,9 @@ impl SstReader {
     pub fn may_contain_row(&self, row: &[u8]) -> bool {
         match (&self.bloom, self.bloom_type) {
             (Some(b), BloomType::Row) => b.may_contain(hash(row)),
+            (Some(b), BloomType::RowPrefix) => {
+                b.may_contain(hash(&row[..row.len().min(self.bloom_prefix_len)]))
+            }
             _ => true,
         }
     }
@@ -177,10 +182,28 @@ impl SstReader {
     /// False only when the bloom filter proves the (row, qualifier) absent.
     pub fn may_contain_column(&self, row: &[u8], qualifier: &[u8]) -> bool {
         match (&self.bloom, self.bloom_type) {
-            (Some(b), BloomType::Row) => b.may_contain(hash(row)),
+            (Some(_), BloomType::Row | BloomType::RowPrefix) => self.may_contain_row(row),
             (Some(b), BloomType::RowCol) => b.may_contain(hash(&rowcol_key(row, qualifier))),
             _ => true,
         }
+    }
+
+    /// False only when a ROWPREFIX bloom proves that no row in
+    /// `[start, stop)` is in the file: every such row shares the bloom's
+    /// prefix, and the prefix is absent.
+    pub fn may_contain_rows(&self, start: Option<&[u8]>, stop: Option<&[u8]>) -> bool {
+        let (Some(b), BloomType::RowPrefix) = (&self.bloom, self.bloom_type) else {
+            return true;
+        };
+        let (Some(start), Some(stop)) = (start, stop) else {
+            return true;
+        };
+        let Some(prefix) = start.get(..self.bloom_prefix_len) else {
+            return true;
+        };
+        let within =
+            crate::scan::prefix_successor(prefix).is_some_and(|end| stop <= end.as_slice());
+        !within || b.may_contain(hash(prefix))
     }
 
     /// Whether any key of the file can fall in rows [start, stop).

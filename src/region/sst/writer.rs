@@ -53,6 +53,7 @@ pub struct SstWriter {
     block_size: usize,
     snappy: bool,
     bloom_type: BloomType,
+    bloom_prefix_len: usize,
     bloom_hashes: Vec<u64>,
     last_bloom_key: Vec<u8>,
     index: Vec<(Vec<u8>, u64, u64)>,
@@ -87,6 +88,7 @@ impl SstWriter {
             block_size: family.block_size,
             snappy: family.compression == Compression::Snappy,
             bloom_type: family.bloom,
+            bloom_prefix_len: family.bloom_prefix_len,
             bloom_hashes: Vec::new(),
             last_bloom_key: Vec::new(),
             index: Vec::new(),
@@ -149,21 +151,32 @@ impl SstWriter {
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
 
-        let bloom_key: Option<Vec<u8>> = match self.bloom_type {
-            BloomType::None => None,
-            BloomType::Row => Some(row_of(key).to_vec()),
-            BloomType::RowCol => Some(rowcol_key(parsed.row, parsed.qualifier)),
-        };
-        if let Some(bk) = bloom_key
-            && bk != self.last_bloom_key
-        {
-            self.bloom_hashes.push(hash(&bk));
-            self.last_bloom_key = bk;
+        // Keys arrive sorted, so equal bloom keys of rows and prefixes are
+        // adjacent: hashing only changes keeps one hash per row or prefix.
+        match self.bloom_type {
+            BloomType::None => {}
+            BloomType::Row => self.add_bloom_key(row_of(key)),
+            BloomType::RowPrefix => {
+                let row = row_of(key);
+                self.add_bloom_key(&row[..row.len().min(self.bloom_prefix_len)]);
+            }
+            BloomType::RowCol => {
+                let k = rowcol_key(parsed.row, parsed.qualifier);
+                self.add_bloom_key(&k);
+            }
         }
         if self.block.size() >= self.block_size {
             self.flush_block()?;
         }
         Ok(())
+    }
+
+    fn add_bloom_key(&mut self, k: &[u8]) {
+        if k != self.last_bloom_key.as_slice() {
+            self.bloom_hashes.push(hash(k));
+            self.last_bloom_key.clear();
+            self.last_bloom_key.extend_from_slice(k);
+        }
     }
 
     fn flush_block(&mut self) -> Result<(), SstError> {
@@ -226,7 +239,12 @@ impl SstWriter {
         let index = self.write_block(&body)?;
 
         body.clear();
-        encode_meta(&self.meta, self.bloom_type, &mut body);
+        encode_meta(
+            &self.meta,
+            self.bloom_type,
+            self.bloom_prefix_len,
+            &mut body,
+        );
         let meta = self.write_block(&body)?;
 
         let mut trailer = Vec::with_capacity(TRAILER_LEN);
@@ -263,7 +281,7 @@ impl SstWriter {
     }
 }
 
-fn encode_meta(m: &FileMeta, bloom: BloomType, out: &mut Vec<u8>) {
+fn encode_meta(m: &FileMeta, bloom: BloomType, prefix_len: usize, out: &mut Vec<u8>) {
     put_len_prefixed(out, &m.family);
     put_len_prefixed(out, &m.first_key);
     put_len_prefixed(out, &m.last_key);
@@ -283,10 +301,18 @@ fn encode_meta(m: &FileMeta, bloom: BloomType, out: &mut Vec<u8>) {
         BloomType::None => 0,
         BloomType::Row => 1,
         BloomType::RowCol => 2,
+        BloomType::RowPrefix => 3,
     });
+    if bloom == BloomType::RowPrefix {
+        put_varint(out, prefix_len as u64);
+    }
 }
 
-pub(crate) fn decode_meta(body: &[u8]) -> Result<(FileMeta, BloomType), crate::codec::DecodeError> {
+/// The meta block: what the file holds, its bloom type and (ROWPREFIX) the
+/// bloom's prefix length.
+pub(crate) fn decode_meta(
+    body: &[u8],
+) -> Result<(FileMeta, BloomType, usize), crate::codec::DecodeError> {
     let mut r = crate::codec::Reader::new(body);
     let family = r.len_prefixed(body.len(), "family")?.to_vec();
     let first_key = r.len_prefixed(body.len(), "first key")?.to_vec();
@@ -295,16 +321,30 @@ pub(crate) fn decode_meta(body: &[u8]) -> Result<(FileMeta, BloomType), crate::c
     for slot in v.iter_mut() {
         *slot = r.varint("meta field")?;
     }
+
     let bloom = match r.u8("bloom type")? {
         0 => BloomType::None,
         1 => BloomType::Row,
         2 => BloomType::RowCol,
+        3 => BloomType::RowPrefix,
         _ => {
             return Err(crate::codec::DecodeError {
                 offset: r.pos() - 1,
                 what: "unknown bloom type",
             });
         }
+    };
+    let prefix_len = if bloom == BloomType::RowPrefix {
+        let n = r.varint("bloom prefix length")?;
+        if n == 0 || n > u64::from(u16::MAX) {
+            return Err(crate::codec::DecodeError {
+                offset: r.pos() - 1,
+                what: "bloom prefix length out of range",
+            });
+        }
+        n as usize
+    } else {
+        0
     };
     Ok((
         FileMeta {
@@ -321,5 +361,6 @@ pub(crate) fn decode_meta(body: &[u8]) -> Result<(FileMeta, BloomType), crate::c
             data_bytes: v[7],
         },
         bloom,
+        prefix_len,
     ))
 }
