@@ -109,10 +109,10 @@ fn main() {
     let region = Arc::new(
         Region::open(
             dir.join("region"),
-            RegionDescriptor {
-                id: 1,
-                families: vec![FamilyDescriptor::new("cpu").compression(Compression::Snappy)],
-            },
+            RegionDescriptor::new(
+                1,
+                vec![FamilyDescriptor::new("cpu").compression(Compression::Snappy)],
+            ),
             RegionOptions {
                 flush_size: MEMSTORE_FLUSH,
                 blocking_multiplier: BLOCKING_MULTIPLIER,

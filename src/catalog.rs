@@ -163,6 +163,23 @@ struct CatalogData {
     namespaces: BTreeSet<String>,
     tables: BTreeMap<String, TableDescriptor>,
     next_region_id: u64,
+    /// Region splits begun and not finished. Finishing one replaces the
+    /// parent by its daughters and removes the intent in the same atomic
+    /// catalog update; so an intent found at start-up belongs to a split
+    /// that never finished, which is undone.
+    #[serde(default)]
+    splits: Vec<SplitIntent>,
+}
+
+/// A region split under way: `parent` becomes `daughters[0]` (rows before
+/// `at`) and `daughters[1]` (rows from `at`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitIntent {
+    pub table: TableName,
+    pub parent: u64,
+    #[serde(with = "hex_bytes")]
+    pub at: Vec<u8>,
+    pub daughters: [u64; 2],
 }
 
 /// The catalog of one server.
@@ -369,9 +386,98 @@ impl Catalog {
         })
     }
 
+    /// Records that `parent` of `name` is about to split at row `at`, and
+    /// gives its daughters their ids.
+    pub fn begin_split(&self, name: &TableName, parent: u64, at: &[u8]) -> Result<SplitIntent> {
+        self.update(|d| {
+            let t = d
+                .tables
+                .get(&name.to_string())
+                .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))?;
+            let r = t
+                .regions
+                .iter()
+                .find(|r| r.id == parent)
+                .ok_or_else(|| Error::NotFound(format!("no such region. region=`{parent}`")))?;
+            if !r.contains(at) || at == r.start.as_slice() {
+                return Err(Error::InvalidInput(format!(
+                    "split row must lie strictly inside region {parent}"
+                )));
+            }
+            if d.splits.iter().any(|s| s.parent == parent) {
+                return Err(Error::Conflict(format!(
+                    "region {parent} is already splitting"
+                )));
+            }
+            let intent = SplitIntent {
+                table: name.clone(),
+                parent,
+                at: at.to_vec(),
+                daughters: [d.next_region_id, d.next_region_id + 1],
+            };
+            d.next_region_id += 2;
+            d.splits.push(intent.clone());
+            Ok(intent)
+        })
+    }
+
+    /// The commit point of a split: the parent's range now belongs to the
+    /// daughters, and the intent is gone — in one atomic update.
+    pub fn finish_split(&self, intent: &SplitIntent) -> Result<TableDescriptor> {
+        self.update(|d| {
+            let at =
+                d.splits.iter().position(|s| s == intent).ok_or_else(|| {
+                    Error::NotFound(format!("no split of region {}", intent.parent))
+                })?;
+            d.splits.remove(at);
+            let t = d.tables.get_mut(&intent.table.to_string()).ok_or_else(|| {
+                Error::NotFound(format!("no such table. table=`{}`", intent.table))
+            })?;
+            let i = t
+                .regions
+                .iter()
+                .position(|r| r.id == intent.parent)
+                .ok_or_else(|| {
+                    Error::NotFound(format!("no such region. region=`{}`", intent.parent))
+                })?;
+            let parent = t.regions.remove(i);
+            t.regions.insert(
+                i,
+                RegionInfo {
+                    id: intent.daughters[1],
+                    start: intent.at.clone(),
+                    end: parent.end,
+                },
+            );
+            t.regions.insert(
+                i,
+                RegionInfo {
+                    id: intent.daughters[0],
+                    start: parent.start,
+                    end: intent.at.clone(),
+                },
+            );
+            Ok(t.clone())
+        })
+    }
+
+    /// Forgets a split that did not finish (its daughters are leftovers).
+    pub fn abandon_split(&self, intent: &SplitIntent) -> Result<()> {
+        self.update(|d| {
+            d.splits.retain(|s| s != intent);
+            Ok(())
+        })
+    }
+
+    /// Splits begun and not finished.
+    pub fn pending_splits(&self) -> Vec<SplitIntent> {
+        self.data.lock().splits.clone()
+    }
+
     /// Removes a table from the catalog; the caller deletes its regions.
     pub fn drop_table(&self, name: &TableName) -> Result<TableDescriptor> {
         self.update(|d| {
+            d.splits.retain(|s| s.table != *name);
             d.tables
                 .remove(&name.to_string())
                 .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))

@@ -178,6 +178,11 @@ pub struct RegionConfig {
     pub flush_threads: usize,
     /// Compaction threads shared by every region of the server (default 1).
     pub compaction_threads: usize,
+    /// A region whose store files pass this size splits in two at its
+    /// middle row (default 10GiB, HBase's `hbase.hregion.max.filesize`).
+    pub max_size: ByteSize,
+    /// How often region sizes are checked against `max_size` (default 10s).
+    pub split_check_interval: Dur,
     pub compaction: CompactionConfig,
 }
 
@@ -237,6 +242,8 @@ impl Default for RegionConfig {
             flush_on_close: d.flush_on_close,
             flush_threads: 2,
             compaction_threads: 1,
+            max_size: ByteSize(10 << 30),
+            split_check_interval: Dur(std::time::Duration::from_secs(10)),
             compaction: CompactionConfig::default(),
         }
     }
@@ -321,6 +328,12 @@ impl Config {
             return bad(
                 "region",
                 "flush_threads and compaction_threads must be at least 1",
+            );
+        }
+        if self.region.max_size.0 < self.region.flush_size.0 {
+            return bad(
+                "region.max_size",
+                "must be at least region.flush_size, or every flush would split",
             );
         }
         if self.region.blocking_multiplier == 0 {

@@ -34,6 +34,7 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod failpoint;
 pub mod fsutil;
 pub mod ingest;
 pub mod key;

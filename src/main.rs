@@ -21,7 +21,7 @@ use halite::region::wal::Wal;
 use halite::region::{Region, RegionDescriptor};
 use halite::scan::{Get, Scan};
 use halite::schema::{Compression, Durability, FamilyDescriptor};
-use halite::store::{Store, StoreOptions};
+use halite::store::{Splitter, Store, StoreOptions};
 use halite::tsbs;
 
 #[derive(Parser)]
@@ -175,6 +175,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         clock.clone(),
     )?);
     ensure_tables(&store, &config.tables)?;
+    let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let state = Arc::new(AppState {
         store: store.clone(),
         clock,
@@ -209,6 +210,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     })?;
     drop(runtime);
     drop(state);
+    splitter.stop();
     let store = Arc::try_unwrap(store).map_err(|_| "store still in use at shutdown")?;
     store.close()?;
     println!("halite stopped cleanly");
@@ -245,10 +247,7 @@ fn demo(
     let family = FamilyDescriptor::new("cpu").compression(Compression::Snappy);
     let region = Region::open(
         dir.join("region-1"),
-        RegionDescriptor {
-            id: 1,
-            families: vec![family],
-        },
+        RegionDescriptor::new(1, vec![family]),
         config.region_options(),
         wal.clone(),
         Arc::new(SystemClock),

@@ -87,11 +87,30 @@ impl Default for RegionOptions {
     }
 }
 
-/// What a region is: its id and families.
-#[derive(Debug, Clone)]
+/// What a region is: its id, families and rows.
+#[derive(Debug, Clone, Default)]
 pub struct RegionDescriptor {
     pub id: u64,
     pub families: Vec<FamilyDescriptor>,
+    /// Rows `[start, end)` the region serves (empty `end`: to the end).
+    /// Store files linked from a split parent hold rows outside it, which
+    /// reads never ask for and compactions drop.
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+}
+
+impl RegionDescriptor {
+    pub fn new(id: u64, families: Vec<FamilyDescriptor>) -> Self {
+        RegionDescriptor {
+            id,
+            families,
+            ..RegionDescriptor::default()
+        }
+    }
+
+    pub fn contains(&self, row: &[u8]) -> bool {
+        row >= self.start.as_slice() && (self.end.is_empty() || row < self.end.as_slice())
+    }
 }
 
 /// Counters for metrics, benchmarks and tests.
@@ -128,6 +147,8 @@ enum Work {
 
 pub(crate) struct Inner {
     id: u64,
+    /// Rows this region serves (see [`RegionDescriptor`]).
+    rows: (Vec<u8>, Vec<u8>),
     dir: PathBuf,
     options: RegionOptions,
     families: Arc<HashMap<Vec<u8>, FamilyDescriptor>>,
@@ -322,6 +343,7 @@ impl Region {
         let (compact_tx, compact_rx) = crossbeam_channel::bounded(1);
         let inner = Arc::new(Inner {
             id: descriptor.id,
+            rows: (descriptor.start.clone(), descriptor.end.clone()),
             dir,
             next_file_id: AtomicU64::new(manifest.next_file_id),
             manifest: Mutex::new(manifest),
@@ -481,6 +503,78 @@ impl Region {
             .flatten()
             .map(|r| r.size())
             .sum()
+    }
+
+    /// Whether some store file holds rows outside the region's range: files
+    /// linked from a split parent, until a compaction rewrites them. Such a
+    /// region must not split again.
+    pub fn has_foreign_rows(&self) -> bool {
+        let (start, end) = &self.inner.rows;
+        self.inner.state.read().files.values().flatten().any(|r| {
+            let m = r.meta();
+            m.entries > 0
+                && (cell::row_of(&m.first_key) < start.as_slice()
+                    || (!end.is_empty() && cell::row_of(&m.last_key) >= end.as_slice()))
+        })
+    }
+
+    /// Where the region would split: the first row of the middle block of
+    /// its largest store file, when that row lies strictly inside the
+    /// region (so both halves are non-empty ranges) and no file holds
+    /// foreign rows.
+    pub fn split_row(&self) -> Option<Vec<u8>> {
+        if self.has_foreign_rows() {
+            return None;
+        }
+        let st = self.inner.state.read();
+        let largest = st.files.values().flatten().max_by_key(|r| r.size())?;
+        let mid = largest.middle_row()?;
+        let (start, end) = &self.inner.rows;
+        (mid.as_slice() > start.as_slice() && (end.is_empty() || mid.as_slice() < end.as_slice()))
+            .then_some(mid)
+    }
+
+    /// Refuses further writes, stops background work and flushes whatever
+    /// the MemStore holds, whatever `flush_on_close` says: the region's data
+    /// is then all in store files, ready to be linked into daughters.
+    pub fn close_for_split(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.stop_background();
+        flush::flush(&self.inner)
+    }
+
+    /// Makes `dir` a region holding this (closed, flushed) region's store
+    /// files as hard links, with a manifest naming them: a split daughter.
+    /// Everything is fsynced before this returns.
+    pub fn link_files_into(&self, dir: &Path) -> Result<()> {
+        let manifest = self.inner.manifest.lock().clone();
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create region directory", e))?;
+        for (family, ids) in &manifest.families {
+            let from = family_dir(&self.inner.dir, family);
+            let to = family_dir(dir, family);
+            fs::create_dir_all(&to).map_err(|e| Error::io(&to, "create family directory", e))?;
+            for id in ids {
+                let target = to.join(sst::file_name(*id));
+                match fs::hard_link(from.join(sst::file_name(*id)), &target) {
+                    Ok(()) => {}
+                    // A retried split after a crash: the link is already there.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::io(&target, "link store file", e)),
+                }
+            }
+            crate::fsutil::fsync_dir(&to)
+                .map_err(|e| Error::io(&to, "sync family directory", e))?;
+        }
+        Manifest {
+            next_file_id: self.inner.next_file_id.load(Ordering::SeqCst),
+            ..manifest
+        }
+        .store(dir)?;
+        if let Some(parent) = dir.parent() {
+            crate::fsutil::fsync_dir(parent)
+                .map_err(|e| Error::io(parent, "sync regions directory", e))?;
+        }
+        Ok(())
     }
 
     /// Stops background work and refuses further writes without flushing:
@@ -887,10 +981,9 @@ impl Inner {
         })
     }
 
+    /// Reads work on a closed region too (it holds its last state): a reader
+    /// that started before a split or an alter finishes on the old region.
     fn scanner(&self, scan: &Scan, get: Option<&Get>) -> Result<RowScanner> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
         let (start, stop) = scan.bounds()?;
         let state = self.state.read().clone();
         let read_point = self.mvcc.read_point();

@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::{Mutex, RwLock};
@@ -50,6 +52,8 @@ pub struct StoreOptions {
     pub flush_threads: usize,
     /// Compaction threads shared by all regions (default 1).
     pub compaction_threads: usize,
+    /// Regions whose store files pass this many bytes split (default 10 GiB).
+    pub max_region_size: u64,
 }
 
 impl StoreOptions {
@@ -63,6 +67,7 @@ impl StoreOptions {
             query_threads: c.server.query_threads,
             flush_threads: c.region.flush_threads,
             compaction_threads: c.region.compaction_threads,
+            max_region_size: c.region.max_size.0,
         }
     }
 }
@@ -72,8 +77,20 @@ struct WriteJob {
     rows: Vec<RowMutation>,
     durability: crate::schema::Durability,
     origin: Option<Origin>,
-    reply: Sender<Result<PendingWrite>>,
+    reply: Sender<Submitted>,
 }
+
+/// What a shard did with a write job.
+enum Submitted {
+    Pending(PendingWrite),
+    /// The region was closed (split, altered, or shutting down): nothing of
+    /// the batch was logged or applied, and here are its rows back.
+    Refused(Vec<RowMutation>),
+    Failed(Error),
+}
+
+/// How long a write waits for a split or alter to open the new regions.
+const LAYOUT_CHANGE_WAIT: Duration = Duration::from_secs(30);
 
 struct Shard {
     wal: Arc<Wal>,
@@ -106,6 +123,8 @@ pub struct Store {
     ddl: Mutex<()>,
     pool: Arc<QueryPool>,
     maintenance: Arc<Maintenance>,
+    /// Set by `close`: a closed region then means shutdown, not a split.
+    closing: AtomicBool,
 }
 
 fn region_dir(dir: &Path, id: u64) -> PathBuf {
@@ -154,7 +173,14 @@ impl Store {
             ddl: Mutex::new(()),
             pool: Arc::new(QueryPool::new(options_query_threads)),
             maintenance,
+            closing: AtomicBool::new(false),
         };
+        // A split that did not reach its commit point is undone: the parent
+        // is still in the catalog, and the daughters' directories are
+        // leftovers, removed below.
+        for intent in store.catalog.pending_splits() {
+            store.catalog.abandon_split(&intent)?;
+        }
         for desc in store.catalog.tables(None) {
             let table = store.open_table(desc)?;
             store
@@ -174,21 +200,30 @@ impl Store {
         let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
         let mut regions = Vec::with_capacity(desc.regions.len());
         for info in &desc.regions {
-            let region = Region::open_with(
-                region_dir(&self.dir, info.id),
-                RegionDescriptor {
-                    id: info.id,
-                    families: families.clone(),
-                },
-                self.options.region.clone(),
-                self.shard_of(info.id).wal.clone(),
-                self.clock.clone(),
-                self.cache.clone(),
-                Some(self.maintenance.clone()),
-            )?;
-            regions.push(Arc::new(region));
+            regions.push(Arc::new(self.open_region(info, &families)?));
         }
         Ok(Table { desc, regions })
+    }
+
+    fn open_region(
+        &self,
+        info: &crate::catalog::RegionInfo,
+        families: &[crate::schema::FamilyDescriptor],
+    ) -> Result<Region> {
+        Region::open_with(
+            region_dir(&self.dir, info.id),
+            RegionDescriptor {
+                id: info.id,
+                families: families.to_vec(),
+                start: info.start.clone(),
+                end: info.end.clone(),
+            },
+            self.options.region.clone(),
+            self.shard_of(info.id).wal.clone(),
+            self.clock.clone(),
+            self.cache.clone(),
+            Some(self.maintenance.clone()),
+        )
     }
 
     /// Region directories and WAL edits of regions the catalog no longer
@@ -274,21 +309,50 @@ impl Store {
 
     /// Writes rows (each with a full row key) with the table's durability;
     /// returns when they are acknowledged. Rows are routed to their regions
-    /// through the shard queues.
+    /// through the shard queues. Rows that meet a region closed by a split
+    /// (or an alter) are routed again once the new regions are open: a
+    /// closed region refuses a batch before any of it is logged or applied.
     pub fn write(
         &self,
         name: &TableName,
         rows: Vec<RowMutation>,
         origin: Option<Origin>,
     ) -> Result<()> {
-        let table = self.table(name)?;
+        let deadline = std::time::Instant::now() + LAYOUT_CHANGE_WAIT;
+        let mut rows = rows;
+        loop {
+            let table = self.table(name)?;
+            let refused = self.write_once(&table, rows, origin.as_ref())?;
+            if refused.is_empty() {
+                return Ok(());
+            }
+            if self.closing.load(Ordering::SeqCst) || std::time::Instant::now() > deadline {
+                return Err(Error::Closed);
+            }
+            // The split publishes its daughters within milliseconds.
+            if Arc::ptr_eq(&table, &self.table(name)?) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            rows = refused;
+        }
+    }
+
+    /// One routing pass: the rows of regions that turned out closed come
+    /// back; other failures are errors.
+    fn write_once(
+        &self,
+        table: &Arc<Table>,
+        rows: Vec<RowMutation>,
+        origin: Option<&Origin>,
+    ) -> Result<Vec<RowMutation>> {
         let mut per_region: HashMap<usize, Vec<RowMutation>> = HashMap::new();
         for row in rows {
-            let i = region_index(&table, &row.row);
+            let i = region_index(table, &row.row);
             per_region.entry(i).or_default().push(row);
         }
         let mut replies = Vec::with_capacity(per_region.len());
-        for (i, rows) in per_region {
+        for (_, rows) in per_region {
+            let i = region_index(table, &rows[0].row);
             let region = table.regions[i].clone();
             let (reply, rx) = bounded(1);
             let tx = self
@@ -300,24 +364,29 @@ impl Store {
                 region,
                 rows,
                 durability: table.desc.durability,
-                origin: origin.clone(),
+                origin: origin.cloned(),
                 reply,
             })
             .map_err(|_| Error::Closed)?;
             replies.push(rx);
         }
         let mut first_error = None;
+        let mut refused = Vec::new();
         for rx in replies {
-            let outcome = rx
-                .recv()
-                .map_err(|_| Error::Closed)
-                .and_then(|r| r)
-                .and_then(|p| p.wait());
+            let outcome = match rx.recv() {
+                Ok(Submitted::Pending(p)) => p.wait(),
+                Ok(Submitted::Refused(rows)) => {
+                    refused.extend(rows);
+                    Ok(())
+                }
+                Ok(Submitted::Failed(e)) => Err(e),
+                Err(_) => Err(Error::Closed),
+            };
             if let Err(e) = outcome {
                 first_error.get_or_insert(e);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(refused), Err)
     }
 
     pub fn get(&self, name: &TableName, get: &Get) -> Result<Option<Row>> {
@@ -359,6 +428,115 @@ impl Store {
         crate::query::aggregate(self.table(name)?, &self.pool, q)
     }
 
+    /// Splits every region whose store files pass `max_region_size` (one
+    /// split per region per call); returns how many split. Daughters are
+    /// major-compacted right away, which drops the rows each holds of the
+    /// other and lets them split again later.
+    pub fn split_oversized(&self) -> Result<usize> {
+        let tables: Vec<Arc<Table>> = self.tables.read().values().cloned().collect();
+        let mut splits = 0;
+        for t in tables {
+            // Daughters of a split that a crash cut off before their
+            // compaction still hold foreign rows; rewrite them first.
+            for r in t.regions.iter().filter(|r| r.has_foreign_rows()) {
+                r.compact(true)?;
+            }
+            let big: Vec<u64> = t
+                .regions
+                .iter()
+                .filter(|r| r.store_bytes() > self.options.max_region_size)
+                .map(|r| r.id())
+                .collect();
+            for id in big {
+                if let Some(daughters) = self.split_region(&t.desc.name, id)? {
+                    splits += 1;
+                    for d in daughters {
+                        d.compact(true)?;
+                    }
+                }
+            }
+        }
+        Ok(splits)
+    }
+
+    /// Splits region `id` of `name` at its middle row; `None` when it has
+    /// no row to split at (or is gone). Crash-safe: the catalog records the
+    /// intent first, the daughters are made of hard links to the parent's
+    /// flushed files and synced, and one catalog update replaces the parent
+    /// by the daughters; a crash before that update leaves the parent as it
+    /// was (restart removes the daughters), a crash after it leaves the
+    /// daughters (restart removes the parent's directory). Writes that meet
+    /// the closed parent are routed again to the daughters.
+    pub fn split_region(&self, name: &TableName, id: u64) -> Result<Option<[Arc<Region>; 2]>> {
+        let _ddl = self.ddl.lock();
+        let Ok(table) = self.table(name) else {
+            return Ok(None);
+        };
+        let Some(i) = table.regions.iter().position(|r| r.id() == id) else {
+            return Ok(None);
+        };
+        let parent = table.regions[i].clone();
+        let Some(at) = parent.split_row() else {
+            return Ok(None);
+        };
+        let intent = self.catalog.begin_split(name, id, &at)?;
+        crate::failpoint::hit("split-after-intent");
+        let outcome = (|| -> Result<TableDescriptor> {
+            parent.close_for_split()?;
+            crate::failpoint::hit("split-after-parent-flush");
+            for d in intent.daughters {
+                parent.link_files_into(&region_dir(&self.dir, d))?;
+            }
+            crate::failpoint::hit("split-after-daughters");
+            self.catalog.finish_split(&intent)
+        })();
+        let desc = match outcome {
+            Ok(desc) => desc,
+            Err(e) => {
+                // Not committed: back to the parent as it is on disk.
+                let _ = self.catalog.abandon_split(&intent);
+                for d in intent.daughters {
+                    let _ = std::fs::remove_dir_all(region_dir(&self.dir, d));
+                }
+                let families: Vec<_> = table
+                    .desc
+                    .families
+                    .iter()
+                    .map(FamilySpec::descriptor)
+                    .collect();
+                let mut regions = table.regions.clone();
+                regions[i] = Arc::new(self.open_region(&table.desc.regions[i], &families)?);
+                self.tables.write().insert(
+                    name.clone(),
+                    Arc::new(Table {
+                        desc: table.desc.clone(),
+                        regions,
+                    }),
+                );
+                return Err(e);
+            }
+        };
+        crate::failpoint::hit("split-after-commit");
+        let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
+        let mut regions = table.regions.clone();
+        let mut daughters = Vec::with_capacity(2);
+        for info in &desc.regions[i..i + 2] {
+            daughters.push(Arc::new(self.open_region(info, &families)?));
+        }
+        regions.splice(i..i + 1, daughters.iter().cloned());
+        self.tables
+            .write()
+            .insert(name.clone(), Arc::new(Table { desc, regions }));
+        // Everything of the parent is in the daughters' files now.
+        self.shard_of(id).wal.mark_flushed(id, u64::MAX);
+        let d = region_dir(&self.dir, id);
+        std::fs::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove split parent", e))?;
+        let [a, b]: [Arc<Region>; 2] = daughters
+            .try_into()
+            .map_err(|_| Error::Internal("a split makes two daughters".into()))?;
+        Ok(Some([a, b]))
+    }
+
     /// Flushes every region (for shutdown and tests).
     pub fn flush_all(&self) -> Result<()> {
         for t in self.tables.read().values() {
@@ -371,6 +549,7 @@ impl Store {
 
     /// Stops the shards, flushes and closes every region, closes the WALs.
     pub fn close(mut self) -> Result<()> {
+        self.closing.store(true, Ordering::SeqCst);
         for s in &mut self.shards {
             s.tx.take();
             if let Some(t) = s.thread.take() {
@@ -412,9 +591,14 @@ fn region_index(table: &Table, row: &[u8]) -> usize {
 
 fn shard_loop(rx: Receiver<WriteJob>) {
     for job in rx {
-        let outcome = job
+        let outcome = match job
             .region
-            .submit(&job.rows, job.durability, job.origin.as_ref());
+            .submit(&job.rows, job.durability, job.origin.as_ref())
+        {
+            Ok(p) => Submitted::Pending(p),
+            Err(Error::Closed) => Submitted::Refused(job.rows),
+            Err(e) => Submitted::Failed(e),
+        };
         let _ = job.reply.send(outcome);
     }
 }
@@ -550,5 +734,52 @@ impl TableScanner {
             }
             return Ok(view);
         }
+    }
+}
+
+/// Checks region sizes every interval and splits the oversized ones, on a
+/// thread of its own. It holds the store weakly: it never keeps it open.
+pub struct Splitter {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Splitter {
+    pub fn start(store: &Arc<Store>, every: Duration) -> std::io::Result<Splitter> {
+        let (stop, rx) = bounded::<()>(1);
+        let store = Arc::downgrade(store);
+        let thread = std::thread::Builder::new()
+            .name("halite-split".into())
+            .spawn(move || {
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = rx.recv_timeout(every)
+                {
+                    let Some(store) = store.upgrade() else { return };
+                    if let Err(e) = store.split_oversized() {
+                        eprintln!("halite: region split failed (the region stays whole): {e}");
+                    }
+                }
+            })?;
+        Ok(Splitter {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops checking; waits for a split under way to finish.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Splitter {
+    fn drop(&mut self) {
+        self.halt();
     }
 }

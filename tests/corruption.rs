@@ -140,10 +140,7 @@ fn a_damaged_trailer_fails_the_open_naming_the_file() {
     let wal = Arc::new(Wal::open(h.wal_dir(), small_wal(IoBackendChoice::Auto)).expect("wal"));
     let err = Region::open(
         h.region_dir(),
-        RegionDescriptor {
-            id: 1,
-            families: families(),
-        },
+        RegionDescriptor::new(1, families()),
         foreground_options(),
         wal,
         Arc::new(ManualClock::new(0)) as Arc<dyn Clock>,

@@ -29,6 +29,7 @@ fn options() -> StoreOptions {
         query_threads: 4,
         flush_threads: 2,
         compaction_threads: 1,
+        max_region_size: 10 << 30,
     }
 }
 
@@ -303,4 +304,161 @@ fn regions_share_a_bounded_set_of_flush_and_compaction_threads() {
         40 * 200
     );
     store.close().expect("close");
+}
+
+fn events() -> CreateTable {
+    serde_json::from_str(
+        r#"{
+          "name": "events",
+          "families": [{ "name": "f" }],
+          "key": { "fields": [
+            { "name": "host", "type": "string", "width": 12 },
+            { "name": "ts", "type": "timestamp" } ] }
+        }"#,
+    )
+    .expect("request")
+}
+
+fn event_key(store: &Store, h: u64, t: u64) -> Vec<u8> {
+    store
+        .table(&TableName::parse("events").expect("name"))
+        .expect("table")
+        .desc
+        .key
+        .encode_ordered(&[
+            FieldValue::Str(format!("host_{h:03}")),
+            FieldValue::Uint(1_000_000 + t),
+        ])
+        .expect("key")
+}
+
+/// Regions tile the key space: the first starts at the beginning, each
+/// ends where the next starts, the last runs to the end.
+fn assert_tiles(store: &Store, name: &TableName) {
+    let t = store.table(name).expect("table");
+    let regions = &t.desc.regions;
+    assert!(regions[0].start.is_empty());
+    assert!(regions.last().expect("regions").end.is_empty());
+    for w in regions.windows(2) {
+        assert_eq!(w[0].end, w[1].start, "regions must tile the key space");
+        assert!(w[0].start < w[0].end);
+    }
+    assert_eq!(t.regions().len(), regions.len());
+    assert_eq!(
+        store.catalog().table(name).expect("catalog").regions,
+        *regions
+    );
+}
+
+#[test]
+fn regions_split_while_writers_write_and_keep_every_row() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let name = TableName::parse("events").expect("name");
+    let mut oracle = std::collections::BTreeMap::new();
+    {
+        let store = Arc::new(
+            Store::open(
+                dir.path(),
+                StoreOptions {
+                    max_region_size: 512 * 1024,
+                    ..options()
+                },
+                Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
+            )
+            .expect("open"),
+        );
+        store.create_table(&events()).expect("create");
+        assert_eq!(store.table(&name).expect("table").regions().len(), 1);
+        // A writer keeps writing while regions split under it: at least 120
+        // batches, and on until two splits happened under it.
+        let split_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let writer = {
+            let store = store.clone();
+            let split_count = split_count.clone();
+            std::thread::spawn(move || {
+                let mut written = Vec::new();
+                for t in 0..5_000u64 {
+                    if t >= 120 && split_count.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
+                        break;
+                    }
+                    let rows: Vec<RowMutation> = (0..200u64)
+                        .map(|h| {
+                            let key = event_key(&store, h, t);
+                            written.push((key.clone(), h * 1000 + t));
+                            RowMutation::new(key).put(
+                                "f",
+                                "v",
+                                1_000_000 + t,
+                                vec![(h * 1000 + t) as u8; 100],
+                            )
+                        })
+                        .collect();
+                    store
+                        .write(&TableName::parse("events").expect("name"), rows, None)
+                        .expect("every write is acknowledged, splits or not");
+                }
+                written
+            })
+        };
+        let mut splits = 0;
+        while !writer.is_finished() {
+            splits += store.split_oversized().expect("split");
+            split_count.store(splits, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(splits >= 2, "the writer stopped before two splits");
+        for (k, v) in writer.join().expect("writer") {
+            oracle.insert(k, v);
+        }
+        store.flush_all().expect("flush");
+        loop {
+            match store.split_oversized().expect("split") {
+                0 => break,
+                n => splits += n,
+            }
+        }
+        let regions = store.table(&name).expect("table").regions().len();
+        assert!(
+            splits >= 3 && regions == splits + 1,
+            "{splits} splits, {regions} regions"
+        );
+        assert_tiles(&store, &name);
+        let check = |store: &Store| {
+            let rows = store
+                .scan(
+                    &name,
+                    &Scan {
+                        limit: None,
+                        ..Scan::new()
+                    },
+                )
+                .expect("scan")
+                .rows;
+            assert_eq!(rows.len(), oracle.len());
+            for (row, (k, v)) in rows.iter().zip(&oracle) {
+                assert_eq!(&row.key, k);
+                assert_eq!(row.cells[0].value, vec![*v as u8; 100]);
+            }
+            for (k, v) in oracle.iter().step_by(97) {
+                let got = store
+                    .get(&name, &Get::new(k.clone()))
+                    .expect("get")
+                    .expect("row");
+                assert_eq!(got.cells[0].value, vec![*v as u8; 100]);
+            }
+        };
+        check(&store);
+        // Daughters were compacted: no file holds another region's rows.
+        for r in store.table(&name).expect("table").regions() {
+            assert!(!r.has_foreign_rows(), "region {} kept foreign rows", r.id());
+        }
+        let store = Arc::try_unwrap(store)
+            .map_err(|_| "in use")
+            .expect("sole owner");
+        store.close().expect("close");
+        let store = open(dir.path());
+        assert_tiles(&store, &name);
+        check(&store);
+        store.close().expect("close");
+    }
 }

@@ -213,14 +213,17 @@ fn rewrite(
         .map(|r| Source::File(r.iter_uncached()))
         .collect();
     let mut merge = Merge::new(sources);
-    merge.seek(&[])?;
+    // Only the region's own rows: files linked from a split parent hold
+    // the other daughter's too, and this is where they are dropped.
+    let (start, end) = &inner.rows;
+    merge.seek(&crate::cell::first_key_of_row(start))?;
     let id = inner.next_file_id.fetch_add(1, Ordering::SeqCst);
     let mut w = SstWriter::create(&family_dir(&inner.dir, &fam.name), id, fam, now)?;
     let max_seq = selected.iter().map(|r| r.meta().max_seq).max().unwrap_or(0);
     let result = if major {
-        write_major(&mut merge, &mut w, fam, now)
+        write_major(&mut merge, &mut w, fam, now, end)
     } else {
-        write_minor(&mut merge, &mut w)
+        write_minor(&mut merge, &mut w, end)
     };
     if let Err(e) = result {
         w.abandon();
@@ -234,8 +237,13 @@ fn rewrite(
     Ok(Some((id, path)))
 }
 
-fn write_minor(merge: &mut Merge, w: &mut SstWriter) -> Result<()> {
-    while merge.valid() {
+/// Whether the merge has passed the region's last row.
+fn past_end(merge: &Merge, end: &[u8]) -> bool {
+    !end.is_empty() && crate::cell::row_of(merge.key()) >= end
+}
+
+fn write_minor(merge: &mut Merge, w: &mut SstWriter, end: &[u8]) -> Result<()> {
+    while merge.valid() && !past_end(merge, end) {
         w.add(merge.key(), merge.ttl_ms(), merge.value())?;
         merge.advance()?;
     }
@@ -247,6 +255,7 @@ fn write_major(
     w: &mut SstWriter,
     fam: &FamilyDescriptor,
     now: u64,
+    end: &[u8],
 ) -> Result<()> {
     let mut group = ColumnGroup::default();
     let mut row: Vec<u8> = Vec::new();
@@ -273,7 +282,7 @@ fn write_major(
             group.clear();
             Ok(())
         };
-    while merge.valid() {
+    while merge.valid() && !past_end(merge, end) {
         let k = KeyRef::parse(merge.key())
             .ok_or_else(|| Error::InvalidInput("malformed key in compaction".into()))?;
         if k.row != row.as_slice() || !group.matches(&k) {

@@ -87,10 +87,7 @@ impl Harness {
         let wal = Arc::new(Wal::open(self.wal_dir(), self.wal_options.clone()).expect("open wal"));
         let region = Region::open(
             self.region_dir(),
-            RegionDescriptor {
-                id: 1,
-                families: self.families.clone(),
-            },
+            RegionDescriptor::new(1, self.families.clone()),
             self.options.clone(),
             wal.clone(),
             Arc::new(self.clock.clone()) as Arc<dyn Clock>,

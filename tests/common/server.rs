@@ -13,8 +13,19 @@ pub struct Server {
 
 /// Starts the real binary on `port` with data in `data`; waits until ready.
 pub fn start(data: &std::path::Path, port: u16, extra: &[&str]) -> Server {
+    start_with_env(data, port, extra, &[])
+}
+
+/// Like [`start`], with environment variables (`HALITE_FAILPOINT`, say).
+pub fn start_with_env(
+    data: &std::path::Path,
+    port: u16,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     let addr = format!("127.0.0.1:{port}");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_halite"));
+    cmd.envs(env.iter().copied());
     cmd.args(["serve", "--set"])
         .arg(format!("data_dir=\"{}\"", data.display()))
         .args([

@@ -206,6 +206,13 @@ impl SstReader {
         !within || b.may_contain(hash(prefix))
     }
 
+    /// The first row of the middle data block: where a region split puts
+    /// its boundary (HBase's midkey).
+    pub fn middle_row(&self) -> Option<Vec<u8>> {
+        let e = self.index.get(self.index.len() / 2)?;
+        Some(crate::cell::row_of(&e.first_key).to_vec())
+    }
+
     /// Whether any key of the file can fall in rows [start, stop).
     pub fn overlaps_rows(&self, start: Option<&[u8]>, stop: Option<&[u8]>) -> bool {
         if self.meta.entries == 0 {
