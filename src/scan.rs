@@ -576,6 +576,10 @@ impl RowScanner {
         let a = &mut self.assembler;
         let out = &mut self.row;
         a.group.clear();
+        // A column the scan does not want is passed over whole, without
+        // building its group: its versions cannot change the answer. (The
+        // empty qualifier is never passed over: family deletes live there.)
+        let mut passing_over = false;
         while self.merge.valid() {
             let key = self.merge.key();
             let Some(k) = KeyRef::parse(key) else {
@@ -583,6 +587,13 @@ impl RowScanner {
             };
             if k.row != out.key.as_slice() {
                 break;
+            }
+            if passing_over {
+                if a.group.is_column(&k) {
+                    self.merge.advance()?;
+                    continue;
+                }
+                passing_over = false;
             }
             if !a.group.matches(&k) {
                 a.emit_group(family_delete, out);
@@ -592,6 +603,11 @@ impl RowScanner {
                     family_delete = None;
                 }
                 a.group.start(&k);
+                if !k.qualifier.is_empty() && !a.columns.wants(k.family, k.qualifier) {
+                    passing_over = true;
+                    self.merge.advance()?;
+                    continue;
+                }
             }
             if k.kind == CellKind::DeleteFamily {
                 family_delete = family_delete.max(Some(k.timestamp));

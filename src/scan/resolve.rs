@@ -115,7 +115,12 @@ impl ColumnGroup {
     }
 
     pub fn matches(&self, key: &KeyRef<'_>) -> bool {
-        !self.entries.is_empty() && self.family == key.family && self.qualifier == key.qualifier
+        !self.entries.is_empty() && self.is_column(key)
+    }
+
+    /// Whether `key` is of the column the group was started for.
+    pub fn is_column(&self, key: &KeyRef<'_>) -> bool {
+        self.family == key.family && self.qualifier == key.qualifier
     }
 
     pub fn start(&mut self, key: &KeyRef<'_>) {
