@@ -114,6 +114,68 @@ fn time_query(
     percentiles(lat)
 }
 
+/// The three queries of the issue, with their answers checked.
+struct Queries {
+    steps: u64,
+    q1: String,
+    q2: String,
+    q3: String,
+}
+
+impl Queries {
+    fn new(steps: u64, hour_start: u64, last_ts: u64) -> Self {
+        Queries {
+            steps,
+            q1: r#"{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"fields":["usage_user"],"limit":100}"#.to_string(),
+            q2: format!(
+                r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"start_ms":{hour_start},"end_ms":{}}}"#,
+                last_ts + 1
+            ),
+            q3: format!(
+                r#"{{"table":"metrics:cpu","series":[["metric","cpu"]],"fields":["usage_user"],"start_ms":{hour_start},"end_ms":{},"aggregate":{{"functions":["max"]}}}}"#,
+                last_ts + 1
+            ),
+        }
+    }
+
+    fn run(&self, addr: &str, label: &str) {
+        let steps = self.steps;
+        let (p50, p99) = time_query(addr, &self.q1, 300, |r| {
+            assert_eq!(
+                r["rows"].as_array().expect("rows").len(),
+                100.min(steps as usize)
+            )
+        });
+        println!("{label} q1 p50_us={p50:.0} p99_us={p99:.0}");
+        let (p50, p99) = time_query(addr, &self.q2, 200, |r| {
+            let rows = r["rows"].as_array().expect("rows");
+            assert_eq!(rows.len(), 360.min(steps as usize));
+            assert_eq!(rows[0]["cells"].as_array().expect("cells").len(), 10);
+        });
+        println!("{label} q2 p50_us={p50:.0} p99_us={p99:.0}");
+        let (p50, p99) = time_query(addr, &self.q3, 50, |r| {
+            assert_eq!(
+                r["aggregates"].as_array().expect("aggs").len(),
+                HOSTS as usize
+            )
+        });
+        println!("{label} q3 p50_us={p50:.0} p99_us={p99:.0}");
+    }
+}
+
+/// User + system CPU seconds a process has used so far.
+fn process_cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
 fn main() {
     let rows: u64 = std::env::var("HALITE_BENCH_ROWS")
         .ok()
@@ -146,91 +208,77 @@ fn main() {
         CPU_FIELDS.len()
     );
 
-    // Ingest: two connections, each writing every other batch.
+    // Ingest: two connections, each writing every other batch. The bodies
+    // are built first, so the clock measures the server, not the client's
+    // formatting.
+    let mut bodies: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    let mut body = String::with_capacity(BATCH_LINES * 200);
+    let mut lines = 0;
+    for step in 0..steps {
+        for host in 0..HOSTS {
+            body.push_str(&format!("cpu,host=host_{host:04} "));
+            for (i, f) in CPU_FIELDS.iter().enumerate() {
+                if i > 0 {
+                    body.push(',');
+                }
+                body.push_str(&format!("{f}={}", cpu_value(host, step, i)));
+            }
+            body.push_str(&format!(" {}\n", T0_MS + step * 10_000));
+            lines += 1;
+            if lines == BATCH_LINES {
+                let n = bodies[0].len() + bodies[1].len();
+                bodies[n % 2].push(std::mem::take(&mut body));
+                lines = 0;
+            }
+        }
+    }
+    if !body.is_empty() {
+        bodies[0].push(body);
+    }
+    let cpu_before = process_cpu_secs(server.id());
     let started = Instant::now();
     std::thread::scope(|s| {
-        for worker in 0..2u64 {
+        for worker_bodies in &bodies {
             let addr = addr.clone();
             s.spawn(move || {
                 let mut c = Conn::open(&addr);
-                let mut body = String::with_capacity(BATCH_LINES * 200);
-                let mut lines = 0;
-                let mut batch = 0u64;
-                for step in 0..steps {
-                    for host in 0..HOSTS {
-                        if batch % 2 == worker {
-                            body.push_str(&format!("cpu,host=host_{host:04} "));
-                            for (i, f) in CPU_FIELDS.iter().enumerate() {
-                                if i > 0 {
-                                    body.push(',');
-                                }
-                                body.push_str(&format!("{f}={}", cpu_value(host, step, i)));
-                            }
-                            body.push_str(&format!(" {}\n", T0_MS + step * 10_000));
-                        }
-                        lines += 1;
-                        if lines == BATCH_LINES {
-                            if !body.is_empty() {
-                                let (status, out) = c.call(
-                                    "POST",
-                                    "/api/v1/write?table=metrics:cpu&precision=ms",
-                                    "text/plain",
-                                    body.as_bytes(),
-                                );
-                                assert_eq!(status, 204, "{}", String::from_utf8_lossy(&out));
-                                body.clear();
-                            }
-                            lines = 0;
-                            batch += 1;
-                        }
-                    }
-                }
-                if !body.is_empty() {
-                    let (status, _) = c.call(
+                for body in worker_bodies {
+                    let (status, out) = c.call(
                         "POST",
                         "/api/v1/write?table=metrics:cpu&precision=ms",
                         "text/plain",
                         body.as_bytes(),
                     );
-                    assert_eq!(status, 204);
+                    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&out));
                 }
             });
         }
     });
     let ingest_secs = started.elapsed().as_secs_f64();
-    println!("http ingest: {rows} rows in {ingest_secs:.2}s");
+    let server_cpu = process_cpu_secs(server.id()) - cpu_before;
+    drop(bodies);
+    println!(
+        "http ingest: {rows} rows in {ingest_secs:.2}s, server CPU {:.2} s ({:.1} us per row)",
+        server_cpu,
+        server_cpu * 1e6 / rows as f64
+    );
 
     let last_ts = T0_MS + (steps - 1) * 10_000;
     let hour_start = last_ts.saturating_sub(3_600_000) + 1;
-    let q1 = r#"{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"fields":["usage_user"],"limit":100}"#.to_string();
-    let (p50, p99) = time_query(&addr, &q1, 300, |r| {
-        assert_eq!(
-            r["rows"].as_array().expect("rows").len(),
-            100.min(steps as usize)
-        )
-    });
-    println!("query q1 p50_us={p50:.0} p99_us={p99:.0}");
-    let q2 = format!(
-        r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","host_0042"]],"start_ms":{hour_start},"end_ms":{}}}"#,
-        last_ts + 1
+    // Right after the load, with flushes and compactions under way.
+    let queries = Queries::new(steps, hour_start, last_ts);
+    queries.run(&addr, "query_fresh");
+    // Then settled, as a store is most of its life: one major compaction.
+    let t = Instant::now();
+    let (status, out) = Conn::open(&addr).call(
+        "POST",
+        "/api/v1/tables/metrics:cpu/compact",
+        "application/json",
+        b"",
     );
-    let (p50, p99) = time_query(&addr, &q2, 200, |r| {
-        let rows = r["rows"].as_array().expect("rows");
-        assert_eq!(rows.len(), 360.min(steps as usize));
-        assert_eq!(rows[0]["cells"].as_array().expect("cells").len(), 10);
-    });
-    println!("query q2 p50_us={p50:.0} p99_us={p99:.0}");
-    let q3 = format!(
-        r#"{{"table":"metrics:cpu","series":[["metric","cpu"]],"fields":["usage_user"],"start_ms":{hour_start},"end_ms":{},"aggregate":{{"functions":["max"]}}}}"#,
-        last_ts + 1
-    );
-    let (p50, p99) = time_query(&addr, &q3, 50, |r| {
-        assert_eq!(
-            r["aggregates"].as_array().expect("aggs").len(),
-            HOSTS as usize
-        )
-    });
-    println!("query q3 p50_us={p50:.0} p99_us={p99:.0}");
+    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&out));
+    println!("major compaction after the load: {:.2}s", t.elapsed().as_secs_f64());
+    queries.run(&addr, "query");
 
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };

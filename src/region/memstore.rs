@@ -344,19 +344,24 @@ impl MemStore {
         self.sealed_seq.load(AtomicOrdering::Acquire)
     }
 
-    /// Loads into `out` the cells of the first row at or after `from` (or
-    /// strictly after, with `after`) that has edits visible at
-    /// `read_point`, sorted by cell key with only the newest edit of equal
-    /// keys. Returns that row, or `None` past the last row. Callers must hold
-    /// an `Arc` of this MemStore for as long as they keep the entries.
-    pub fn load_row(
+    /// Loads the cells of up to `max_rows` rows, starting at the first row
+    /// at or after `from` (or strictly after, with `after`) that has edits
+    /// visible at `read_point`. Each row's cells go to `out` sorted by cell
+    /// key with only the newest edit of equal keys; returns the last row
+    /// loaded (`None`: none left). One skiplist search serves them all,
+    /// which is what makes scans of a MemStore cheap. Callers must hold an
+    /// `Arc` of this MemStore for as long as they keep the entries.
+    pub fn load_rows(
         &self,
         from: &[u8],
         after: bool,
         read_point: u64,
+        max_rows: usize,
         out: &mut Vec<MemEntry>,
     ) -> Option<RawRow> {
         out.clear();
+        let mut loaded = 0;
+        let mut last = None;
         // (row, u64::MAX) is the first node of a row; (row, 0) its last.
         let probe = RowNode::probe(from, if after { 0 } else { u64::MAX });
         let lower = if after {
@@ -365,16 +370,36 @@ impl MemStore {
             Bound::Included(&probe)
         };
         let mut current: Option<RawSlice> = None;
+        let mut row_start = 0;
         let mut nodes = 0;
+        let finish_row = |row: RawSlice, nodes: usize, start: usize, out: &mut Vec<MemEntry>| {
+            if nodes > 1 {
+                // Nodes came newest first; a stable sort keeps that order
+                // among equal keys, and dedup keeps the first (newest).
+                let mut cells = out.split_off(start);
+                cells.sort_by(|a, b| compare_keys(a.key(), b.key()));
+                cells.dedup_by(|later, first| {
+                    compare_keys(later.key(), first.key()) == Ordering::Equal
+                });
+                out.extend(cells);
+            }
+            (nodes > 0).then_some(RawRow(row))
+        };
         for e in self.map.range((lower, Bound::Unbounded)) {
             let node = *e.value();
             if let Some(row) = current
                 && row.as_slice() != node.row.as_slice()
             {
-                if nodes > 0 {
-                    break;
+                if let Some(r) = finish_row(row, nodes, row_start, out) {
+                    last = Some(r);
+                    loaded += 1;
+                    if loaded >= max_rows {
+                        return last;
+                    }
                 }
                 current = None;
+                nodes = 0;
+                row_start = out.len();
             }
             current.get_or_insert(node.row);
             if node.seq > read_point {
@@ -383,14 +408,12 @@ impl MemStore {
             nodes += 1;
             decode_cells(node, out);
         }
-        let row = current?;
-        if nodes > 1 {
-            // Nodes came newest first; a stable sort keeps that order among
-            // equal keys, and dedup keeps the first (newest).
-            out.sort_by(|a, b| compare_keys(a.key(), b.key()));
-            out.dedup_by(|later, first| compare_keys(later.key(), first.key()) == Ordering::Equal);
+        if let Some(row) = current
+            && let Some(r) = finish_row(row, nodes, row_start, out)
+        {
+            last = Some(r);
         }
-        (nodes > 0).then_some(RawRow(row))
+        last
     }
 
     /// The greatest row strictly below `row` (any row with `None`) that has
@@ -586,7 +609,7 @@ mod row_tests {
 
     fn read(m: &MemStore, read_point: u64) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        m.load_row(b"", false, read_point, &mut out);
+        m.load_rows(b"", false, read_point, 1, &mut out);
         out.iter()
             .map(|e| (String::from_utf8(e.value().to_vec()).unwrap(), e.seq))
             .collect()

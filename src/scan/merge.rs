@@ -18,19 +18,27 @@ use crate::region::sst::SstIter;
 pub struct MemCursor {
     mem: Arc<MemStore>,
     read_point: u64,
-    row: Option<RawRow>,
+    /// The last row loaded: the next load starts after it.
+    last_row: Option<RawRow>,
     entries: Vec<MemEntry>,
     pos: usize,
+    /// Rows the next load asks for: one after a seek (a Get reads one row),
+    /// doubling while the scan goes on.
+    batch: usize,
 }
+
+/// Most rows a MemStore scan loads at once.
+const MAX_BATCH_ROWS: usize = 128;
 
 impl MemCursor {
     pub fn new(mem: Arc<MemStore>, read_point: u64) -> Self {
         MemCursor {
             mem,
             read_point,
-            row: None,
+            last_row: None,
             entries: Vec::new(),
             pos: 0,
+            batch: 1,
         }
     }
 
@@ -40,35 +48,34 @@ impl MemCursor {
 
     fn load(&mut self, from: &[u8], after: bool) {
         self.pos = 0;
-        self.row = self
-            .mem
-            .load_row(from, after, self.read_point, &mut self.entries);
+        self.last_row = self.mem.load_rows(
+            from,
+            after,
+            self.read_point,
+            self.batch,
+            &mut self.entries,
+        );
     }
 
     fn seek(&mut self, target: &[u8]) {
+        self.batch = 1;
         self.load(crate::cell::row_of(target), false);
         while self
             .current()
             .is_some_and(|e| compare_keys(e.key(), target) == Ordering::Less)
         {
-            self.pos += 1;
-        }
-        if self.current().is_none() {
-            self.next_row();
-        }
-    }
-
-    fn next_row(&mut self) {
-        match self.row {
-            Some(row) => self.load(row.as_slice(), true),
-            None => self.entries.clear(),
+            self.advance();
         }
     }
 
     fn advance(&mut self) {
         self.pos += 1;
         if self.pos >= self.entries.len() {
-            self.next_row();
+            // Past the loaded rows: load the next ones after the last.
+            if let Some(last) = self.last_row {
+                self.batch = (self.batch * 2).min(MAX_BATCH_ROWS);
+                self.load(last.as_slice(), true);
+            }
         }
     }
 }
