@@ -8,6 +8,7 @@
 //! | `GET/POST /api/v1/namespaces`, `DELETE /api/v1/namespaces/{ns}` | namespaces |
 //! | `GET/POST /api/v1/tables`, `GET/PATCH/DELETE /api/v1/tables/{table}` | tables |
 //! | `POST /api/v1/tables/{table}/compact` | major compaction of every region |
+//! | `POST /api/v1/tables/{table}/flush` | flush every region's MemStore |
 //! | `POST /api/v1/write?table=…&precision=ns\|us\|ms\|s` | line protocol, or JSON points |
 //! | `GET /api/v1/tables/{table}/rows/{row-hex}` | get one row |
 //! | `POST /api/v1/tables/{table}/scan` | raw scan |
@@ -170,6 +171,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(describe_table).patch(alter_table).delete(drop_table),
         )
         .route("/api/v1/tables/{table}/compact", post(compact_table))
+        .route("/api/v1/tables/{table}/flush", post(flush_table))
         .route("/api/v1/tables/{table}/rows/{row}", get(get_row))
         .route("/api/v1/tables/{table}/scan", post(scan_table))
         .route("/api/v1/write", post(write))
@@ -281,6 +283,23 @@ async fn drop_table(
     let name = table_name(&t)?;
     let store = s.store.clone();
     blocking(move || store.drop_table(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Flushes every region's MemStore to store files (HBase's `flush`).
+async fn flush_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    let name = table_name(&t)?;
+    let store = s.store.clone();
+    blocking(move || {
+        for r in store.table(&name)?.regions() {
+            r.flush()?;
+        }
+        Ok(())
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

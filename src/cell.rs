@@ -175,6 +175,19 @@ pub fn first_key_of_column(row: &[u8], family: &[u8], qualifier: &[u8]) -> Vec<u
     out
 }
 
+/// Writes into `out` the smallest key of a column within a row (as
+/// [`first_key_of_column`], without allocating).
+pub fn first_key_of_column_into(out: &mut Vec<u8>, row: &[u8], family: &[u8], qualifier: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&(row.len() as u16).to_be_bytes());
+    out.extend_from_slice(row);
+    out.push(family.len() as u8);
+    out.extend_from_slice(family);
+    out.extend_from_slice(qualifier);
+    out.extend_from_slice(&u64::MAX.to_be_bytes());
+    out.push(0);
+}
+
 /// The row of an encoded key, without parsing the rest.
 #[inline]
 pub fn row_of(key: &[u8]) -> &[u8] {

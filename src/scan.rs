@@ -116,6 +116,38 @@ impl Columns {
                 .iter()
                 .any(|(f, q)| f == family && q == qualifier)
     }
+
+    /// For a column this selection does not want: writes into `out` the
+    /// first key of the next column of `row` that it may want — the next
+    /// wanted qualifier of `family`, else the next family. False when
+    /// there is no such key to skip to.
+    pub(crate) fn next_wanted_key(
+        &self,
+        out: &mut Vec<u8>,
+        row: &[u8],
+        family: &[u8],
+        qualifier: &[u8],
+    ) -> bool {
+        let next = self
+            .columns
+            .iter()
+            .filter(|(f, q)| f == family && q.as_slice() > qualifier)
+            .map(|(_, q)| q)
+            .min();
+        match next {
+            Some(q) => crate::cell::first_key_of_column_into(out, row, family, q),
+            None if family.len() < crate::cell::MAX_FAMILY_LEN => {
+                // `family ‖ 0` sorts after every key of `family`, before
+                // any other family.
+                let mut next_family = Vec::with_capacity(family.len() + 1);
+                next_family.extend_from_slice(family);
+                next_family.push(0);
+                crate::cell::first_key_of_column_into(out, row, &next_family, b"");
+            }
+            None => return false,
+        }
+        true
+    }
 }
 
 /// `[start, stop)` rows; `None` is open.
@@ -433,6 +465,8 @@ struct Assembler {
     survivors: Vec<usize>,
     /// The family of the last group resolved.
     family: Option<FamilyDescriptor>,
+    /// Where a skip over unwanted columns goes (reused buffer).
+    skip_target: Vec<u8>,
 }
 
 impl RowScanner {
@@ -457,6 +491,7 @@ impl RowScanner {
                 group: ColumnGroup::default(),
                 survivors: Vec::new(),
                 family: None,
+                skip_target: Vec::new(),
             },
             reverse_bound: stop.clone(),
             start,
@@ -576,10 +611,6 @@ impl RowScanner {
         let a = &mut self.assembler;
         let out = &mut self.row;
         a.group.clear();
-        // A column the scan does not want is passed over whole, without
-        // building its group: its versions cannot change the answer. (The
-        // empty qualifier is never passed over: family deletes live there.)
-        let mut passing_over = false;
         while self.merge.valid() {
             let key = self.merge.key();
             let Some(k) = KeyRef::parse(key) else {
@@ -588,13 +619,6 @@ impl RowScanner {
             if k.row != out.key.as_slice() {
                 break;
             }
-            if passing_over {
-                if a.group.is_column(&k) {
-                    self.merge.advance()?;
-                    continue;
-                }
-                passing_over = false;
-            }
             if !a.group.matches(&k) {
                 a.emit_group(family_delete, out);
                 if k.family != current_family.as_slice() {
@@ -602,12 +626,20 @@ impl RowScanner {
                     current_family.extend_from_slice(k.family);
                     family_delete = None;
                 }
-                a.group.start(&k);
-                if !k.qualifier.is_empty() && !a.columns.wants(k.family, k.qualifier) {
-                    passing_over = true;
-                    self.merge.advance()?;
+                // A column the scan does not want is skipped whole, up to
+                // the next one it wants: its versions cannot change the
+                // answer. (The empty qualifier is never skipped: family
+                // deletes live there.)
+                if !k.qualifier.is_empty()
+                    && !a.columns.wants(k.family, k.qualifier)
+                    && a.columns
+                        .next_wanted_key(&mut a.skip_target, k.row, k.family, k.qualifier)
+                {
+                    a.group.clear();
+                    self.merge.skip_to(&a.skip_target)?;
                     continue;
                 }
+                a.group.start(&k);
             }
             if k.kind == CellKind::DeleteFamily {
                 family_delete = family_delete.max(Some(k.timestamp));

@@ -338,6 +338,18 @@ fn queries() -> Vec<Scan> {
             max_versions: 3,
             ..Scan::new()
         },
+        // Skips over unwanted columns to the next wanted one and family.
+        Scan {
+            columns: Columns {
+                families: vec![],
+                columns: vec![
+                    (b"a".to_vec(), b"q2".to_vec()),
+                    (b"b".to_vec(), b"q1".to_vec()),
+                ],
+            },
+            max_versions: 2,
+            ..Scan::new()
+        },
         Scan {
             filters: vec![Filter::ColumnPrefix(b"q".to_vec())],
             max_versions: 3,

@@ -48,18 +48,23 @@ impl MemCursor {
 
     fn load(&mut self, from: &[u8], after: bool) {
         self.pos = 0;
-        self.last_row = self.mem.load_rows(
-            from,
-            after,
-            self.read_point,
-            self.batch,
-            &mut self.entries,
-        );
+        self.last_row =
+            self.mem
+                .load_rows(from, after, self.read_point, self.batch, &mut self.entries);
     }
 
     fn seek(&mut self, target: &[u8]) {
         self.batch = 1;
         self.load(crate::cell::row_of(target), false);
+        while self
+            .current()
+            .is_some_and(|e| compare_keys(e.key(), target) == Ordering::Less)
+        {
+            self.advance();
+        }
+    }
+
+    fn skip_to(&mut self, target: &[u8]) {
         while self
             .current()
             .is_some_and(|e| compare_keys(e.key(), target) == Ordering::Less)
@@ -123,6 +128,14 @@ impl Source {
         match self {
             Source::Mem(m) => m.advance(),
             Source::File(f) => f.advance()?,
+        }
+        Ok(())
+    }
+    /// Moves forward to the first key >= `target` (not behind the current).
+    pub fn skip_to(&mut self, target: &[u8]) -> Result<()> {
+        match self {
+            Source::Mem(m) => m.skip_to(target),
+            Source::File(f) => f.skip_to(target)?,
         }
         Ok(())
     }
@@ -190,9 +203,9 @@ impl Merge {
     }
 
     fn rebuild(&mut self) {
-        self.heap = (0..self.sources.len())
-            .filter(|&i| self.sources[i].valid())
-            .collect();
+        self.heap.clear();
+        self.heap
+            .extend((0..self.sources.len()).filter(|&i| self.sources[i].valid()));
         for i in (0..self.heap.len() / 2).rev() {
             self.sift_down(i);
         }
@@ -202,6 +215,19 @@ impl Merge {
     pub fn seek(&mut self, target: &[u8]) -> Result<()> {
         for s in &mut self.sources {
             s.seek(target)?;
+        }
+        self.rebuild();
+        Ok(())
+    }
+
+    /// Moves forward to the first key >= `target`, which must not be
+    /// before the current key: each source behind it steps forward (within
+    /// a block, or seeks when the target is further), the rest stay put.
+    pub fn skip_to(&mut self, target: &[u8]) -> Result<()> {
+        for &i in &self.heap {
+            if compare_keys(self.sources[i].key(), target) == Ordering::Less {
+                self.sources[i].skip_to(target)?;
+            }
         }
         self.rebuild();
         Ok(())

@@ -368,6 +368,16 @@ impl BlockIter {
         Ok(())
     }
 
+    /// Steps forward to the first entry with key >= `target` (invalid if
+    /// the block has none): for targets a few entries ahead, cheaper than a
+    /// seek's binary search.
+    pub fn skip_to(&mut self, target: &[u8]) -> Result<(), DecodeError> {
+        while self.valid() && compare_keys(&self.key, target) == Ordering::Less {
+            self.advance()?;
+        }
+        Ok(())
+    }
+
     /// The last key in the block strictly before `target`, if any.
     pub fn last_key_before(&mut self, target: &[u8]) -> Result<Option<Vec<u8>>, DecodeError> {
         let r = self.restart_before(target, true)?;

@@ -447,6 +447,26 @@ impl SstIter {
         self.settle()
     }
 
+    /// Moves forward to the first key >= `target` (which must not be
+    /// before the current key): by stepping within the current block, by a
+    /// seek when the target is in a later one.
+    pub fn skip_to(&mut self, target: &[u8]) -> Result<(), SstError> {
+        let later_block = self
+            .reader
+            .index
+            .get(self.block_idx + 1)
+            .is_some_and(|next| compare_keys(&next.first_key, target) != Ordering::Greater);
+        if later_block {
+            return self.seek(target);
+        }
+        if let Some(it) = self.it.as_mut()
+            && let Err(e) = it.skip_to(target)
+        {
+            return Err(self.corrupt(e));
+        }
+        self.settle()
+    }
+
     pub fn valid(&self) -> bool {
         self.it.as_ref().is_some_and(|it| it.valid())
     }
