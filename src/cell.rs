@@ -32,7 +32,7 @@ pub const MAX_QUALIFIER_LEN: usize = 64 * 1024;
 /// Fixed bytes of a key besides row, family and qualifier.
 pub const KEY_OVERHEAD: usize = 2 + 1 + 8 + 1;
 pub const TTL_FLAG: u8 = 0x80;
-const KIND_MASK: u8 = 0x0f;
+pub(crate) const KIND_MASK: u8 = 0x0f;
 
 /// What a cell is. The discriminant is the sort order at equal timestamps:
 /// family deletes, then column deletes, then version deletes, then puts.
@@ -215,12 +215,12 @@ pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
 }
 
 /// (row, family, qualifier, timestamp, kind byte).
-type KeyFields<'a> = (&'a [u8], &'a [u8], &'a [u8], u64, u8);
+pub(crate) type KeyFields<'a> = (&'a [u8], &'a [u8], &'a [u8], u64, u8);
 
 /// (row, family, qualifier, timestamp, kind byte) without validation of the
 /// kind code; fast path for comparisons.
 #[inline]
-fn split_key(key: &[u8]) -> Option<KeyFields<'_>> {
+pub(crate) fn split_key(key: &[u8]) -> Option<KeyFields<'_>> {
     if key.len() < KEY_OVERHEAD {
         return None;
     }

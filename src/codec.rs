@@ -58,8 +58,20 @@ impl<'a> Reader<'a> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn varint(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        // Most varints in blocks and WAL records (lengths) are one byte.
+        if let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.varint_multibyte(what)
+    }
+
+    #[inline(never)]
+    fn varint_multibyte(&mut self, what: &'static str) -> Result<u64, DecodeError> {
         let mut v: u64 = 0;
         let mut shift = 0;
         loop {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cell::{TTL_FLAG, compare_keys};
+use crate::cell::{KIND_MASK, TTL_FLAG, compare_keys};
 use crate::codec::{DecodeError, Reader, put_varint};
 
 pub const FRAME_OVERHEAD: usize = 9;
@@ -249,6 +249,8 @@ pub struct BlockIter {
     at: usize,
     next_at: usize,
     key: Vec<u8>,
+    /// Leading bytes the current key shares with the one before it.
+    shared: usize,
     ttl_ms: Option<u64>,
     value: (usize, usize),
 }
@@ -262,6 +264,7 @@ impl BlockIter {
             at: end,
             next_at: 0,
             key: Vec::new(),
+            shared: 0,
             ttl_ms: None,
             value: (0, 0),
         }
@@ -294,6 +297,7 @@ impl BlockIter {
         let suffix = r.bytes(unshared, "key suffix")?;
         self.key.truncate(shared);
         self.key.extend_from_slice(suffix);
+        self.shared = shared;
         if self.key.len() < crate::cell::KEY_OVERHEAD {
             return Err(DecodeError {
                 offset: at,
@@ -371,8 +375,37 @@ impl BlockIter {
     /// Steps forward to the first entry with key >= `target` (invalid if
     /// the block has none): for targets a few entries ahead, cheaper than a
     /// seek's binary search.
+    ///
+    /// When `target` is the first key of a column (as skips over unwanted
+    /// columns use), entries of the target's row and family — known from
+    /// the prefix they share with the entry before — compare by qualifier
+    /// alone, without parsing the whole key.
     pub fn skip_to(&mut self, target: &[u8]) -> Result<(), DecodeError> {
-        while self.valid() && compare_keys(&self.key, target) == Ordering::Less {
+        let column_start = crate::cell::split_key(target)
+            .filter(|&(_, _, _, ts, kind)| ts == u64::MAX && kind & KIND_MASK == 0);
+        let Some((row, family, qualifier, _, _)) = column_start else {
+            while self.valid() && compare_keys(&self.key, target) == Ordering::Less {
+                self.advance()?;
+            }
+            return Ok(());
+        };
+        // Bytes of row length, row, family length and family.
+        let prefix = 2 + row.len() + 1 + family.len();
+        let mut in_column_family = false;
+        while self.valid() {
+            in_column_family = if in_column_family && self.shared >= prefix {
+                true
+            } else {
+                self.key.len() >= prefix + 9 && self.key[..prefix] == target[..prefix]
+            };
+            let before = if in_column_family {
+                self.key[prefix..self.key.len() - 9] < *qualifier
+            } else {
+                compare_keys(&self.key, target) == Ordering::Less
+            };
+            if !before {
+                break;
+            }
             self.advance()?;
         }
         Ok(())
