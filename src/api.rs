@@ -411,6 +411,25 @@ impl Serialize for ValueOut<'_> {
     }
 }
 
+/// Serialises an answer into one buffer sized for `rows` rows up front:
+/// serde_json writes many small pieces, and appending them to a `Vec`
+/// costs a fraction of what a growing `BytesMut` does.
+fn json_answer(value: &impl Serialize, rows: usize) -> ApiResult<Response> {
+    let mut body = Vec::with_capacity(256 + rows * 512);
+    serde_json::to_writer(&mut body, value).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("encoding the answer: {e}"),
+        )
+    })?;
+    Ok((
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body,
+    )
+        .into_response())
+}
+
 /// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
 #[derive(Serialize)]
 struct PageOut<'a> {
@@ -601,7 +620,10 @@ async fn scan_table(
         .await;
     }
     let page = blocking(move || store.scan(&name, &scan)).await?;
-    Ok(Json(page_out(&schema, &page.rows, page.continuation, None)).into_response())
+    json_answer(
+        &page_out(&schema, &page.rows, page.continuation, None),
+        page.rows.len(),
+    )
 }
 
 #[derive(Deserialize)]
@@ -638,13 +660,15 @@ async fn query(
         .await;
     }
     let page = blocking(move || store.query(&name, &q)).await?;
-    Ok(Json(page_out(
-        &schema,
-        &page.rows,
-        page.continuation,
-        Some(page.buckets_scanned),
-    ))
-    .into_response())
+    json_answer(
+        &page_out(
+            &schema,
+            &page.rows,
+            page.continuation,
+            Some(page.buckets_scanned),
+        ),
+        page.rows.len(),
+    )
 }
 
 /// One aggregate as JSON: `{"series": {field: value}, "field", "window_ms",
