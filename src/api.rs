@@ -424,7 +424,10 @@ fn json_answer(value: &impl Serialize, rows: usize) -> ApiResult<Response> {
         )
     })?;
     Ok((
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         body,
     )
         .into_response())
