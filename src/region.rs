@@ -792,8 +792,13 @@ impl Inner {
                     rm.row.len()
                 )));
             }
-            let family = |name: &[u8]| -> Result<()> {
-                if self.families.contains_key(name) {
+            // Cells of a row mostly share one family: look it up on change.
+            let mut known_family: &[u8] = &[];
+            let mut family = |name: &[u8]| -> Result<()> {
+                if !name.is_empty() && name == known_family {
+                    Ok(())
+                } else if let Some((f, _)) = self.families.get_key_value(name) {
+                    known_family = f.as_slice();
                     Ok(())
                 } else {
                     Err(Error::UnknownFamily(

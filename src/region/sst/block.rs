@@ -152,11 +152,7 @@ impl BlockBuilder {
             self.restarts.push(self.buf.len() as u32);
             0
         } else if self.prefix {
-            self.last_key
-                .iter()
-                .zip(key)
-                .take_while(|(a, b)| a == b)
-                .count()
+            crate::codec::common_prefix_len(&self.last_key, key)
         } else {
             0
         };

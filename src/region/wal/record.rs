@@ -111,7 +111,7 @@ pub fn encode_edits_body(rows: &EntryBatch) -> Vec<u8> {
         put_varint(&mut out, row.len() as u64);
         let mut prev: &[u8] = &[];
         for e in row {
-            let shared = prev.iter().zip(e.key).take_while(|(a, b)| a == b).count();
+            let shared = crate::codec::common_prefix_len(prev, e.key);
             put_varint(&mut out, shared as u64);
             put_len_prefixed(&mut out, &e.key[shared..]);
             if let Some(ttl) = e.ttl_ms {
