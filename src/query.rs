@@ -375,9 +375,37 @@ struct BucketCursor {
     buf: VecDeque<Row>,
     inflight: Option<Receiver<Batch>>,
     done: bool,
+    /// A query of one bucket reads it on the caller's thread: nothing to
+    /// overlap, and two thread hops saved per batch.
+    inline: bool,
 }
 
 const BATCH: usize = 256;
+
+/// Reads up to a batch of a bucket's rows that pass the timestamp filter;
+/// true when the bucket has no more.
+fn read_batch(
+    s: &mut TableScanner,
+    filter: Option<&(usize, FieldEncoding, u64, u64)>,
+    rows: &mut Vec<Row>,
+) -> Result<bool> {
+    loop {
+        match s.next_row()? {
+            Some(row) => {
+                let keep = filter.is_none_or(|(at, enc, start, end)| {
+                    key_ts(&row.key, *at, enc).is_some_and(|t| t >= *start && t < *end)
+                });
+                if keep {
+                    rows.push(row);
+                    if rows.len() == BATCH {
+                        return Ok(false);
+                    }
+                }
+            }
+            None => return Ok(true),
+        }
+    }
+}
 
 impl BucketCursor {
     fn request(
@@ -385,31 +413,15 @@ impl BucketCursor {
         pool: &QueryPool,
         filter: Option<(usize, FieldEncoding, u64, u64)>,
     ) -> Result<()> {
-        if self.done || self.inflight.is_some() {
+        if self.done || self.inflight.is_some() || self.inline {
             return Ok(());
         }
         let (tx, rx) = bounded(1);
         let scanner = self.scanner.clone();
         pool.run(Box::new(move || {
-            let mut s = scanner.lock();
             let mut rows = Vec::with_capacity(BATCH);
-            let outcome = loop {
-                match s.next_row() {
-                    Ok(Some(row)) => {
-                        let keep = filter.as_ref().is_none_or(|(at, enc, start, end)| {
-                            key_ts(&row.key, *at, enc).is_some_and(|t| t >= *start && t < *end)
-                        });
-                        if keep {
-                            rows.push(row);
-                            if rows.len() == BATCH {
-                                break Ok((rows, false));
-                            }
-                        }
-                    }
-                    Ok(None) => break Ok((rows, true)),
-                    Err(e) => break Err(e),
-                }
-            };
+            let outcome = read_batch(&mut scanner.lock(), filter.as_ref(), &mut rows)
+                .map(|done| (rows, done));
             // The query may be gone: then nobody listens, and that is fine.
             let _ = tx.send(outcome);
         }))?;
@@ -424,6 +436,12 @@ impl BucketCursor {
         filter: Option<(usize, FieldEncoding, u64, u64)>,
     ) -> Result<()> {
         while self.buf.is_empty() && !self.done {
+            if self.inline {
+                let mut rows = Vec::with_capacity(BATCH);
+                self.done = read_batch(&mut self.scanner.lock(), filter.as_ref(), &mut rows)?;
+                self.buf.extend(rows);
+                continue;
+            }
             self.request(pool, filter.clone())?;
             let rx = self.inflight.take().expect("requested above");
             let (rows, done) = rx.recv().map_err(|_| Error::Closed)??;
@@ -516,6 +534,7 @@ impl QueryRows {
                 buf: VecDeque::new(),
                 inflight: None,
                 done: false,
+                inline: p.buckets.len() == 1,
             };
             // Start every bucket at once: the first batches load in parallel.
             c.request(&pool, filter.clone())?;
@@ -685,7 +704,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         let (start_ms, end_ms, window) = (p.start, p.end, agg.downsample_ms);
         let table = table.clone();
         let columns = columns.clone();
-        pool.run(Box::new(move || {
+        let job: Job = Box::new(move || {
             // series → field → window: looked up by borrowed bytes, so a
             // cell costs no allocation once its series and field exist.
             let mut partials: BucketPartials = BTreeMap::new();
@@ -784,7 +803,13 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                 flat
             });
             let _ = tx.send(flat);
-        }))?;
+        });
+        // One bucket: nothing to run beside it, so no thread hop.
+        if p.buckets.len() == 1 {
+            job();
+        } else {
+            pool.run(job)?;
+        }
         waits.push(rx);
     }
     let mut all: BTreeMap<AggKey, Partial> = BTreeMap::new();
