@@ -37,7 +37,7 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 use crate::ingest::line_protocol::{self, Precision};
 use crate::ingest::{JsonPoints, point_to_row};
-use crate::key::KeySchema;
+use crate::key::{FieldValue, KeySchema};
 use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
 use crate::schema::FamilySpec;
@@ -319,140 +319,138 @@ async fn compact_table(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push(DIGITS[(x >> 4) as usize] as char);
-        s.push(DIGITS[(x & 15) as usize] as char);
-    }
-    s
-}
-
-/// A row as the API answers it, serialised straight into the response
-/// (no intermediate JSON tree): `{"row": hex, "key": {"bucket", "fields"},
+/// A row as the API answers it: `{"row": hex, "key": {"bucket", "fields"},
 /// "cells": [{"family", "qualifier", "timestamp", "value"}]}`. Values are
-/// typed JSON when they are typed values, else `{"hex": …}`.
+/// typed JSON when they are typed values, else `{"hex": …}`. Written by
+/// hand straight into the answer's buffer: rows are most of every answer,
+/// and going through serde costs several times as much per row.
 struct RowOut<'a> {
     schema: &'a KeySchema,
     row: &'a Row,
 }
 
-struct KeyOut(crate::key::DecodedKey);
-
-struct CellsOut<'a>(&'a [crate::cell::Cell]);
-
-struct ValueOut<'a>(&'a [u8]);
-
-impl Serialize for RowOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("row", &hex(&self.row.key))?;
-        m.serialize_entry("key", &self.schema.decode(&self.row.key).ok().map(KeyOut))?;
-        m.serialize_entry("cells", &CellsOut(&self.row.cells))?;
-        m.end()
-    }
-}
-
-impl Serialize for KeyOut {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        struct Fields<'a>(&'a [(String, crate::key::FieldValue)]);
-        impl Serialize for Fields<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(self.0.len()))?;
-                for (k, v) in self.0 {
-                    m.serialize_entry(k, v)?;
+impl RowOut<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"row\":\"");
+        push_hex(out, &self.row.key);
+        out.extend_from_slice(b"\",\"key\":");
+        match self.schema.decode(&self.row.key) {
+            Ok(k) => {
+                out.extend_from_slice(b"{\"bucket\":");
+                match k.bucket {
+                    Some(b) => push_u64(out, u64::from(b)),
+                    None => out.extend_from_slice(b"null"),
                 }
-                m.end()
+                out.extend_from_slice(b",\"fields\":{");
+                for (i, (name, v)) in k.fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    push_str(out, name);
+                    out.push(b':');
+                    match v {
+                        FieldValue::Uint(u) => push_u64(out, *u),
+                        FieldValue::Str(s) => push_str(out, s),
+                    }
+                }
+                out.extend_from_slice(b"}}");
             }
+            Err(_) => out.extend_from_slice(b"null"),
         }
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("bucket", &self.0.bucket)?;
-        m.serialize_entry("fields", &Fields(&self.0.fields))?;
-        m.end()
-    }
-}
-
-impl Serialize for CellsOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for c in self.0 {
-            struct CellOut<'a>(&'a crate::cell::Cell);
-            impl Serialize for CellOut<'_> {
-                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                    let mut m = s.serialize_map(Some(4))?;
-                    m.serialize_entry("family", &*String::from_utf8_lossy(&self.0.family))?;
-                    m.serialize_entry("qualifier", &*String::from_utf8_lossy(&self.0.qualifier))?;
-                    m.serialize_entry("timestamp", &self.0.timestamp)?;
-                    m.serialize_entry("value", &ValueOut(&self.0.value))?;
-                    m.end()
+        out.extend_from_slice(b",\"cells\":[");
+        for (i, c) in self.row.cells.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"family\":");
+            push_str(out, &String::from_utf8_lossy(&c.family));
+            out.extend_from_slice(b",\"qualifier\":");
+            push_str(out, &String::from_utf8_lossy(&c.qualifier));
+            out.extend_from_slice(b",\"timestamp\":");
+            push_u64(out, c.timestamp);
+            out.extend_from_slice(b",\"value\":");
+            match Value::decode(&c.value) {
+                // Writing JSON into a Vec cannot fail.
+                Some(v) => {
+                    let _ = serde_json::to_writer(&mut *out, &v);
+                }
+                None => {
+                    out.extend_from_slice(b"{\"hex\":\"");
+                    push_hex(out, &c.value);
+                    out.extend_from_slice(b"\"}");
                 }
             }
-            seq.serialize_element(&CellOut(c))?;
+            out.push(b'}');
         }
-        seq.end()
+        out.extend_from_slice(b"]}");
     }
 }
 
-impl Serialize for ValueOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match Value::decode(self.0) {
-            Some(v) => v.serialize(s),
-            None => {
-                let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry("hex", &hex(self.0))?;
-                m.end()
-            }
-        }
+fn push_hex(out: &mut Vec<u8>, b: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(b.len() * 2);
+    for x in b {
+        out.push(DIGITS[(x >> 4) as usize]);
+        out.push(DIGITS[(x & 15) as usize]);
     }
 }
 
-/// Serialises an answer into one buffer sized for `rows` rows up front:
-/// serde_json writes many small pieces, and appending them to a `Vec`
-/// costs a fraction of what a growing `BytesMut` does.
-fn json_answer(value: &impl Serialize, rows: usize) -> ApiResult<Response> {
-    let mut body = Vec::with_capacity(256 + rows * 512);
-    serde_json::to_writer(&mut body, value).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("encoding the answer: {e}"),
-        )
-    })?;
-    Ok((
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// A JSON string: written as it is when nothing in it needs escaping.
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+    {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
+/// A JSON answer from its bytes.
+fn json_bytes(body: Vec<u8>) -> Response {
+    (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
         body,
     )
-        .into_response())
+        .into_response()
 }
 
 /// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
-#[derive(Serialize)]
-struct PageOut<'a> {
-    rows: Vec<RowOut<'a>>,
-    continuation: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    buckets_scanned: Option<usize>,
-}
-
-fn page_out<'a>(
-    schema: &'a KeySchema,
-    rows: &'a [Row],
+fn page_answer(
+    schema: &KeySchema,
+    rows: &[Row],
     continuation: Option<ContinuationToken>,
     buckets: Option<usize>,
-) -> PageOut<'a> {
-    PageOut {
-        rows: rows.iter().map(|row| RowOut { schema, row }).collect(),
-        continuation: continuation.map(|t| t.encode()),
-        buckets_scanned: buckets,
+) -> Response {
+    let mut out =
+        Vec::with_capacity(256 + rows.iter().map(|r| 160 + 96 * r.cells.len()).sum::<usize>());
+    out.extend_from_slice(b"{\"rows\":[");
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        RowOut { schema, row }.write_json(&mut out);
     }
+    out.extend_from_slice(b"],\"continuation\":");
+    match continuation {
+        Some(t) => push_str(&mut out, &t.encode()),
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(b) = buckets {
+        out.extend_from_slice(b",\"buckets_scanned\":");
+        push_u64(&mut out, b as u64);
+    }
+    out.push(b'}');
+    json_bytes(out)
 }
 
 #[derive(Deserialize, Default)]
@@ -474,11 +472,15 @@ async fn get_row(
         ..Get::new(key)
     };
     match blocking(move || store.get(&name, &get)).await? {
-        Some(found) => Ok(Json(RowOut {
-            schema: &schema,
-            row: &found,
-        })
-        .into_response()),
+        Some(found) => {
+            let mut out = Vec::with_capacity(256 + 96 * found.cells.len());
+            RowOut {
+                schema: &schema,
+                row: &found,
+            }
+            .write_json(&mut out);
+            Ok(json_bytes(out))
+        }
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -623,10 +625,7 @@ async fn scan_table(
         .await;
     }
     let page = blocking(move || store.scan(&name, &scan)).await?;
-    json_answer(
-        &page_out(&schema, &page.rows, page.continuation, None),
-        page.rows.len(),
-    )
+    Ok(page_answer(&schema, &page.rows, page.continuation, None))
 }
 
 #[derive(Deserialize)]
@@ -663,15 +662,12 @@ async fn query(
         .await;
     }
     let page = blocking(move || store.query(&name, &q)).await?;
-    json_answer(
-        &page_out(
-            &schema,
-            &page.rows,
-            page.continuation,
-            Some(page.buckets_scanned),
-        ),
-        page.rows.len(),
-    )
+    Ok(page_answer(
+        &schema,
+        &page.rows,
+        page.continuation,
+        Some(page.buckets_scanned),
+    ))
 }
 
 /// One aggregate as JSON: `{"series": {field: value}, "field", "window_ms",
@@ -829,4 +825,62 @@ pub async fn serve(
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::Cell;
+
+    #[test]
+    fn rows_written_by_hand_are_the_json_serde_would_write() {
+        let schema: KeySchema = serde_json::from_value(json!({
+            "fields": [
+                {"name": "host", "type": "string", "width": 8},
+                {"name": "ts", "type": "timestamp"}
+            ],
+            "salt": {"buckets": 4}
+        }))
+        .expect("schema");
+        let key = schema
+            .encode_ordered(&[
+                FieldValue::Str("a\"b\\é".into()),
+                FieldValue::Uint(1_700_000_000_123),
+            ])
+            .expect("key");
+        let cell = |q: &[u8], v: Vec<u8>| Cell {
+            family: Bytes::from_static(b"f"),
+            qualifier: Bytes::copy_from_slice(q),
+            timestamp: 42,
+            value: Bytes::from(v),
+        };
+        let row = Row {
+            key: key.clone(),
+            cells: vec![
+                cell(b"usage", Value::Float(99.5).encode()),
+                cell(b"n\n\"q", Value::Int(-3).encode()),
+                cell(b"s", Value::Str("x\ty".into()).encode()),
+                cell(b"raw", vec![0xff, 0x00]),
+            ],
+        };
+        let mut out = Vec::new();
+        RowOut {
+            schema: &schema,
+            row: &row,
+        }
+        .write_json(&mut out);
+        let got: Json_ = serde_json::from_slice(&out).expect("valid JSON");
+        let decoded = schema.decode(&key).expect("decodes");
+        let want = json!({
+            "row": key.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            "key": {"bucket": decoded.bucket, "fields": {"host": "a\"b\\é", "ts": 1_700_000_000_123u64}},
+            "cells": [
+                {"family": "f", "qualifier": "usage", "timestamp": 42, "value": 99.5},
+                {"family": "f", "qualifier": "n\n\"q", "timestamp": 42, "value": -3},
+                {"family": "f", "qualifier": "s", "timestamp": 42, "value": "x\ty"},
+                {"family": "f", "qualifier": "raw", "timestamp": 42, "value": {"hex": "ff00"}},
+            ]
+        });
+        assert_eq!(got, want);
+    }
 }

@@ -153,15 +153,15 @@ struct Trailer {
 fn write_ndjson(source: &mut dyn RowSource, key: &KeySchema, w: &mut ChunkWriter) -> Result<()> {
     let mut rows = 0u64;
     while let Some(row) = source.next_row()? {
-        serde_json::to_writer(
-            &mut *w,
-            &RowOut {
-                schema: key,
-                row: &row,
-            },
-        )
-        .map_err(|e| Error::Internal(format!("writing the answer: {e}")))?;
-        w.write_all(b"\n").map_err(io_error)?;
+        RowOut {
+            schema: key,
+            row: &row,
+        }
+        .write_json(&mut w.buf);
+        w.buf.push(b'\n');
+        if w.buf.len() >= CHUNK {
+            w.send().map_err(io_error)?;
+        }
         rows += 1;
     }
     let continuation = source.continuation()?.map(|t| t.encode());
