@@ -286,16 +286,17 @@ async fn drop_table(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Flushes every region's MemStore to store files (HBase's `flush`).
-async fn flush_table(
-    State(s): State<Arc<AppState>>,
-    Path(t): Path<String>,
+/// Runs `op` on every region of a table, off the async runtime.
+async fn each_region(
+    s: &AppState,
+    t: &str,
+    op: fn(&crate::region::Region) -> crate::error::Result<()>,
 ) -> ApiResult<StatusCode> {
-    let name = table_name(&t)?;
+    let name = table_name(t)?;
     let store = s.store.clone();
     blocking(move || {
         for r in store.table(&name)?.regions() {
-            r.flush()?;
+            op(r)?;
         }
         Ok(())
     })
@@ -303,20 +304,20 @@ async fn flush_table(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Flushes every region's MemStore to store files (HBase's `flush`).
+async fn flush_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    each_region(&s, &t, |r| r.flush()).await
+}
+
+/// Major compaction of every region (HBase's `major_compact`).
 async fn compact_table(
     State(s): State<Arc<AppState>>,
     Path(t): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let name = table_name(&t)?;
-    let store = s.store.clone();
-    blocking(move || {
-        for r in store.table(&name)?.regions() {
-            r.compact(true)?;
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(StatusCode::NO_CONTENT)
+    each_region(&s, &t, |r| r.compact(true)).await
 }
 
 /// A row as the API answers it: `{"row": hex, "key": {"bucket", "fields"},
