@@ -787,6 +787,7 @@ async fn write(
             .map_err(|e| ApiError::bad(format!("line protocol must be UTF-8: {e}")))?;
         let (points, bad) = line_protocol::parse_lines(text);
         errors.extend(bad.into_iter().map(|e| (e.line, e.reason)));
+        rows.reserve(points.len());
         for (line, pt) in &points {
             match point_to_row(&desc, pt, precision, now) {
                 Ok(r) => rows.push(r),
