@@ -178,6 +178,10 @@ pub struct RegionConfig {
     pub flush_threads: usize,
     /// Compaction threads shared by every region of the server (default 1).
     pub compaction_threads: usize,
+    /// All MemStores of the server together: above this the largest are
+    /// flushed and writers wait (default 1GiB; HBase's
+    /// `hbase.regionserver.global.memstore.size`).
+    pub global_memstore_size: ByteSize,
     /// A region whose store files pass this size splits in two at its
     /// middle row (default 10GiB, HBase's `hbase.hregion.max.filesize`).
     pub max_size: ByteSize,
@@ -242,6 +246,7 @@ impl Default for RegionConfig {
             flush_on_close: d.flush_on_close,
             flush_threads: 2,
             compaction_threads: 1,
+            global_memstore_size: ByteSize(1 << 30),
             max_size: ByteSize(10 << 30),
             split_check_interval: Dur(std::time::Duration::from_secs(10)),
             compaction: CompactionConfig::default(),
@@ -328,6 +333,12 @@ impl Config {
             return bad(
                 "region",
                 "flush_threads and compaction_threads must be at least 1",
+            );
+        }
+        if self.region.global_memstore_size.0 < self.region.flush_size.0 {
+            return bad(
+                "region.global_memstore_size",
+                "must be at least region.flush_size",
             );
         }
         if self.region.max_size.0 < self.region.flush_size.0 {

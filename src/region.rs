@@ -176,6 +176,9 @@ pub(crate) struct Inner {
     maintenance: Option<std::sync::Weak<maintenance::Maintenance>>,
     /// A flush request is queued: later writes need not queue another.
     flush_requested: AtomicBool,
+    /// A flush was asked for from outside (the store's memory limit): due
+    /// whatever the MemStore's size.
+    flush_forced: AtomicBool,
 }
 
 /// One region of a table.
@@ -370,6 +373,7 @@ impl Region {
             compact_tx,
             maintenance: maintenance.as_ref().map(Arc::downgrade),
             flush_requested: AtomicBool::new(false),
+            flush_forced: AtomicBool::new(false),
         });
         let mut workers = Vec::new();
         if let Some(m) = &maintenance {
@@ -486,6 +490,16 @@ impl Region {
             .flatten()
             .map(|r| r.path().to_path_buf())
             .collect()
+    }
+
+    /// Asks for a flush in the background whatever the MemStore's size (the
+    /// store does when all MemStores together pass its memory limit).
+    pub fn request_flush(&self) {
+        if self.inner.state.read().active.is_empty() {
+            return;
+        }
+        self.inner.flush_forced.store(true, Ordering::SeqCst);
+        self.inner.request_flush();
     }
 
     /// Bytes in MemStores (active and being flushed).
@@ -731,7 +745,9 @@ impl Inner {
         let aged = first != 0
             && self.clock.now_ms().saturating_sub(first)
                 >= self.options.flush_age.as_millis() as u64;
-        aged || self.needs_flush() || self.memstore_bytes() >= self.blocking_limit()
+        aged || self.flush_forced.load(Ordering::SeqCst)
+            || self.needs_flush()
+            || self.memstore_bytes() >= self.blocking_limit()
     }
 
     fn blocking_limit(&self) -> usize {

@@ -54,6 +54,9 @@ pub struct StoreOptions {
     pub compaction_threads: usize,
     /// Regions whose store files pass this many bytes split (default 10 GiB).
     pub max_region_size: u64,
+    /// All MemStores together: above this the largest flush and writers
+    /// wait (default 1 GiB).
+    pub global_memstore_bytes: usize,
 }
 
 impl StoreOptions {
@@ -68,6 +71,7 @@ impl StoreOptions {
             flush_threads: c.region.flush_threads,
             compaction_threads: c.region.compaction_threads,
             max_region_size: c.region.max_size.0,
+            global_memstore_bytes: c.region.global_memstore_size.0 as usize,
         }
     }
 }
@@ -125,6 +129,7 @@ pub struct Store {
     maintenance: Arc<Maintenance>,
     /// Set by `close`: a closed region then means shutdown, not a split.
     closing: AtomicBool,
+    memory_waits: std::sync::atomic::AtomicU64,
 }
 
 fn region_dir(dir: &Path, id: u64) -> PathBuf {
@@ -174,6 +179,7 @@ impl Store {
             pool: Arc::new(QueryPool::new(options_query_threads)),
             maintenance,
             closing: AtomicBool::new(false),
+            memory_waits: std::sync::atomic::AtomicU64::new(0),
         };
         // A split that did not reach its commit point is undone: the parent
         // is still in the catalog, and the daughters' directories are
@@ -318,6 +324,7 @@ impl Store {
         rows: Vec<RowMutation>,
         origin: Option<Origin>,
     ) -> Result<()> {
+        self.wait_for_memory()?;
         let deadline = std::time::Instant::now() + LAYOUT_CHANGE_WAIT;
         let mut rows = rows;
         loop {
@@ -335,6 +342,60 @@ impl Store {
             }
             rows = refused;
         }
+    }
+
+    /// Bytes in the MemStores of every region.
+    pub fn memstore_bytes(&self) -> usize {
+        self.tables
+            .read()
+            .values()
+            .flat_map(|t| t.regions.iter())
+            .map(|r| r.memstore_bytes())
+            .sum()
+    }
+
+    /// Holds a writer while all MemStores together are over the global
+    /// limit, flushing the largest ones (HBase blocks updates the same way):
+    /// a slow disk then slows the producers instead of growing memory.
+    fn wait_for_memory(&self) -> Result<()> {
+        let limit = self.options.global_memstore_bytes;
+        loop {
+            if self.memstore_bytes() <= limit {
+                return Ok(());
+            }
+            let regions: Vec<(usize, Arc<Region>)> = self
+                .tables
+                .read()
+                .values()
+                .flat_map(|t| t.regions.iter())
+                .map(|r| (r.memstore_bytes(), r.clone()))
+                .collect();
+            let mut total: usize = regions.iter().map(|(b, _)| b).sum();
+            if total <= limit {
+                return Ok(());
+            }
+            if self.closing.load(Ordering::SeqCst) {
+                return Err(Error::Closed);
+            }
+            // Largest first, until what is left would be under 90 %.
+            let mut by_size = regions;
+            by_size.sort_by(|a, b| b.0.cmp(&a.0));
+            for (bytes, r) in &by_size {
+                if total <= limit / 10 * 9 {
+                    break;
+                }
+                r.request_flush();
+                total = total.saturating_sub(*bytes);
+            }
+            self.memory_waits.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// How many times writers waited for MemStores to flush under the
+    /// global limit.
+    pub fn memory_waits(&self) -> u64 {
+        self.memory_waits.load(Ordering::Relaxed)
     }
 
     /// One routing pass: the rows of regions that turned out closed come

@@ -40,6 +40,7 @@ fn open(dir: &std::path::Path) -> Store {
             flush_threads: 2,
             compaction_threads: 1,
             max_region_size: 10 << 30,
+            global_memstore_bytes: 1 << 30,
         },
         Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
     )

@@ -30,6 +30,7 @@ fn options() -> StoreOptions {
         flush_threads: 2,
         compaction_threads: 1,
         max_region_size: 10 << 30,
+        global_memstore_bytes: 1 << 30,
     }
 }
 
@@ -461,4 +462,61 @@ fn regions_split_while_writers_write_and_keep_every_row() {
         check(&store);
         store.close().expect("close");
     }
+}
+
+#[test]
+fn all_memstores_together_stay_under_the_global_limit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let limit = 512 * 1024;
+    let mut opts = options();
+    // Regions alone would hold 64 MiB each before flushing.
+    opts.region.flush_size = 64 << 20;
+    opts.global_memstore_bytes = limit;
+    let store = Store::open(
+        dir.path(),
+        opts,
+        Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
+    )
+    .expect("open");
+    create(&store);
+    let table = store.table(&name()).expect("table");
+    let schema = table.desc.key.clone();
+    let mut peak = 0;
+    for step in 0..200u64 {
+        let rows: Vec<RowMutation> = (0..40u64)
+            .map(|h| {
+                let key = schema
+                    .encode_ordered(&[
+                        FieldValue::Str("cpu".into()),
+                        FieldValue::Str(format!("host_{h:02}")),
+                        FieldValue::Uint(1_000_000 + step * 10_000),
+                    ])
+                    .expect("key");
+                RowMutation::new(key).put("f", "usage_user", 1, vec![7u8; 200])
+            })
+            .collect();
+        store.write(&name(), rows, None).expect("write");
+        peak = peak.max(store.memstore_bytes());
+    }
+    // One batch (40 rows of ~250 bytes) may land on top of the limit.
+    assert!(peak <= limit + 64 * 1024, "MemStores held {peak} bytes");
+    assert!(store.memory_waits() > 0, "writers never waited");
+    let files: usize = table
+        .regions()
+        .iter()
+        .map(|r| r.file_counts().values().sum::<usize>())
+        .sum();
+    assert!(files > 0, "nothing was flushed");
+    let rows = store
+        .scan(
+            &name(),
+            &Scan {
+                limit: None,
+                ..Scan::new()
+            },
+        )
+        .expect("scan")
+        .rows;
+    assert_eq!(rows.len(), 200 * 40);
+    store.close().expect("close");
 }

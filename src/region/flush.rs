@@ -19,6 +19,7 @@ pub(crate) fn flush(inner: &Inner) -> Result<()> {
     // Whatever asked for it, this flush serves every pending request; writes
     // from here on may ask again.
     inner.clear_flush_request();
+    inner.flush_forced.store(false, Ordering::SeqCst);
     loop {
         let oldest = inner.state.read().flushing.last().cloned();
         match oldest {
