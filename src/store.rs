@@ -379,7 +379,7 @@ impl Store {
             }
             // Largest first, until what is left would be under 90 %.
             let mut by_size = regions;
-            by_size.sort_by(|a, b| b.0.cmp(&a.0));
+            by_size.sort_by_key(|r| std::cmp::Reverse(r.0));
             for (bytes, r) in &by_size {
                 if total <= limit / 10 * 9 {
                     break;
