@@ -294,9 +294,9 @@ fn acknowledged_writes_survive_kill_9() {
             acked
         });
         std::thread::sleep(Duration::from_millis(300 + 200 * round));
-        let mut child = s.child;
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
+        let mut s = s;
+        s.child.kill().expect("SIGKILL");
+        s.child.wait().expect("reap");
         let acked = writer.join().expect("writer");
         assert!(
             !acked.is_empty(),

@@ -152,8 +152,8 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
 
         // Writes go on until the first split aborts the server.
         let acked = write_until_gone(&s.addr, 0, 100_000);
-        let mut child = s.child;
-        let status = child.wait().expect("reap");
+        let mut s = s;
+        let status = s.child.wait().expect("reap");
         assert_eq!(
             status.signal(),
             Some(libc::SIGABRT),

@@ -11,6 +11,16 @@ pub struct Server {
     pub addr: String,
 }
 
+/// A test that fails half way must not leave its server running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Starts the real binary on `port` with data in `data`; waits until ready.
 pub fn start(data: &std::path::Path, port: u16, extra: &[&str]) -> Server {
     start_with_env(data, port, extra, &[])
