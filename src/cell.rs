@@ -432,6 +432,43 @@ impl EntryBatch {
         EntryBatch::default()
     }
 
+    /// Room for the entries of `rows`, so encoding them allocates once
+    /// instead of growing (fresh pages for every step of the growth cost
+    /// more than the encoding on this path).
+    pub fn for_rows(rows: &[RowMutation]) -> Self {
+        let mut bytes = 0;
+        let mut entries = 0;
+        for r in rows {
+            for m in &r.mutations {
+                let (f, q, v) = match m {
+                    Mutation::Put {
+                        family,
+                        qualifier,
+                        value,
+                        ..
+                    } => (family.len(), qualifier.len(), value.len()),
+                    Mutation::DeleteVersion {
+                        family, qualifier, ..
+                    }
+                    | Mutation::DeleteColumn {
+                        family, qualifier, ..
+                    } => (family.len(), qualifier.len(), 0),
+                    Mutation::DeleteFamily { family, .. } => (family.len(), 0, 0),
+                    // One marker per family, which the batch does not know:
+                    // a guess is enough for a capacity.
+                    Mutation::DeleteRow { .. } => (16, 0, 0),
+                };
+                bytes += r.row.len() + f + q + v + KEY_OVERHEAD;
+                entries += 1;
+            }
+        }
+        EntryBatch {
+            buf: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(entries),
+            row_ends: Vec::with_capacity(rows.len()),
+        }
+    }
+
     /// Appends an entry to the current row. Callers have checked the limits.
     #[allow(clippy::too_many_arguments)]
     pub fn push(

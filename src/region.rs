@@ -798,7 +798,7 @@ impl Inner {
 
     /// Validates row mutations and encodes them into one batch.
     fn to_entries(&self, rows: &[RowMutation], now: u64) -> Result<EntryBatch> {
-        let mut out = EntryBatch::new();
+        let mut out = EntryBatch::for_rows(rows);
         for (i, rm) in rows.iter().enumerate() {
             let bad = |what: String| Error::InvalidInput(format!("row {i}: {what}"));
             if rm.row.is_empty() || rm.row.len() > cell::MAX_ROW_LEN {

@@ -211,15 +211,19 @@ impl PartialOrd for RowNode {
 /// MemStore lives: readers keep an `Arc<MemStore>` next to these.
 #[derive(Debug, Clone, Copy)]
 pub struct MemEntry {
-    key: RawSlice,
+    /// Where the whole key is in the loader's key buffer (nodes store keys
+    /// without their row, which the node holds once).
+    key_at: u32,
+    key_len: u32,
     value: RawSlice,
     pub seq: u64,
     pub ttl_ms: Option<u64>,
 }
 
 impl MemEntry {
-    pub fn key(&self) -> &[u8] {
-        self.key.as_slice()
+    /// The entry's key, from the key buffer it was loaded with.
+    pub fn key<'k>(&self, keys: &'k [u8]) -> &'k [u8] {
+        &keys[self.key_at as usize..(self.key_at + self.key_len) as usize]
     }
     pub fn value(&self) -> &[u8] {
         self.value.as_slice()
@@ -286,7 +290,10 @@ impl MemStore {
                 min_ts = min_ts.min(k.timestamp);
                 max_ts = max_ts.max(k.timestamp);
             }
-            put_len_prefixed(&mut blob, c.key);
+            // The key without its row (`u16 length ‖ row`), which the node
+            // stores once: a row's cells then cost about half the memory.
+            debug_assert!(c.key.len() > 2 + row.len() && crate::cell::row_of(c.key) == row);
+            put_len_prefixed(&mut blob, c.key.get(2 + row.len()..).unwrap_or_default());
             if let Some(ttl) = c.ttl_ms {
                 put_varint(&mut blob, ttl);
             }
@@ -358,8 +365,10 @@ impl MemStore {
         read_point: u64,
         max_rows: usize,
         out: &mut Vec<MemEntry>,
+        keys: &mut Vec<u8>,
     ) -> Option<RawRow> {
         out.clear();
+        keys.clear();
         let mut loaded = 0;
         let mut last = None;
         // (row, u64::MAX) is the first node of a row; (row, 0) its last.
@@ -372,25 +381,26 @@ impl MemStore {
         let mut current: Option<RawSlice> = None;
         let mut row_start = 0;
         let mut nodes = 0;
-        let finish_row = |row: RawSlice, nodes: usize, start: usize, out: &mut Vec<MemEntry>| {
-            if nodes > 1 {
-                // Nodes came newest first; a stable sort keeps that order
-                // among equal keys, and dedup keeps the first (newest).
-                let mut cells = out.split_off(start);
-                cells.sort_by(|a, b| compare_keys(a.key(), b.key()));
-                cells.dedup_by(|later, first| {
-                    compare_keys(later.key(), first.key()) == Ordering::Equal
-                });
-                out.extend(cells);
-            }
-            (nodes > 0).then_some(RawRow(row))
-        };
+        let finish_row =
+            |row: RawSlice, nodes: usize, start: usize, out: &mut Vec<MemEntry>, keys: &[u8]| {
+                if nodes > 1 {
+                    // Nodes came newest first; a stable sort keeps that order
+                    // among equal keys, and dedup keeps the first (newest).
+                    let mut cells = out.split_off(start);
+                    cells.sort_by(|a, b| compare_keys(a.key(keys), b.key(keys)));
+                    cells.dedup_by(|later, first| {
+                        compare_keys(later.key(keys), first.key(keys)) == Ordering::Equal
+                    });
+                    out.extend(cells);
+                }
+                (nodes > 0).then_some(RawRow(row))
+            };
         for e in self.map.range((lower, Bound::Unbounded)) {
             let node = *e.value();
             if let Some(row) = current
                 && row.as_slice() != node.row.as_slice()
             {
-                if let Some(r) = finish_row(row, nodes, row_start, out) {
+                if let Some(r) = finish_row(row, nodes, row_start, out, keys) {
                     last = Some(r);
                     loaded += 1;
                     if loaded >= max_rows {
@@ -406,10 +416,10 @@ impl MemStore {
                 continue;
             }
             nodes += 1;
-            decode_cells(node, out);
+            decode_cells(node, out, keys);
         }
         if let Some(row) = current
-            && let Some(r) = finish_row(row, nodes, row_start, out)
+            && let Some(r) = finish_row(row, nodes, row_start, out, keys)
         {
             last = Some(r);
         }
@@ -448,15 +458,20 @@ impl RawRow {
 /// Decodes a node's cell blob. The blob was written by `insert_row` in this
 /// process, so it is well formed; a malformed one would be a bug, and is
 /// cut short rather than trusted.
-fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>) {
+fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>, keys: &mut Vec<u8>) {
     let blob = node.cells.as_slice();
+    let row = node.row.as_slice();
     let mut r = Reader::new(blob);
     while !r.is_empty() {
-        let Ok(key) = r.len_prefixed(blob.len(), "key") else {
+        let Ok(suffix) = r.len_prefixed(blob.len(), "key") else {
             debug_assert!(false, "malformed memstore blob");
             return;
         };
-        let ttl_ms = if key.last().is_some_and(|b| b & TTL_FLAG != 0) {
+        let key_at = keys.len();
+        keys.extend_from_slice(&(row.len() as u16).to_be_bytes());
+        keys.extend_from_slice(row);
+        keys.extend_from_slice(suffix);
+        let ttl_ms = if suffix.last().is_some_and(|b| b & TTL_FLAG != 0) {
             r.varint("ttl").ok()
         } else {
             None
@@ -466,7 +481,8 @@ fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>) {
             return;
         };
         out.push(MemEntry {
-            key: RawSlice::of(key),
+            key_at: key_at as u32,
+            key_len: (keys.len() - key_at) as u32,
             value: RawSlice::of(value),
             seq: node.seq,
             ttl_ms,
@@ -609,7 +625,7 @@ mod row_tests {
 
     fn read(m: &MemStore, read_point: u64) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        m.load_rows(b"", false, read_point, 1, &mut out);
+        m.load_rows(b"", false, read_point, 1, &mut out, &mut Vec::new());
         out.iter()
             .map(|e| (String::from_utf8(e.value().to_vec()).unwrap(), e.seq))
             .collect()

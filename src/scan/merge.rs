@@ -20,6 +20,8 @@ pub struct MemCursor {
     read_point: u64,
     /// The last row loaded: the next load starts after it.
     last_row: Option<RawRow>,
+    /// Whole keys of the loaded entries.
+    keys: Vec<u8>,
     entries: Vec<MemEntry>,
     pos: usize,
     /// Rows the next load asks for: one after a seek (a Get reads one row),
@@ -36,6 +38,7 @@ impl MemCursor {
             mem,
             read_point,
             last_row: None,
+            keys: Vec::new(),
             entries: Vec::new(),
             pos: 0,
             batch: 1,
@@ -48,9 +51,14 @@ impl MemCursor {
 
     fn load(&mut self, from: &[u8], after: bool) {
         self.pos = 0;
-        self.last_row =
-            self.mem
-                .load_rows(from, after, self.read_point, self.batch, &mut self.entries);
+        self.last_row = self.mem.load_rows(
+            from,
+            after,
+            self.read_point,
+            self.batch,
+            &mut self.entries,
+            &mut self.keys,
+        );
     }
 
     fn seek(&mut self, target: &[u8]) {
@@ -58,7 +66,7 @@ impl MemCursor {
         self.load(crate::cell::row_of(target), false);
         while self
             .current()
-            .is_some_and(|e| compare_keys(e.key(), target) == Ordering::Less)
+            .is_some_and(|e| compare_keys(e.key(&self.keys), target) == Ordering::Less)
         {
             self.advance();
         }
@@ -67,7 +75,7 @@ impl MemCursor {
     fn skip_to(&mut self, target: &[u8]) {
         while self
             .current()
-            .is_some_and(|e| compare_keys(e.key(), target) == Ordering::Less)
+            .is_some_and(|e| compare_keys(e.key(&self.keys), target) == Ordering::Less)
         {
             self.advance();
         }
@@ -108,7 +116,7 @@ impl Source {
     /// Only meaningful when `valid()`.
     pub fn key(&self) -> &[u8] {
         match self {
-            Source::Mem(m) => m.current().map_or(&[], |e| e.key()),
+            Source::Mem(m) => m.current().map_or(&[], |e| e.key(&m.keys)),
             Source::File(f) => f.key(),
         }
     }
