@@ -412,8 +412,7 @@ impl Store {
             per_region.entry(i).or_default().push(row);
         }
         let mut replies = Vec::with_capacity(per_region.len());
-        for (_, rows) in per_region {
-            let i = region_index(table, &rows[0].row);
+        for (i, rows) in per_region {
             let region = table.regions[i].clone();
             let (reply, rx) = bounded(1);
             let tx = self
