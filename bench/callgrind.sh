@@ -9,7 +9,11 @@
 #
 # Runs the server under callgrind twice (n/2 and n requests) and prints the
 # difference per request, so start-up and shutdown cancel out. Writes go to a
-# copy of the data directory. Needs valgrind and python3.
+# copy of the data directory. HALITE_CG_SET adds server flags (say
+# `--set region.flush_on_close=false`, so a store whose data is still in its
+# WAL is not flushed by the first run). Threads that spin while they wait
+# make counts for queries fanned out over many buckets vary; compare those
+# over several runs. Needs valgrind and python3.
 set -euo pipefail
 data=$1 body=$2 n=$3 kind=${4:-query}
 bin=$(cd "$(dirname "$0")/.." && pwd)/target/release/halite
@@ -24,7 +28,7 @@ run() {
   fi
   out=$(mktemp)
   valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve --config "$config" \
-    --set "data_dir=\"$dir\"" --set "server.listen=\"127.0.0.1:$port\"" >/dev/null 2>&1 &
+    --set "data_dir=\"$dir\"" --set "server.listen=\"127.0.0.1:$port\"" ${HALITE_CG_SET:-} >/dev/null 2>&1 &
   local vp=$!
   for _ in $(seq 1 200); do
     curl -sf "localhost:$port/readyz" >/dev/null 2>&1 && break
