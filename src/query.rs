@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::cell::Row;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
-use crate::scan::{Columns, ContinuationToken, RowView, Scan, prefix_successor};
+use crate::scan::{Columns, ContinuationToken, RowView, Scan, TimeRange, prefix_successor};
 use crate::store::{Table, TableScanner};
 
 /// OpenTSDB's aggregators.
@@ -217,6 +217,19 @@ struct Plan {
     ts_filter: Option<(usize, FieldEncoding)>,
     start: u64,
     end: u64,
+}
+
+impl Plan {
+    /// The query's time range as a range of cell versions. The write API
+    /// gives every cell its point's timestamp, so this selects the same
+    /// rows as the key's timestamp field — and lets scans leave out store
+    /// files entirely older than the range without opening them.
+    fn cell_time_range(&self) -> TimeRange {
+        TimeRange {
+            min: self.start,
+            max: self.end,
+        }
+    }
 }
 
 /// The first timestamp field: its index, byte offset in the key, encoding.
@@ -524,6 +537,7 @@ impl QueryRows {
                 start: Some(start),
                 stop,
                 columns: columns.clone(),
+                time_range: p.cell_time_range(),
                 limit: need,
                 reverse: q.reverse,
                 ..Scan::new()
@@ -702,6 +716,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         let identity = identity.clone();
         let ts_enc = ts_enc.clone();
         let (start_ms, end_ms, window) = (p.start, p.end, agg.downsample_ms);
+        let time_range = p.cell_time_range();
         let table = table.clone();
         let columns = columns.clone();
         let job: Job = Box::new(move || {
@@ -743,6 +758,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             let scan_range = |start: Vec<u8>,
                               stop: Option<Vec<u8>>,
                               limit: Option<usize>,
+                              time_range: TimeRange,
                               f: &mut dyn FnMut(RowView<'_>)|
              -> Result<()> {
                 let mut scanner = TableScanner::new(
@@ -751,6 +767,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                         start: Some(start),
                         stop,
                         columns: columns.clone(),
+                        time_range,
                         limit,
                         ..Scan::new()
                     },
@@ -765,17 +782,24 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                 let mut result = Ok(());
                 while let Some(at) = pos.take() {
                     let mut series_prefix = None;
-                    if let Err(e) =
-                        scan_range(at, scan.stop.clone(), Some(1), &mut |row: RowView<'_>| {
+                    // Finding the next series reads its first row whatever
+                    // its time: a time range here could read a whole series
+                    // that has no points in it.
+                    if let Err(e) = scan_range(
+                        at,
+                        scan.stop.clone(),
+                        Some(1),
+                        TimeRange::default(),
+                        &mut |row: RowView<'_>| {
                             series_prefix = row.key().get(..ts_at).map(<[u8]>::to_vec);
-                        })
-                    {
+                        },
+                    ) {
                         result = Err(e);
                         break;
                     }
                     let Some(prefix) = series_prefix else { break };
                     let (lo, hi) = time_window(&prefix, &ts_enc, start_ms, end_ms);
-                    if let Err(e) = scan_range(lo, hi, None, &mut add_row) {
+                    if let Err(e) = scan_range(lo, hi, None, time_range, &mut add_row) {
                         result = Err(e);
                         break;
                     }
@@ -788,6 +812,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                     scan.start.clone().unwrap_or_default(),
                     scan.stop.clone(),
                     None,
+                    time_range,
                     &mut add_row,
                 )
             };
