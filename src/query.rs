@@ -649,12 +649,38 @@ pub fn run(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<QueryPa
     })
 }
 
+/// A bucket's partials of one series: by field, then window.
+type FieldPartials = BTreeMap<Vec<u8>, BTreeMap<Option<u64>, Partial>>;
+
+/// Adds a row's numeric cells (at `ts`, window `w`) to its series' partials.
+fn add_cells(fields: &mut FieldPartials, row: &RowView<'_>, ts: u64, w: Option<u64>) {
+    for c in row.cells() {
+        let Some(v) = crate::value::numeric(c.value) else {
+            continue;
+        };
+        match fields.get_mut(c.qualifier) {
+            Some(windows) => {
+                windows
+                    .entry(w)
+                    .and_modify(|p| p.add(ts, v))
+                    .or_insert_with(|| Partial::new(ts, v));
+            }
+            None => {
+                fields.insert(
+                    c.qualifier.to_vec(),
+                    BTreeMap::from([(w, Partial::new(ts, v))]),
+                );
+            }
+        }
+    }
+}
+
 /// Key of one aggregate: series identity bytes, field, window start.
 type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
 
 /// A bucket's partials by series, then field, then window: nested so a
 /// lookup borrows the key bytes instead of allocating them.
-type BucketPartials = BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, BTreeMap<Option<u64>, Partial>>>;
+type BucketPartials = BTreeMap<Vec<u8>, FieldPartials>;
 
 /// Runs an aggregated query: partials per bucket in parallel, combined.
 pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<SeriesAggregate>> {
@@ -737,22 +763,14 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                     series.extend_from_slice(&key[r.clone()]);
                 }
                 let w = window.map(|w| ts - ts % w);
-                if !partials.contains_key(series.as_slice()) {
-                    partials.insert(series.clone(), BTreeMap::new());
-                }
-                let fields = partials.get_mut(series.as_slice()).expect("inserted above");
-                for c in row.cells() {
-                    let Some(v) = crate::value::numeric(c.value) else {
-                        continue;
-                    };
-                    if !fields.contains_key(c.qualifier) {
-                        fields.insert(c.qualifier.to_vec(), BTreeMap::new());
+                // One lookup when the series is known (nearly every row).
+                match partials.get_mut(series.as_slice()) {
+                    Some(fields) => add_cells(fields, &row, ts, w),
+                    None => {
+                        let mut fields = BTreeMap::new();
+                        add_cells(&mut fields, &row, ts, w);
+                        partials.insert(series.clone(), fields);
                     }
-                    let windows = fields.get_mut(c.qualifier).expect("inserted above");
-                    windows
-                        .entry(w)
-                        .and_modify(|p| p.add(ts, v))
-                        .or_insert_with(|| Partial::new(ts, v));
                 }
             };
             let scan_range = |start: Vec<u8>,
