@@ -96,6 +96,14 @@ struct ChunkWriter {
 }
 
 impl ChunkWriter {
+    /// Sends what is buffered once it makes a whole chunk.
+    fn send_if_full(&mut self) -> io::Result<()> {
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(())
+    }
+
     fn send(&mut self) -> io::Result<()> {
         if let Some(s) = self.started.take() {
             let _ = s.send(Ok(()));
@@ -110,7 +118,8 @@ impl ChunkWriter {
     }
 
     /// Reports an error: as the answer itself when nothing was sent yet.
-    /// Returns false when the answer has begun and the caller must end it.
+    /// Gives the error back when the answer has begun and the caller must
+    /// end it.
     fn fail_early(&mut self, e: Error) -> Option<Error> {
         match self.started.take() {
             Some(s) => {
@@ -125,9 +134,7 @@ impl ChunkWriter {
 impl Write for ChunkWriter {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.buf.extend_from_slice(data);
-        if self.buf.len() >= CHUNK {
-            self.send()?;
-        }
+        self.send_if_full()?;
         Ok(data.len())
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -159,9 +166,7 @@ fn write_ndjson(source: &mut dyn RowSource, key: &KeySchema, w: &mut ChunkWriter
         }
         .write_json(&mut w.buf);
         w.buf.push(b'\n');
-        if w.buf.len() >= CHUNK {
-            w.send().map_err(io_error)?;
-        }
+        w.send_if_full().map_err(io_error)?;
         rows += 1;
     }
     let continuation = source.continuation()?.map(|t| t.encode());
