@@ -15,7 +15,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, TimestampMillisecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::StreamReader;
-use common::http::{free_port, request, request_with};
+use common::http::{create_table, free_port, request, request_with};
 use common::server::{Server, start, stop};
 use serde_json::{Value, json};
 
@@ -63,15 +63,7 @@ fn setup() -> (tempfile::TempDir, Server, Oracle) {
             "salt": {"buckets": 8}
         }
     });
-    let r = request(
-        &s.addr,
-        "POST",
-        "/api/v1/tables",
-        Some("application/json"),
-        table.to_string().as_bytes(),
-    )
-    .expect("create");
-    assert_eq!(r.status, 201, "{}", r.text());
+    create_table(&s.addr, &table);
     let mut oracle = BTreeMap::new();
     let mut body = String::new();
     for p in 0..POINTS {

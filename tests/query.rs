@@ -69,6 +69,17 @@ fn value(h: u64, p: u64, f: usize) -> f64 {
     ((h * 7919 + p * 104729 + f as u64 * 31) % 10_000) as f64 / 100.0
 }
 
+/// The key of host `h`'s `cpu` row at `ts`.
+fn cpu_key(schema: &KeySchema, h: u64, ts: u64) -> Vec<u8> {
+    schema
+        .encode_ordered(&[
+            FieldValue::Str("cpu".into()),
+            FieldValue::Str(format!("host_{h:02}")),
+            FieldValue::Uint(ts),
+        ])
+        .expect("key")
+}
+
 /// Oracle: unsalted key → (host, ts, field values).
 type Oracle = BTreeMap<Vec<u8>, (u64, u64, [f64; 3])>;
 
@@ -80,13 +91,7 @@ fn load(store: &Store, name: &TableName) -> Oracle {
         let ts = T0 + p * 10_000;
         let rows: Vec<RowMutation> = (0..HOSTS)
             .map(|h| {
-                let key = schema
-                    .encode_ordered(&[
-                        FieldValue::Str("cpu".into()),
-                        FieldValue::Str(format!("host_{h:02}")),
-                        FieldValue::Uint(ts),
-                    ])
-                    .expect("key");
+                let key = cpu_key(&schema, h, ts);
                 let vals = [value(h, p, 0), value(h, p, 1), value(h, p, 2)];
                 oracle.insert(key[salt..].to_vec(), (h, ts, vals));
                 let mut m = RowMutation::new(key);
@@ -372,13 +377,7 @@ fn series_queries_skip_files_by_rowprefix_bloom() {
             .flat_map(|h| (0..POINTS).map(move |p| (h, p)))
             .map(|(h, p)| {
                 let ts = T0 + p * 10_000;
-                let key = schema
-                    .encode_ordered(&[
-                        FieldValue::Str("cpu".into()),
-                        FieldValue::Str(format!("host_{h:02}")),
-                        FieldValue::Uint(ts),
-                    ])
-                    .expect("key");
+                let key = cpu_key(&schema, h, ts);
                 RowMutation::new(key).put("f", "usage_user", ts, Value::Float(h as f64).encode())
             })
             .collect();

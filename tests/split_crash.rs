@@ -9,7 +9,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::http::{free_port, request, request_with};
+use common::http::{create_table, free_port, request, request_with};
 use common::server::{Server, start_with_env, stop};
 use serde_json::{Value, json};
 
@@ -140,15 +140,7 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
             "key": {"fields": [{"name": "host", "type": "string", "width": 8},
                                {"name": "ts", "type": "timestamp"}]}
         });
-        let r = request(
-            &s.addr,
-            "POST",
-            "/api/v1/tables",
-            Some("application/json"),
-            table.to_string().as_bytes(),
-        )
-        .expect("create");
-        assert_eq!(r.status, 201, "{}", r.text());
+        create_table(&s.addr, &table);
 
         // Writes go on until the first split aborts the server.
         let acked = write_until_gone(&s.addr, 0, 100_000);

@@ -79,6 +79,17 @@ fn name() -> TableName {
     TableName::parse("metrics:cpu").expect("name")
 }
 
+/// The key of host `h`'s `cpu` row at time step `step`.
+fn cpu_key(schema: &halite::key::KeySchema, h: u64, step: u64) -> Vec<u8> {
+    schema
+        .encode_ordered(&[
+            FieldValue::Str("cpu".into()),
+            FieldValue::Str(format!("host_{h:02}")),
+            FieldValue::Uint(1_000_000 + step * 10_000),
+        ])
+        .expect("key")
+}
+
 /// 40 hosts × 50 points, written in batches; returns every row key sorted.
 fn load(store: &Store) -> Vec<Vec<u8>> {
     let table = store.table(&name()).expect("table");
@@ -87,13 +98,7 @@ fn load(store: &Store) -> Vec<Vec<u8>> {
     for step in 0..50u64 {
         let rows: Vec<RowMutation> = (0..40u64)
             .map(|h| {
-                let key = schema
-                    .encode_ordered(&[
-                        FieldValue::Str("cpu".into()),
-                        FieldValue::Str(format!("host_{h:02}")),
-                        FieldValue::Uint(1_000_000 + step * 10_000),
-                    ])
-                    .expect("key");
+                let key = cpu_key(&schema, h, step);
                 keys.push(key.clone());
                 RowMutation::new(key).put(
                     "f",
@@ -485,13 +490,7 @@ fn all_memstores_together_stay_under_the_global_limit() {
     for step in 0..200u64 {
         let rows: Vec<RowMutation> = (0..40u64)
             .map(|h| {
-                let key = schema
-                    .encode_ordered(&[
-                        FieldValue::Str("cpu".into()),
-                        FieldValue::Str(format!("host_{h:02}")),
-                        FieldValue::Uint(1_000_000 + step * 10_000),
-                    ])
-                    .expect("key");
+                let key = cpu_key(&schema, h, step);
                 RowMutation::new(key).put("f", "usage_user", 1, vec![7u8; 200])
             })
             .collect();
