@@ -36,7 +36,7 @@ use crate::cell::Row;
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 use crate::ingest::line_protocol::{self, Precision};
-use crate::ingest::{JsonPoints, point_to_row};
+use crate::ingest::{JsonPoints, PointEncoder};
 use crate::key::{FieldValue, KeySchema};
 use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
@@ -768,38 +768,41 @@ async fn write(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let mut rows = Vec::new();
     let mut errors: Vec<(usize, String)> = Vec::new();
-    if is_json {
+    let batch = if is_json {
         let points: JsonPoints = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad(format!("body is not JSON points: {e}")))?;
-        for (i, jp) in points.into_vec().iter().enumerate() {
-            match jp
+        let points = points.into_vec();
+        let mut encoder = PointEncoder::new(&desc, s.store.max_value_size(), points.len())
+            .map_err(ApiError::bad)?;
+        for (i, jp) in points.iter().enumerate() {
+            if let Err(e) = jp
                 .to_point()
-                .and_then(|pt| point_to_row(&desc, &pt, Precision::Milliseconds, now))
+                .and_then(|pt| encoder.add(&pt, Precision::Milliseconds, now))
             {
-                Ok(r) => rows.push(r),
-                Err(e) => errors.push((i + 1, e)),
+                errors.push((i + 1, e));
             }
         }
+        encoder.finish()
     } else {
         let text = std::str::from_utf8(&bytes)
             .map_err(|e| ApiError::bad(format!("line protocol must be UTF-8: {e}")))?;
         let (points, bad) = line_protocol::parse_lines(text);
         errors.extend(bad.into_iter().map(|e| (e.line, e.reason)));
-        rows.reserve(points.len());
+        let mut encoder = PointEncoder::new(&desc, s.store.max_value_size(), points.len())
+            .map_err(ApiError::bad)?;
         for (line, pt) in &points {
-            match point_to_row(&desc, pt, precision, now) {
-                Ok(r) => rows.push(r),
-                Err(e) => errors.push((*line, e)),
+            if let Err(e) = encoder.add(pt, precision, now) {
+                errors.push((*line, e));
             }
         }
-    }
+        encoder.finish()
+    };
     errors.sort();
-    let written = rows.len();
+    let written = batch.rows();
     if written > 0 {
         let store = s.store.clone();
-        blocking(move || store.write(&name, rows, None)).await?;
+        blocking(move || store.write_entries(&name, batch, None)).await?;
     }
     if errors.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());

@@ -469,6 +469,15 @@ impl EntryBatch {
         }
     }
 
+    /// Room for `bytes` of keys and values in `entries` entries of `rows` rows.
+    pub fn with_capacity(bytes: usize, entries: usize, rows: usize) -> Self {
+        EntryBatch {
+            buf: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(entries),
+            row_ends: Vec::with_capacity(rows),
+        }
+    }
+
     /// Appends an entry to the current row. Callers have checked the limits.
     #[allow(clippy::too_many_arguments)]
     pub fn push(
@@ -481,6 +490,24 @@ impl EntryBatch {
         ttl_ms: Option<u64>,
         value: &[u8],
     ) {
+        self.push_with(row, family, qualifier, timestamp, kind, ttl_ms, |out| {
+            out.extend_from_slice(value)
+        });
+    }
+
+    /// Appends an entry whose value `write_value` encodes in place, so a
+    /// typed value never needs a buffer of its own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_with(
+        &mut self,
+        row: &[u8],
+        family: &[u8],
+        qualifier: &[u8],
+        timestamp: u64,
+        kind: CellKind,
+        ttl_ms: Option<u64>,
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) {
         let start = self.buf.len();
         encode_key_into(
             &mut self.buf,
@@ -492,11 +519,11 @@ impl EntryBatch {
             ttl_ms.is_some(),
         );
         let key_len = self.buf.len() - start;
-        self.buf.extend_from_slice(value);
+        write_value(&mut self.buf);
         self.entries.push(EntrySpan {
             start,
             key_len,
-            value_len: value.len(),
+            value_len: self.buf.len() - start - key_len,
             ttl_ms,
         });
     }
@@ -521,6 +548,43 @@ impl EntryBatch {
 
     pub fn rows(&self) -> usize {
         self.row_ends.len()
+    }
+
+    /// The row key of row `i`; `None` for a row without entries.
+    pub fn row_key(&self, i: usize) -> Option<&[u8]> {
+        let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
+        (from < self.row_ends[i]).then(|| row_of(self.entry(from).key))
+    }
+
+    /// Bytes and entries of row `i`.
+    pub fn row_size(&self, i: usize) -> (usize, usize) {
+        let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
+        let to = self.row_ends[i];
+        let bytes = self.entries[from..to]
+            .iter()
+            .map(|e| e.key_len + e.value_len)
+            .sum();
+        (bytes, to - from)
+    }
+
+    /// Appends row `i` of `other` as a row of this batch.
+    pub fn push_row_from(&mut self, other: &EntryBatch, i: usize) {
+        let from = if i == 0 { 0 } else { other.row_ends[i - 1] };
+        let to = other.row_ends[i];
+        if from < to {
+            // A row's entries lie back to back in the buffer.
+            let first = other.entries[from].start;
+            let last = other.entries[to - 1];
+            let shift = self.buf.len() as isize - first as isize;
+            self.buf
+                .extend_from_slice(&other.buf[first..last.start + last.key_len + last.value_len]);
+            self.entries
+                .extend(other.entries[from..to].iter().map(|e| EntrySpan {
+                    start: (e.start as isize + shift) as usize,
+                    ..*e
+                }));
+        }
+        self.end_row();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -576,6 +640,36 @@ impl EntryBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_copied_between_batches_keep_their_entries() {
+        let mut a = EntryBatch::new();
+        a.push(b"r1", b"f", b"a", 1, CellKind::Put, None, b"x");
+        a.push(b"r1", b"f", b"b", 1, CellKind::Put, Some(5), b"yy");
+        a.end_row();
+        a.end_row(); // an empty row
+        a.push(b"r2", b"f", b"a", 2, CellKind::DeleteColumn, None, b"");
+        a.end_row();
+        assert_eq!(a.row_key(0), Some(&b"r1"[..]));
+        assert_eq!(a.row_key(1), None);
+        assert_eq!(a.row_key(2), Some(&b"r2"[..]));
+        assert_eq!(a.row_size(1), (0, 0));
+        let (bytes, entries) = a.row_size(0);
+        assert_eq!(entries, 2);
+        let mut b = EntryBatch::with_capacity(bytes, entries, 2);
+        b.push(b"r0", b"f", b"z", 9, CellKind::Put, None, b"first");
+        b.end_row();
+        b.push_row_from(&a, 2);
+        b.push_row_from(&a, 1);
+        b.push_row_from(&a, 0);
+        assert_eq!(b.rows(), 4);
+        let rows = b.to_rows();
+        assert_eq!(rows[1], a.to_rows()[2]);
+        assert!(rows[2].is_empty());
+        assert_eq!(rows[3], a.to_rows()[0]);
+        assert_eq!(rows[3][1].ttl_ms, Some(5));
+        assert_eq!(rows[3][1].value, b"yy");
+    }
 
     fn k(row: &[u8], fam: &[u8], q: &[u8], ts: u64, kind: CellKind) -> Vec<u8> {
         encode_key(row, fam, q, ts, kind, false)

@@ -167,6 +167,17 @@ fn one() -> usize {
     1
 }
 
+impl Salt {
+    /// Whether the salt hashes this field.
+    pub fn hashes(&self, f: &KeyField) -> bool {
+        match &self.from {
+            SaltFrom::Series => f.encoding.is_identity(),
+            SaltFrom::Timestamp => f.encoding.is_time(),
+            SaltFrom::Fields(names) => names.contains(&f.name),
+        }
+    }
+}
+
 /// The whole key schema of a table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -187,7 +198,31 @@ pub enum FieldValue {
     Str(String),
 }
 
+/// A field value borrowed from its source (a parsed point), so encoding a
+/// key on the ingest path allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldRef<'a> {
+    Uint(u64),
+    Str(&'a str),
+}
+
+impl std::fmt::Display for FieldRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldRef::Uint(v) => write!(f, "{v}"),
+            FieldRef::Str(s) => f.write_str(s),
+        }
+    }
+}
+
 impl FieldValue {
+    pub fn as_ref(&self) -> FieldRef<'_> {
+        match self {
+            FieldValue::Uint(v) => FieldRef::Uint(*v),
+            FieldValue::Str(s) => FieldRef::Str(s),
+        }
+    }
+
     pub fn as_u64(&self) -> Option<u64> {
         match self {
             FieldValue::Uint(v) => Some(*v),
@@ -308,13 +343,7 @@ impl KeySchema {
         self.fields
             .iter()
             .enumerate()
-            .filter(|(_, f)| match &s.from {
-                SaltFrom::Series => {
-                    !f.encoding.is_time() && !matches!(f.encoding, FieldEncoding::Uniquifier { .. })
-                }
-                SaltFrom::Timestamp => f.encoding.is_time(),
-                SaltFrom::Fields(names) => names.contains(&f.name),
-            })
+            .filter(|(_, f)| s.hashes(f))
             .map(|(i, _)| i)
             .collect()
     }
@@ -339,7 +368,7 @@ impl KeySchema {
     }
 
     /// Encodes one field value into `out`.
-    fn encode_field(&self, i: usize, value: &FieldValue, out: &mut Vec<u8>) -> Result<(), Error> {
+    fn encode_field(&self, i: usize, value: FieldRef<'_>, out: &mut Vec<u8>) -> Result<(), Error> {
         let f = &self.fields[i];
         let wrong = |want: &str| {
             invalid(format!(
@@ -348,7 +377,7 @@ impl KeySchema {
             ))
         };
         match (&f.encoding, value) {
-            (FieldEncoding::String { width }, FieldValue::Str(s)) => {
+            (FieldEncoding::String { width }, FieldRef::Str(s)) => {
                 if s.len() > *width {
                     return Err(invalid(format!(
                         "key field `{}` is {} bytes, longer than its width {width}: `{s}`",
@@ -367,9 +396,9 @@ impl KeySchema {
             }
             (
                 FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width },
-                FieldValue::Uint(v),
+                FieldRef::Uint(v),
             ) => {
-                if *width < 8 && *v >= 1u64 << (8 * width) {
+                if *width < 8 && v >= 1u64 << (8 * width) {
                     return Err(invalid(format!(
                         "key field `{}` value {v} does not fit in {width} byte(s)",
                         f.name
@@ -377,10 +406,10 @@ impl KeySchema {
                 }
                 out.extend_from_slice(&v.to_be_bytes()[8 - width..]);
             }
-            (FieldEncoding::Timestamp, FieldValue::Uint(v)) => {
+            (FieldEncoding::Timestamp, FieldRef::Uint(v)) => {
                 out.extend_from_slice(&v.to_be_bytes())
             }
-            (FieldEncoding::ReversedTimestamp, FieldValue::Uint(v)) => {
+            (FieldEncoding::ReversedTimestamp, FieldRef::Uint(v)) => {
                 out.extend_from_slice(&(u64::MAX - v).to_be_bytes())
             }
             (FieldEncoding::String { .. }, _) => return Err(wrong("a string")),
@@ -389,20 +418,45 @@ impl KeySchema {
         Ok(())
     }
 
-    /// The salt bucket of a point whose fields are `values` (in key order).
+    /// The salt bucket of a key whose encoded fields (after any salt and
+    /// hash prefix) are `encoded_fields`.
     fn bucket_of(&self, encoded_fields: &[u8]) -> Option<u32> {
         let salt = self.salt.as_ref()?;
-        let mut hashed = Vec::new();
+        // The hashed fields are usually adjacent (the series identity leads
+        // the key): hash them in place, gathering only when they are not.
+        let mut span: Option<(usize, usize)> = None;
+        let mut adjacent = true;
         let mut at = 0;
-        let salt_fields = self.salt_field_indexes();
-        for (i, f) in self.fields.iter().enumerate() {
+        for f in &self.fields {
             let w = f.encoding.width();
-            if salt_fields.contains(&i) {
-                hashed.extend_from_slice(&encoded_fields[at..at + w]);
+            if salt.hashes(f) {
+                span = match span {
+                    None => Some((at, at + w)),
+                    Some((from, to)) => {
+                        adjacent &= to == at;
+                        Some((from, at + w))
+                    }
+                };
             }
             at += w;
         }
-        Some((xxhash_rust::xxh3::xxh3_64(&hashed) % u64::from(salt.buckets)) as u32)
+        let hash = match span {
+            None => xxhash_rust::xxh3::xxh3_64(&[]),
+            Some((from, to)) if adjacent => xxhash_rust::xxh3::xxh3_64(&encoded_fields[from..to]),
+            Some(_) => {
+                let mut hashed = Vec::new();
+                let mut at = 0;
+                for f in &self.fields {
+                    let w = f.encoding.width();
+                    if salt.hashes(f) {
+                        hashed.extend_from_slice(&encoded_fields[at..at + w]);
+                    }
+                    at += w;
+                }
+                xxhash_rust::xxh3::xxh3_64(&hashed)
+            }
+        };
+        Some((hash % u64::from(salt.buckets)) as u32)
     }
 
     /// The salt bytes of a bucket.
@@ -423,14 +477,13 @@ impl KeySchema {
                 .ok_or_else(|| invalid(format!("no key field named `{name}`")))?;
             ordered[i] = Some(v);
         }
-        let mut fields = Vec::with_capacity(self.key_len());
-        for (i, v) in ordered.iter().enumerate() {
-            let v = v.ok_or_else(|| {
-                invalid(format!("key field `{}` is missing", self.fields[i].name))
-            })?;
-            self.encode_field(i, v, &mut fields)?;
-        }
-        Ok(self.assemble(&fields))
+        let mut key = Vec::with_capacity(self.key_len());
+        self.encode_with(&mut key, |i, f| {
+            ordered[i]
+                .map(FieldValue::as_ref)
+                .ok_or_else(|| invalid(format!("key field `{}` is missing", f.name)))
+        })?;
+        Ok(key)
     }
 
     /// Encodes values given in key order.
@@ -442,24 +495,41 @@ impl KeySchema {
                 values.len()
             )));
         }
-        let mut fields = Vec::with_capacity(self.key_len());
-        for (i, v) in values.iter().enumerate() {
-            self.encode_field(i, v, &mut fields)?;
-        }
-        Ok(self.assemble(&fields))
+        let mut key = Vec::with_capacity(self.key_len());
+        self.encode_with(&mut key, |i, _| Ok(values[i].as_ref()))?;
+        Ok(key)
     }
 
-    fn assemble(&self, fields: &[u8]) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.prefix_len() + fields.len());
-        if let Some(b) = self.bucket_of(fields) {
-            key.extend_from_slice(&self.salt_bytes(b));
+    /// Encodes a full key into `out` (replacing what it held), asking
+    /// `value_of` for each field's value in key order. The ingest path
+    /// encodes every row through here with one reused buffer.
+    pub fn encode_with<'v>(
+        &self,
+        out: &mut Vec<u8>,
+        mut value_of: impl FnMut(usize, &KeyField) -> Result<FieldRef<'v>, Error>,
+    ) -> Result<(), Error> {
+        out.clear();
+        let prefix = self.prefix_len();
+        out.resize(prefix, 0);
+        for (i, f) in self.fields.iter().enumerate() {
+            let v = value_of(i, f)?;
+            self.encode_field(i, v, out)?;
+        }
+        let (head, fields) = out.split_at_mut(prefix);
+        let mut at = 0;
+        if let (Some(salt), Some(b)) = (&self.salt, self.bucket_of(fields)) {
+            if salt.width == 1 {
+                head[0] = b as u8;
+            } else {
+                head[..2].copy_from_slice(&(b as u16).to_be_bytes());
+            }
+            at = salt.width;
         }
         if self.md5_prefix > 0 {
-            let digest = md5::compute(fields);
-            key.extend_from_slice(&digest.0[..self.md5_prefix]);
+            let digest = md5::compute(&*fields);
+            head[at..].copy_from_slice(&digest.0[..self.md5_prefix]);
         }
-        key.extend_from_slice(fields);
-        key
+        Ok(())
     }
 
     /// Encodes the leading fields `values` (in key order, fewer than all):
@@ -470,7 +540,7 @@ impl KeySchema {
         }
         let mut out = Vec::new();
         for (i, v) in values.iter().enumerate() {
-            self.encode_field(i, v, &mut out)?;
+            self.encode_field(i, v.as_ref(), &mut out)?;
         }
         Ok(out)
     }
@@ -577,6 +647,48 @@ mod tests {
             "#,
         )
         .unwrap()
+    }
+
+    /// The salt is part of the stored format: pin how it is computed.
+    #[test]
+    fn salt_hashes_the_salted_fields_adjacent_or_not() {
+        let series = cpu();
+        let key = series
+            .encode_ordered(&[
+                FieldValue::Str("cpu".into()),
+                FieldValue::Str("host_7".into()),
+                FieldValue::Uint(9),
+            ])
+            .unwrap();
+        let identity = &key[1..1 + 8 + 12];
+        assert_eq!(u64::from(key[0]), xxhash_rust::xxh3::xxh3_64(identity) % 16);
+        let apart: KeySchema = toml::from_str(
+            r#"
+            fields = [
+              { name = "host", type = "string", width = 4 },
+              { name = "ts", type = "timestamp" },
+              { name = "dc", type = "uint", width = 2 },
+            ]
+            salt = { buckets = 300, width = 2, from = { fields = ["host", "dc"] } }
+            md5_prefix = 2
+            "#,
+        )
+        .unwrap();
+        apart.validate().unwrap();
+        let key = apart
+            .encode_ordered(&[
+                FieldValue::Str("ab".into()),
+                FieldValue::Uint(7),
+                FieldValue::Uint(513),
+            ])
+            .unwrap();
+        let fields = [&b"ab\0\0"[..], &7u64.to_be_bytes(), &[2, 1]].concat();
+        assert_eq!(&key[4..], fields.as_slice());
+        let hashed = [&b"ab\0\0"[..], &[2, 1]].concat();
+        let bucket = xxhash_rust::xxh3::xxh3_64(&hashed) % 300;
+        assert_eq!(u64::from(u16::from_be_bytes([key[0], key[1]])), bucket);
+        assert_eq!(&key[2..4], &md5::compute(&fields).0[..2]);
+        assert_eq!(apart.decode(&key).unwrap().bucket, Some(bucket as u32));
     }
 
     #[test]

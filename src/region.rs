@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::cell::{self, CellKind, EntryBatch, Mutation, Row, RowMutation};
+use crate::cell::{self, CellKind, EntryBatch, KeyRef, Mutation, Row, RowMutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::scan::merge::{MemCursor, Merge, Source};
@@ -428,6 +428,17 @@ impl Region {
         origin: Option<&Origin>,
     ) -> Result<PendingWrite> {
         self.inner.submit(rows, durability, origin)
+    }
+
+    /// Like [`Region::submit`], for rows already encoded as entries (see
+    /// [`crate::ingest::PointEncoder`]); refused the same way when closed.
+    pub fn submit_batch(
+        &self,
+        entries: &EntryBatch,
+        durability: Durability,
+        origin: Option<&Origin>,
+    ) -> Result<PendingWrite> {
+        self.inner.submit_batch(entries, durability, origin)
     }
 
     /// Reads one row.
@@ -958,6 +969,56 @@ impl Inner {
         self.check_open()?;
         let now = self.clock.now_ms();
         let entries = self.to_entries(rows, now)?;
+        self.submit_entries(&entries, durability, origin, now)
+    }
+
+    /// Writes entries encoded elsewhere (the ingest path encodes points
+    /// straight into a batch); they are checked as `to_entries` would have.
+    fn submit_batch(
+        self: &Arc<Self>,
+        entries: &EntryBatch,
+        durability: Durability,
+        origin: Option<&Origin>,
+    ) -> Result<PendingWrite> {
+        self.check_open()?;
+        self.check_entries(entries)?;
+        self.submit_entries(entries, durability, origin, self.clock.now_ms())
+    }
+
+    fn check_entries(&self, entries: &EntryBatch) -> Result<()> {
+        let mut known_family: &[u8] = &[];
+        for i in 0..entries.rows() {
+            for e in entries.row(i) {
+                let bad = |what: &str| Error::InvalidInput(format!("row {i}: {what}"));
+                let key = KeyRef::parse(e.key).ok_or_else(|| bad("malformed entry key"))?;
+                if key.row != entries.row_key(i).unwrap_or_default() {
+                    return Err(bad("entries of one row name different rows"));
+                }
+                if key.family != known_family {
+                    let (f, _) = self.families.get_key_value(key.family).ok_or_else(|| {
+                        Error::UnknownFamily(String::from_utf8_lossy(key.family).into_owned())
+                    })?;
+                    known_family = f.as_slice();
+                }
+                if key.qualifier.len() > cell::MAX_QUALIFIER_LEN
+                    || e.value.len() > self.options.max_value_size
+                    || e.ttl_ms == Some(0)
+                    || key.has_ttl != e.ttl_ms.is_some()
+                {
+                    return Err(bad("qualifier, value or cell TTL out of bounds"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn submit_entries(
+        self: &Arc<Self>,
+        entries: &EntryBatch,
+        durability: Durability,
+        origin: Option<&Origin>,
+        now: u64,
+    ) -> Result<PendingWrite> {
         if entries.is_empty() {
             return Ok(PendingWrite {
                 inner: None,
@@ -966,7 +1027,7 @@ impl Inner {
             });
         }
         self.wait_for_room()?;
-        let body = (durability != Durability::SkipWal).then(|| encode_edits_body(&entries));
+        let body = (durability != Durability::SkipWal).then(|| encode_edits_body(entries));
         let n = entries.rows() as u64;
         let (ticket, last_seq) = {
             let _w = self.write_lock.lock();
@@ -990,8 +1051,10 @@ impl Inner {
                 None => Ticket::done(),
             };
             let active = self.state.read().active.clone();
-            for (i, rm) in rows.iter().enumerate() {
-                active.insert_row(&rm.row, first + i as u64, entries.row(i), now);
+            for i in 0..entries.rows() {
+                if let Some(row) = entries.row_key(i) {
+                    active.insert_row(row, first + i as u64, entries.row(i), now);
+                }
             }
             (ticket, last)
         };

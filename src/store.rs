@@ -22,7 +22,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::{Mutex, RwLock};
 
 use crate::catalog::{Catalog, CreateTable, TableDescriptor, TableName};
-use crate::cell::{Row, RowMutation};
+use crate::cell::{EntryBatch, Row, RowMutation};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -78,7 +78,7 @@ impl StoreOptions {
 
 struct WriteJob {
     region: Arc<Region>,
-    rows: Vec<RowMutation>,
+    rows: Rows,
     durability: crate::schema::Durability,
     origin: Option<Origin>,
     reply: Sender<Submitted>,
@@ -89,8 +89,75 @@ enum Submitted {
     Pending(PendingWrite),
     /// The region was closed (split, altered, or shutting down): nothing of
     /// the batch was logged or applied, and here are its rows back.
-    Refused(Vec<RowMutation>),
+    Refused(Rows),
     Failed(Error),
+}
+
+/// The rows of a write: as a caller built them, or already encoded as
+/// entries by the ingest path.
+enum Rows {
+    Mutations(Vec<RowMutation>),
+    Entries(EntryBatch),
+}
+
+impl Rows {
+    /// The rows grouped by the region of `table` they belong to.
+    fn by_region(self, table: &Table) -> Vec<(usize, Rows)> {
+        match self {
+            Rows::Mutations(rows) => {
+                let mut per_region: HashMap<usize, Vec<RowMutation>> = HashMap::new();
+                for row in rows {
+                    per_region
+                        .entry(region_index(table, &row.row))
+                        .or_default()
+                        .push(row);
+                }
+                per_region
+                    .into_iter()
+                    .map(|(i, rows)| (i, Rows::Mutations(rows)))
+                    .collect()
+            }
+            Rows::Entries(batch) => {
+                if table.regions.len() == 1 {
+                    return vec![(0, Rows::Entries(batch))];
+                }
+                let regions: Vec<usize> = (0..batch.rows())
+                    .map(|i| batch.row_key(i).map_or(0, |row| region_index(table, row)))
+                    .collect();
+                // Sized exactly, so no batch grows (and touches fresh pages)
+                // while rows are copied in.
+                let mut sizes: HashMap<usize, (usize, usize, usize)> = HashMap::new();
+                for (i, &r) in regions.iter().enumerate() {
+                    let (bytes, entries) = batch.row_size(i);
+                    let s = sizes.entry(r).or_default();
+                    *s = (s.0 + bytes, s.1 + entries, s.2 + 1);
+                }
+                if sizes.len() == 1 {
+                    return vec![(regions.first().copied().unwrap_or(0), Rows::Entries(batch))];
+                }
+                let mut per_region: HashMap<usize, EntryBatch> = sizes
+                    .into_iter()
+                    .map(|(r, (b, e, n))| (r, EntryBatch::with_capacity(b, e, n)))
+                    .collect();
+                for (i, r) in regions.into_iter().enumerate() {
+                    if let Some(out) = per_region.get_mut(&r) {
+                        out.push_row_from(&batch, i);
+                    }
+                }
+                per_region
+                    .into_iter()
+                    .map(|(i, b)| (i, Rows::Entries(b)))
+                    .collect()
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Rows::Mutations(rows) => rows.is_empty(),
+            Rows::Entries(batch) => batch.is_empty(),
+        }
+    }
 }
 
 /// How long a write waits for a split or alter to open the new regions.
@@ -324,9 +391,25 @@ impl Store {
         rows: Vec<RowMutation>,
         origin: Option<Origin>,
     ) -> Result<()> {
+        self.write_rows(name, Rows::Mutations(rows), origin)
+    }
+
+    /// Writes rows already encoded as entries (see
+    /// [`crate::ingest::PointEncoder`]) like [`Store::write`]; the regions
+    /// check the entries against their families and limits.
+    pub fn write_entries(
+        &self,
+        name: &TableName,
+        batch: EntryBatch,
+        origin: Option<Origin>,
+    ) -> Result<()> {
+        self.write_rows(name, Rows::Entries(batch), origin)
+    }
+
+    fn write_rows(&self, name: &TableName, rows: Rows, origin: Option<Origin>) -> Result<()> {
         self.wait_for_memory()?;
         let deadline = std::time::Instant::now() + LAYOUT_CHANGE_WAIT;
-        let mut rows = rows;
+        let mut rows = vec![rows];
         loop {
             let table = self.table(name)?;
             let refused = self.write_once(&table, rows, origin.as_ref())?;
@@ -342,6 +425,11 @@ impl Store {
             }
             rows = refused;
         }
+    }
+
+    /// The largest value a cell may hold.
+    pub fn max_value_size(&self) -> usize {
+        self.options.region.max_value_size
     }
 
     /// Bytes in the MemStores of every region.
@@ -403,14 +491,14 @@ impl Store {
     fn write_once(
         &self,
         table: &Arc<Table>,
-        rows: Vec<RowMutation>,
+        rows: Vec<Rows>,
         origin: Option<&Origin>,
-    ) -> Result<Vec<RowMutation>> {
-        let mut per_region: HashMap<usize, Vec<RowMutation>> = HashMap::new();
-        for row in rows {
-            let i = region_index(table, &row.row);
-            per_region.entry(i).or_default().push(row);
-        }
+    ) -> Result<Vec<Rows>> {
+        let per_region: Vec<(usize, Rows)> = rows
+            .into_iter()
+            .flat_map(|r| r.by_region(table))
+            .filter(|(_, r)| !r.is_empty())
+            .collect();
         let mut replies = Vec::with_capacity(per_region.len());
         for (i, rows) in per_region {
             let region = table.regions[i].clone();
@@ -436,7 +524,7 @@ impl Store {
             let outcome = match rx.recv() {
                 Ok(Submitted::Pending(p)) => p.wait(),
                 Ok(Submitted::Refused(rows)) => {
-                    refused.extend(rows);
+                    refused.push(rows);
                     Ok(())
                 }
                 Ok(Submitted::Failed(e)) => Err(e),
@@ -651,10 +739,14 @@ fn region_index(table: &Table, row: &[u8]) -> usize {
 
 fn shard_loop(rx: Receiver<WriteJob>) {
     for job in rx {
-        let outcome = match job
-            .region
-            .submit(&job.rows, job.durability, job.origin.as_ref())
-        {
+        let submitted = match &job.rows {
+            Rows::Mutations(rows) => job.region.submit(rows, job.durability, job.origin.as_ref()),
+            Rows::Entries(batch) => {
+                job.region
+                    .submit_batch(batch, job.durability, job.origin.as_ref())
+            }
+        };
+        let outcome = match submitted {
             Ok(p) => Submitted::Pending(p),
             Err(Error::Closed) => Submitted::Refused(job.rows),
             Err(e) => Submitted::Failed(e),

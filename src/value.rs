@@ -32,6 +32,12 @@ const STR: u8 = 5;
 impl Value {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(9);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoded value to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             Value::Float(v) => {
                 out.push(FLOAT);
@@ -54,7 +60,6 @@ impl Value {
                 out.extend_from_slice(s.as_bytes());
             }
         }
-        out
     }
 
     /// `None` for bytes that are not a typed value.

@@ -4,7 +4,7 @@ mod common;
 
 use common::{Harness, foreground_options, small_wal};
 use halite::ErrorKind;
-use halite::cell::{Mutation, RowMutation};
+use halite::cell::{CellKind, EntryBatch, Mutation, RowMutation};
 use halite::region::wal::io::IoBackendChoice;
 use halite::scan::Scan;
 use halite::schema::{Durability, FamilyDescriptor};
@@ -71,6 +71,63 @@ fn bad_writes_are_refused_and_change_nothing() {
     h.region()
         .mutate(&[good], Durability::SyncWal)
         .expect("good write after bad ones");
+    assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 1);
+}
+
+/// Entries encoded by the ingest path are checked like mutations: a batch
+/// with one bad entry is refused whole, before anything is logged.
+#[test]
+fn bad_encoded_entries_are_refused_and_change_nothing() {
+    let h = harness();
+    let batch = |family: &str, qualifier: &[u8], value: &[u8]| {
+        let mut b = EntryBatch::new();
+        b.push(b"ok", b"cf", b"q", 1, CellKind::Put, None, b"v");
+        b.end_row();
+        b.push(
+            b"r",
+            family.as_bytes(),
+            qualifier,
+            1,
+            CellKind::Put,
+            None,
+            value,
+        );
+        b.end_row();
+        b
+    };
+    let cases = [
+        (batch("nope", b"q", b"v"), ErrorKind::NotFound, "nope"),
+        (
+            batch("cf", b"q", &vec![0u8; 11 * 1024 * 1024]),
+            ErrorKind::InvalidInput,
+            "out of bounds",
+        ),
+        (
+            batch("cf", &vec![b'q'; 70_000], b"v"),
+            ErrorKind::InvalidInput,
+            "out of bounds",
+        ),
+    ];
+    for (bad, kind, needle) in cases {
+        let err = h
+            .region()
+            .submit_batch(&bad, Durability::SyncWal, None)
+            .and_then(|p| p.wait())
+            .expect_err("bad batch accepted");
+        assert_eq!(err.kind(), kind, "{err}");
+        assert!(err.to_string().contains(needle), "`{err}` lacks `{needle}`");
+    }
+    assert!(
+        h.region().scan(&Scan::new()).expect("scan").rows.is_empty(),
+        "a refused batch left data behind"
+    );
+    let mut good = EntryBatch::new();
+    good.push(b"ok", b"cf", b"q", 1, CellKind::Put, None, b"v");
+    good.end_row();
+    h.region()
+        .submit_batch(&good, Durability::SyncWal, None)
+        .and_then(|p| p.wait())
+        .expect("good batch after bad ones");
     assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 1);
 }
 
