@@ -388,16 +388,27 @@ impl BlockIter {
         // Bytes of row length, row, family length and family.
         let prefix = 2 + row.len() + 1 + family.len();
         let mut in_column_family = false;
+        // Where the previous entry's qualifier first fell below the target's,
+        // if it did at a byte both have. An entry sharing that byte with the
+        // previous one falls below at the same place: no compare needed.
+        // (One whose qualifier ends before that byte is a proper prefix of
+        // the target's, so also below it.)
+        let mut below_at: Option<usize> = None;
         while self.valid() {
             in_column_family = if in_column_family && self.shared >= prefix {
                 true
             } else {
                 self.key.len() >= prefix + 9 && self.key[..prefix] == target[..prefix]
             };
-            let before = if in_column_family {
-                self.key[prefix..self.key.len() - 9] < *qualifier
-            } else {
+            let before = if !in_column_family {
+                below_at = None;
                 compare_keys(&self.key, target) == Ordering::Less
+            } else if below_at.is_some_and(|d| self.shared > prefix + d) {
+                true
+            } else {
+                let (below, at) = qualifier_below(&self.key[prefix..self.key.len() - 9], qualifier);
+                below_at = at;
+                below
             };
             if !before {
                 break;
@@ -421,6 +432,20 @@ impl BlockIter {
     }
 }
 
+/// Whether qualifier `q` sorts before `target`, and the index of the
+/// first byte where it is smaller (`None` when it is not below, or is below
+/// only by being a proper prefix). Qualifiers are short: a byte loop beats
+/// a call to `memcmp`.
+#[inline]
+fn qualifier_below(q: &[u8], target: &[u8]) -> (bool, Option<usize>) {
+    for (i, (a, b)) in q.iter().zip(target).enumerate() {
+        if a != b {
+            return (a < b, (a < b).then_some(i));
+        }
+    }
+    (q.len() < target.len(), None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,6 +467,52 @@ mod tests {
             keys.push(key);
         }
         (Arc::new(Block::parse(b.finish()).unwrap()), keys)
+    }
+
+    /// Skipping to a column lands where a plain key comparison would,
+    /// however the qualifiers share prefixes with each other and the target.
+    #[test]
+    fn skipping_to_a_column_lands_on_its_first_key() {
+        let qualifiers: [&[u8]; 9] = [
+            b"a", b"ab", b"abc", b"abd", b"abda", b"b", b"ba", b"bab", b"c",
+        ];
+        let mut keys = Vec::new();
+        for row in [&b"r1"[..], b"r2", b"r3"] {
+            for family in [&b"f"[..], b"g"] {
+                for q in qualifiers {
+                    for ts in [9, 3] {
+                        keys.push(encode_key(row, family, q, ts, CellKind::Put, false));
+                    }
+                }
+            }
+        }
+        for prefix in [true, false] {
+            let mut b = BlockBuilder::new(prefix);
+            for k in &keys {
+                b.add(k, None, b"v");
+            }
+            let block = Arc::new(Block::parse(b.finish()).unwrap());
+            let targets: [&[u8]; 6] = [b"", b"aa", b"abcz", b"abd", b"bb", b"d"];
+            for row in [&b"r0"[..], b"r2", b"r4"] {
+                for family in [&b"f"[..], b"g"] {
+                    for q in qualifiers.iter().chain(targets.iter()) {
+                        let target = crate::cell::first_key_of_column(row, family, q);
+                        let want = keys
+                            .iter()
+                            .find(|k| compare_keys(k, &target) != Ordering::Less);
+                        for from in (0..keys.len()).step_by(5) {
+                            if compare_keys(&keys[from], &target) == Ordering::Greater {
+                                break;
+                            }
+                            let mut it = BlockIter::new(block.clone());
+                            it.seek(&keys[from]).unwrap();
+                            it.skip_to(&target).unwrap();
+                            assert_eq!(it.valid().then(|| it.key()), want.map(|k| &k[..]));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
