@@ -35,6 +35,7 @@ use crate::catalog::{CreateTable, TableDescriptor, TableName, from_hex};
 use crate::cell::Row;
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
+use crate::ingest::kafka::IngestStats;
 use crate::ingest::line_protocol::{self, Precision};
 use crate::ingest::{JsonPoints, PointEncoder};
 use crate::key::{FieldValue, KeySchema};
@@ -52,6 +53,8 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Request bodies above this are refused with 413 (default 25 MiB).
     pub max_body: usize,
+    /// The Kafka pipeline's counters, when it runs.
+    pub ingest: Option<Arc<IngestStats>>,
 }
 
 /// An error as the API answers it.
@@ -176,6 +179,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/tables/{table}/scan", post(scan_table))
         .route("/api/v1/write", post(write))
         .route("/api/v1/query", post(query))
+        .route("/api/v1/ingest", get(ingest_status))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
@@ -737,6 +741,19 @@ fn aggregate_answer(
             Ok(([(header::CONTENT_TYPE, stream::ARROW_STREAM)], body).into_response())
         }
     }
+}
+
+/// The Kafka pipeline: counters since start and the offsets committed per
+/// partition (what is durable). 404 when Kafka ingestion is off.
+async fn ingest_status(State(s): State<Arc<AppState>>) -> ApiResult<Response> {
+    let stats = s.ingest.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "Kafka ingestion is off: set [kafka] brokers and topics",
+        )
+    })?;
+    Ok(Json(stats.to_json()).into_response())
 }
 
 #[derive(Deserialize)]

@@ -117,6 +117,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Tables created at start-up when missing (namespaces too).
     pub tables: Vec<crate::catalog::CreateTable>,
+    /// Kafka ingestion; off unless brokers and topics are set.
+    pub kafka: crate::ingest::kafka::KafkaConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -217,6 +219,7 @@ impl Default for Config {
             region: RegionConfig::default(),
             cache: CacheConfig::default(),
             tables: Vec::new(),
+            kafka: crate::ingest::kafka::KafkaConfig::default(),
         }
     }
 }

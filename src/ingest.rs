@@ -7,7 +7,9 @@
 //! time, every other field from the tag of that name. A tag that is not a key
 //! field is an error: silently dropping it would merge distinct series.
 
+pub mod kafka;
 pub mod line_protocol;
+pub mod produce;
 
 use std::borrow::Cow;
 

@@ -16,6 +16,8 @@ use halite::catalog::CreateTable;
 use halite::cli;
 use halite::clock::{Clock, SystemClock};
 use halite::config::Config;
+use halite::ingest::kafka::{Format, KafkaIngest};
+use halite::ingest::produce::{ProduceSpec, produce};
 use halite::region::block_cache::BlockCache;
 use halite::region::wal::Wal;
 use halite::region::{Region, RegionDescriptor};
@@ -140,6 +142,28 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Produce deterministic TSBS-style cpu points into a Kafka topic.
+    Produce {
+        /// bootstrap.servers of the broker.
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long, default_value = "cpu")]
+        topic: String,
+        #[arg(long, default_value_t = 100)]
+        hosts: u64,
+        /// Points in all; point i is host i % hosts at step i / hosts.
+        #[arg(long, default_value_t = 100_000)]
+        points: u64,
+        /// Points per message.
+        #[arg(long, default_value_t = 10)]
+        per_message: usize,
+        /// line (Influx line protocol, ms timestamps) or json.
+        #[arg(long, default_value = "line")]
+        format: String,
+        /// Points per second; 0 is as fast as possible.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+    },
     /// Run the service: the HTTP API over the tables of the config.
     Serve {
         /// Config file (configs/halite.toml documents every setting).
@@ -176,11 +200,30 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     )?);
     ensure_tables(&store, &config.tables)?;
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
+    let kafka = if config.kafka.enabled() {
+        let k = KafkaIngest::start(&config.kafka, store.clone(), clock.clone())?;
+        println!(
+            "consuming {} from {} as group {}",
+            config
+                .kafka
+                .topics
+                .iter()
+                .map(|t| format!("{} -> {}", t.topic, t.table))
+                .collect::<Vec<_>>()
+                .join(", "),
+            config.kafka.brokers,
+            config.kafka.group_id
+        );
+        Some(k)
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
         store: store.clone(),
         clock,
         ready: false.into(),
         max_body: config.server.max_body.0 as usize,
+        ingest: kafka.as_ref().map(|k| k.stats.clone()),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -208,6 +251,10 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         };
         api::serve(listener, state.clone(), shutdown).await
     })?;
+    // Stop fetching, make what was fetched durable, commit it.
+    if let Some(k) = kafka {
+        k.stop();
+    }
     drop(runtime);
     drop(state);
     splitter.stop();
@@ -430,13 +477,49 @@ fn run_client(command: Command) -> Result<(), String> {
             }
             c.query(&q)
         }
-        Command::Serve { .. } | Command::Demo { .. } => Err("not a client verb".into()),
+        Command::Serve { .. } | Command::Demo { .. } | Command::Produce { .. } => {
+            Err("not a client verb".into())
+        }
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Produce {
+            brokers,
+            topic,
+            hosts,
+            points,
+            per_message,
+            format,
+            rate,
+        } => {
+            let format = match format.as_str() {
+                "line" => Ok(Format::Line),
+                "json" => Ok(Format::Json),
+                other => Err(format!("unknown format `{other}`: use line or json").into()),
+            };
+            format.and_then(|format| {
+                let spec = ProduceSpec {
+                    brokers,
+                    topic,
+                    hosts,
+                    points,
+                    points_per_message: per_message,
+                    format,
+                    rate,
+                };
+                let started = Instant::now();
+                let messages = produce(&spec)?;
+                println!(
+                    "produced {points} points in {messages} messages to {} in {:.2}s",
+                    spec.topic,
+                    started.elapsed().as_secs_f64()
+                );
+                Ok(())
+            })
+        }
         Command::Serve { config, overrides } => Config::load(config.as_deref(), &overrides)
             .map_err(Into::into)
             .and_then(serve),

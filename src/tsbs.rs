@@ -68,6 +68,43 @@ pub fn cpu_row(family: &str, host: u64, step: u64, ts: u64) -> RowMutation {
     m
 }
 
+/// Epoch ms of step 0 in generated data.
+pub const T0_MS: u64 = 1_700_000_000_000;
+/// Time between two points of one host in generated data.
+pub const INTERVAL_MS: u64 = 10_000;
+
+/// The host tag of generated data.
+pub fn host_name(host: u64) -> String {
+    format!("host_{host:04}")
+}
+
+/// Appends host `host`'s point at `step` as one line of Influx line
+/// protocol (measurement `cpu`, millisecond timestamp).
+pub fn cpu_line(host: u64, step: u64, out: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(out, "cpu,host={}", host_name(host));
+    for (i, f) in CPU_FIELDS.iter().enumerate() {
+        out.push(if i == 0 { ' ' } else { ',' });
+        let _ = write!(out, "{f}={}", cpu_value(host, step, i));
+    }
+    let _ = writeln!(out, " {}", T0_MS + step * INTERVAL_MS);
+}
+
+/// The same point as a JSON point (`ts` in ms).
+pub fn cpu_json(host: u64, step: u64) -> serde_json::Value {
+    let fields: serde_json::Map<String, serde_json::Value> = CPU_FIELDS
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.to_string(), serde_json::json!(cpu_value(host, step, i))))
+        .collect();
+    serde_json::json!({
+        "metric": "cpu",
+        "tags": {"host": host_name(host)},
+        "ts": T0_MS + step * INTERVAL_MS,
+        "fields": fields,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod kafka;
 pub mod server;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,874 @@
+//! Kafka ingestion: a consumer group over the configured topics, each topic
+//! feeding one table in one message format, with at-least-once delivery.
+//!
+//! ```text
+//! consumer thread ── batches per partition ──▶ bounded queue ──▶ writer threads
+//!   poll, pause/resume,                          (full: pause)     decode, write (durable),
+//!   commit what is durable  ◀──── offsets done ────────────────── dead-letter bad messages
+//! ```
+//!
+//! A partition's committed offset only ever moves to just past a message
+//! whose batch — and every batch before it — is durable in the store
+//! (acknowledged after the WAL sync, per the table's durability) or handled
+//! as a bad message. Batches finish out of order; [`OffsetTracker`] keeps
+//! the lowest unfinished one as the limit. A crash or a rebalance replays
+//! at most what was not committed, and a replayed point rewrites the same
+//! cell. Each write carries its Kafka position into the WAL record
+//! ([`Origin`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use parking_lot::{Condvar, Mutex};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::Deserialize;
+
+use super::line_protocol::{self, Precision};
+use super::{JsonPoints, PointEncoder};
+use crate::catalog::TableName;
+use crate::clock::Clock;
+use crate::config::Dur;
+use crate::region::wal::record::Origin;
+use crate::store::Store;
+
+/// How messages of a topic are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// Influx line protocol, one or more lines per message.
+    #[default]
+    Line,
+    /// One JSON point or an array of them per message.
+    Json,
+}
+
+/// One consumed topic.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    pub topic: String,
+    /// `namespace:table` the points go to.
+    pub table: String,
+    #[serde(default)]
+    pub format: Format,
+    /// Timestamp precision of line protocol: ns (default), us, ms or s.
+    #[serde(default = "TopicConfig::ns")]
+    pub precision: String,
+}
+
+impl TopicConfig {
+    fn ns() -> String {
+        "ns".into()
+    }
+}
+
+/// `[kafka]`: the consumer group and its topics.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`; empty (the default) turns Kafka ingestion off.
+    pub brokers: String,
+    pub group_id: String,
+    /// How often durable offsets are committed (default 1s).
+    pub commit_interval: Dur,
+    /// A partition's batch is written when it holds this many messages...
+    pub batch_messages: usize,
+    /// ...or its first message waited this long (default 20ms).
+    pub batch_wait: Dur,
+    /// Writer threads, each with one batch in flight (default 4); the queue
+    /// to them holds as many again. When it is full the consumer pauses.
+    pub writers: usize,
+    /// Where bad messages go, with the reason in headers; none: only counted
+    /// and logged.
+    pub dead_letter_topic: Option<String>,
+    /// librdkafka settings passed through as they are (both consumer and
+    /// dead-letter producer), e.g. `"session.timeout.ms" = "6000"`.
+    pub client: BTreeMap<String, String>,
+    pub topics: Vec<TopicConfig>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: String::new(),
+            group_id: "halite".into(),
+            commit_interval: Dur(Duration::from_secs(1)),
+            batch_messages: 500,
+            batch_wait: Dur(Duration::from_millis(20)),
+            writers: 4,
+            dead_letter_topic: None,
+            client: BTreeMap::new(),
+            topics: Vec::new(),
+        }
+    }
+}
+
+impl KafkaConfig {
+    pub fn enabled(&self) -> bool {
+        !self.brokers.is_empty() && !self.topics.is_empty()
+    }
+}
+
+/// Errors starting the consumer; each says which setting to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("kafka client setup failed: {0}; check [kafka] brokers and client settings")]
+    Client(#[from] rdkafka::error::KafkaError),
+    #[error("kafka topic `{topic}`: {reason}")]
+    Topic { topic: String, reason: String },
+}
+
+/// Counters of the pipeline since start.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    pub messages: AtomicU64,
+    pub points: AtomicU64,
+    pub bad_messages: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub batches_failed: AtomicU64,
+    pub commits: AtomicU64,
+    pub pauses: AtomicU64,
+    /// Last committed offset (the next to consume) per topic and partition.
+    pub committed: Mutex<BTreeMap<PartitionKey, i64>>,
+}
+
+impl IngestStats {
+    pub fn to_json(&self) -> serde_json::Value {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let committed: Vec<serde_json::Value> = self
+            .committed
+            .lock()
+            .iter()
+            .map(|((t, p), o)| serde_json::json!({"topic": t, "partition": p, "offset": o}))
+            .collect();
+        serde_json::json!({
+            "messages": n(&self.messages),
+            "points": n(&self.points),
+            "bad_messages": n(&self.bad_messages),
+            "dead_lettered": n(&self.dead_lettered),
+            "batches_failed": n(&self.batches_failed),
+            "commits": n(&self.commits),
+            "pauses": n(&self.pauses),
+            "committed": committed,
+        })
+    }
+}
+
+pub type PartitionKey = (String, i32);
+
+/// Per partition: the batches sent and not yet finished, by first offset.
+/// The committable offset is one past the last message of the longest run
+/// of finished batches from the front.
+#[derive(Default)]
+struct OffsetTracker {
+    partitions: HashMap<PartitionKey, PartitionOffsets>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchState {
+    Sent,
+    Done,
+    /// Could not be written: the partition's commits stop before it until a
+    /// restart replays it.
+    Failed,
+}
+
+#[derive(Default)]
+struct PartitionOffsets {
+    /// first offset -> (last offset, state)
+    in_flight: BTreeMap<i64, (i64, BatchState)>,
+    /// Next offset to consume once everything before it is durable.
+    committable: Option<i64>,
+    committed: Option<i64>,
+}
+
+impl OffsetTracker {
+    fn sent(&mut self, p: &PartitionKey, first: i64, last: i64) {
+        self.partitions
+            .entry(p.clone())
+            .or_default()
+            .in_flight
+            .insert(first, (last, BatchState::Sent));
+    }
+
+    /// A batch is durable (or handled, `Done`) or given up (`Failed`); moves
+    /// the committable offset past every done batch at the front.
+    fn finished(&mut self, p: &PartitionKey, first: i64, state: BatchState) {
+        let Some(po) = self.partitions.get_mut(p) else {
+            return; // revoked meanwhile: the next owner replays it
+        };
+        if let Some(b) = po.in_flight.get_mut(&first) {
+            b.1 = state;
+        }
+        while let Some((&f, &(last, BatchState::Done))) = po.in_flight.first_key_value() {
+            po.in_flight.remove(&f);
+            po.committable = Some(last + 1);
+        }
+    }
+
+    /// Batches of the partition still being written.
+    fn in_flight(&self, p: &PartitionKey) -> usize {
+        self.partitions.get(p).map_or(0, |po| {
+            po.in_flight
+                .values()
+                .filter(|b| b.1 == BatchState::Sent)
+                .count()
+        })
+    }
+
+    /// Offsets that moved since the last commit.
+    fn to_commit(&self) -> Vec<(PartitionKey, i64)> {
+        self.partitions
+            .iter()
+            .filter_map(|(p, po)| match po.committable {
+                Some(c) if po.committed != Some(c) => Some((p.clone(), c)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn committed(&mut self, done: &[(PartitionKey, i64)]) {
+        for (p, o) in done {
+            if let Some(po) = self.partitions.get_mut(p) {
+                po.committed = Some(*o);
+            }
+        }
+    }
+}
+
+/// State shared by the consumer thread, the rebalance callbacks and the
+/// writers.
+struct Shared {
+    tracker: Mutex<OffsetTracker>,
+    /// Signalled whenever a batch finishes.
+    batch_done: Condvar,
+    /// Bumped on every revoke: batches built before it are dropped.
+    generation: AtomicU64,
+    stats: Arc<IngestStats>,
+}
+
+impl Shared {
+    /// Commits what is durable, synchronously; `only` limits it to some
+    /// partitions.
+    fn commit(&self, consumer: &BaseConsumer<IngestContext>, only: Option<&[PartitionKey]>) {
+        let offsets: Vec<(PartitionKey, i64)> = self
+            .tracker
+            .lock()
+            .to_commit()
+            .into_iter()
+            .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
+            .collect();
+        if offsets.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in &offsets {
+            if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
+                eprintln!("kafka: cannot list offset {offset} of {topic}/{partition}: {e}");
+            }
+        }
+        match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => {
+                self.tracker.lock().committed(&offsets);
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.committed.lock().extend(offsets.iter().cloned());
+            }
+            // Not fatal: the next commit carries the same (or later) offsets.
+            Err(e) => eprintln!("kafka: offset commit failed (will retry): {e}"),
+        }
+    }
+}
+
+struct IngestContext {
+    shared: Arc<Shared>,
+}
+
+impl ClientContext for IngestContext {}
+
+impl ConsumerContext for IngestContext {
+    /// Before partitions go to another member: wait for their batches in
+    /// flight to become durable, and commit them, so the next owner starts
+    /// where we stopped instead of replaying.
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        let revoked: Vec<PartitionKey> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut tracker = self.shared.tracker.lock();
+        while revoked.iter().any(|p| tracker.in_flight(p) > 0) && Instant::now() < deadline {
+            self.shared
+                .batch_done
+                .wait_for(&mut tracker, Duration::from_millis(50));
+        }
+        drop(tracker);
+        self.shared.commit(consumer, Some(&revoked));
+        let mut tracker = self.shared.tracker.lock();
+        for p in &revoked {
+            tracker.partitions.remove(p);
+        }
+    }
+}
+
+/// Messages of one partition, written together.
+struct Batch {
+    topic: Arc<TopicRoute>,
+    partition: i32,
+    generation: u64,
+    started: Instant,
+    messages: Vec<(i64, Vec<u8>)>,
+}
+
+struct TopicRoute {
+    topic: String,
+    table: TableName,
+    format: Format,
+    precision: Precision,
+}
+
+/// The running pipeline; [`KafkaIngest::stop`] drains it.
+pub struct KafkaIngest {
+    stop: Arc<AtomicBool>,
+    consumer: Option<JoinHandle<()>>,
+    pub stats: Arc<IngestStats>,
+}
+
+impl KafkaIngest {
+    /// Joins the group and starts consuming. Tables must exist.
+    pub fn start(
+        config: &KafkaConfig,
+        store: Arc<Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<KafkaIngest, KafkaError> {
+        let mut routes = HashMap::new();
+        for t in &config.topics {
+            let bad = |reason: String| KafkaError::Topic {
+                topic: t.topic.clone(),
+                reason,
+            };
+            let table = TableName::parse(&t.table).map_err(|e| bad(e.to_string()))?;
+            store.catalog().table(&table).map_err(|e| {
+                bad(format!(
+                    "{e}; create the table (or list it under [[tables]]) first"
+                ))
+            })?;
+            let precision = Precision::parse(&t.precision)
+                .ok_or_else(|| bad(format!("unknown precision `{}`", t.precision)))?;
+            routes.insert(
+                t.topic.clone(),
+                Arc::new(TopicRoute {
+                    topic: t.topic.clone(),
+                    table,
+                    format: t.format,
+                    precision,
+                }),
+            );
+        }
+        let stats = Arc::new(IngestStats::default());
+        let shared = Arc::new(Shared {
+            tracker: Mutex::new(OffsetTracker::default()),
+            batch_done: Condvar::new(),
+            generation: AtomicU64::new(0),
+            stats: stats.clone(),
+        });
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("group.id", &config.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in &config.client {
+            client.set(k, v);
+        }
+        let consumer: BaseConsumer<IngestContext> = client.create_with_context(IngestContext {
+            shared: shared.clone(),
+        })?;
+        let topics: Vec<&str> = config.topics.iter().map(|t| t.topic.as_str()).collect();
+        consumer.subscribe(&topics)?;
+        let dead_letters = match &config.dead_letter_topic {
+            Some(topic) => {
+                let mut pc = ClientConfig::new();
+                pc.set("bootstrap.servers", &config.brokers)
+                    .set("linger.ms", "5");
+                for (k, v) in &config.client {
+                    // Consumer-only settings would make the producer refuse to start.
+                    if !k.starts_with("session.")
+                        && !k.starts_with("heartbeat.")
+                        && !k.starts_with("fetch.")
+                        && !k.starts_with("auto.")
+                        && !k.starts_with("group.")
+                        && !k.starts_with("enable.auto")
+                    {
+                        pc.set(k, v);
+                    }
+                }
+                Some(DeadLetters {
+                    topic: topic.clone(),
+                    producer: pc.create()?,
+                })
+            }
+            None => None,
+        };
+        let dead_letters = Arc::new(dead_letters);
+        let writers = config.writers.max(1);
+        let (tx, rx) = bounded::<Batch>(writers);
+        let mut writer_threads = Vec::new();
+        for i in 0..writers {
+            let rx = rx.clone();
+            let store = store.clone();
+            let shared = shared.clone();
+            let clock = clock.clone();
+            let dead_letters = dead_letters.clone();
+            writer_threads.push(
+                std::thread::Builder::new()
+                    .name(format!("halite-kafka-w{i}"))
+                    .spawn(move || writer_loop(rx, &store, &shared, &*clock, &dead_letters))
+                    .map_err(|e| KafkaError::Topic {
+                        topic: String::new(),
+                        reason: format!("cannot start a writer thread: {e}"),
+                    })?,
+            );
+        }
+        drop(rx);
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumer_loop = ConsumerLoop {
+            consumer,
+            shared,
+            routes,
+            tx: Some(tx),
+            writer_threads,
+            stop: stop.clone(),
+            batch_messages: config.batch_messages.max(1),
+            batch_wait: config.batch_wait.0,
+            commit_interval: config.commit_interval.0,
+        };
+        let handle = std::thread::Builder::new()
+            .name("halite-kafka".into())
+            .spawn(move || consumer_loop.run())
+            .map_err(|e| KafkaError::Topic {
+                topic: String::new(),
+                reason: format!("cannot start the consumer thread: {e}"),
+            })?;
+        Ok(KafkaIngest {
+            stop,
+            consumer: Some(handle),
+            stats,
+        })
+    }
+
+    /// Stops fetching, writes what was fetched, waits for it to be durable,
+    /// commits, and leaves the group.
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for KafkaIngest {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.consumer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct ConsumerLoop {
+    consumer: BaseConsumer<IngestContext>,
+    shared: Arc<Shared>,
+    routes: HashMap<String, Arc<TopicRoute>>,
+    tx: Option<Sender<Batch>>,
+    writer_threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    batch_messages: usize,
+    batch_wait: Duration,
+    commit_interval: Duration,
+}
+
+impl ConsumerLoop {
+    fn run(mut self) {
+        let mut pending: HashMap<PartitionKey, Batch> = HashMap::new();
+        // A batch the queue had no room for; the partitions stay paused
+        // until it is sent.
+        let mut blocked: Option<Batch> = None;
+        let mut last_commit = Instant::now();
+        while !self.stop.load(Ordering::SeqCst) {
+            if let Some(b) = blocked.take() {
+                blocked = self.try_send(b);
+                if blocked.is_none() {
+                    self.set_paused(false);
+                }
+            }
+            let timeout = if blocked.is_some() {
+                Duration::from_millis(5)
+            } else {
+                Duration::from_millis(10)
+            };
+            if let Some(result) = self.consumer.poll(timeout) {
+                match result {
+                    Ok(m) => {
+                        self.shared.stats.messages.fetch_add(1, Ordering::Relaxed);
+                        let Some(route) = self.routes.get(m.topic()).cloned() else {
+                            continue;
+                        };
+                        let key = (m.topic().to_string(), m.partition());
+                        let generation = self.shared.generation.load(Ordering::SeqCst);
+                        let batch = pending.entry(key).or_insert_with(|| Batch {
+                            topic: route,
+                            partition: m.partition(),
+                            generation,
+                            started: Instant::now(),
+                            messages: Vec::new(),
+                        });
+                        batch
+                            .messages
+                            .push((m.offset(), m.payload().unwrap_or_default().to_vec()));
+                    }
+                    Err(e) => eprintln!("kafka: consumer error: {e}"),
+                }
+            }
+            // Batches built before a revoke belong to partitions we may no
+            // longer own: their next owner reads them again.
+            let generation = self.shared.generation.load(Ordering::SeqCst);
+            pending.retain(|_, b| b.generation == generation);
+            if blocked.is_none() {
+                let ready: Vec<PartitionKey> = pending
+                    .iter()
+                    .filter(|(_, b)| {
+                        b.messages.len() >= self.batch_messages
+                            || b.started.elapsed() >= self.batch_wait
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in ready {
+                    let Some(b) = pending.remove(&k) else {
+                        continue;
+                    };
+                    if let Some(b) = self.try_send(b) {
+                        // Writers are saturated: stop fetching instead of
+                        // buffering without bound.
+                        self.set_paused(true);
+                        blocked = Some(b);
+                        break;
+                    }
+                }
+            }
+            if last_commit.elapsed() >= self.commit_interval {
+                self.shared.commit(&self.consumer, None);
+                last_commit = Instant::now();
+            }
+        }
+        // Shutdown: what was fetched is written, then committed.
+        let tx = self.tx.take();
+        if let Some(tx) = &tx {
+            for b in blocked.into_iter().chain(pending.into_values()) {
+                self.track(&b);
+                let _ = tx.send(b);
+            }
+        }
+        drop(tx);
+        for w in std::mem::take(&mut self.writer_threads) {
+            let _ = w.join();
+        }
+        self.shared.commit(&self.consumer, None);
+        self.consumer.unsubscribe();
+    }
+
+    fn track(&self, b: &Batch) {
+        if let (Some(first), Some(last)) = (b.messages.first(), b.messages.last()) {
+            self.shared
+                .tracker
+                .lock()
+                .sent(&(b.topic.topic.clone(), b.partition), first.0, last.0);
+        }
+    }
+
+    /// Hands a batch to the writers; gives it back when they are all busy.
+    fn try_send(&self, b: Batch) -> Option<Batch> {
+        let tx = self.tx.as_ref()?;
+        self.track(&b);
+        match tx.try_send(b) {
+            Ok(()) => None,
+            Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
+                // Not sent after all: forget it until it is.
+                if let Some(first) = b.messages.first() {
+                    let mut t = self.shared.tracker.lock();
+                    if let Some(po) = t.partitions.get_mut(&(b.topic.topic.clone(), b.partition)) {
+                        po.in_flight.remove(&first.0);
+                    }
+                }
+                Some(b)
+            }
+        }
+    }
+
+    fn set_paused(&self, paused: bool) {
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let result = if paused {
+            self.shared.stats.pauses.fetch_add(1, Ordering::Relaxed);
+            self.consumer.pause(&assignment)
+        } else {
+            self.consumer.resume(&assignment)
+        };
+        if let Err(e) = result {
+            eprintln!("kafka: pause/resume failed: {e}");
+        }
+    }
+}
+
+struct DeadLetters {
+    topic: String,
+    producer: ThreadedProducer<DefaultProducerContext>,
+}
+
+impl DeadLetters {
+    /// Sends the original payload with the reason and its source position
+    /// in headers; waits until the broker has it.
+    fn send(
+        &self,
+        source: &str,
+        partition: i32,
+        offset: i64,
+        payload: &[u8],
+        reason: &str,
+    ) -> bool {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "halite-error",
+                value: Some(reason),
+            })
+            .insert(Header {
+                key: "halite-source-topic",
+                value: Some(source),
+            })
+            .insert(Header {
+                key: "halite-source-partition",
+                value: Some(&partition.to_string()),
+            })
+            .insert(Header {
+                key: "halite-source-offset",
+                value: Some(&offset.to_string()),
+            });
+        let record: BaseRecord<'_, (), [u8]> = BaseRecord::to(&self.topic)
+            .payload(payload)
+            .headers(headers);
+        if let Err((e, _)) = self.producer.send(record) {
+            eprintln!("kafka: dead-letter produce failed: {e}");
+            return false;
+        }
+        true
+    }
+
+    fn flush(&self) -> bool {
+        match self.producer.flush(Duration::from_secs(30)) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("kafka: dead-letter flush failed: {e}");
+                false
+            }
+        }
+    }
+}
+
+fn writer_loop(
+    rx: Receiver<Batch>,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+    dead_letters: &Option<DeadLetters>,
+) {
+    for batch in rx {
+        let key = (batch.topic.topic.clone(), batch.partition);
+        let first = batch.messages.first().map_or(0, |m| m.0);
+        let handled = write_batch(&batch, store, shared, clock, dead_letters.as_ref());
+        let state = if handled {
+            BatchState::Done
+        } else {
+            shared.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
+            BatchState::Failed
+        };
+        shared.tracker.lock().finished(&key, first, state);
+        shared.batch_done.notify_all();
+    }
+}
+
+/// Decodes and writes one batch; bad messages go to the dead-letter topic.
+/// True when every message is durable or handled.
+fn write_batch(
+    batch: &Batch,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+    dead_letters: Option<&DeadLetters>,
+) -> bool {
+    let route = &batch.topic;
+    let desc = match store.catalog().table(&route.table) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("kafka: {}: {e}", route.topic);
+            return false;
+        }
+    };
+    let now = clock.now_ms();
+    let lines: usize = batch.messages.len();
+    let mut encoder = match PointEncoder::new(&desc, store.max_value_size(), lines) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("kafka: {}: {e}", route.topic);
+            return false;
+        }
+    };
+    let mut bad: Vec<(i64, &[u8], String)> = Vec::new();
+    for (offset, payload) in &batch.messages {
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+            bad.push((*offset, payload, reason));
+        }
+    }
+    let entries = encoder.finish();
+    let points = entries.rows() as u64;
+    if points > 0 {
+        let origin = Origin {
+            topic: route.topic.clone(),
+            partition: batch.partition as u32,
+            offset: batch.messages.last().map_or(0, |m| m.0) as u64,
+        };
+        if let Err(e) = store.write_entries(&route.table, entries, Some(origin)) {
+            eprintln!(
+                "kafka: writing {}/{} offsets {}..: {e}",
+                route.topic,
+                batch.partition,
+                batch.messages.first().map_or(0, |m| m.0)
+            );
+            return false;
+        }
+        shared.stats.points.fetch_add(points, Ordering::Relaxed);
+    }
+    if bad.is_empty() {
+        return true;
+    }
+    shared
+        .stats
+        .bad_messages
+        .fetch_add(bad.len() as u64, Ordering::Relaxed);
+    for (offset, _, reason) in &bad {
+        eprintln!(
+            "kafka: bad message {}/{}@{offset}: {reason}",
+            route.topic, batch.partition
+        );
+    }
+    let Some(dl) = dead_letters else {
+        return true; // counted and logged is all that is asked
+    };
+    let mut sent = true;
+    for (offset, payload, reason) in &bad {
+        sent &= dl.send(&route.topic, batch.partition, *offset, payload, reason);
+    }
+    if sent && dl.flush() {
+        shared
+            .stats
+            .dead_lettered
+            .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        true
+    } else {
+        false
+    }
+}
+
+/// Adds a message's points to `encoder`; a message with any bad point is
+/// reported bad (its good points are still written: rewriting them when the
+/// dead letter is replayed is harmless).
+fn decode_message(
+    encoder: &mut PointEncoder<'_>,
+    route: &TopicRoute,
+    payload: &[u8],
+    now: u64,
+) -> Result<(), String> {
+    match route.format {
+        Format::Line => {
+            let text = std::str::from_utf8(payload)
+                .map_err(|e| format!("line protocol is not UTF-8: {e}"))?;
+            let (points, errors) = line_protocol::parse_lines(text);
+            let mut reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            for (line, p) in &points {
+                if let Err(e) = encoder.add(p, route.precision, now) {
+                    reasons.push(format!("line {line}: {e}"));
+                }
+            }
+            if reasons.is_empty() && points.is_empty() {
+                reasons.push("message holds no points".into());
+            }
+            if reasons.is_empty() {
+                Ok(())
+            } else {
+                Err(reasons.join("; "))
+            }
+        }
+        Format::Json => {
+            let points: JsonPoints =
+                serde_json::from_slice(payload).map_err(|e| format!("invalid JSON point: {e}"))?;
+            let mut reasons = Vec::new();
+            for (i, jp) in points.into_vec().iter().enumerate() {
+                if let Err(e) = jp
+                    .to_point()
+                    .and_then(|p| encoder.add(&p, Precision::Milliseconds, now))
+                {
+                    reasons.push(format!("point {}: {e}", i + 1));
+                }
+            }
+            if reasons.is_empty() {
+                Ok(())
+            } else {
+                Err(reasons.join("; "))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_stop_at_the_first_batch_not_yet_durable() {
+        let mut t = OffsetTracker::default();
+        let p = ("t".to_string(), 0);
+        t.sent(&p, 0, 9);
+        t.sent(&p, 10, 19);
+        t.sent(&p, 20, 29);
+        t.finished(&p, 10, BatchState::Done);
+        t.finished(&p, 20, BatchState::Done);
+        assert!(t.to_commit().is_empty(), "nothing durable from the front");
+        t.finished(&p, 0, BatchState::Done);
+        assert_eq!(t.to_commit(), vec![(p.clone(), 30)]);
+        t.committed(&[(p.clone(), 30)]);
+        assert!(t.to_commit().is_empty());
+        // A batch that failed holds the offset back for good.
+        t.sent(&p, 30, 39);
+        t.sent(&p, 40, 49);
+        t.finished(&p, 30, BatchState::Failed);
+        t.finished(&p, 40, BatchState::Done);
+        assert!(t.to_commit().is_empty());
+        assert_eq!(t.in_flight(&p), 0, "nothing left to wait for");
+        t.sent(&p, 50, 50);
+        assert_eq!(t.in_flight(&p), 1);
+        // A revoked partition's late batch changes nothing.
+        t.partitions.remove(&p);
+        t.finished(&p, 50, BatchState::Done);
+        assert!(t.to_commit().is_empty());
+    }
+}

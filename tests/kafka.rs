@@ -1,0 +1,303 @@
+//! Kafka ingestion against a real broker (Tansu): every produced point lands
+//! and equals the oracle, bad messages go to the dead-letter topic with
+//! their reason, offsets are committed for exactly what was handled, and a
+//! restart resumes there without replaying.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::http::{free_port, request};
+use common::kafka::Broker;
+use common::server;
+use halite::tsbs::{self, CPU_FIELDS};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{Value as Json, json};
+
+const HOSTS: u64 = 100;
+const POINTS: u64 = 200_000;
+
+/// The example config plus a JSON topic for the same table.
+fn config_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let base = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"),
+    )
+    .expect("example config");
+    let path = dir.join("halite.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{base}\n[[kafka.topics]]\ntopic = \"cpu_json\"\ntable = \"metrics:cpu\"\nformat = \"json\"\n"
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+fn status(addr: &str) -> Json {
+    let r = request(addr, "GET", "/api/v1/ingest", None, b"").expect("ingest status");
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).expect("json")
+}
+
+fn wait_for(addr: &str, what: &str, done: impl Fn(&Json) -> bool) -> Json {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = status(addr);
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn query(addr: &str, q: &Json) -> Json {
+    let r = request(
+        addr,
+        "POST",
+        "/api/v1/query",
+        Some("application/json"),
+        q.to_string().as_bytes(),
+    )
+    .expect("query");
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).expect("json")
+}
+
+fn committed_total(s: &Json, topic: &str) -> i64 {
+    s["committed"]
+        .as_array()
+        .expect("committed")
+        .iter()
+        .filter(|c| c["topic"] == topic)
+        .map(|c| c["offset"].as_i64().expect("offset"))
+        .sum()
+}
+
+#[test]
+fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
+    let broker = Broker::start();
+    broker.create_topic("cpu", 8);
+    broker.create_topic("cpu_json", 2);
+    broker.create_topic("dead", 1);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_file(tmp.path());
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let args = [
+        "--config".to_string(),
+        config.display().to_string(),
+        "--set".into(),
+        format!("kafka.brokers=\"{}\"", broker.bootstrap),
+        "--set".into(),
+        "kafka.dead_letter_topic=\"dead\"".into(),
+        "--set".into(),
+        "kafka.commit_interval=\"200ms\"".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let srv = server::start(&data, port, &args);
+
+    // 200,000 points, 20 per message, over 8 partitions.
+    let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["produce", "--brokers", &broker.bootstrap, "--topic", "cpu"])
+        .args([
+            "--hosts",
+            &HOSTS.to_string(),
+            "--points",
+            &POINTS.to_string(),
+        ])
+        .args(["--per-message", "20"])
+        .output()
+        .expect("halite produce");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cpu_messages = (POINTS / 20) as i64;
+
+    // Poison, mixed with good JSON points.
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .create()
+        .expect("producer");
+    let long_host = "h".repeat(40);
+    let poison_lines = [
+        "cpu,host=host_0001 usage_user=oops 1700000000000".to_string(),
+        format!("cpu,host={long_host} usage_user=1 1700000000000"),
+    ];
+    let json_good = json!([
+        {"metric": "cpu", "tags": {"host": "json_a"}, "ts": 1_700_000_000_000u64, "fields": {"usage_user": 1.5}},
+        {"metric": "cpu", "tags": {"host": "json_b"}, "ts": 1_700_000_000_000u64, "fields": {"usage_user": 2.5}},
+    ])
+    .to_string();
+    let poison_json = [
+        "{not json".to_string(),
+        json!({"metric": "cpu", "tags": {"host": "json_c"}, "ts": 1, "fields": {"usage_user": {"nested": 1}}})
+            .to_string(),
+    ];
+    for line in &poison_lines {
+        producer
+            .send(BaseRecord::<'_, (), str>::to("cpu").payload(line))
+            .map_err(|(e, _)| e)
+            .expect("produce poison");
+    }
+    for payload in poison_json.iter().chain(std::iter::once(&json_good)) {
+        producer
+            .send(BaseRecord::<'_, (), str>::to("cpu_json").payload(payload))
+            .map_err(|(e, _)| e)
+            .expect("produce json");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+
+    let s = wait_for(&srv.addr, "every message handled and committed", |s| {
+        committed_total(s, "cpu") == cpu_messages + 2 && committed_total(s, "cpu_json") == 3
+    });
+    assert_eq!(s["points"], POINTS + 2, "{s}");
+    assert_eq!(s["bad_messages"], 4, "{s}");
+    assert_eq!(s["dead_lettered"], 4, "{s}");
+    assert_eq!(s["batches_failed"], 0, "{s}");
+
+    // Every point equals the oracle: count, min, max, first and last of
+    // every field of every host (exact, unlike sums), and every raw value
+    // of a few hosts.
+    let steps = POINTS / HOSTS;
+    let answer = query(
+        &srv.addr,
+        &json!({
+            "table": "metrics:cpu",
+            "series": [["metric", "cpu"]],
+            "start_ms": 0, "end_ms": u64::MAX / 2,
+            "aggregate": {"functions": ["count", "min", "max", "first", "last"]}
+        }),
+    );
+    let mut got: BTreeMap<(String, String), Json> = BTreeMap::new();
+    for a in answer["aggregates"].as_array().expect("aggregates") {
+        got.insert(
+            (
+                a["series"]["host"].as_str().expect("host").to_string(),
+                a["field"].as_str().expect("field").to_string(),
+            ),
+            a["values"].clone(),
+        );
+    }
+    assert_eq!(got.len() as u64, HOSTS * 10 + 2, "series x fields");
+    for host in 0..HOSTS {
+        for (i, f) in CPU_FIELDS.iter().enumerate() {
+            let values: Vec<f64> = (0..steps).map(|s| tsbs::cpu_value(host, s, i)).collect();
+            let v = &got[&(tsbs::host_name(host), f.to_string())];
+            assert_eq!(v["count"].as_f64(), Some(steps as f64), "{host} {f}");
+            let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+            let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(v["min"].as_f64(), Some(min), "{host} {f}");
+            assert_eq!(v["max"].as_f64(), Some(max), "{host} {f}");
+            assert_eq!(v["first"].as_f64(), Some(values[0]), "{host} {f}");
+            assert_eq!(v["last"].as_f64(), values.last().copied(), "{host} {f}");
+        }
+    }
+    assert_eq!(
+        got[&("json_b".to_string(), "usage_user".to_string())]["max"].as_f64(),
+        Some(2.5)
+    );
+    for host in [0, 37, 99] {
+        let answer = query(
+            &srv.addr,
+            &json!({
+                "table": "metrics:cpu",
+                "series": [["metric", "cpu"], ["host", tsbs::host_name(host)]],
+                "start_ms": 0, "end_ms": u64::MAX / 2,
+            }),
+        );
+        let rows = answer["rows"].as_array().expect("rows");
+        assert_eq!(rows.len() as u64, steps);
+        // Newest first: row j is step steps-1-j.
+        for (j, row) in rows.iter().enumerate() {
+            let step = steps - 1 - j as u64;
+            let cells = row["cells"].as_array().expect("cells");
+            assert_eq!(cells.len(), 10);
+            for c in cells {
+                let i = CPU_FIELDS
+                    .iter()
+                    .position(|f| c["qualifier"] == *f)
+                    .expect("known field");
+                assert_eq!(c["timestamp"], tsbs::T0_MS + step * tsbs::INTERVAL_MS);
+                assert_eq!(c["value"].as_f64(), Some(tsbs::cpu_value(host, step, i)));
+            }
+        }
+    }
+
+    // The dead letters: original payloads, with reason and source.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("group.id", "test-dead-letters")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("dead", 0, Offset::Beginning)
+        .expect("tpl");
+    consumer.assign(&tpl).expect("assign");
+    let mut dead = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dead.len() < 4 && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("dead letter");
+            let headers = m.headers().expect("headers");
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|h| h.key == name)
+                    .and_then(|h| h.value)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default()
+            };
+            dead.push((
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                header("halite-error"),
+                header("halite-source-topic"),
+            ));
+        }
+    }
+    drop(consumer);
+    dead.sort();
+    let mut want: Vec<(String, &str)> = poison_lines
+        .iter()
+        .map(|p| (p.clone(), "cpu"))
+        .chain(poison_json.iter().map(|p| (p.clone(), "cpu_json")))
+        .collect();
+    want.sort();
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    for ((payload, reason, source), (want_payload, want_source)) in dead.iter().zip(&want) {
+        assert_eq!(payload, want_payload);
+        assert_eq!(source, want_source);
+        assert!(!reason.is_empty(), "no reason for {payload}");
+    }
+    assert!(dead.iter().any(|d| d.1.contains("width")), "{dead:?}");
+    assert!(dead.iter().any(|d| d.1.contains("JSON")), "{dead:?}");
+
+    // A clean stop commits; a restart resumes after it and replays nothing.
+    server::stop(srv);
+    let srv = server::start(&data, port, &args);
+    producer
+        .send(
+            BaseRecord::<'_, str, str>::to("cpu")
+                .key("k")
+                .payload("cpu,host=late usage_user=7 1700000000000\n"),
+        )
+        .map_err(|(e, _)| e)
+        .expect("produce late");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let s = wait_for(&srv.addr, "the late message", |s| s["points"] == 1);
+    assert_eq!(s["messages"], 1, "only the new message was consumed: {s}");
+    server::stop(srv);
+}
