@@ -37,6 +37,7 @@ use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::config::Dur;
 use crate::region::wal::record::Origin;
+use crate::schema::Durability;
 use crate::store::Store;
 
 /// How messages of a topic are written.
@@ -360,11 +361,22 @@ impl KafkaIngest {
                 reason,
             };
             let table = TableName::parse(&t.table).map_err(|e| bad(e.to_string()))?;
-            store.catalog().table(&table).map_err(|e| {
+            let desc = store.catalog().table(&table).map_err(|e| {
                 bad(format!(
                     "{e}; create the table (or list it under [[tables]]) first"
                 ))
             })?;
+            // Offsets are committed when a write returns, which is when it
+            // is durable only under SYNC_WAL. (ASYNC_WAL would have to wait
+            // for the interval sync, SKIP_WAL for a flush.)
+            if desc.durability != Durability::SyncWal {
+                return Err(bad(format!(
+                    "table `{}` has durability {:?}; Kafka ingestion commits offsets only for \
+                     durable writes and supports SYNC_WAL tables so far: give the topic a \
+                     table created with durability SYNC_WAL (the default)",
+                    t.table, desc.durability
+                )));
+            }
             let precision = Precision::parse(&t.precision)
                 .ok_or_else(|| bad(format!("unknown precision `{}`", t.precision)))?;
             routes.insert(
