@@ -519,7 +519,11 @@ impl ConsumerLoop {
         let mut last_commit = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             if let Some(b) = blocked.take() {
-                blocked = self.try_send(b);
+                // A revoke since it was built: its partition may be gone
+                // (the next owner reads it again).
+                if b.generation == self.shared.generation.load(Ordering::SeqCst) {
+                    blocked = self.try_send(b);
+                }
                 if blocked.is_none() {
                     self.set_paused(false);
                 }
