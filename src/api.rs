@@ -36,8 +36,8 @@ use crate::cell::Row;
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 use crate::ingest::kafka::IngestStats;
-use crate::ingest::line_protocol::{self, Precision};
-use crate::ingest::{JsonPoints, PointEncoder};
+use crate::ingest::line_protocol::Precision;
+use crate::ingest::{self, PointEncoder};
 use crate::key::{FieldValue, KeySchema};
 use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
@@ -781,41 +781,20 @@ async fn write(
     let bytes = body_bytes(body)?;
     let desc = s.store.catalog().table(&name)?;
     let now = s.clock.now_ms();
-    let is_json = headers
+    let format = if headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let mut errors: Vec<(usize, String)> = Vec::new();
-    let batch = if is_json {
-        let points: JsonPoints = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad(format!("body is not JSON points: {e}")))?;
-        let points = points.into_vec();
-        let mut encoder = PointEncoder::new(&desc, s.store.max_value_size(), points.len())
-            .map_err(ApiError::bad)?;
-        for (i, jp) in points.iter().enumerate() {
-            if let Err(e) = jp
-                .to_point()
-                .and_then(|pt| encoder.add(&pt, Precision::Milliseconds, now))
-            {
-                errors.push((i + 1, e));
-            }
-        }
-        encoder.finish()
+        .is_some_and(|v| v.starts_with("application/json"))
+    {
+        ingest::Format::Json
     } else {
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| ApiError::bad(format!("line protocol must be UTF-8: {e}")))?;
-        let (points, bad) = line_protocol::parse_lines(text);
-        errors.extend(bad.into_iter().map(|e| (e.line, e.reason)));
-        let mut encoder = PointEncoder::new(&desc, s.store.max_value_size(), points.len())
-            .map_err(ApiError::bad)?;
-        for (line, pt) in &points {
-            if let Err(e) = encoder.add(pt, precision, now) {
-                errors.push((*line, e));
-            }
-        }
-        encoder.finish()
+        ingest::Format::Line
     };
-    errors.sort();
+    let mut encoder = PointEncoder::new(&desc, s.store.max_value_size()).map_err(ApiError::bad)?;
+    let errors = encoder
+        .add_body(format, &bytes, precision, now)
+        .map_err(ApiError::bad)?;
+    let batch = encoder.finish();
     let written = batch.rows();
     if written > 0 {
         let store = s.store.clone();

@@ -478,6 +478,14 @@ impl EntryBatch {
         }
     }
 
+    /// Room for `bytes` more of keys and values in `entries` more entries of
+    /// `rows` more rows.
+    pub fn reserve(&mut self, bytes: usize, entries: usize, rows: usize) {
+        self.buf.reserve(bytes);
+        self.entries.reserve(entries);
+        self.row_ends.reserve(rows);
+    }
+
     /// Appends an entry to the current row. Callers have checked the limits.
     #[allow(clippy::too_many_arguments)]
     pub fn push(

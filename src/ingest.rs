@@ -33,26 +33,77 @@ pub struct PointEncoder<'t> {
 }
 
 impl<'t> PointEncoder<'t> {
-    /// `points_hint` sizes the batch once for that many points; a value
-    /// longer than `max_value_size` rejects its point.
-    pub fn new(
-        table: &'t TableDescriptor,
-        max_value_size: usize,
-        points_hint: usize,
-    ) -> Result<Self, String> {
+    /// A value longer than `max_value_size` rejects its point.
+    pub fn new(table: &'t TableDescriptor, max_value_size: usize) -> Result<Self, String> {
         let family = table
             .families
             .first()
             .map(|f| f.name.as_bytes())
             .ok_or_else(|| format!("table `{}` has no column family", table.name))?;
-        // A TSBS cpu row is ~10 cells of ~40 bytes.
         Ok(PointEncoder {
             table,
             family,
             max_value_size,
             key: Vec::with_capacity(table.key.key_len()),
-            batch: EntryBatch::with_capacity(points_hint * 400, points_hint * 10, points_hint),
+            batch: EntryBatch::new(),
         })
+    }
+
+    /// Adds every point of `body` (an HTTP write, a Kafka message). A body
+    /// that cannot be read at all (not UTF-8, not JSON points) is an error;
+    /// otherwise the good points are added and the bad ones come back with
+    /// their number (line, or place in a JSON array) and reason, in order.
+    /// JSON timestamps are milliseconds; `precision` is line protocol's.
+    pub fn add_body(
+        &mut self,
+        format: Format,
+        body: &[u8],
+        precision: Precision,
+        now_ms: u64,
+    ) -> Result<Vec<(usize, String)>, String> {
+        let mut errors = Vec::new();
+        match format {
+            Format::Line => {
+                let text = std::str::from_utf8(body)
+                    .map_err(|e| format!("line protocol must be UTF-8: {e}"))?;
+                let (points, bad) = line_protocol::parse_lines(text);
+                errors.extend(bad.into_iter().map(|e| (e.line, e.reason)));
+                self.reserve(points.len());
+                for (line, point) in &points {
+                    if let Err(e) = self.add(point, precision, now_ms) {
+                        errors.push((*line, e));
+                    }
+                }
+                errors.sort();
+            }
+            Format::Json => {
+                let points: JsonPoints = serde_json::from_slice(body)
+                    .map_err(|e| format!("body is not JSON points: {e}"))?;
+                let points = points.into_vec();
+                self.reserve(points.len());
+                for (i, jp) in points.iter().enumerate() {
+                    if let Err(e) = jp
+                        .to_point()
+                        .and_then(|p| self.add(&p, Precision::Milliseconds, now_ms))
+                    {
+                        errors.push((i + 1, e));
+                    }
+                }
+            }
+        }
+        Ok(errors)
+    }
+
+    /// Room for `points` more rows at once: growing the batch step by step
+    /// touches fresh pages at every step, which costs more than encoding.
+    fn reserve(&mut self, points: usize) {
+        // A TSBS cpu row is ~10 cells of ~40 bytes.
+        self.batch.reserve(points * 400, points * 10, points);
+    }
+
+    /// Rows added so far.
+    pub fn rows(&self) -> usize {
+        self.batch.rows()
     }
 
     /// Adds `point` as one row; `now_ms` stands in for a missing timestamp.
@@ -176,6 +227,17 @@ fn key_field_value<'p>(
     })
 }
 
+/// How a body (an HTTP write, a Kafka message) carries its points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// Influx line protocol, one or more lines.
+    #[default]
+    Line,
+    /// One JSON point or an array of them.
+    Json,
+}
+
 /// A JSON point: `{"metric": "cpu", "tags": {"host": "h1"}, "ts": <ms>,
 /// "fields": {"usage": 1.5, "state": "idle", "up": true}}`. Numbers with a
 /// fraction or exponent are floats, others integers.
@@ -272,7 +334,7 @@ mod tests {
     #[test]
     fn points_become_rows_and_bad_points_add_nothing() {
         let t = table();
-        let mut enc = PointEncoder::new(&t, 16, 4).expect("encoder");
+        let mut enc = PointEncoder::new(&t, 16).expect("encoder");
         let lines = [
             "cpu,host=h1 user=1.5,idle=2i 1000",
             "cpu,host=h1 user=0 1000",

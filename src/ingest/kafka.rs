@@ -31,25 +31,14 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Deserialize;
 
-use super::line_protocol::{self, Precision};
-use super::{JsonPoints, PointEncoder};
+use super::line_protocol::Precision;
+use super::{Format, PointEncoder};
 use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::config::Dur;
 use crate::region::wal::record::Origin;
 use crate::schema::Durability;
 use crate::store::Store;
-
-/// How messages of a topic are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    /// Influx line protocol, one or more lines per message.
-    #[default]
-    Line,
-    /// One JSON point or an array of them per message.
-    Json,
-}
 
 /// One consumed topic.
 #[derive(Debug, Clone, Deserialize)]
@@ -741,8 +730,7 @@ fn write_batch(
         }
     };
     let now = clock.now_ms();
-    let lines: usize = batch.messages.len();
-    let mut encoder = match PointEncoder::new(&desc, store.max_value_size(), lines) {
+    let mut encoder = match PointEncoder::new(&desc, store.max_value_size()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("kafka: {}: {e}", route.topic);
@@ -814,45 +802,24 @@ fn decode_message(
     payload: &[u8],
     now: u64,
 ) -> Result<(), String> {
-    match route.format {
-        Format::Line => {
-            let text = std::str::from_utf8(payload)
-                .map_err(|e| format!("line protocol is not UTF-8: {e}"))?;
-            let (points, errors) = line_protocol::parse_lines(text);
-            let mut reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            for (line, p) in &points {
-                if let Err(e) = encoder.add(p, route.precision, now) {
-                    reasons.push(format!("line {line}: {e}"));
-                }
-            }
-            if reasons.is_empty() && points.is_empty() {
-                reasons.push("message holds no points".into());
-            }
-            if reasons.is_empty() {
-                Ok(())
-            } else {
-                Err(reasons.join("; "))
-            }
-        }
-        Format::Json => {
-            let points: JsonPoints =
-                serde_json::from_slice(payload).map_err(|e| format!("invalid JSON point: {e}"))?;
-            let mut reasons = Vec::new();
-            for (i, jp) in points.into_vec().iter().enumerate() {
-                if let Err(e) = jp
-                    .to_point()
-                    .and_then(|p| encoder.add(&p, Precision::Milliseconds, now))
-                {
-                    reasons.push(format!("point {}: {e}", i + 1));
-                }
-            }
-            if reasons.is_empty() {
-                Ok(())
-            } else {
-                Err(reasons.join("; "))
-            }
-        }
+    let rows_before = encoder.rows();
+    let errors = encoder.add_body(route.format, payload, route.precision, now)?;
+    let what = match route.format {
+        Format::Line => "line",
+        Format::Json => "point",
+    };
+    let reasons: Vec<String> = errors
+        .iter()
+        .map(|(n, reason)| format!("{what} {n}: {reason}"))
+        .collect();
+    if !reasons.is_empty() {
+        return Err(reasons.join("; "));
     }
+    // Line protocol without a single point is not a message we understand.
+    if route.format == Format::Line && encoder.rows() == rows_before {
+        return Err("message holds no points".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

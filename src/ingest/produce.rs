@@ -9,7 +9,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use super::kafka::Format;
+use super::Format;
 use crate::tsbs;
 
 /// What to produce.
