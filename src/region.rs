@@ -810,6 +810,7 @@ impl Inner {
     /// Validates row mutations and encodes them into one batch.
     fn to_entries(&self, rows: &[RowMutation], now: u64) -> Result<EntryBatch> {
         let mut out = EntryBatch::for_rows(rows);
+        let mut check = CellCheck::new(self);
         for (i, rm) in rows.iter().enumerate() {
             let bad = |what: String| Error::InvalidInput(format!("row {i}: {what}"));
             if rm.row.is_empty() || rm.row.len() > cell::MAX_ROW_LEN {
@@ -819,33 +820,9 @@ impl Inner {
                     rm.row.len()
                 )));
             }
-            // Cells of a row mostly share one family: look it up on change.
-            let mut known_family: &[u8] = &[];
-            let mut family = |name: &[u8]| -> Result<()> {
-                if !name.is_empty() && name == known_family {
-                    Ok(())
-                } else if let Some((f, _)) = self.families.get_key_value(name) {
-                    known_family = f.as_slice();
-                    Ok(())
-                } else {
-                    Err(Error::UnknownFamily(
-                        String::from_utf8_lossy(name).into_owned(),
-                    ))
-                }
-            };
             let ts = |t: Option<u64>| match t {
                 Some(t) if t != u64::MAX => t,
                 _ => now,
-            };
-            let qualifier = |q: &[u8]| -> Result<()> {
-                if q.len() > cell::MAX_QUALIFIER_LEN {
-                    Err(bad(format!(
-                        "qualifier longer than {} bytes",
-                        cell::MAX_QUALIFIER_LEN
-                    )))
-                } else {
-                    Ok(())
-                }
             };
             let row = rm.row.as_slice();
             for m in &rm.mutations {
@@ -857,18 +834,8 @@ impl Inner {
                         value,
                         ttl_ms,
                     } => {
-                        family(f)?;
-                        qualifier(q)?;
-                        if value.len() > self.options.max_value_size {
-                            return Err(bad(format!(
-                                "value of {} bytes exceeds the limit of {} bytes",
-                                value.len(),
-                                self.options.max_value_size
-                            )));
-                        }
-                        if *ttl_ms == Some(0) {
-                            return Err(bad("cell TTL must be at least 1 ms".into()));
-                        }
+                        check.family(f)?;
+                        check.cell(i, q, value.len(), *ttl_ms)?;
                         out.push(row, f, q, ts(*timestamp), CellKind::Put, *ttl_ms, value);
                     }
                     Mutation::DeleteVersion {
@@ -876,8 +843,8 @@ impl Inner {
                         qualifier: q,
                         timestamp,
                     } => {
-                        family(f)?;
-                        qualifier(q)?;
+                        check.family(f)?;
+                        check.cell(i, q, 0, None)?;
                         out.push(
                             row,
                             f,
@@ -893,15 +860,15 @@ impl Inner {
                         qualifier: q,
                         timestamp,
                     } => {
-                        family(f)?;
-                        qualifier(q)?;
+                        check.family(f)?;
+                        check.cell(i, q, 0, None)?;
                         out.push(row, f, q, ts(*timestamp), CellKind::DeleteColumn, None, &[]);
                     }
                     Mutation::DeleteFamily {
                         family: f,
                         timestamp,
                     } => {
-                        family(f)?;
+                        check.family(f)?;
                         out.push(
                             row,
                             f,
@@ -986,7 +953,7 @@ impl Inner {
     }
 
     fn check_entries(&self, entries: &EntryBatch) -> Result<()> {
-        let mut known_family: &[u8] = &[];
+        let mut check = CellCheck::new(self);
         for i in 0..entries.rows() {
             for e in entries.row(i) {
                 let bad = |what: &str| Error::InvalidInput(format!("row {i}: {what}"));
@@ -994,19 +961,11 @@ impl Inner {
                 if key.row != entries.row_key(i).unwrap_or_default() {
                     return Err(bad("entries of one row name different rows"));
                 }
-                if key.family != known_family {
-                    let (f, _) = self.families.get_key_value(key.family).ok_or_else(|| {
-                        Error::UnknownFamily(String::from_utf8_lossy(key.family).into_owned())
-                    })?;
-                    known_family = f.as_slice();
+                if key.has_ttl != e.ttl_ms.is_some() {
+                    return Err(bad("entry key's TTL flag disagrees with its TTL"));
                 }
-                if key.qualifier.len() > cell::MAX_QUALIFIER_LEN
-                    || e.value.len() > self.options.max_value_size
-                    || e.ttl_ms == Some(0)
-                    || key.has_ttl != e.ttl_ms.is_some()
-                {
-                    return Err(bad("qualifier, value or cell TTL out of bounds"));
-                }
+                check.family(key.family)?;
+                check.cell(i, key.qualifier, e.value.len(), e.ttl_ms)?;
             }
         }
         Ok(())
@@ -1121,6 +1080,64 @@ impl Inner {
             self.clock.now_ms(),
             scan,
         )
+    }
+}
+
+/// The checks every cell passes on its way in, whether it comes as a
+/// mutation or already encoded: its family exists, its qualifier, value and
+/// cell TTL are within bounds.
+struct CellCheck<'a> {
+    region: &'a Inner,
+    /// The family found last: cells of a row mostly share one.
+    known_family: &'a [u8],
+}
+
+impl<'a> CellCheck<'a> {
+    fn new(region: &'a Inner) -> Self {
+        CellCheck {
+            region,
+            known_family: &[],
+        }
+    }
+
+    fn family(&mut self, name: &[u8]) -> Result<()> {
+        if !name.is_empty() && name == self.known_family {
+            return Ok(());
+        }
+        let (f, _) = self
+            .region
+            .families
+            .get_key_value(name)
+            .ok_or_else(|| Error::UnknownFamily(String::from_utf8_lossy(name).into_owned()))?;
+        self.known_family = f.as_slice();
+        Ok(())
+    }
+
+    /// `row` is the cell's row's place in its batch, for the message.
+    fn cell(
+        &self,
+        row: usize,
+        qualifier: &[u8],
+        value_len: usize,
+        ttl_ms: Option<u64>,
+    ) -> Result<()> {
+        let bad = |what: String| Error::InvalidInput(format!("row {row}: {what}"));
+        if qualifier.len() > cell::MAX_QUALIFIER_LEN {
+            return Err(bad(format!(
+                "qualifier longer than {} bytes",
+                cell::MAX_QUALIFIER_LEN
+            )));
+        }
+        let limit = self.region.options.max_value_size;
+        if value_len > limit {
+            return Err(bad(format!(
+                "value of {value_len} bytes exceeds the limit of {limit} bytes"
+            )));
+        }
+        if ttl_ms == Some(0) {
+            return Err(bad("cell TTL must be at least 1 ms".into()));
+        }
+        Ok(())
     }
 }
 

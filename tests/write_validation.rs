@@ -100,12 +100,12 @@ fn bad_encoded_entries_are_refused_and_change_nothing() {
         (
             batch("cf", b"q", &vec![0u8; 11 * 1024 * 1024]),
             ErrorKind::InvalidInput,
-            "out of bounds",
+            "exceeds the limit",
         ),
         (
             batch("cf", &vec![b'q'; 70_000], b"v"),
             ErrorKind::InvalidInput,
-            "out of bounds",
+            "qualifier",
         ),
     ];
     for (bad, kind, needle) in cases {
