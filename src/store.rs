@@ -118,9 +118,6 @@ impl Rows {
                     .collect()
             }
             Rows::Entries(batch) => {
-                if table.regions.len() == 1 {
-                    return vec![(0, Rows::Entries(batch))];
-                }
                 let regions: Vec<usize> = (0..batch.rows())
                     .map(|i| batch.row_key(i).map_or(0, |row| region_index(table, row)))
                     .collect();
