@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv bench-engine bench-query crash lint fmt clean
+.PHONY: run test build venv bench-engine bench-query bench-kafka crash lint fmt clean
 
 ## Runs the demo: ingests TSBS-style sensor rows into a region, flushes,
 ## compacts, scans them back and prints what it did.
@@ -43,6 +43,11 @@ bench-engine:
 ## table, q1/q2/q3 latencies, fan-out speedup.
 bench-query:
 	$(CARGO) bench --bench query
+
+## The Kafka benchmark (issue #4): 2,000,000 TSBS rows, one per message,
+## from a real broker: a bare consumer against halite ingesting durably.
+bench-kafka: venv
+	$(CARGO) bench --bench kafka
 
 ## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
 crash:

@@ -16,7 +16,7 @@
 //! cell. Each write carries its Kafka position into the WAL record
 //! ([`Origin`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -35,7 +35,7 @@ use super::line_protocol::Precision;
 use super::{Format, PointEncoder};
 use crate::catalog::TableName;
 use crate::clock::Clock;
-use crate::config::Dur;
+use crate::config::{ByteSize, Dur};
 use crate::region::wal::record::Origin;
 use crate::schema::Durability;
 use crate::store::Store;
@@ -74,8 +74,13 @@ pub struct KafkaConfig {
     /// ...or its first message waited this long (default 20ms).
     pub batch_wait: Dur,
     /// Writer threads, each with one batch in flight (default 4); the queue
-    /// to them holds as many again. When it is full the consumer pauses.
+    /// to them holds as many again.
     pub writers: usize,
+    /// Message bytes fetched and not yet handed to a writer (default
+    /// 64MiB). Past it the consumer pauses its partitions until half of it
+    /// is written; librdkafka's own prefetch (`queued.max.messages.kbytes`)
+    /// comes on top.
+    pub max_buffered: ByteSize,
     /// Where bad messages go, with the reason in headers; none: only counted
     /// and logged.
     pub dead_letter_topic: Option<String>,
@@ -91,9 +96,10 @@ impl Default for KafkaConfig {
             brokers: String::new(),
             group_id: "halite".into(),
             commit_interval: Dur(Duration::from_secs(1)),
-            batch_messages: 500,
+            batch_messages: 2000,
             batch_wait: Dur(Duration::from_millis(20)),
             writers: 4,
+            max_buffered: ByteSize(64 << 20),
             dead_letter_topic: None,
             client: BTreeMap::new(),
             topics: Vec::new(),
@@ -319,7 +325,39 @@ struct Batch {
     partition: i32,
     generation: u64,
     started: Instant,
-    messages: Vec<(i64, Vec<u8>)>,
+    /// Every payload, back to back: one buffer per batch rather than one
+    /// allocation per message.
+    payloads: Vec<u8>,
+    /// Offset and end (in `payloads`) of each message.
+    messages: Vec<(i64, usize)>,
+}
+
+impl Batch {
+    fn push(&mut self, offset: i64, payload: &[u8]) {
+        self.payloads.extend_from_slice(payload);
+        self.messages.push((offset, self.payloads.len()));
+    }
+
+    fn bytes(&self) -> usize {
+        self.payloads.len()
+    }
+
+    fn first_offset(&self) -> Option<i64> {
+        self.messages.first().map(|m| m.0)
+    }
+
+    fn last_offset(&self) -> Option<i64> {
+        self.messages.last().map(|m| m.0)
+    }
+
+    /// Each message's offset and payload.
+    fn iter(&self) -> impl Iterator<Item = (i64, &[u8])> {
+        let starts = std::iter::once(0).chain(self.messages.iter().map(|m| m.1));
+        self.messages
+            .iter()
+            .zip(starts)
+            .map(|(&(offset, end), start)| (offset, &self.payloads[start..end]))
+    }
 }
 
 struct TopicRoute {
@@ -456,6 +494,7 @@ impl KafkaIngest {
             batch_messages: config.batch_messages.max(1),
             batch_wait: config.batch_wait.0,
             commit_interval: config.commit_interval.0,
+            max_buffered: config.max_buffered.0 as usize,
         };
         let handle = std::thread::Builder::new()
             .name("halite-kafka".into())
@@ -497,81 +536,102 @@ struct ConsumerLoop {
     batch_messages: usize,
     batch_wait: Duration,
     commit_interval: Duration,
+    max_buffered: usize,
 }
 
 impl ConsumerLoop {
     fn run(mut self) {
-        let mut pending: HashMap<PartitionKey, Batch> = HashMap::new();
-        // A batch the queue had no room for; the partitions stay paused
-        // until it is sent.
-        let mut blocked: Option<Batch> = None;
+        // Batches still filling, one per partition (a few dozen at most: a
+        // scan beats hashing the topic name of every message)...
+        let mut pending: Vec<Batch> = Vec::new();
+        // ...and full ones waiting for a writer, oldest first.
+        let mut ready: VecDeque<Batch> = VecDeque::new();
+        // Payload bytes held in both; over `max_buffered` the partitions
+        // pause, and resume under half of it.
+        let mut buffered = 0usize;
+        let mut paused = false;
+        let mut seen_generation = self.shared.generation.load(Ordering::SeqCst);
+        let mut polls = 0u64;
         let mut last_commit = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            if let Some(b) = blocked.take() {
-                // A revoke since it was built: its partition may be gone
-                // (the next owner reads it again).
-                if b.generation == self.shared.generation.load(Ordering::SeqCst) {
-                    blocked = self.try_send(b);
-                }
-                if blocked.is_none() {
-                    self.set_paused(false);
-                }
-            }
-            let timeout = if blocked.is_some() {
-                Duration::from_millis(5)
-            } else {
-                Duration::from_millis(10)
-            };
-            if let Some(result) = self.consumer.poll(timeout) {
-                match result {
-                    Ok(m) => {
-                        self.shared.stats.messages.fetch_add(1, Ordering::Relaxed);
-                        let Some(route) = self.routes.get(m.topic()).cloned() else {
-                            continue;
-                        };
-                        let key = (m.topic().to_string(), m.partition());
-                        let generation = self.shared.generation.load(Ordering::SeqCst);
-                        let batch = pending.entry(key).or_insert_with(|| Batch {
-                            topic: route,
-                            partition: m.partition(),
-                            generation,
-                            started: Instant::now(),
-                            messages: Vec::new(),
-                        });
-                        batch
-                            .messages
-                            .push((m.offset(), m.payload().unwrap_or_default().to_vec()));
-                    }
-                    Err(e) => eprintln!("kafka: consumer error: {e}"),
-                }
-            }
-            // Batches built before a revoke belong to partitions we may no
-            // longer own: their next owner reads them again.
-            let generation = self.shared.generation.load(Ordering::SeqCst);
-            pending.retain(|_, b| b.generation == generation);
-            if blocked.is_none() {
-                let ready: Vec<PartitionKey> = pending
-                    .iter()
-                    .filter(|(_, b)| {
-                        b.messages.len() >= self.batch_messages
-                            || b.started.elapsed() >= self.batch_wait
-                    })
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for k in ready {
-                    let Some(b) = pending.remove(&k) else {
-                        continue;
-                    };
-                    if let Some(b) = self.try_send(b) {
-                        // Writers are saturated: stop fetching instead of
-                        // buffering without bound.
-                        self.set_paused(true);
-                        blocked = Some(b);
+            while let Some(b) = ready.pop_front() {
+                let bytes = b.bytes();
+                match self.try_send(b) {
+                    None => buffered -= bytes,
+                    Some(b) => {
+                        ready.push_front(b);
                         break;
                     }
                 }
             }
-            if last_commit.elapsed() >= self.commit_interval {
+            let timeout = if ready.is_empty() {
+                Duration::from_millis(10)
+            } else {
+                Duration::from_millis(1)
+            };
+            let polled = self.consumer.poll(timeout);
+            // The clock is read now and then, not per message.
+            polls += 1;
+            let check_time = polled.is_none() || polls % 64 == 0;
+            match polled {
+                Some(Ok(m)) => {
+                    self.shared.stats.messages.fetch_add(1, Ordering::Relaxed);
+                    let at = pending
+                        .iter()
+                        .position(|b| b.partition == m.partition() && b.topic.topic == m.topic());
+                    let at = match at {
+                        Some(at) => Some(at),
+                        None => self.routes.get(m.topic()).map(|route| {
+                            pending.push(Batch {
+                                topic: route.clone(),
+                                partition: m.partition(),
+                                generation: self.shared.generation.load(Ordering::SeqCst),
+                                started: Instant::now(),
+                                payloads: Vec::new(),
+                                messages: Vec::with_capacity(self.batch_messages),
+                            });
+                            pending.len() - 1
+                        }),
+                    };
+                    if let Some(at) = at {
+                        let payload = m.payload().unwrap_or_default();
+                        buffered += payload.len();
+                        pending[at].push(m.offset(), payload);
+                        if pending[at].messages.len() >= self.batch_messages {
+                            ready.push_back(pending.swap_remove(at));
+                        }
+                    }
+                }
+                Some(Err(e)) => eprintln!("kafka: consumer error: {e}"),
+                None => {}
+            }
+            // Batches built before a revoke belong to partitions we may no
+            // longer own: their next owner reads them again.
+            let generation = self.shared.generation.load(Ordering::SeqCst);
+            if generation != seen_generation {
+                seen_generation = generation;
+                pending.retain(|b| b.generation == generation);
+                ready.retain(|b| b.generation == generation);
+                buffered = pending.iter().chain(&ready).map(Batch::bytes).sum();
+            }
+            if check_time {
+                let mut i = 0;
+                while i < pending.len() {
+                    if pending[i].started.elapsed() >= self.batch_wait {
+                        ready.push_back(pending.swap_remove(i));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            // Writers saturated: stop fetching instead of buffering without
+            // bound; the gap between the two marks keeps it from flapping.
+            if !paused && buffered > self.max_buffered {
+                paused = self.set_paused(true);
+            } else if paused && buffered <= self.max_buffered / 2 {
+                paused = !self.set_paused(false);
+            }
+            if check_time && last_commit.elapsed() >= self.commit_interval {
                 self.shared.commit(&self.consumer, None);
                 last_commit = Instant::now();
             }
@@ -579,7 +639,7 @@ impl ConsumerLoop {
         // Shutdown: what was fetched is written, then committed.
         let tx = self.tx.take();
         if let Some(tx) = &tx {
-            for b in blocked.into_iter().chain(pending.into_values()) {
+            for b in ready.into_iter().chain(pending) {
                 self.track(&b);
                 let _ = tx.send(b);
             }
@@ -593,11 +653,11 @@ impl ConsumerLoop {
     }
 
     fn track(&self, b: &Batch) {
-        if let (Some(first), Some(last)) = (b.messages.first(), b.messages.last()) {
+        if let (Some(first), Some(last)) = (b.first_offset(), b.last_offset()) {
             self.shared
                 .tracker
                 .lock()
-                .sent(&(b.topic.topic.clone(), b.partition), first.0, last.0);
+                .sent(&(b.topic.topic.clone(), b.partition), first, last);
         }
     }
 
@@ -609,10 +669,10 @@ impl ConsumerLoop {
             Ok(()) => None,
             Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
                 // Not sent after all: forget it until it is.
-                if let Some(first) = b.messages.first() {
+                if let Some(first) = b.first_offset() {
                     let mut t = self.shared.tracker.lock();
                     if let Some(po) = t.partitions.get_mut(&(b.topic.topic.clone(), b.partition)) {
-                        po.in_flight.remove(&first.0);
+                        po.in_flight.remove(&first);
                     }
                 }
                 Some(b)
@@ -620,18 +680,27 @@ impl ConsumerLoop {
         }
     }
 
-    fn set_paused(&self, paused: bool) {
+    /// Pauses or resumes every assigned partition; true when it did.
+    fn set_paused(&self, paused: bool) -> bool {
         let Ok(assignment) = self.consumer.assignment() else {
-            return;
+            return false;
         };
         let result = if paused {
-            self.shared.stats.pauses.fetch_add(1, Ordering::Relaxed);
             self.consumer.pause(&assignment)
         } else {
             self.consumer.resume(&assignment)
         };
-        if let Err(e) = result {
-            eprintln!("kafka: pause/resume failed: {e}");
+        match result {
+            Ok(()) => {
+                if paused {
+                    self.shared.stats.pauses.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+            Err(e) => {
+                eprintln!("kafka: pause/resume failed: {e}");
+                false
+            }
         }
     }
 }
@@ -699,7 +768,7 @@ fn writer_loop(
 ) {
     for batch in rx {
         let key = (batch.topic.topic.clone(), batch.partition);
-        let first = batch.messages.first().map_or(0, |m| m.0);
+        let first = batch.first_offset().unwrap_or(0);
         let handled = write_batch(&batch, store, shared, clock, dead_letters.as_ref());
         let state = if handled {
             BatchState::Done
@@ -738,9 +807,10 @@ fn write_batch(
         }
     };
     let mut bad: Vec<(i64, &[u8], String)> = Vec::new();
-    for (offset, payload) in &batch.messages {
+    encoder.reserve_for_bytes(batch.bytes());
+    for (offset, payload) in batch.iter() {
         if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
-            bad.push((*offset, payload, reason));
+            bad.push((offset, payload, reason));
         }
     }
     let entries = encoder.finish();
@@ -749,14 +819,14 @@ fn write_batch(
         let origin = Origin {
             topic: route.topic.clone(),
             partition: batch.partition as u32,
-            offset: batch.messages.last().map_or(0, |m| m.0) as u64,
+            offset: batch.last_offset().unwrap_or(0) as u64,
         };
         if let Err(e) = store.write_entries(&route.table, entries, Some(origin)) {
             eprintln!(
                 "kafka: writing {}/{} offsets {}..: {e}",
                 route.topic,
                 batch.partition,
-                batch.messages.first().map_or(0, |m| m.0)
+                batch.first_offset().unwrap_or(0)
             );
             return false;
         }
