@@ -179,6 +179,9 @@ pub(crate) struct Inner {
     /// A flush was asked for from outside (the store's memory limit): due
     /// whatever the MemStore's size.
     flush_forced: AtomicBool,
+    /// Kafka resume positions carried by the writes this region took (and
+    /// recovered from its manifest and WAL); the manifest keeps them.
+    positions: Mutex<BTreeMap<(String, u32), u64>>,
 }
 
 /// One region of a table.
@@ -318,7 +321,11 @@ impl Region {
         let flushed = manifest.flushed_seq;
         let mut last_seq = flushed;
         let now = clock.now_ms();
+        let mut positions = manifest.positions.clone();
         wal.replay(descriptor.id, flushed, |edits| {
+            if let Some(o) = &edits.origin {
+                note_position(&mut positions, o);
+            }
             for (i, row) in edits.rows.into_iter().enumerate() {
                 let seq = edits.first_seq + i as u64;
                 if seq <= flushed {
@@ -374,6 +381,7 @@ impl Region {
             maintenance: maintenance.as_ref().map(Arc::downgrade),
             flush_requested: AtomicBool::new(false),
             flush_forced: AtomicBool::new(false),
+            positions: Mutex::new(positions),
         });
         let mut workers = Vec::new();
         if let Some(m) = &maintenance {
@@ -410,6 +418,12 @@ impl Region {
 
     pub fn families(&self) -> &HashMap<Vec<u8>, FamilyDescriptor> {
         &self.inner.families
+    }
+
+    /// Per Kafka topic and partition, the offset below which every message
+    /// is durable, as far as this region's writes tell.
+    pub fn ingest_positions(&self) -> BTreeMap<(String, u32), u64> {
+        self.inner.positions.lock().clone()
     }
 
     /// Applies row mutations with the given durability and waits until they
@@ -646,6 +660,13 @@ impl Drop for Region {
             let _ = w.join();
         }
     }
+}
+
+fn note_position(positions: &mut BTreeMap<(String, u32), u64>, o: &Origin) {
+    let at = positions
+        .entry((o.topic.clone(), o.partition))
+        .or_insert(o.durable_below);
+    *at = (*at).max(o.durable_below);
 }
 
 /// Deletes store files (and temporary files) the manifest does not name.
@@ -1014,6 +1035,9 @@ impl Inner {
                 if let Some(row) = entries.row_key(i) {
                     active.insert_row(row, first + i as u64, entries.row(i), now);
                 }
+            }
+            if let Some(o) = origin {
+                note_position(&mut self.positions.lock(), o);
             }
             (ticket, last)
         };

@@ -11,7 +11,7 @@
 //! so a slow disk fills the queues and slows the producers instead of
 //! growing memory. Reads go straight to the regions.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -422,6 +422,20 @@ impl Store {
             }
             rows = refused;
         }
+    }
+
+    /// Per Kafka topic and partition, the offset below which every message
+    /// written into `name` is durable, from the positions its regions'
+    /// writes carried (recovered from WAL records and manifests at open).
+    pub fn ingest_positions(&self, name: &TableName) -> Result<BTreeMap<(String, u32), u64>> {
+        let mut all = BTreeMap::new();
+        for region in self.table(name)?.regions() {
+            for (p, offset) in region.ingest_positions() {
+                let at = all.entry(p).or_insert(offset);
+                *at = (*at).max(offset);
+            }
+        }
+        Ok(all)
     }
 
     /// The largest value a cell may hold.

@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::http::{free_port, request};
-use common::kafka::Broker;
+use common::http::free_port;
+use common::kafka::{Broker, assert_cpu_oracle, committed_total, query, wait_for};
 use common::server;
 use halite::tsbs::{self, CPU_FIELDS};
 use rdkafka::config::ClientConfig;
@@ -18,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-use serde_json::{Value as Json, json};
+use serde_json::json;
 
 const HOSTS: u64 = 100;
 const POINTS: u64 = 200_000;
@@ -38,50 +37,6 @@ fn config_file(dir: &std::path::Path) -> std::path::PathBuf {
     )
     .expect("write config");
     path
-}
-
-fn status(addr: &str) -> Json {
-    let r = request(addr, "GET", "/api/v1/ingest", None, b"").expect("ingest status");
-    assert_eq!(r.status, 200, "{}", r.text());
-    serde_json::from_slice(&r.body).expect("json")
-}
-
-fn wait_for(addr: &str, what: &str, done: impl Fn(&Json) -> bool) -> Json {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let s = status(addr);
-        if done(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn query(addr: &str, q: &Json) -> Json {
-    let r = request(
-        addr,
-        "POST",
-        "/api/v1/query",
-        Some("application/json"),
-        q.to_string().as_bytes(),
-    )
-    .expect("query");
-    assert_eq!(r.status, 200, "{}", r.text());
-    serde_json::from_slice(&r.body).expect("json")
-}
-
-fn committed_total(s: &Json, topic: &str) -> i64 {
-    s["committed"]
-        .as_array()
-        .expect("committed")
-        .iter()
-        .filter(|c| c["topic"] == topic)
-        .map(|c| c["offset"].as_i64().expect("offset"))
-        .sum()
 }
 
 #[test]
@@ -168,43 +123,10 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     assert_eq!(s["dead_lettered"], 4, "{s}");
     assert_eq!(s["batches_failed"], 0, "{s}");
 
-    // Every point equals the oracle: count, min, max, first and last of
-    // every field of every host (exact, unlike sums), and every raw value
-    // of a few hosts.
-    let steps = POINTS / HOSTS;
-    let answer = query(
-        &srv.addr,
-        &json!({
-            "table": "metrics:cpu",
-            "series": [["metric", "cpu"]],
-            "start_ms": 0, "end_ms": u64::MAX / 2,
-            "aggregate": {"functions": ["count", "min", "max", "first", "last"]}
-        }),
-    );
-    let mut got: BTreeMap<(String, String), Json> = BTreeMap::new();
-    for a in answer["aggregates"].as_array().expect("aggregates") {
-        got.insert(
-            (
-                a["series"]["host"].as_str().expect("host").to_string(),
-                a["field"].as_str().expect("field").to_string(),
-            ),
-            a["values"].clone(),
-        );
-    }
+    // Every point equals the oracle.
+    let got = assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
     assert_eq!(got.len() as u64, HOSTS * 10 + 2, "series x fields");
-    for host in 0..HOSTS {
-        for (i, f) in CPU_FIELDS.iter().enumerate() {
-            let values: Vec<f64> = (0..steps).map(|s| tsbs::cpu_value(host, s, i)).collect();
-            let v = &got[&(tsbs::host_name(host), f.to_string())];
-            assert_eq!(v["count"].as_f64(), Some(steps as f64), "{host} {f}");
-            let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
-            let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            assert_eq!(v["min"].as_f64(), Some(min), "{host} {f}");
-            assert_eq!(v["max"].as_f64(), Some(max), "{host} {f}");
-            assert_eq!(v["first"].as_f64(), Some(values[0]), "{host} {f}");
-            assert_eq!(v["last"].as_f64(), values.last().copied(), "{host} {f}");
-        }
-    }
+    let steps = POINTS / HOSTS;
     assert_eq!(
         got[&("json_b".to_string(), "usage_user".to_string())]["max"].as_f64(),
         Some(2.5)

@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use parking_lot::{Condvar, Mutex};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Deserialize;
 
@@ -69,8 +70,11 @@ pub struct KafkaConfig {
     pub group_id: String,
     /// How often durable offsets are committed (default 1s).
     pub commit_interval: Dur,
-    /// A partition's batch is written when it holds this many messages...
+    /// A partition's batch is written when it holds this many messages,
+    /// or this many payload bytes (default 1MiB: a batch's encoded rows
+    /// take a few times that while written)...
     pub batch_messages: usize,
+    pub batch_bytes: ByteSize,
     /// ...or its first message waited this long (default 20ms).
     pub batch_wait: Dur,
     /// Writer threads, each with one batch in flight (default 4); the queue
@@ -97,6 +101,7 @@ impl Default for KafkaConfig {
             group_id: "halite".into(),
             commit_interval: Dur(Duration::from_secs(1)),
             batch_messages: 2000,
+            batch_bytes: ByteSize(1 << 20),
             batch_wait: Dur(Duration::from_millis(20)),
             writers: 4,
             max_buffered: ByteSize(64 << 20),
@@ -134,6 +139,9 @@ pub struct IngestStats {
     pub pauses: AtomicU64,
     /// Last committed offset (the next to consume) per topic and partition.
     pub committed: Mutex<BTreeMap<PartitionKey, i64>>,
+    /// Partitions started at the store's durable position, ahead of the
+    /// group's committed offset, and where.
+    pub resumed: Mutex<BTreeMap<PartitionKey, i64>>,
 }
 
 impl IngestStats {
@@ -141,6 +149,12 @@ impl IngestStats {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let committed: Vec<serde_json::Value> = self
             .committed
+            .lock()
+            .iter()
+            .map(|((t, p), o)| serde_json::json!({"topic": t, "partition": p, "offset": o}))
+            .collect();
+        let resumed: Vec<serde_json::Value> = self
+            .resumed
             .lock()
             .iter()
             .map(|((t, p), o)| serde_json::json!({"topic": t, "partition": p, "offset": o}))
@@ -154,6 +168,7 @@ impl IngestStats {
             "commits": n(&self.commits),
             "pauses": n(&self.pauses),
             "committed": committed,
+            "resumed": resumed,
         })
     }
 }
@@ -188,11 +203,18 @@ struct PartitionOffsets {
 
 impl OffsetTracker {
     fn sent(&mut self, p: &PartitionKey, first: i64, last: i64) {
-        self.partitions
-            .entry(p.clone())
-            .or_default()
-            .in_flight
-            .insert(first, (last, BatchState::Sent));
+        let po = self.partitions.entry(p.clone()).or_default();
+        // The first batch of an assignment starts where consumption
+        // started: at the committed offset or the durable position
+        // recovered from the store, so everything below it is durable.
+        po.committable.get_or_insert(first);
+        po.in_flight.insert(first, (last, BatchState::Sent));
+    }
+
+    /// The offset below which every message of the partition is durable
+    /// (or handled), as known now.
+    fn durable_below(&self, p: &PartitionKey) -> Option<i64> {
+        self.partitions.get(p).and_then(|po| po.committable)
     }
 
     /// A batch is durable (or handled, `Done`) or given up (`Failed`); moves
@@ -285,18 +307,61 @@ impl Shared {
 
 struct IngestContext {
     shared: Arc<Shared>,
+    /// Durable positions recovered from the store at start.
+    recovered: HashMap<PartitionKey, i64>,
 }
 
 impl ClientContext for IngestContext {}
 
 impl ConsumerContext for IngestContext {
-    /// Before partitions go to another member: wait for their batches in
-    /// flight to become durable, and commit them, so the next owner starts
-    /// where we stopped instead of replaying.
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Revoke(tpl) = rebalance else {
-            return;
+    /// librdkafka's rebalance, with two additions: before partitions go, the
+    /// batches in flight are waited for and committed; when partitions
+    /// come, each starts at the durable position recovered from the store
+    /// where that is ahead of the group's committed offset.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.resume_from_store(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.revoke(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                eprintln!("kafka: rebalance failed: {other:?}; dropping the assignment");
+                self.revoke(consumer, tpl);
+                consumer.unassign()
+            }
         };
+        if let Err(e) = result {
+            eprintln!("kafka: applying the rebalance failed: {e}");
+        }
+    }
+}
+
+impl IngestContext {
+    /// Waits for the revoked partitions' batches in flight to become
+    /// durable and commits them, so the next owner starts where we stopped
+    /// instead of replaying.
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
         let revoked: Vec<PartitionKey> = tpl
             .elements()
@@ -315,6 +380,57 @@ impl ConsumerContext for IngestContext {
         let mut tracker = self.shared.tracker.lock();
         for p in &revoked {
             tracker.partitions.remove(p);
+        }
+    }
+
+    /// Starts assigned partitions at the store's durable position where it
+    /// is ahead of the committed offset (the process died between a durable
+    /// write and the commit that would have covered it).
+    fn resume_from_store(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let ours: Vec<(PartitionKey, i64)> = tpl
+            .elements()
+            .iter()
+            .filter_map(|e| {
+                let p = (e.topic().to_string(), e.partition());
+                self.recovered.get(&p).map(|&o| (p, o))
+            })
+            .collect();
+        if ours.is_empty() {
+            return;
+        }
+        let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(c) => c,
+            Err(e) => {
+                // Starting from the committed offsets replays more; no loss.
+                eprintln!(
+                    "kafka: reading committed offsets failed ({e}); not resuming from the store"
+                );
+                return;
+            }
+        };
+        for ((topic, partition), durable) in ours {
+            let at = match committed
+                .find_partition(&topic, partition)
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(c)) => c,
+                _ => -1,
+            };
+            if durable > at {
+                if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(durable))
+                {
+                    eprintln!("kafka: cannot start {topic}/{partition} at {durable}: {e}");
+                    continue;
+                }
+                eprintln!(
+                    "kafka: {topic}/{partition} resumes at offset {durable} from the store (committed: {at})"
+                );
+                self.shared
+                    .stats
+                    .resumed
+                    .lock()
+                    .insert((topic, partition), durable);
+            }
         }
     }
 }
@@ -433,8 +549,24 @@ impl KafkaIngest {
         for (k, v) in &config.client {
             client.set(k, v);
         }
+        let mut recovered = HashMap::new();
+        for route in routes.values() {
+            let positions =
+                store
+                    .ingest_positions(&route.table)
+                    .map_err(|e| KafkaError::Topic {
+                        topic: route.topic.clone(),
+                        reason: e.to_string(),
+                    })?;
+            for ((topic, partition), offset) in positions {
+                if topic == route.topic {
+                    recovered.insert((topic, partition as i32), offset as i64);
+                }
+            }
+        }
         let consumer: BaseConsumer<IngestContext> = client.create_with_context(IngestContext {
             shared: shared.clone(),
+            recovered,
         })?;
         let topics: Vec<&str> = config.topics.iter().map(|t| t.topic.as_str()).collect();
         consumer.subscribe(&topics)?;
@@ -492,6 +624,7 @@ impl KafkaIngest {
             writer_threads,
             stop: stop.clone(),
             batch_messages: config.batch_messages.max(1),
+            batch_bytes: (config.batch_bytes.0 as usize).max(1),
             batch_wait: config.batch_wait.0,
             commit_interval: config.commit_interval.0,
             max_buffered: config.max_buffered.0 as usize,
@@ -534,6 +667,7 @@ struct ConsumerLoop {
     writer_threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     batch_messages: usize,
+    batch_bytes: usize,
     batch_wait: Duration,
     commit_interval: Duration,
     max_buffered: usize,
@@ -597,7 +731,9 @@ impl ConsumerLoop {
                         let payload = m.payload().unwrap_or_default();
                         buffered += payload.len();
                         pending[at].push(m.offset(), payload);
-                        if pending[at].messages.len() >= self.batch_messages {
+                        if pending[at].messages.len() >= self.batch_messages
+                            || pending[at].bytes() >= self.batch_bytes
+                        {
                             ready.push_back(pending.swap_remove(at));
                         }
                     }
@@ -816,12 +952,19 @@ fn write_batch(
     let entries = encoder.finish();
     let points = entries.rows() as u64;
     if points > 0 {
-        let origin = Origin {
-            topic: route.topic.clone(),
-            partition: batch.partition as u32,
-            offset: batch.last_offset().unwrap_or(0) as u64,
-        };
-        if let Err(e) = store.write_entries(&route.table, entries, Some(origin)) {
+        // The record carries what is durable before it, so a restart can
+        // resume there even if no Kafka commit said so.
+        let key = (route.topic.clone(), batch.partition);
+        let origin = shared
+            .tracker
+            .lock()
+            .durable_below(&key)
+            .map(|durable_below| Origin {
+                topic: route.topic.clone(),
+                partition: batch.partition as u32,
+                durable_below: durable_below as u64,
+            });
+        if let Err(e) = store.write_entries(&route.table, entries, origin) {
             eprintln!(
                 "kafka: writing {}/{} offsets {}..: {e}",
                 route.topic,
@@ -905,9 +1048,12 @@ mod tests {
         t.sent(&p, 20, 29);
         t.finished(&p, 10, BatchState::Done);
         t.finished(&p, 20, BatchState::Done);
-        assert!(t.to_commit().is_empty(), "nothing durable from the front");
+        // Where consumption started is durable; nothing past it yet.
+        assert_eq!(t.to_commit(), vec![(p.clone(), 0)]);
+        assert_eq!(t.durable_below(&p), Some(0));
         t.finished(&p, 0, BatchState::Done);
         assert_eq!(t.to_commit(), vec![(p.clone(), 30)]);
+        assert_eq!(t.durable_below(&p), Some(30));
         t.committed(&[(p.clone(), 30)]);
         assert!(t.to_commit().is_empty());
         // A batch that failed holds the offset back for good.

@@ -91,6 +91,8 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
     }
     next.flushed_seq = next.flushed_seq.max(sealed);
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
+    // The WAL segments carrying them go once this is flushed.
+    next.positions = inner.positions.lock().clone();
     next.store(&inner.dir)?;
     {
         let mut st = inner.state.write();

@@ -15,7 +15,11 @@
 //!
 //! Body: `varint next_file_id · varint flushed_seq · varint family_count`,
 //! then per family `name (len-prefixed) · varint file_count · varint
-//! file_id*`.
+//! file_id*`, then (absent in manifests written before Kafka ingestion,
+//! read as none) `varint position_count` and per Kafka partition `topic
+//! (len-prefixed) · varint partition · varint durable_below`: the resume
+//! positions the region's WAL records carried, kept when the WAL segments
+//! holding them are deleted after a flush.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -61,6 +65,9 @@ pub struct Manifest {
     pub flushed_seq: u64,
     /// Live store files per family, oldest first.
     pub families: BTreeMap<Vec<u8>, Vec<u64>>,
+    /// Per Kafka topic and partition: every message below this offset is
+    /// durable (see [`crate::region::wal::record::Origin`]).
+    pub positions: BTreeMap<(String, u32), u64>,
 }
 
 impl Manifest {
@@ -75,6 +82,12 @@ impl Manifest {
             for id in files {
                 put_varint(&mut body, *id);
             }
+        }
+        put_varint(&mut body, self.positions.len() as u64);
+        for ((topic, partition), offset) in &self.positions {
+            put_len_prefixed(&mut body, topic.as_bytes());
+            put_varint(&mut body, u64::from(*partition));
+            put_varint(&mut body, *offset);
         }
         crate::fsutil::seal(MAGIC, &body)
     }
@@ -98,10 +111,28 @@ impl Manifest {
             }
             families.insert(name, files);
         }
+        let mut positions = BTreeMap::new();
+        if !r.is_empty() {
+            let n = r.len(body.len(), "position count")?;
+            for _ in 0..n {
+                let topic = r.len_prefixed(body.len(), "position topic")?;
+                let topic = String::from_utf8(topic.to_vec()).map_err(|_| DecodeError {
+                    offset: r.pos(),
+                    what: "position topic is not utf-8",
+                })?;
+                let partition =
+                    u32::try_from(r.varint("position partition")?).map_err(|_| DecodeError {
+                        offset: r.pos(),
+                        what: "position partition",
+                    })?;
+                positions.insert((topic, partition), r.varint("position offset")?);
+            }
+        }
         Ok(Manifest {
             next_file_id,
             flushed_seq,
             families,
+            positions,
         })
     }
 
@@ -153,6 +184,8 @@ mod tests {
         };
         m.families.insert(b"cf".to_vec(), vec![3, 5, 8]);
         m.families.insert(b"meta".to_vec(), vec![]);
+        m.positions.insert(("cpu".into(), 3), 1_000_000);
+        m.positions.insert(("mem".into(), 0), 7);
         let buf = m.encode();
         assert_eq!(Manifest::decode(&buf).unwrap(), m);
         for i in 0..buf.len() {
@@ -160,5 +193,25 @@ mod tests {
             bad[i] ^= 1;
             assert!(Manifest::decode(&bad).is_err(), "flip at {i}");
         }
+    }
+
+    #[test]
+    fn manifests_without_positions_still_read() {
+        let mut m = Manifest {
+            next_file_id: 2,
+            flushed_seq: 10,
+            ..Default::default()
+        };
+        m.families.insert(b"f".to_vec(), vec![1]);
+        // The layout before positions: the body stops after the families.
+        let mut body = Vec::new();
+        put_varint(&mut body, 2);
+        put_varint(&mut body, 10);
+        put_varint(&mut body, 1);
+        put_len_prefixed(&mut body, b"f");
+        put_varint(&mut body, 1);
+        put_varint(&mut body, 1);
+        let old = crate::fsutil::seal(MAGIC, &body);
+        assert_eq!(Manifest::decode(&old).unwrap(), m);
     }
 }

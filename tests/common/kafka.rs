@@ -3,10 +3,16 @@
 //! loopback port, killed when the handle drops.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use halite::tsbs::{self, CPU_FIELDS};
+use serde_json::{Value as Json, json};
+
+use super::http::request;
 
 pub struct Broker {
     child: Child,
@@ -88,4 +94,93 @@ impl Broker {
             .expect("tansu topic create");
         assert!(status.success(), "creating topic {name}: {status:?}");
     }
+}
+
+// The pipeline's status and the query API, as the Kafka tests read them.
+
+pub fn status(addr: &str) -> Json {
+    let r = request(addr, "GET", "/api/v1/ingest", None, b"").expect("ingest status");
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).expect("json")
+}
+
+pub fn wait_for(addr: &str, what: &str, done: impl Fn(&Json) -> bool) -> Json {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = status(addr);
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn query(addr: &str, q: &Json) -> Json {
+    let r = request(
+        addr,
+        "POST",
+        "/api/v1/query",
+        Some("application/json"),
+        q.to_string().as_bytes(),
+    )
+    .expect("query");
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).expect("json")
+}
+
+pub fn committed_total(s: &Json, topic: &str) -> i64 {
+    s["committed"]
+        .as_array()
+        .expect("committed")
+        .iter()
+        .filter(|c| c["topic"] == topic)
+        .map(|c| c["offset"].as_i64().expect("offset"))
+        .sum()
+}
+
+/// Every point `halite produce --hosts hosts --points points` wrote is in
+/// the table and equals the oracle: count (so no point is missing or
+/// counted twice), min, max, first and last of every field of every host
+/// (exact, unlike sums). Returns the aggregates of every series and field.
+pub fn assert_cpu_oracle(addr: &str, hosts: u64, points: u64) -> BTreeMap<(String, String), Json> {
+    let answer = query(
+        addr,
+        &json!({
+            "table": "metrics:cpu",
+            "series": [["metric", "cpu"]],
+            "start_ms": 0, "end_ms": u64::MAX / 2,
+            "aggregate": {"functions": ["count", "min", "max", "first", "last"]}
+        }),
+    );
+    let mut got: BTreeMap<(String, String), Json> = BTreeMap::new();
+    for a in answer["aggregates"].as_array().expect("aggregates") {
+        got.insert(
+            (
+                a["series"]["host"].as_str().expect("host").to_string(),
+                a["field"].as_str().expect("field").to_string(),
+            ),
+            a["values"].clone(),
+        );
+    }
+    for host in 0..hosts {
+        let steps = (points + hosts - 1 - host) / hosts;
+        for (i, f) in CPU_FIELDS.iter().enumerate() {
+            let values: Vec<f64> = (0..steps).map(|s| tsbs::cpu_value(host, s, i)).collect();
+            let v = got
+                .get(&(tsbs::host_name(host), f.to_string()))
+                .unwrap_or_else(|| panic!("no {f} of host {host}"));
+            assert_eq!(v["count"].as_f64(), Some(steps as f64), "{host} {f}");
+            let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+            let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(v["min"].as_f64(), Some(min), "{host} {f}");
+            assert_eq!(v["max"].as_f64(), Some(max), "{host} {f}");
+            assert_eq!(v["first"].as_f64(), Some(values[0]), "{host} {f}");
+            assert_eq!(v["last"].as_f64(), values.last().copied(), "{host} {f}");
+        }
+    }
+    got
 }

@@ -25,7 +25,7 @@
 //!
 //! ```text
 //! varint region_id · varint first_seq · varint flags
-//! [flags & 1: origin = varint topic_len, topic, varint partition, varint offset]
+//! [flags & 1: origin = varint topic_len, topic, varint partition, varint durable_below]
 //! varint row_count
 //!   per row (sequence id = first_seq + index):
 //!   varint entry_count
@@ -70,12 +70,16 @@ pub fn frame_into(out: &mut Vec<u8>, segment_id: u64, kind: u8, payload: &[u8]) 
     out.extend_from_slice(payload);
 }
 
-/// Where a batch of edits came from, so ingestion can resume from the WAL.
+/// Where a batch of edits came from, so ingestion can resume from the WAL
+/// (or, once flushed, from the region manifest) after a crash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     pub topic: String,
     pub partition: u32,
-    pub offset: u64,
+    /// Every message of the partition below this offset was durable (or
+    /// handled as a bad message) when the record was written: a fact that
+    /// stays true, so any record carrying it is enough to resume from it.
+    pub durable_below: u64,
 }
 
 /// A decoded edits record.
@@ -139,7 +143,7 @@ pub fn encode_edits_with_body(
             put_varint(&mut out, FLAG_ORIGIN | FLAG_PREFIX_KEYS);
             put_len_prefixed(&mut out, o.topic.as_bytes());
             put_varint(&mut out, u64::from(o.partition));
-            put_varint(&mut out, o.offset);
+            put_varint(&mut out, o.durable_below);
         }
         None => put_varint(&mut out, FLAG_PREFIX_KEYS),
     }
@@ -166,7 +170,7 @@ pub fn decode_edits(payload: &[u8]) -> Result<Edits, DecodeError> {
         Some(Origin {
             topic,
             partition,
-            offset: r.varint("origin offset")?,
+            durable_below: r.varint("origin offset")?,
         })
     } else {
         None
@@ -304,7 +308,7 @@ mod tests {
         let origin = Origin {
             topic: "cpu".into(),
             partition: 3,
-            offset: 99,
+            durable_below: 99,
         };
         let payload = encode_edits(7, 42, Some(&origin), &EntryBatch::from_rows(&rows));
         let back = decode_edits(&payload).unwrap();

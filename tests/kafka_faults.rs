@@ -1,0 +1,433 @@
+//! Kafka ingestion under faults, against a real broker (Tansu): SIGKILL in
+//! the middle of ingestion, a restart with no Kafka commit to go by, a
+//! consumer far faster than the store, and a second group member joining
+//! and leaving. Every produced point must end up readable exactly once.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::http::free_port;
+use common::kafka::{Broker, assert_cpu_oracle, committed_total, query, status, wait_for};
+use common::server::{self, Server};
+use halite::tsbs::{self, CPU_FIELDS};
+use serde_json::json;
+
+/// The example config with the quick group joins Tansu needs in tests
+/// (it holds a join for half the session timeout).
+fn config_file(dir: &Path) -> PathBuf {
+    config_file_with(dir, "")
+}
+
+/// [`config_file`] with more librdkafka settings (`"key" = "value"` lines).
+fn config_file_with(dir: &Path, client: &str) -> PathBuf {
+    let base =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"))
+            .expect("example config")
+            .replace(
+                "\"session.timeout.ms\" = \"6000\"",
+                "\"session.timeout.ms\" = \"3000\"",
+            )
+            .replace(
+                "\"heartbeat.interval.ms\" = \"2000\"",
+                "\"heartbeat.interval.ms\" = \"1000\"",
+            )
+            .replace(
+                "\"fetch.wait.max.ms\" = \"100\"",
+                &format!("\"fetch.wait.max.ms\" = \"100\"\n{client}"),
+            );
+    assert!(base.contains("\"3000\""), "the example config changed");
+    let path = dir.join("halite.toml");
+    std::fs::write(&path, base).expect("write config");
+    path
+}
+
+fn produce(broker: &Broker, topic: &str, hosts: u64, points: u64, per_message: u64, rate: u64) {
+    let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["produce", "--brokers", &broker.bootstrap, "--topic", topic])
+        .args([
+            "--hosts",
+            &hosts.to_string(),
+            "--points",
+            &points.to_string(),
+        ])
+        .args(["--per-message", &per_message.to_string()])
+        .args(["--rate", &rate.to_string()])
+        .output()
+        .expect("halite produce");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `serve` arguments: config, broker, and any `key=value` settings.
+fn args(config: &Path, broker: &Broker, settings: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        "--config".to_string(),
+        config.display().to_string(),
+        "--set".into(),
+        format!("kafka.brokers=\"{}\"", broker.bootstrap),
+    ];
+    for s in settings {
+        a.push("--set".into());
+        a.push(s.to_string());
+    }
+    a
+}
+
+fn start(data: &Path, port: u16, args: &[String]) -> Server {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    server::start(data, port, &args)
+}
+
+/// A small deterministic generator; the seed is printed so a failing run
+/// can be repeated (HALITE_KAFKA_SEED).
+struct Rng(u64);
+
+impl Rng {
+    fn from_env() -> Rng {
+        let seed = std::env::var("HALITE_KAFKA_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        eprintln!("HALITE_KAFKA_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
+    const HOSTS: u64 = 50;
+    const POINTS: u64 = 400_000;
+    const PER_MESSAGE: u64 = 10;
+    let kills: usize = std::env::var("HALITE_KAFKA_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut rng = Rng::from_env();
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_file(tmp.path());
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let args = args(&config, &broker, &["kafka.commit_interval=\"300ms\""]);
+
+    // The producer keeps writing while the service is killed and restarted.
+    let producer = {
+        let bootstrap = broker.bootstrap.clone();
+        std::thread::spawn(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
+                .args([
+                    "--hosts",
+                    &HOSTS.to_string(),
+                    "--points",
+                    &POINTS.to_string(),
+                ])
+                .args(["--per-message", &PER_MESSAGE.to_string()])
+                .args(["--rate", "40000"])
+                .output()
+                .expect("halite produce");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
+    };
+    let mut killed_mid_ingest = 0;
+    for kill in 0..kills {
+        let mut srv = start(&data, port, &args);
+        // Killed once it is consuming, at a random moment after.
+        wait_for(&srv.addr, "consumption to start", |s| {
+            s["messages"].as_u64() > Some(0)
+        });
+        std::thread::sleep(Duration::from_millis(rng.below(700)));
+        let before = status(&srv.addr);
+        srv.child.kill().expect("SIGKILL");
+        srv.child.wait().expect("wait");
+        if before["points"].as_u64() > Some(0) {
+            killed_mid_ingest += 1;
+        }
+        eprintln!(
+            "kill {kill}: {} messages, {} points written in this run, resumed {}",
+            before["messages"], before["points"], before["resumed"]
+        );
+    }
+    producer.join().expect("producer");
+    assert!(
+        killed_mid_ingest > 0,
+        "no kill landed while points were written"
+    );
+
+    let srv = start(&data, port, &args);
+    let messages = (POINTS / PER_MESSAGE) as i64;
+    wait_for(&srv.addr, "every message committed", |s| {
+        committed_total(s, "cpu") == messages
+    });
+    // Exactly once as a cell: counts equal the oracle's, so a replayed
+    // point rewrote its cell instead of adding one.
+    let got = assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
+    assert_eq!(got.len() as u64, HOSTS * 10);
+    // And after a clean restart (WAL replay of what is not flushed).
+    server::stop(srv);
+    let srv = start(&data, port, &args);
+    assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
+    let s = status(&srv.addr);
+    assert_eq!(s["messages"], 0, "nothing left to consume: {s}");
+    server::stop(srv);
+}
+
+#[test]
+fn a_restart_resumes_from_the_store_when_no_commit_happened() {
+    const HOSTS: u64 = 20;
+    const POINTS: u64 = 100_000;
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    produce(&broker, "cpu", HOSTS, POINTS, 1, 0);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_file(tmp.path());
+    let data = tmp.path().join("data");
+    let port = free_port();
+    // No interval commits: only the store knows how far ingestion got.
+    let mut srv = start(
+        &data,
+        port,
+        &args(&config, &broker, &["kafka.commit_interval=\"1h\""]),
+    );
+    let s = wait_for(&srv.addr, "every point durable", |s| s["points"] == POINTS);
+    assert_eq!(committed_total(&s, "cpu"), 0, "{s}");
+    srv.child.kill().expect("SIGKILL");
+    srv.child.wait().expect("wait");
+
+    let srv = start(
+        &data,
+        port,
+        &args(&config, &broker, &["kafka.commit_interval=\"200ms\""]),
+    );
+    let s = wait_for(&srv.addr, "every message committed", |s| {
+        committed_total(s, "cpu") == POINTS as i64
+    });
+    let resumed = s["resumed"].as_array().expect("resumed");
+    assert_eq!(
+        resumed.len(),
+        4,
+        "every partition resumed from the store: {s}"
+    );
+    // Only the batches in flight at the kill are read again, not the
+    // whole topic (4 writers x 2,000 messages, per partition at most).
+    let replayed = s["messages"].as_u64().expect("messages");
+    assert!(
+        replayed < POINTS / 2,
+        "replayed {replayed} of {POINTS}: {s}"
+    );
+    assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
+    server::stop(srv);
+}
+
+#[test]
+fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
+    const HOSTS: u64 = 100;
+    const POINTS: u64 = 1_500_000;
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    produce(&broker, "cpu", HOSTS, POINTS, 10, 0);
+    let tmp = tempfile::tempdir().expect("tmp");
+    // librdkafka's prefetch, 64 MiB by default, is bounded here too.
+    let config = config_file_with(tmp.path(), "\"queued.max.messages.kbytes\" = \"16384\"");
+    let data = tmp.path().join("data");
+    let port = free_port();
+    // Tiny MemStores (flushes hold writers back), a small fetch buffer and
+    // librdkafka prefetch; the data is ~600 MB as cells.
+    let srv = start(
+        &data,
+        port,
+        &args(
+            &config,
+            &broker,
+            &[
+                "region.global_memstore_size=\"16MiB\"",
+                "kafka.max_buffered=\"8MiB\"",
+                "kafka.writers=2",
+                "kafka.commit_interval=\"200ms\"",
+            ],
+        ),
+    );
+    let pid = srv.child.id();
+    let base = rss_bytes(pid);
+    // Peak RSS while the first and the second half of the points go in.
+    let mut peaks = [base, base];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let messages = (POINTS / 10) as i64;
+    loop {
+        let rss = rss_bytes(pid);
+        let s = status(&srv.addr);
+        let half = usize::from(s["points"].as_u64().unwrap_or(0) > POINTS / 2);
+        peaks[half] = peaks[half].max(rss);
+        if std::env::var_os("HALITE_TRACE_RSS").is_some() {
+            eprintln!("{} MiB, {} points", rss >> 20, s["points"]);
+        }
+        if committed_total(&s, "cpu") == messages {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ingestion stalled: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = status(&srv.addr);
+    eprintln!(
+        "rss: {} MiB at start, peak {} MiB in the first half, {} MiB in the second; pauses {}",
+        base >> 20,
+        peaks[0] >> 20,
+        peaks[1] >> 20,
+        s["pauses"]
+    );
+    assert!(s["pauses"].as_u64() > Some(0), "never paused: {s}");
+    // Bounded: memory does not grow with the input (the second half of the
+    // points peaks no higher than the first, give or take the allocator)...
+    assert!(
+        peaks[1] < peaks[0] + (64 << 20),
+        "RSS grew with the input: {} MiB, then {} MiB",
+        peaks[0] >> 20,
+        peaks[1] >> 20
+    );
+    // ...and stays far below the ~330 MB of messages (~1.1 GB as cells):
+    // MemStores (16 MiB, their 2 MiB arena chunks per region and a 64 MiB
+    // pool of spare chunks), the fetch buffer (8 MiB), librdkafka's
+    // prefetch (16 MiB), two writers' batches, WAL buffers and what the
+    // allocator keeps per thread.
+    let bound = base + (320 << 20);
+    let peak = peaks[0].max(peaks[1]);
+    assert!(
+        peak < bound,
+        "peak RSS {} MiB over {} MiB",
+        peak >> 20,
+        bound >> 20
+    );
+    assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
+    server::stop(srv);
+}
+
+#[test]
+fn two_members_share_the_partitions_and_together_hold_every_point() {
+    const HOSTS: u64 = 20;
+    const POINTS: u64 = 60_000;
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_file(tmp.path());
+    let settings = ["kafka.commit_interval=\"200ms\""];
+    let port_a = free_port();
+    let a = start(
+        &tmp.path().join("a"),
+        port_a,
+        &args(&config, &broker, &settings),
+    );
+    // Points keep coming for ~6 s while the group changes.
+    let producer = {
+        let bootstrap = broker.bootstrap.clone();
+        std::thread::spawn(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
+                .args([
+                    "--hosts",
+                    &HOSTS.to_string(),
+                    "--points",
+                    &POINTS.to_string(),
+                ])
+                .args(["--per-message", "1", "--rate", "10000"])
+                .output()
+                .expect("halite produce");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
+    };
+    wait_for(&a.addr, "the first member to consume", |s| {
+        s["points"].as_u64() > Some(0)
+    });
+    let port_b = free_port();
+    let b = start(
+        &tmp.path().join("b"),
+        port_b,
+        &args(&config, &broker, &settings),
+    );
+    wait_for(&b.addr, "the second member to get partitions", |s| {
+        s["points"].as_u64() > Some(1000)
+    });
+    // B leaves cleanly: its last commit covers what it wrote.
+    server::stop(b);
+    producer.join().expect("producer");
+    wait_for(&a.addr, "every message committed", |s| {
+        committed_total(s, "cpu") == POINTS as i64
+    });
+    let b = start(
+        &tmp.path().join("b"),
+        port_b,
+        &args(&config, &broker, &["kafka.brokers=\"\""]),
+    );
+
+    // Together they hold every point (at-least-once: a point near a
+    // hand-over may be in both), each equal to the oracle.
+    let steps = POINTS / HOSTS;
+    let mut in_both = 0;
+    for host in 0..HOSTS {
+        let mut seen = vec![0u8; steps as usize];
+        for srv in [&a, &b] {
+            let answer = query(
+                &srv.addr,
+                &json!({
+                    "table": "metrics:cpu",
+                    "series": [["metric", "cpu"], ["host", tsbs::host_name(host)]],
+                    "start_ms": 0, "end_ms": u64::MAX / 2,
+                }),
+            );
+            for row in answer["rows"].as_array().expect("rows") {
+                let cells = row["cells"].as_array().expect("cells");
+                assert_eq!(cells.len(), 10);
+                let ts = cells[0]["timestamp"].as_u64().expect("ts");
+                let step = (ts - tsbs::T0_MS) / tsbs::INTERVAL_MS;
+                for c in cells {
+                    let i = CPU_FIELDS
+                        .iter()
+                        .position(|f| c["qualifier"] == *f)
+                        .expect("known field");
+                    assert_eq!(c["value"].as_f64(), Some(tsbs::cpu_value(host, step, i)));
+                }
+                seen[step as usize] += 1;
+            }
+        }
+        in_both += seen.iter().filter(|&&n| n == 2).count();
+        let missing: Vec<usize> = (0..seen.len()).filter(|&s| seen[s] == 0).collect();
+        assert!(missing.is_empty(), "host {host} misses steps {missing:?}");
+    }
+    eprintln!("points held by both members: {in_both} of {POINTS}");
+    server::stop(a);
+    server::stop(b);
+}
