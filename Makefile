@@ -6,9 +6,10 @@ HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
 .PHONY: run test build venv bench-engine bench-query bench-kafka crash lint fmt clean
 
-## Runs the demo: ingests TSBS-style sensor rows into a region, flushes,
-## compacts, scans them back and prints what it did.
-run:
+## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
+## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
+## into it, a query's answer; Ctrl-C stops it.
+run: venv
 	$(CARGO) run --release --bin halite -- demo --config configs/halite.toml
 
 ## The project's Python tools, in a local venv: pyarrow (the tests read

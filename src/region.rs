@@ -527,6 +527,16 @@ impl Region {
         self.inner.request_flush();
     }
 
+    /// The highest sequence id given to a write so far.
+    pub fn last_seq(&self) -> u64 {
+        self.inner.mvcc.last_assigned()
+    }
+
+    /// Every write with a sequence id up to this is in store files.
+    pub fn flushed_seq(&self) -> u64 {
+        self.inner.manifest.lock().flushed_seq
+    }
+
     /// Bytes in MemStores (active and being flushed).
     pub fn memstore_bytes(&self) -> usize {
         self.inner.memstore_bytes()

@@ -438,6 +438,52 @@ impl Store {
         Ok(all)
     }
 
+    /// Makes every write acknowledged so far durable, ASYNC_WAL ones
+    /// included: one sync barrier per shard WAL.
+    pub fn sync_wals(&self) -> Result<()> {
+        let tickets = self
+            .shards
+            .iter()
+            .map(|s| s.wal.sync())
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        for t in tickets {
+            t.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Per region of `name`: the highest sequence id written so far, or
+    /// (with `flushed`) the highest in store files. SKIP_WAL writes are
+    /// durable once the flushed one passes what the written one was.
+    pub fn region_seqs(&self, name: &TableName, flushed: bool) -> Result<HashMap<u64, u64>> {
+        Ok(self
+            .table(name)?
+            .regions()
+            .iter()
+            .map(|r| {
+                let seq = if flushed {
+                    r.flushed_seq()
+                } else {
+                    r.last_seq()
+                };
+                (r.id(), seq)
+            })
+            .collect())
+    }
+
+    /// Flushes every region of `name` that holds unflushed writes.
+    pub fn flush_table(&self, name: &TableName) -> Result<()> {
+        for r in self.table(name)?.regions() {
+            r.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Whether closing flushes the MemStores (`region.flush_on_close`).
+    pub fn flushes_on_close(&self) -> bool {
+        self.options.region.flush_on_close
+    }
+
     /// The largest value a cell may hold.
     pub fn max_value_size(&self) -> usize {
         self.options.region.max_value_size

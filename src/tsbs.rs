@@ -24,9 +24,11 @@ pub const HOST_WIDTH: usize = 12;
 /// A two-decimal value in [0, 100), deterministic in (host, step, field):
 /// sensor-like data with few significant digits.
 pub fn cpu_value(host: u64, step: u64, field: usize) -> f64 {
+    // The field is spread over the high bits too: `^ field` alone vanished
+    // in the shift below and gave every field of a row the same value.
     let x = host.wrapping_mul(6364136223846793005)
         ^ step.wrapping_mul(1442695040888963407)
-        ^ field as u64;
+        ^ (field as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     ((x >> 33) % 10_000) as f64 / 100.0
 }
 

@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::http::free_port;
-use common::kafka::{Broker, assert_cpu_oracle, committed_total, query, wait_for};
+use common::kafka::{
+    Broker, assert_cpu_oracle, assert_cpu_oracle_in, committed_total, query, status, wait_for,
+};
 use common::server;
 use halite::tsbs::{self, CPU_FIELDS};
 use rdkafka::config::ClientConfig;
@@ -221,5 +223,128 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     producer.flush(Duration::from_secs(30)).expect("flush");
     let s = wait_for(&srv.addr, "the late message", |s| s["points"] == 1);
     assert_eq!(s["messages"], 1, "only the new message was consumed: {s}");
+    server::stop(srv);
+}
+
+/// Tables that acknowledge writes before they are durable: ASYNC_WAL
+/// offsets are committed after a WAL sync, SKIP_WAL offsets only after a
+/// flush (or at a clean shutdown, which flushes).
+#[test]
+fn async_and_skip_wal_tables_commit_only_what_is_durable() {
+    const HOSTS: u64 = 20;
+    const POINTS: u64 = 2_000;
+    let broker = Broker::start();
+    broker.create_topic("cpu_async", 2);
+    broker.create_topic("cpu_skip", 2);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let base = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"),
+    )
+    .expect("example config");
+    let mut config = base.clone();
+    for (name, durability) in [("cpu_async", "ASYNC_WAL"), ("cpu_skip", "SKIP_WAL")] {
+        config.push_str(&format!(
+            r#"
+[[tables]]
+name = "metrics:{name}"
+durability = "{durability}"
+families = [{{ name = "f" }}]
+[tables.key]
+fields = [
+  {{ name = "metric", type = "string", width = 16 }},
+  {{ name = "host", type = "string", width = 16 }},
+  {{ name = "ts", type = "reversed_timestamp" }},
+]
+salt = {{ buckets = 4, width = 1, from = "series" }}
+[[kafka.topics]]
+topic = "{name}"
+table = "metrics:{name}"
+precision = "ms"
+"#
+        ));
+    }
+    let config_path = tmp.path().join("halite.toml");
+    std::fs::write(&config_path, config).expect("config");
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let args = [
+        "--config".to_string(),
+        config_path.display().to_string(),
+        "--set".into(),
+        format!("kafka.brokers=\"{}\"", broker.bootstrap),
+        "--set".into(),
+        "kafka.commit_interval=\"200ms\"".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let srv = server::start(&data, port, &args);
+    let produce = |topic: &str, points: u64| {
+        let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+            .args(["produce", "--brokers", &broker.bootstrap, "--topic", topic])
+            .args([
+                "--hosts",
+                &HOSTS.to_string(),
+                "--points",
+                &points.to_string(),
+            ])
+            .args(["--per-message", "1"])
+            .output()
+            .expect("halite produce");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    produce("cpu_async", POINTS);
+    produce("cpu_skip", POINTS);
+    let messages = POINTS as i64;
+    wait_for(&srv.addr, "the ASYNC_WAL topic committed", |s| {
+        committed_total(s, "cpu_async") == messages && s["points"] == 2 * POINTS
+    });
+    // Every SKIP_WAL point is written, and stays uncommitted while only in
+    // MemStores (far below the flush size, and an hour from flush_age).
+    std::thread::sleep(Duration::from_secs(1));
+    let s = status(&srv.addr);
+    assert_eq!(committed_total(&s, "cpu_skip"), 0, "{s}");
+    let r = common::http::request(
+        &srv.addr,
+        "POST",
+        "/api/v1/tables/metrics:cpu_skip/flush",
+        None,
+        b"",
+    )
+    .expect("flush");
+    assert!(r.status < 300, "{}", r.text());
+    wait_for(
+        &srv.addr,
+        "the SKIP_WAL topic committed after the flush",
+        |s| committed_total(s, "cpu_skip") == messages,
+    );
+    assert_cpu_oracle_in(&srv.addr, "metrics:cpu_async", HOSTS, POINTS);
+    assert_cpu_oracle_in(&srv.addr, "metrics:cpu_skip", HOSTS, POINTS);
+
+    // More SKIP_WAL points, then a clean stop: it flushes them and commits,
+    // so the restart replays nothing and the points are there.
+    produce("cpu_skip", 2 * POINTS);
+    wait_for(&srv.addr, "the new points written", |s| {
+        s["points"] == 4 * POINTS
+    });
+    server::stop(srv);
+    let srv = server::start(&data, port, &args);
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            BaseRecord::<'_, (), str>::to("cpu_skip")
+                .payload("cpu,host=late usage_user=7 1700000000000\n"),
+        )
+        .map_err(|(e, _)| e)
+        .expect("produce late");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let s = wait_for(&srv.addr, "the late message", |s| s["points"] == 1);
+    assert_eq!(s["messages"], 1, "nothing replayed after a clean stop: {s}");
+    assert_cpu_oracle_in(&srv.addr, "metrics:cpu_skip", HOSTS, 2 * POINTS);
     server::stop(srv);
 }

@@ -183,13 +183,28 @@ struct OffsetTracker {
     partitions: HashMap<PartitionKey, PartitionOffsets>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum BatchState {
     Sent,
+    /// Written to a table whose writes are acknowledged before they are
+    /// durable; done once this happens.
+    Written(Waiting),
     Done,
     /// Could not be written: the partition's commits stop before it until a
     /// restart replays it.
     Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Waiting {
+    /// ASYNC_WAL: a sync of the WAL.
+    WalSync,
+    /// SKIP_WAL: flushes of the table's regions past these sequence ids
+    /// (region id -> highest sequence id when the batch was written).
+    Flush {
+        table: TableName,
+        seqs: HashMap<u64, u64>,
+    },
 }
 
 #[derive(Default)]
@@ -232,6 +247,21 @@ impl OffsetTracker {
         }
     }
 
+    /// Batches written and waiting to become durable.
+    fn waiting(&self) -> Vec<(PartitionKey, i64, Waiting)> {
+        self.partitions
+            .iter()
+            .flat_map(|(p, po)| {
+                po.in_flight
+                    .iter()
+                    .filter_map(|(&first, (_, state))| match state {
+                        BatchState::Written(w) => Some((p.clone(), first, w.clone())),
+                        _ => None,
+                    })
+            })
+            .collect()
+    }
+
     /// Batches of the partition still being written.
     fn in_flight(&self, p: &PartitionKey) -> usize {
         self.partitions.get(p).map_or(0, |po| {
@@ -271,12 +301,65 @@ struct Shared {
     /// Bumped on every revoke: batches built before it are dropped.
     generation: AtomicU64,
     stats: Arc<IngestStats>,
+    store: Arc<Store>,
 }
 
 impl Shared {
+    /// Marks done the written batches that became durable: one WAL sync
+    /// covers every ASYNC_WAL batch written before it; a SKIP_WAL batch
+    /// waits for its regions' flushes.
+    fn settle(&self) {
+        let waiting = self.tracker.lock().waiting();
+        if waiting.is_empty() {
+            return;
+        }
+        let mut durable = Vec::new();
+        if waiting.iter().any(|w| w.2 == Waiting::WalSync) {
+            match self.store.sync_wals() {
+                Ok(()) => durable.extend(
+                    waiting
+                        .iter()
+                        .filter(|w| w.2 == Waiting::WalSync)
+                        .map(|w| (w.0.clone(), w.1)),
+                ),
+                Err(e) => eprintln!("kafka: syncing the WAL for ASYNC_WAL batches failed: {e}"),
+            }
+        }
+        let mut flushed: HashMap<TableName, HashMap<u64, u64>> = HashMap::new();
+        for (p, first, w) in &waiting {
+            let Waiting::Flush { table, seqs } = w else {
+                continue;
+            };
+            if !flushed.contains_key(table) {
+                match self.store.region_seqs(table, true) {
+                    Ok(f) => {
+                        flushed.insert(table.clone(), f);
+                    }
+                    Err(e) => {
+                        eprintln!("kafka: {table}: {e}");
+                        continue;
+                    }
+                }
+            }
+            let f = &flushed[table];
+            // A region gone since (split, so flushed first) holds nothing.
+            if seqs
+                .iter()
+                .all(|(region, seq)| f.get(region).is_none_or(|done| done >= seq))
+            {
+                durable.push((p.clone(), *first));
+            }
+        }
+        let mut tracker = self.tracker.lock();
+        for (p, first) in durable {
+            tracker.finished(&p, first, BatchState::Done);
+        }
+    }
+
     /// Commits what is durable, synchronously; `only` limits it to some
     /// partitions.
     fn commit(&self, consumer: &BaseConsumer<IngestContext>, only: Option<&[PartitionKey]>) {
+        self.settle();
         let offsets: Vec<(PartitionKey, i64)> = self
             .tracker
             .lock()
@@ -416,7 +499,7 @@ impl IngestContext {
                 Some(Offset::Offset(c)) => c,
                 _ => -1,
             };
-            if durable > at {
+            if durable > at.max(0) {
                 if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(durable))
                 {
                     eprintln!("kafka: cannot start {topic}/{partition} at {durable}: {e}");
@@ -504,22 +587,11 @@ impl KafkaIngest {
                 reason,
             };
             let table = TableName::parse(&t.table).map_err(|e| bad(e.to_string()))?;
-            let desc = store.catalog().table(&table).map_err(|e| {
+            store.catalog().table(&table).map_err(|e| {
                 bad(format!(
                     "{e}; create the table (or list it under [[tables]]) first"
                 ))
             })?;
-            // Offsets are committed when a write returns, which is when it
-            // is durable only under SYNC_WAL. (ASYNC_WAL would have to wait
-            // for the interval sync, SKIP_WAL for a flush.)
-            if desc.durability != Durability::SyncWal {
-                return Err(bad(format!(
-                    "table `{}` has durability {:?}; Kafka ingestion commits offsets only for \
-                     durable writes and supports SYNC_WAL tables so far: give the topic a \
-                     table created with durability SYNC_WAL (the default)",
-                    t.table, desc.durability
-                )));
-            }
             let precision = Precision::parse(&t.precision)
                 .ok_or_else(|| bad(format!("unknown precision `{}`", t.precision)))?;
             routes.insert(
@@ -538,6 +610,7 @@ impl KafkaIngest {
             batch_done: Condvar::new(),
             generation: AtomicU64::new(0),
             stats: stats.clone(),
+            store: store.clone(),
         });
         let mut client = ClientConfig::new();
         client
@@ -784,6 +857,23 @@ impl ConsumerLoop {
         for w in std::mem::take(&mut self.writer_threads) {
             let _ = w.join();
         }
+        // SKIP_WAL points are durable once flushed; closing the store would
+        // flush them anyway, so do it now and commit them.
+        if self.shared.store.flushes_on_close() {
+            let mut tables: Vec<TableName> = Vec::new();
+            for (_, _, w) in self.shared.tracker.lock().waiting() {
+                if let Waiting::Flush { table, .. } = w
+                    && !tables.contains(&table)
+                {
+                    tables.push(table);
+                }
+            }
+            for t in tables {
+                if let Err(e) = self.shared.store.flush_table(&t) {
+                    eprintln!("kafka: flushing {t} at shutdown: {e}");
+                }
+            }
+        }
         self.shared.commit(&self.consumer, None);
         self.consumer.unsubscribe();
     }
@@ -905,33 +995,31 @@ fn writer_loop(
     for batch in rx {
         let key = (batch.topic.topic.clone(), batch.partition);
         let first = batch.first_offset().unwrap_or(0);
-        let handled = write_batch(&batch, store, shared, clock, dead_letters.as_ref());
-        let state = if handled {
-            BatchState::Done
-        } else {
+        let state = write_batch(&batch, store, shared, clock, dead_letters.as_ref());
+        if state == BatchState::Failed {
             shared.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
-            BatchState::Failed
-        };
+        }
         shared.tracker.lock().finished(&key, first, state);
         shared.batch_done.notify_all();
     }
 }
 
 /// Decodes and writes one batch; bad messages go to the dead-letter topic.
-/// True when every message is durable or handled.
+/// `Done` when every message is durable or handled, `Written` when the
+/// points still wait for the table's durability (a WAL sync, a flush).
 fn write_batch(
     batch: &Batch,
     store: &Store,
     shared: &Shared,
     clock: &dyn Clock,
     dead_letters: Option<&DeadLetters>,
-) -> bool {
+) -> BatchState {
     let route = &batch.topic;
     let desc = match store.catalog().table(&route.table) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("kafka: {}: {e}", route.topic);
-            return false;
+            return BatchState::Failed;
         }
     };
     let now = clock.now_ms();
@@ -939,7 +1027,7 @@ fn write_batch(
         Ok(e) => e,
         Err(e) => {
             eprintln!("kafka: {}: {e}", route.topic);
-            return false;
+            return BatchState::Failed;
         }
     };
     let mut bad: Vec<(i64, &[u8], String)> = Vec::new();
@@ -951,6 +1039,7 @@ fn write_batch(
     }
     let entries = encoder.finish();
     let points = entries.rows() as u64;
+    let mut written = BatchState::Done;
     if points > 0 {
         // The record carries what is durable before it, so a restart can
         // resume there even if no Kafka commit said so.
@@ -971,12 +1060,26 @@ fn write_batch(
                 batch.partition,
                 batch.first_offset().unwrap_or(0)
             );
-            return false;
+            return BatchState::Failed;
         }
         shared.stats.points.fetch_add(points, Ordering::Relaxed);
+        written = match desc.durability {
+            Durability::SyncWal => BatchState::Done,
+            Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
+            Durability::SkipWal => match store.region_seqs(&route.table, false) {
+                Ok(seqs) => BatchState::Written(Waiting::Flush {
+                    table: route.table.clone(),
+                    seqs,
+                }),
+                Err(e) => {
+                    eprintln!("kafka: {}: {e}", route.table);
+                    return BatchState::Failed;
+                }
+            },
+        };
     }
     if bad.is_empty() {
-        return true;
+        return written;
     }
     shared
         .stats
@@ -989,7 +1092,7 @@ fn write_batch(
         );
     }
     let Some(dl) = dead_letters else {
-        return true; // counted and logged is all that is asked
+        return written; // counted and logged is all that is asked
     };
     let mut sent = true;
     for (offset, payload, reason) in &bad {
@@ -1000,9 +1103,9 @@ fn write_batch(
             .stats
             .dead_lettered
             .fetch_add(bad.len() as u64, Ordering::Relaxed);
-        true
+        written
     } else {
-        false
+        BatchState::Failed
     }
 }
 

@@ -174,6 +174,10 @@ enum Request {
         sync: bool,
         ticket: Resolver,
     },
+    /// Resolves once everything appended before it is synced.
+    Sync {
+        ticket: Resolver,
+    },
     Shutdown,
 }
 
@@ -407,6 +411,21 @@ impl Wal {
             max_seq,
             payload,
             sync,
+            ticket: Resolver(ticket.clone()),
+        })
+        .map_err(|_| WalError::Closed)?;
+        Ok(ticket)
+    }
+
+    /// A barrier: the ticket resolves once every record appended before this
+    /// call (ASYNC_WAL ones included) is synced to disk.
+    pub fn sync(&self) -> Result<Ticket, WalError> {
+        if let Some(cause) = self.shared.failed.lock().clone() {
+            return Err(WalError::Failed(cause));
+        }
+        let ticket = Ticket::new();
+        let tx = self.tx.lock().clone().ok_or(WalError::Closed)?;
+        tx.send(Request::Sync {
             ticket: Resolver(ticket.clone()),
         })
         .map_err(|_| WalError::Closed)?;
@@ -718,7 +737,7 @@ impl Writer {
     fn submit(&mut self, requests: Vec<Request>) {
         if let Some(cause) = self.failed() {
             for r in requests {
-                if let Request::Append { ticket, .. } = r {
+                if let Request::Append { ticket, .. } | Request::Sync { ticket } = r {
                     ticket.resolve(Err(cause.clone()));
                 }
             }
@@ -737,26 +756,45 @@ impl Writer {
         let mut tickets = Vec::with_capacity(requests.len());
         let mut sync =
             self.unsynced && self.last_sync.elapsed() >= self.shared.options.async_sync_interval;
+        let mut appends = 0u64;
         for r in requests {
-            if let Request::Append {
-                region_id,
-                max_seq,
-                payload,
-                sync: wants_sync,
-                ticket,
-            } = r
-            {
-                record::frame_into(&mut buf, self.seg_id, TYPE_EDITS, &payload);
-                let m = self.seg_max_seq.entry(region_id).or_insert(0);
-                *m = max_seq.max(*m);
-                sync |= wants_sync;
-                tickets.push(ticket);
+            match r {
+                Request::Append {
+                    region_id,
+                    max_seq,
+                    payload,
+                    sync: wants_sync,
+                    ticket,
+                } => {
+                    record::frame_into(&mut buf, self.seg_id, TYPE_EDITS, &payload);
+                    let m = self.seg_max_seq.entry(region_id).or_insert(0);
+                    *m = max_seq.max(*m);
+                    sync |= wants_sync;
+                    appends += 1;
+                    tickets.push(ticket);
+                }
+                Request::Sync { ticket } => {
+                    sync = true;
+                    tickets.push(ticket);
+                }
+                Request::Shutdown => {}
+            }
+        }
+        // A sync covers only writes finished before it starts. Unsynced
+        // writes still in flight could otherwise land after it, or not at
+        // all, leaving a hole before synced records that recovery, which
+        // stops at the first bad record, would not read past.
+        if sync && self.inflight.iter().any(|b| !b.sync) {
+            self.drain();
+            if let Some(cause) = self.failed() {
+                for t in tickets {
+                    t.resolve(Err(cause.clone()));
+                }
+                return;
             }
         }
         let stats = &self.shared.stats;
-        stats
-            .appends
-            .fetch_add(tickets.len() as u64, Ordering::Relaxed);
+        stats.appends.fetch_add(appends, Ordering::Relaxed);
         stats.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
         let id = self.next_batch;
@@ -920,7 +958,7 @@ impl Writer {
 fn request_len(r: &Request) -> usize {
     match r {
         Request::Append { payload, .. } => payload.len() + record::FRAME_HEADER_LEN,
-        Request::Shutdown => 0,
+        Request::Sync { .. } | Request::Shutdown => 0,
     }
 }
 
@@ -954,5 +992,48 @@ mod tests {
             wal.append(1, 1, vec![1], true),
             Err(WalError::Closed)
         ));
+        assert!(matches!(wal.sync(), Err(WalError::Closed)));
+    }
+
+    #[test]
+    fn a_sync_barrier_syncs_earlier_async_appends_and_they_replay() {
+        for io in [IoBackendChoice::Auto, IoBackendChoice::Sync] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = WalOptions {
+                segment_size: 64 * 1024,
+                io,
+                // No timer sync during the test: only the barrier syncs.
+                async_sync_interval: Duration::from_secs(3600),
+                ..WalOptions::default()
+            };
+            let wal = Wal::open(dir.path(), options.clone()).unwrap();
+            let rows = crate::cell::EntryBatch::from_rows(&[vec![crate::cell::Entry {
+                key: crate::cell::encode_key(
+                    b"r",
+                    b"f",
+                    b"q",
+                    1,
+                    crate::cell::CellKind::Put,
+                    false,
+                ),
+                ttl_ms: None,
+                value: b"v".to_vec(),
+            }]]);
+            for seq in 1..=3 {
+                wal.append(7, seq, record::encode_edits(7, seq, None, &rows), false)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+            }
+            let before = wal.stats().syncs.get();
+            wal.sync().unwrap().wait().unwrap();
+            assert_eq!(wal.stats().syncs.get(), before + 1, "{io:?}");
+            assert_eq!(wal.stats().appends.load(Ordering::Relaxed), 3);
+            drop(wal);
+            let wal = Wal::open(dir.path(), options).unwrap();
+            let mut seqs = Vec::new();
+            wal.replay(7, 0, |e| seqs.push(e.first_seq)).unwrap();
+            assert_eq!(seqs, vec![1, 2, 3], "{io:?}");
+        }
     }
 }

@@ -147,10 +147,20 @@ pub fn committed_total(s: &Json, topic: &str) -> i64 {
 /// counted twice), min, max, first and last of every field of every host
 /// (exact, unlike sums). Returns the aggregates of every series and field.
 pub fn assert_cpu_oracle(addr: &str, hosts: u64, points: u64) -> BTreeMap<(String, String), Json> {
+    assert_cpu_oracle_in(addr, "metrics:cpu", hosts, points)
+}
+
+/// [`assert_cpu_oracle`] for another table with the same key schema.
+pub fn assert_cpu_oracle_in(
+    addr: &str,
+    table: &str,
+    hosts: u64,
+    points: u64,
+) -> BTreeMap<(String, String), Json> {
     let answer = query(
         addr,
         &json!({
-            "table": "metrics:cpu",
+            "table": table,
             "series": [["metric", "cpu"]],
             "start_ms": 0, "end_ms": u64::MAX / 2,
             "aggregate": {"functions": ["count", "min", "max", "first", "last"]}
