@@ -411,6 +411,20 @@ impl ConsumerContext for IngestContext {
             consumer.rebalance_protocol(),
             RebalanceProtocol::Cooperative
         );
+        let partitions: Vec<String> = tpl
+            .elements()
+            .iter()
+            .map(|e| format!("{}/{}", e.topic(), e.partition()))
+            .collect();
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                eprintln!("kafka: assigned {}", partitions.join(" "));
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                eprintln!("kafka: revoked {}", partitions.join(" "));
+            }
+            _ => {}
+        }
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.resume_from_store(consumer, tpl);

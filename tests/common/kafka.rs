@@ -96,6 +96,48 @@ impl Broker {
     }
 }
 
+/// The offsets the consumer group has committed for `topic`'s first
+/// `partitions` partitions, summed (asked without joining the group).
+pub fn group_committed_total(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Waits until the group's committed offsets reach `messages` in all.
+pub fn wait_for_group_commit(bootstrap: &str, topic: &str, partitions: i32, messages: i64) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let committed = group_committed_total(bootstrap, "halite", topic, partitions);
+        if committed == messages {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group committed {committed} of {messages} messages of {topic}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 // The pipeline's status and the query API, as the Kafka tests read them.
 
 pub fn status(addr: &str) -> Json {
