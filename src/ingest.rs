@@ -29,6 +29,8 @@ pub struct PointEncoder<'t> {
     family: &'t [u8],
     max_value_size: usize,
     key: Vec<u8>,
+    /// Field indices of the point being added, in name order.
+    order: Vec<usize>,
     batch: EntryBatch,
 }
 
@@ -45,6 +47,7 @@ impl<'t> PointEncoder<'t> {
             family,
             max_value_size,
             key: Vec::with_capacity(table.key.key_len()),
+            order: Vec::new(),
             batch: EntryBatch::new(),
         })
     }
@@ -178,7 +181,15 @@ impl<'t> PointEncoder<'t> {
                 crate::error::Error::InvalidInput(reason) => reason,
                 other => other.to_string(),
             })?;
-        for (name, value) in &point.fields {
+        // Cells in key order (by field name; stable, so of two fields with
+        // one name the later stays later): the MemStore then finds the row
+        // sorted instead of sorting it by whole cell keys.
+        self.order.clear();
+        self.order.extend(0..point.fields.len());
+        self.order
+            .sort_by(|&a, &b| point.fields[a].0.cmp(&point.fields[b].0));
+        for &i in &self.order {
+            let (name, value) = &point.fields[i];
             self.batch.push_with(
                 &self.key,
                 self.family,
@@ -399,11 +410,12 @@ mod tests {
                 )
             })
             .collect();
+        // In key order (by field name), whatever the line's order.
         assert_eq!(
             cells,
             vec![
-                (b"user".to_vec(), 1000, Value::Float(1.5)),
                 (b"idle".to_vec(), 1000, Value::Int(2)),
+                (b"user".to_vec(), 1000, Value::Float(1.5)),
             ]
         );
     }

@@ -274,10 +274,17 @@ impl MemStore {
         if cells.is_empty() {
             return;
         }
-        cells.reverse();
-        // Stable: after the reverse, the last written of equal keys is first.
-        cells.sort_by(|a, b| compare_keys(a.key, b.key));
-        cells.dedup_by(|later, first| compare_keys(later.key, first.key) == Ordering::Equal);
+        // Writers that encode cells in key order (the ingest path does)
+        // skip the sort.
+        let sorted = cells
+            .windows(2)
+            .all(|w| compare_keys(w[0].key, w[1].key) == Ordering::Less);
+        if !sorted {
+            cells.reverse();
+            // Stable: after the reverse, the last written of equal keys is first.
+            cells.sort_by(|a, b| compare_keys(a.key, b.key));
+            cells.dedup_by(|later, first| compare_keys(later.key, first.key) == Ordering::Equal);
+        }
         let mut blob = Vec::with_capacity(
             cells
                 .iter()
