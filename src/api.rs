@@ -43,6 +43,7 @@ use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
 use crate::schema::FamilySpec;
 use crate::store::Store;
+use crate::telemetry::Telemetry;
 use crate::value::Value;
 use stream::{Format, RowSource};
 
@@ -55,6 +56,8 @@ pub struct AppState {
     pub max_body: usize,
     /// The Kafka pipeline's counters, when it runs.
     pub ingest: Option<Arc<IngestStats>>,
+    /// The metrics recorder behind `/metrics`, when installed.
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// An error as the API answers it.
@@ -180,8 +183,62 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/write", post(write))
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
+        .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
+}
+
+/// Counts every request by route template (never the path itself, which
+/// holds table names and row keys), method and status, and times it.
+async fn count_request(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = req.method().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    metrics::counter!(
+        "halite_http_requests_total",
+        "route" => route.clone(),
+        "method" => method,
+        "status" => response.status().as_u16().to_string()
+    )
+    .increment(1);
+    metrics::histogram!("halite_http_request_duration_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The Prometheus text exposition.
+async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
+    let Some(t) = s.telemetry.clone() else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_metrics",
+            "metrics are not recorded in this process",
+        )
+        .into_response();
+    };
+    let ready = s.ready.load(Ordering::Acquire);
+    let store = s.store.clone();
+    match tokio::task::spawn_blocking(move || t.render(&store, ready)).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("rendering metrics failed: {e}"),
+        )
+        .into_response(),
+    }
 }
 
 async fn readyz(State(s): State<Arc<AppState>>) -> Response {

@@ -43,6 +43,7 @@ pub mod region;
 pub mod scan;
 pub mod schema;
 pub mod store;
+pub mod telemetry;
 pub mod tsbs;
 pub mod value;
 

@@ -193,6 +193,13 @@ enum Command {
 }
 
 fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let telemetry = match halite::telemetry::Telemetry::install() {
+        Ok(t) => Some(Arc::new(t)),
+        Err(e) => {
+            eprintln!("metrics are off: {e}");
+            None
+        }
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started = Instant::now();
     let store = Arc::new(Store::open(
@@ -226,6 +233,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         ready: false.into(),
         max_body: config.server.max_body.0 as usize,
         ingest: kafka.as_ref().map(|k| k.stats.clone()),
+        telemetry,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -474,8 +482,10 @@ fn feed(
         );
     }
     println!(
-        "\nthe API listens on http://{api} (docs/api.md); try\n  \
+        "\nthe API listens on http://{api} (docs/api.md), Prometheus metrics on \
+         http://{api}/metrics; try\n  \
          curl -s {api}/api/v1/ingest\n  \
+         curl -s {api}/metrics | grep halite_kafka\n  \
          target/release/halite query --server {api} --table metrics:cpu --series metric=cpu,host={} --limit 3\n\
          the Kafka broker is {bootstrap}, topic `{topic}`; more points:\n  \
          target/release/halite produce --brokers {bootstrap} --topic {topic} --points 100000\n\n\

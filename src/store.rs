@@ -484,6 +484,20 @@ impl Store {
         self.options.region.flush_on_close
     }
 
+    /// Every open table.
+    pub fn open_tables(&self) -> Vec<Arc<Table>> {
+        self.tables.read().values().cloned().collect()
+    }
+
+    /// The shards' WALs, in shard order.
+    pub fn wals(&self) -> Vec<Arc<Wal>> {
+        self.shards.iter().map(|s| s.wal.clone()).collect()
+    }
+
+    pub fn block_cache(&self) -> &Arc<BlockCache> {
+        &self.cache
+    }
+
     /// The largest value a cell may hold.
     pub fn max_value_size(&self) -> usize {
         self.options.region.max_value_size

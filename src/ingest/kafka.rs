@@ -359,6 +359,7 @@ impl Shared {
     /// Commits what is durable, synchronously; `only` limits it to some
     /// partitions.
     fn commit(&self, consumer: &BaseConsumer<IngestContext>, only: Option<&[PartitionKey]>) {
+        let started = Instant::now();
         self.settle();
         let offsets: Vec<(PartitionKey, i64)> = self
             .tracker
@@ -381,11 +382,51 @@ impl Shared {
                 self.tracker.lock().committed(&offsets);
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.committed.lock().extend(offsets.iter().cloned());
+                metrics::histogram!("halite_kafka_commit_duration_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                for ((topic, partition), offset) in &offsets {
+                    let labels = [
+                        ("topic", topic.clone()),
+                        ("partition", partition.to_string()),
+                    ];
+                    metrics::gauge!("halite_kafka_committed_offset", &labels).set(*offset as f64);
+                    // The high watermark librdkafka saw in its last fetch
+                    // response (no broker round trip).
+                    if let Some(high) = cached_high_watermark(consumer, topic, *partition) {
+                        metrics::gauge!("halite_kafka_consumer_lag", &labels)
+                            .set((high - offset).max(0) as f64);
+                    }
+                }
             }
             // Not fatal: the next commit carries the same (or later) offsets.
             Err(e) => eprintln!("kafka: offset commit failed (will retry): {e}"),
         }
     }
+}
+
+/// The high watermark librdkafka cached from the partition's last fetch
+/// response. (Asking the broker is a ListOffsets request, which Tansu
+/// answers wrongly, and a round trip per partition.)
+fn cached_high_watermark(
+    consumer: &BaseConsumer<IngestContext>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client handle is valid for as long as `consumer` lives;
+    // the topic is a NUL-terminated string and the out-parameters are
+    // locals, none kept by librdkafka after the call.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
 
 struct IngestContext {
@@ -854,6 +895,10 @@ impl ConsumerLoop {
             } else if paused && buffered <= self.max_buffered / 2 {
                 paused = !self.set_paused(false);
             }
+            if check_time {
+                metrics::gauge!("halite_kafka_paused").set(if paused { 1.0 } else { 0.0 });
+                metrics::gauge!("halite_kafka_buffered_bytes").set(buffered as f64);
+            }
             if check_time && last_commit.elapsed() >= self.commit_interval {
                 self.shared.commit(&self.consumer, None);
                 last_commit = Instant::now();
@@ -1010,8 +1055,12 @@ fn writer_loop(
         let key = (batch.topic.topic.clone(), batch.partition);
         let first = batch.first_offset().unwrap_or(0);
         let state = write_batch(&batch, store, shared, clock, dead_letters.as_ref());
+        metrics::counter!("halite_kafka_messages_total", "topic" => key.0.clone())
+            .increment(batch.messages.len() as u64);
         if state == BatchState::Failed {
             shared.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("halite_kafka_batches_failed_total", "topic" => key.0.clone())
+                .increment(1);
         }
         shared.tracker.lock().finished(&key, first, state);
         shared.batch_done.notify_all();
@@ -1077,6 +1126,12 @@ fn write_batch(
             return BatchState::Failed;
         }
         shared.stats.points.fetch_add(points, Ordering::Relaxed);
+        metrics::counter!(
+            "halite_kafka_points_total",
+            "topic" => route.topic.clone(),
+            "table" => route.table.to_string()
+        )
+        .increment(points);
         written = match desc.durability {
             Durability::SyncWal => BatchState::Done,
             Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
@@ -1099,6 +1154,8 @@ fn write_batch(
         .stats
         .bad_messages
         .fetch_add(bad.len() as u64, Ordering::Relaxed);
+    metrics::counter!("halite_kafka_bad_messages_total", "topic" => route.topic.clone())
+        .increment(bad.len() as u64);
     for (offset, _, reason) in &bad {
         eprintln!(
             "kafka: bad message {}/{}@{offset}: {reason}",
@@ -1117,6 +1174,8 @@ fn write_batch(
             .stats
             .dead_lettered
             .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        metrics::counter!("halite_kafka_dead_lettered_total", "topic" => route.topic.clone())
+            .increment(bad.len() as u64);
         written
     } else {
         BatchState::Failed

@@ -111,10 +111,12 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
     drop(manifest);
     inner.wal.mark_flushed(inner.id, sealed);
     inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
+    let took = started.elapsed();
     inner
         .stats
         .flush_micros
-        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    metrics::histogram!("halite_flush_duration_seconds").record(took.as_secs_f64());
     inner.room.1.notify_all();
     Ok(())
 }

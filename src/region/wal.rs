@@ -797,6 +797,7 @@ impl Writer {
         stats.appends.fetch_add(appends, Ordering::Relaxed);
         stats.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
+        metrics::histogram!("halite_wal_batch_records").record(appends as f64);
         let id = self.next_batch;
         self.next_batch += 1;
         let bytes = buf.len();
@@ -846,10 +847,13 @@ impl Writer {
             match b.outcome.expect("checked above") {
                 Ok(()) => {
                     if b.sync {
+                        let took = b.submitted.elapsed();
                         self.shared
                             .stats
                             .sync_micros
-                            .fetch_add(b.submitted.elapsed().as_micros() as u64, Ordering::Relaxed);
+                            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+                        metrics::histogram!("halite_wal_sync_duration_seconds")
+                            .record(took.as_secs_f64());
                     }
                     for t in b.tickets {
                         t.resolve(Ok(()));

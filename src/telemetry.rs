@@ -1,0 +1,268 @@
+//! Prometheus metrics. Events are recorded where they happen through the
+//! `metrics` facade (Kafka batches, HTTP requests, WAL syncs); state and the
+//! counters the store already keeps (MemStore bytes, files, flushes, WAL
+//! and cache counters, RSS) are read when `/metrics` is scraped, so the hot
+//! paths pay nothing for them. `metrics-exporter-prometheus` renders the
+//! text format. Names follow Prometheus conventions: `halite_` prefix, base
+//! units, `_total` counters, `_seconds` / `_bytes` suffixes, and labels of
+//! low cardinality (table, topic, partition, shard, route).
+
+use std::time::Instant;
+
+use metrics::{counter, gauge};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::store::Store;
+
+/// Histogram buckets for durations: 50 µs to 10 s.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+/// Histogram buckets for WAL group commits, in records per batch.
+const RECORDS_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// The process's recorder; one per process.
+pub struct Telemetry {
+    handle: PrometheusHandle,
+    started: Instant,
+}
+
+impl Telemetry {
+    /// Installs the global recorder (fails if one is installed already).
+    pub fn install() -> Result<Telemetry, BuildError> {
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
+            .set_buckets_for_metric(
+                Matcher::Full("halite_wal_batch_records".into()),
+                RECORDS_BUCKETS,
+            )?
+            .install_recorder()?;
+        describe();
+        Ok(Telemetry {
+            handle,
+            started: Instant::now(),
+        })
+    }
+
+    /// The text exposition, with the scrape-time values refreshed first.
+    pub fn render(&self, store: &Store, ready: bool) -> String {
+        self.handle.run_upkeep();
+        gauge!("halite_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        gauge!("halite_uptime_seconds").set(self.started.elapsed().as_secs_f64());
+        gauge!("halite_ready").set(if ready { 1.0 } else { 0.0 });
+        if let Some(rss) = resident_bytes() {
+            gauge!("halite_process_resident_memory_bytes").set(rss as f64);
+        }
+        record_store(store);
+        self.handle.render()
+    }
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(
+        "halite_build_info",
+        "Version of the running binary (always 1)."
+    );
+    describe_gauge!("halite_uptime_seconds", Unit::Seconds, "Time since start.");
+    describe_gauge!("halite_ready", "1 when the service accepts requests.");
+    describe_gauge!(
+        "halite_process_resident_memory_bytes",
+        Unit::Bytes,
+        "Resident set size of the process."
+    );
+    describe_counter!(
+        "halite_kafka_messages_total",
+        "Kafka messages consumed, per topic."
+    );
+    describe_counter!(
+        "halite_kafka_points_total",
+        "Points written from Kafka messages, per topic and table."
+    );
+    describe_counter!(
+        "halite_kafka_bad_messages_total",
+        "Kafka messages that could not be decoded, per topic."
+    );
+    describe_counter!(
+        "halite_kafka_dead_lettered_total",
+        "Bad messages produced to the dead-letter topic, per source topic."
+    );
+    describe_counter!(
+        "halite_kafka_batches_failed_total",
+        "Batches that could not be written (their partition's commits stop there)."
+    );
+    describe_histogram!(
+        "halite_kafka_commit_duration_seconds",
+        Unit::Seconds,
+        "Offset commits, including the WAL sync they may wait for."
+    );
+    describe_gauge!(
+        "halite_kafka_committed_offset",
+        "Last committed offset (next to consume) per partition."
+    );
+    describe_gauge!(
+        "halite_kafka_consumer_lag",
+        "High watermark minus committed offset, per partition, in messages."
+    );
+    describe_gauge!(
+        "halite_kafka_paused",
+        "1 while the consumer has paused its partitions (writers saturated)."
+    );
+    describe_gauge!(
+        "halite_kafka_buffered_bytes",
+        Unit::Bytes,
+        "Fetched message bytes waiting for a writer."
+    );
+    describe_counter!(
+        "halite_http_requests_total",
+        "HTTP requests by route, method and status."
+    );
+    describe_histogram!(
+        "halite_http_request_duration_seconds",
+        Unit::Seconds,
+        "HTTP request latency by route."
+    );
+    describe_histogram!(
+        "halite_wal_sync_duration_seconds",
+        Unit::Seconds,
+        "WAL group-commit batches with an fdatasync, submit to completion."
+    );
+    describe_histogram!(
+        "halite_wal_batch_records",
+        "Records per WAL group-commit batch."
+    );
+    describe_counter!(
+        "halite_wal_appends_total",
+        "WAL records appended, per shard."
+    );
+    describe_counter!(
+        "halite_wal_written_bytes_total",
+        Unit::Bytes,
+        "WAL bytes written, per shard."
+    );
+    describe_counter!("halite_wal_syncs_total", "WAL fdatasyncs, per shard.");
+    describe_gauge!(
+        "halite_wal_backend_info",
+        "The WAL's I/O backend per shard (io_uring or sync), always 1."
+    );
+    describe_gauge!(
+        "halite_memstore_bytes",
+        Unit::Bytes,
+        "Bytes in MemStores (active and flushing), per table."
+    );
+    describe_gauge!("halite_regions", "Regions per table.");
+    describe_gauge!("halite_store_files", "Store files per table.");
+    describe_gauge!(
+        "halite_store_file_bytes",
+        Unit::Bytes,
+        "Bytes of live store files, per table."
+    );
+    describe_counter!("halite_flushes_total", "MemStore flushes, per table.");
+    describe_counter!(
+        "halite_flushed_bytes_total",
+        Unit::Bytes,
+        "Store file bytes written by flushes, per table."
+    );
+    describe_histogram!(
+        "halite_flush_duration_seconds",
+        Unit::Seconds,
+        "MemStore flushes, snapshot to manifest."
+    );
+    describe_counter!("halite_compactions_total", "Compactions, per table.");
+    describe_counter!(
+        "halite_compaction_read_bytes_total",
+        Unit::Bytes,
+        "Store file bytes compactions read, per table."
+    );
+    describe_counter!(
+        "halite_compaction_written_bytes_total",
+        Unit::Bytes,
+        "Store file bytes compactions wrote, per table."
+    );
+    describe_counter!(
+        "halite_write_stalls_total",
+        "Writes that waited for a flush (MemStore over its blocking size), per table."
+    );
+
+    describe_gauge!(
+        "halite_block_cache_bytes",
+        Unit::Bytes,
+        "Bytes of blocks in the block cache."
+    );
+    describe_counter!("halite_block_cache_hits_total", "Block cache hits.");
+    describe_counter!("halite_block_cache_misses_total", "Block cache misses.");
+    describe_counter!(
+        "halite_block_cache_evictions_total",
+        "Block cache evictions."
+    );
+}
+
+/// The store's state and its own counters, as metrics.
+fn record_store(store: &Store) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for table in store.open_tables() {
+        let name = table.desc.name.to_string();
+        let (mut memstore, mut files, mut file_bytes) = (0usize, 0usize, 0u64);
+        let (mut flushes, mut flushed) = (0u64, 0u64);
+        let (mut compactions, mut read, mut written) = (0u64, 0u64, 0u64);
+        let mut stalls = 0u64;
+        for r in table.regions() {
+            memstore += r.memstore_bytes();
+            files += r.file_counts().values().sum::<usize>();
+            file_bytes += r.store_bytes();
+            let s = r.stats();
+            flushes += s.flushes.load(Relaxed);
+            flushed += s.flushed_bytes.load(Relaxed);
+            compactions += s.compactions.load(Relaxed);
+            read += s.compacted_bytes_in.load(Relaxed);
+            written += s.compacted_bytes_out.load(Relaxed);
+            stalls += s.writer_stalls.load(Relaxed);
+        }
+        let t = || [("table", name.clone())];
+        gauge!("halite_memstore_bytes", &t()).set(memstore as f64);
+        gauge!("halite_regions", &t()).set(table.regions().len() as f64);
+        gauge!("halite_store_files", &t()).set(files as f64);
+        gauge!("halite_store_file_bytes", &t()).set(file_bytes as f64);
+        counter!("halite_flushes_total", &t()).absolute(flushes);
+        counter!("halite_flushed_bytes_total", &t()).absolute(flushed);
+        counter!("halite_compactions_total", &t()).absolute(compactions);
+        counter!("halite_compaction_read_bytes_total", &t()).absolute(read);
+        counter!("halite_compaction_written_bytes_total", &t()).absolute(written);
+        counter!("halite_write_stalls_total", &t()).absolute(stalls);
+    }
+    for (shard, wal) in store.wals().iter().enumerate() {
+        let shard = || [("shard", shard.to_string())];
+        let s = wal.stats();
+        counter!("halite_wal_appends_total", &shard()).absolute(s.appends.load(Relaxed));
+        counter!("halite_wal_written_bytes_total", &shard()).absolute(s.bytes.load(Relaxed));
+        counter!("halite_wal_syncs_total", &shard()).absolute(s.syncs.get());
+        gauge!(
+            "halite_wal_backend_info",
+            "shard" => shard()[0].1.clone(),
+            "backend" => wal.backend().as_str()
+        )
+        .set(1.0);
+    }
+    let cache = store.block_cache();
+    let c = cache.stats();
+    gauge!("halite_block_cache_bytes").set(cache.bytes() as f64);
+    counter!("halite_block_cache_hits_total").absolute(c.hits.load(Relaxed));
+    counter!("halite_block_cache_misses_total").absolute(c.misses.load(Relaxed));
+    counter!("halite_block_cache_evictions_total").absolute(c.evictions.load(Relaxed));
+}
+
+/// VmRSS of this process (Linux), in bytes.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kb * 1024)
+}

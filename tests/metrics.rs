@@ -1,0 +1,155 @@
+//! `/metrics` while the service ingests from a real broker: the scrape
+//! passes `promtool check metrics` (Debian's `prometheus` package, which
+//! CI installs) and its values agree with what happened.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::http::{free_port, request};
+use common::kafka::{Broker, wait_for_group_commit};
+use common::server;
+
+const POINTS: u64 = 20_000;
+
+fn scrape(addr: &str) -> String {
+    let r = request(addr, "GET", "/metrics", None, b"").expect("scrape");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text().to_string()
+}
+
+/// The value of the sample whose name and labels start as `prefix`.
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn promtool_check(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool: install Debian's `prometheus` package (.ci/run does)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write scrape");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
+    let port = free_port();
+    let args = [
+        "--config".to_string(),
+        config.display().to_string(),
+        "--set".into(),
+        format!("kafka.brokers=\"{}\"", broker.bootstrap),
+        "--set".into(),
+        "kafka.commit_interval=\"200ms\"".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let srv = server::start(&tmp.path().join("data"), port, &args);
+
+    // A scrape while the points stream in, and one after.
+    let producer = {
+        let bootstrap = broker.bootstrap.clone();
+        std::thread::spawn(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
+                .args(["--hosts", "20", "--points", &POINTS.to_string()])
+                .args(["--per-message", "1", "--rate", "5000"])
+                .output()
+                .expect("produce");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let during = loop {
+        let text = scrape(&srv.addr);
+        if sample(&text, "halite_kafka_points_total").unwrap_or(0.0) > 0.0 {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no points ingested:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    promtool_check(&during);
+    producer.join().expect("producer");
+    wait_for_group_commit(&broker.bootstrap, "cpu", 4, POINTS as i64);
+    // One more commit interval, so the lag gauges saw the last commit.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let after = scrape(&srv.addr);
+    promtool_check(&after);
+
+    let points = sample(
+        &after,
+        "halite_kafka_points_total{topic=\"cpu\",table=\"metrics:cpu\"}",
+    );
+    assert_eq!(points, Some(POINTS as f64), "{after}");
+    assert_eq!(
+        sample(&after, "halite_kafka_messages_total{topic=\"cpu\"}"),
+        Some(POINTS as f64)
+    );
+    let mut committed = 0.0;
+    for p in 0..4 {
+        let labels = format!("{{topic=\"cpu\",partition=\"{p}\"}}");
+        committed += sample(&after, &format!("halite_kafka_committed_offset{labels}"))
+            .unwrap_or_else(|| panic!("no committed offset for partition {p}:\n{after}"));
+        assert_eq!(
+            sample(&after, &format!("halite_kafka_consumer_lag{labels}")),
+            Some(0.0),
+            "partition {p} caught up"
+        );
+    }
+    assert_eq!(committed, POINTS as f64);
+    assert!(sample(&after, "halite_kafka_commit_duration_seconds_count").unwrap_or(0.0) > 0.0);
+    assert!(sample(&after, "halite_memstore_bytes{table=\"metrics:cpu\"}").unwrap_or(0.0) > 0.0);
+    assert_eq!(
+        sample(&after, "halite_regions{table=\"metrics:cpu\"}"),
+        Some(16.0)
+    );
+    assert!(sample(&after, "halite_wal_syncs_total").unwrap_or(0.0) > 0.0);
+    assert!(sample(&after, "halite_wal_sync_duration_seconds_count").unwrap_or(0.0) > 0.0);
+    assert!(after.contains("halite_wal_backend_info{shard=\"0\",backend=\""));
+    assert!(sample(&after, "halite_process_resident_memory_bytes").unwrap_or(0.0) > 1e6);
+    assert_eq!(sample(&after, "halite_ready"), Some(1.0));
+    assert!(
+        sample(
+            &after,
+            "halite_http_requests_total{route=\"/metrics\",method=\"GET\",status=\"200\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{after}"
+    );
+    // Labels hold route templates, never a table name from a path.
+    let _ = request(&srv.addr, "GET", "/api/v1/tables/metrics:cpu", None, b"");
+    let text = scrape(&srv.addr);
+    assert!(text.contains("route=\"/api/v1/tables/{table}\""), "{text}");
+    server::stop(srv);
+}
