@@ -1,0 +1,297 @@
+//! The Grafana dashboard: its structure is what Grafana's provisioning
+//! loads, and every query in it returns data from a real Prometheus
+//! (Debian's `prometheus` package, which CI installs) scraping a halite that
+//! ingests from a real Kafka broker.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::http::{free_port, request};
+use common::kafka::{Broker, wait_for_group_commit};
+use common::server;
+use serde_json::{Value as Json, json};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn dashboard() -> Json {
+    let text = std::fs::read_to_string(repo("grafana/dashboards/halite-overview.json"))
+        .expect("dashboard json");
+    serde_json::from_str(&text).expect("the dashboard is JSON")
+}
+
+/// Every PromQL expression of every panel.
+fn queries(d: &Json) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            out.push((
+                p["title"].as_str().expect("title").to_string(),
+                t["expr"].as_str().expect("expr").to_string(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_has_the_structure_grafana_provisioning_loads() {
+    let d = dashboard();
+    assert!(d["schemaVersion"].as_u64().expect("schemaVersion") >= 30);
+    for key in ["uid", "title"] {
+        assert!(!d[key].as_str().expect(key).is_empty(), "{key}");
+    }
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    let var = |name: &str| {
+        vars.iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no ${name} variable"))
+    };
+    assert_eq!(var("datasource")["type"], "datasource");
+    assert_eq!(var("datasource")["query"], "prometheus");
+    assert_eq!(var("table")["type"], "query");
+    let panels = d["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10);
+    let mut ids = BTreeSet::new();
+    for p in panels {
+        let title = p["title"].as_str().expect("panel title");
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "{title}: id"
+        );
+        assert!(
+            ["timeseries", "stat", "gauge", "table"].contains(&p["type"].as_str().expect("type")),
+            "{title}: type"
+        );
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        for k in ["h", "w", "x", "y"] {
+            assert!(p["gridPos"][k].is_u64(), "{title}: gridPos.{k}");
+        }
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}: no targets");
+        for t in targets {
+            assert!(t["refId"].is_string(), "{title}: refId");
+            assert!(
+                !t["expr"].as_str().expect("expr").is_empty(),
+                "{title}: expr"
+            );
+        }
+    }
+    // Every metric a query names is one halite documents (and so exports:
+    // the Prometheus test below proves that).
+    let documented = std::fs::read_to_string(repo("docs/metrics.md")).expect("docs/metrics.md");
+    for (title, expr) in queries(&d) {
+        for name in expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("halite_"))
+        {
+            let base = name.strip_suffix("_bucket").unwrap_or(name);
+            let family = base
+                .strip_suffix("_hits_total")
+                .or_else(|| base.strip_suffix("_misses_total"))
+                .map_or(base.to_string(), |b| format!("{b}_hits_total"));
+            assert!(
+                documented.contains(&format!("`{base}`"))
+                    || documented.contains(&format!("`{family}`")),
+                "{title}: {name} is not in docs/metrics.md"
+            );
+        }
+    }
+    for (file, needles) in [
+        (
+            "grafana/provisioning/datasources/prometheus.yaml",
+            &["apiVersion: 1", "datasources:", "type: prometheus"][..],
+        ),
+        (
+            "grafana/provisioning/dashboards/halite.yaml",
+            &["apiVersion: 1", "providers:", "type: file", "path:"][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(repo(file)).expect(file);
+        for n in needles {
+            assert!(text.contains(n), "{file} lacks `{n}`");
+        }
+    }
+}
+
+struct Prometheus {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(dir: &Path, target: &str) -> Prometheus {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: halite\n    \
+                 static_configs:\n      - targets: [\"{target}\"]\n"
+            ),
+        )
+        .expect("prometheus config");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus: install Debian's `prometheus` package (.ci/run does)");
+        let p = Prometheus { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !request(&p.addr, "GET", "/-/ready", None, b"").is_ok_and(|r| r.status == 200) {
+            assert!(Instant::now() < deadline, "prometheus did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        p
+    }
+
+    fn query(&self, expr: &str) -> Json {
+        let r = request(
+            &self.addr,
+            "GET",
+            &format!("/api/v1/query?query={}", percent_encode(expr)),
+            None,
+            b"",
+        )
+        .expect("prometheus query");
+        assert_eq!(r.status, 200, "{expr}: {}", r.text());
+        serde_json::from_slice(&r.body).expect("json")
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn every_dashboard_query_returns_data_from_a_real_prometheus() {
+    const POINTS: u64 = 30_000;
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    broker.create_topic("dead", 1);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = repo("configs/halite.toml");
+    let port = free_port();
+    let args = [
+        "--config".to_string(),
+        config.display().to_string(),
+        "--set".into(),
+        format!("kafka.brokers=\"{}\"", broker.bootstrap),
+        "--set".into(),
+        "kafka.dead_letter_topic=\"dead\"".into(),
+        "--set".into(),
+        "kafka.commit_interval=\"200ms\"".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let srv = server::start(&tmp.path().join("data"), port, &args);
+    let prometheus = Prometheus::start(tmp.path(), &srv.addr);
+
+    // Load for a few scrapes: points at a steady rate, a poison message,
+    // queries, a flush and a compaction, a request for a missing table.
+    let producer = {
+        let bootstrap = broker.bootstrap.clone();
+        std::thread::spawn(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
+                .args(["--hosts", "20", "--points", &POINTS.to_string()])
+                .args(["--per-message", "1", "--rate", "5000"])
+                .output()
+                .expect("produce");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
+    };
+    let poison = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["produce", "--brokers", &broker.bootstrap, "--topic", "cpu"])
+        .args(["--hosts", "1", "--points", "1", "--format", "json"])
+        .output()
+        .expect("produce json into a line topic");
+    assert!(poison.status.success());
+    let q = json!({
+        "table": "metrics:cpu", "series": [["metric", "cpu"]],
+        "start_ms": 0, "end_ms": u64::MAX / 2,
+        "aggregate": {"functions": ["max"]}
+    })
+    .to_string();
+    let started = Instant::now();
+    let mut flushed = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        let r = request(
+            &srv.addr,
+            "POST",
+            "/api/v1/query",
+            Some("application/json"),
+            q.as_bytes(),
+        )
+        .expect("query");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let r = request(&srv.addr, "GET", "/api/v1/tables/metrics:nope", None, b"").expect("get");
+        assert_eq!(r.status, 404);
+        if started.elapsed() > Duration::from_secs(2 + 2 * flushed) && flushed < 2 {
+            for op in ["flush", "compact"] {
+                let r = request(
+                    &srv.addr,
+                    "POST",
+                    &format!("/api/v1/tables/metrics:cpu/{op}"),
+                    None,
+                    b"",
+                )
+                .expect(op);
+                assert!(r.status < 300, "{op}: {}", r.text());
+            }
+            flushed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    producer.join().expect("producer");
+    wait_for_group_commit(&broker.bootstrap, "cpu", 4, POINTS as i64 + 1);
+    // A few more scrapes after the last events, for the rate windows.
+    std::thread::sleep(Duration::from_secs(3));
+
+    let mut empty = Vec::new();
+    for (title, expr) in queries(&dashboard()) {
+        let expr = expr.replace("$table", ".*");
+        let answer = prometheus.query(&expr);
+        assert_eq!(answer["status"], "success", "{title}: {expr}: {answer}");
+        if answer["data"]["result"]
+            .as_array()
+            .is_none_or(|r| r.is_empty())
+        {
+            empty.push(format!("{title}: {expr}"));
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "queries without data:\n{}",
+        empty.join("\n")
+    );
+    server::stop(srv);
+}
