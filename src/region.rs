@@ -527,6 +527,12 @@ impl Region {
         self.inner.request_flush();
     }
 
+    /// The rows this region serves: start (inclusive) and end (exclusive;
+    /// empty for the last region).
+    pub fn row_range(&self) -> (&[u8], &[u8]) {
+        (&self.inner.rows.0, &self.inner.rows.1)
+    }
+
     /// The highest sequence id given to a write so far.
     pub fn last_seq(&self) -> u64 {
         self.inner.mvcc.last_assigned()

@@ -157,6 +157,45 @@ impl Rows {
     }
 }
 
+/// Rows written per salt bucket (`halite_bucket_rows_written_total`): the
+/// hot-spotting that salting exists to prevent, made visible. The bucket
+/// is the row key's first `width` bytes. Tables of more than 4096 buckets
+/// are not counted (the label would be too many series).
+fn count_bucket_rows(table: &Table, rows: &Rows) {
+    let Some(salt) = &table.desc.key.salt else {
+        return;
+    };
+    if salt.buckets > 4096 {
+        return;
+    }
+    let mut counts = vec![0u64; salt.buckets as usize];
+    let mut add = |row: &[u8]| {
+        let bucket = match (salt.width, row) {
+            (1, [b, ..]) => usize::from(*b),
+            (2, [hi, lo, ..]) => usize::from(u16::from_be_bytes([*hi, *lo])),
+            _ => return,
+        };
+        if let Some(c) = counts.get_mut(bucket) {
+            *c += 1;
+        }
+    };
+    match rows {
+        Rows::Mutations(rows) => rows.iter().for_each(|r| add(&r.row)),
+        Rows::Entries(batch) => (0..batch.rows())
+            .filter_map(|i| batch.row_key(i))
+            .for_each(add),
+    }
+    let name = table.desc.name.to_string();
+    for (bucket, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+        metrics::counter!(
+            "halite_bucket_rows_written_total",
+            "table" => name.clone(),
+            "bucket" => bucket.to_string()
+        )
+        .increment(*n);
+    }
+}
+
 /// How long a write waits for a split or alter to open the new regions.
 const LAYOUT_CHANGE_WAIT: Duration = Duration::from_secs(30);
 
@@ -405,6 +444,7 @@ impl Store {
 
     fn write_rows(&self, name: &TableName, rows: Rows, origin: Option<Origin>) -> Result<()> {
         self.wait_for_memory()?;
+        count_bucket_rows(&*self.table(name)?, &rows);
         let deadline = std::time::Instant::now() + LAYOUT_CHANGE_WAIT;
         let mut rows = vec![rows];
         loop {

@@ -186,6 +186,15 @@ fn describe() {
         "Writes that waited for a flush (MemStore over its blocking size), per table."
     );
 
+    describe_counter!(
+        "halite_bucket_rows_written_total",
+        "Rows written per salt bucket of a table: shows hot-spotting."
+    );
+    describe_gauge!(
+        "halite_bucket_store_file_bytes",
+        Unit::Bytes,
+        "Store file bytes per salt bucket (regions within one bucket)."
+    );
     describe_gauge!(
         "halite_block_cache_bytes",
         Unit::Bytes,
@@ -220,6 +229,9 @@ fn record_store(store: &Store) {
             written += s.compacted_bytes_out.load(Relaxed);
             stalls += s.writer_stalls.load(Relaxed);
         }
+        if let Some(salt) = &table.desc.key.salt {
+            record_bucket_bytes(&name, salt, table.regions());
+        }
         let t = || [("table", name.clone())];
         gauge!("halite_memstore_bytes", &t()).set(memstore as f64);
         gauge!("halite_regions", &t()).set(table.regions().len() as f64);
@@ -251,6 +263,50 @@ fn record_store(store: &Store) {
     counter!("halite_block_cache_hits_total").absolute(c.hits.load(Relaxed));
     counter!("halite_block_cache_misses_total").absolute(c.misses.load(Relaxed));
     counter!("halite_block_cache_evictions_total").absolute(c.evictions.load(Relaxed));
+}
+
+/// Store file bytes per salt bucket, from the regions that lie within one
+/// bucket (pre-split salted tables start with a region per bucket; a
+/// region spanning several buckets is left out).
+fn record_bucket_bytes(
+    table: &str,
+    salt: &crate::key::Salt,
+    regions: &[std::sync::Arc<crate::region::Region>],
+) {
+    let w = salt.width;
+    let prefix = |key: &[u8]| -> Option<u64> {
+        let b = key.get(..w)?;
+        Some(b.iter().fold(0u64, |acc, x| acc << 8 | u64::from(*x)))
+    };
+    let mut bytes = std::collections::BTreeMap::new();
+    for r in regions {
+        let (start, end) = r.row_range();
+        let first = if start.is_empty() {
+            Some(0)
+        } else {
+            prefix(start)
+        };
+        let past = if end.is_empty() {
+            Some(u64::from(salt.buckets))
+        } else if end.len() == w {
+            prefix(end)
+        } else {
+            prefix(end).map(|b| b + 1)
+        };
+        if let (Some(first), Some(past)) = (first, past)
+            && past == first + 1
+        {
+            *bytes.entry(first).or_insert(0u64) += r.store_bytes();
+        }
+    }
+    for (bucket, b) in bytes {
+        gauge!(
+            "halite_bucket_store_file_bytes",
+            "table" => table.to_string(),
+            "bucket" => bucket.to_string()
+        )
+        .set(b as f64);
+    }
 }
 
 /// VmRSS of this process (Linux), in bytes.

@@ -115,6 +115,19 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
         sample(&after, "halite_kafka_messages_total{topic=\"cpu\"}"),
         Some(POINTS as f64)
     );
+    // The 20 hosts' rows spread over the 16 buckets, and the buckets
+    // together got every point.
+    let mut bucket_rows = 0.0;
+    let mut buckets = 0;
+    for b in 0..16 {
+        let labels = format!("{{table=\"metrics:cpu\",bucket=\"{b}\"}}");
+        if let Some(n) = sample(&after, &format!("halite_bucket_rows_written_total{labels}")) {
+            bucket_rows += n;
+            buckets += 1;
+        }
+    }
+    assert_eq!(bucket_rows, POINTS as f64, "{after}");
+    assert!(buckets >= 8, "rows in only {buckets} buckets");
     let mut committed = 0.0;
     for p in 0..4 {
         let labels = format!("{{topic=\"cpu\",partition=\"{p}\"}}");
