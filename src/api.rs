@@ -221,7 +221,7 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
         )
         .into_response();
     };
-    let ready = s.ready.load(Ordering::Acquire);
+    let ready = s.readiness().is_ok();
     let store = s.store.clone();
     match tokio::task::spawn_blocking(move || t.render(&store, ready)).await {
         Ok(text) => (
@@ -242,15 +242,35 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
 }
 
 async fn readyz(State(s): State<Arc<AppState>>) -> Response {
-    if s.ready.load(Ordering::Acquire) {
-        Json(json!({ "status": "ready" })).into_response()
-    } else {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "starting up or stopped after a fatal error",
-        )
-        .into_response()
+    match s.readiness() {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
+        Err(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", why).into_response()
+        }
+    }
+}
+
+impl AppState {
+    /// Ready: the catalog is loaded and the WALs recovered (the listener is
+    /// up only after both), no WAL has stopped on an I/O error, and the
+    /// Kafka consumer, when there is one, has joined its group.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Err("starting up or shutting down".into());
+        }
+        for (shard, wal) in self.store.wals().iter().enumerate() {
+            if let Some(cause) = wal.failure() {
+                return Err(format!(
+                    "the WAL of shard {shard} stopped after an I/O error ({cause}); restart to recover"
+                ));
+            }
+        }
+        if let Some(ingest) = &self.ingest
+            && !ingest.joined.load(Ordering::Acquire)
+        {
+            return Err("the Kafka consumer has not joined its group yet".into());
+        }
+        Ok(())
     }
 }
 

@@ -599,6 +599,11 @@ impl EntryBatch {
         self.row_ends.is_empty()
     }
 
+    /// Entries (cells) in all rows.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Bytes of keys and values.
     pub fn bytes(&self) -> usize {
         self.buf.len()

@@ -961,6 +961,8 @@ impl Inner {
         self.stats
             .writer_stall_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        metrics::histogram!("halite_write_stall_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
         Ok(())
     }
 

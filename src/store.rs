@@ -793,6 +793,7 @@ impl Store {
         let [a, b]: [Arc<Region>; 2] = daughters
             .try_into()
             .map_err(|_| Error::Internal("a split makes two daughters".into()))?;
+        metrics::counter!("halite_region_splits_total", "table" => name.to_string()).increment(1);
         Ok(Some([a, b]))
     }
 

@@ -67,7 +67,14 @@ fn describe() {
         "Version of the running binary (always 1)."
     );
     describe_gauge!("halite_uptime_seconds", Unit::Seconds, "Time since start.");
-    describe_gauge!("halite_ready", "1 when the service accepts requests.");
+    describe_gauge!(
+        "halite_ready",
+        "1 when /readyz answers ready (WALs healthy, Kafka consumer in its group)."
+    );
+    describe_gauge!(
+        "halite_kafka_assigned_partitions",
+        "Partitions assigned to this consumer."
+    );
     describe_gauge!(
         "halite_process_resident_memory_bytes",
         Unit::Bytes,
@@ -82,8 +89,13 @@ fn describe() {
         "Points written from Kafka messages, per topic and table."
     );
     describe_counter!(
+        "halite_kafka_cells_total",
+        "Cells written from Kafka messages, per topic and table."
+    );
+    describe_counter!(
         "halite_kafka_bad_messages_total",
-        "Kafka messages that could not be decoded, per topic."
+        "Kafka messages that could not be decoded, per topic and reason \
+         (unreadable, bad_point, no_points)."
     );
     describe_counter!(
         "halite_kafka_dead_lettered_total",
@@ -171,6 +183,17 @@ fn describe() {
         "MemStore flushes, snapshot to manifest."
     );
     describe_counter!("halite_compactions_total", "Compactions, per table.");
+    describe_histogram!(
+        "halite_compaction_duration_seconds",
+        Unit::Seconds,
+        "Compactions of one family of one region."
+    );
+    describe_counter!("halite_region_splits_total", "Region splits, per table.");
+    describe_histogram!(
+        "halite_write_stall_duration_seconds",
+        Unit::Seconds,
+        "How long writes waited for a flush (MemStore over its blocking size)."
+    );
     describe_counter!(
         "halite_compaction_read_bytes_total",
         Unit::Bytes,

@@ -142,6 +142,10 @@ pub struct IngestStats {
     /// Partitions started at the store's durable position, ahead of the
     /// group's committed offset, and where.
     pub resumed: Mutex<BTreeMap<PartitionKey, i64>>,
+    /// The consumer has joined its group (had a first assignment, maybe
+    /// empty when the group has more members than partitions).
+    pub joined: AtomicBool,
+    pub assigned_partitions: AtomicU64,
 }
 
 impl IngestStats {
@@ -169,6 +173,8 @@ impl IngestStats {
             "pauses": n(&self.pauses),
             "committed": committed,
             "resumed": resumed,
+            "joined": self.joined.load(Ordering::Acquire),
+            "assigned_partitions": n(&self.assigned_partitions),
         })
     }
 }
@@ -492,6 +498,15 @@ impl ConsumerContext for IngestContext {
         if let Err(e) = result {
             eprintln!("kafka: applying the rebalance failed: {e}");
         }
+        let assigned = consumer.assignment().map_or(0, |a| a.count());
+        let stats = &self.shared.stats;
+        stats
+            .assigned_partitions
+            .store(assigned as u64, Ordering::Relaxed);
+        if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+            stats.joined.store(true, Ordering::Release);
+        }
+        metrics::gauge!("halite_kafka_assigned_partitions").set(assigned as f64);
     }
 }
 
@@ -1093,7 +1108,7 @@ fn write_batch(
             return BatchState::Failed;
         }
     };
-    let mut bad: Vec<(i64, &[u8], String)> = Vec::new();
+    let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
     encoder.reserve_for_bytes(batch.bytes());
     for (offset, payload) in batch.iter() {
         if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
@@ -1102,6 +1117,7 @@ fn write_batch(
     }
     let entries = encoder.finish();
     let points = entries.rows() as u64;
+    let cells = entries.len() as u64;
     let mut written = BatchState::Done;
     if points > 0 {
         // The record carries what is durable before it, so a restart can
@@ -1126,12 +1142,12 @@ fn write_batch(
             return BatchState::Failed;
         }
         shared.stats.points.fetch_add(points, Ordering::Relaxed);
-        metrics::counter!(
-            "halite_kafka_points_total",
-            "topic" => route.topic.clone(),
-            "table" => route.table.to_string()
-        )
-        .increment(points);
+        let labels = [
+            ("topic", route.topic.clone()),
+            ("table", route.table.to_string()),
+        ];
+        metrics::counter!("halite_kafka_points_total", &labels).increment(points);
+        metrics::counter!("halite_kafka_cells_total", &labels).increment(cells);
         written = match desc.durability {
             Durability::SyncWal => BatchState::Done,
             Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
@@ -1154,20 +1170,24 @@ fn write_batch(
         .stats
         .bad_messages
         .fetch_add(bad.len() as u64, Ordering::Relaxed);
-    metrics::counter!("halite_kafka_bad_messages_total", "topic" => route.topic.clone())
-        .increment(bad.len() as u64);
-    for (offset, _, reason) in &bad {
+    for (offset, _, bad) in &bad {
+        metrics::counter!(
+            "halite_kafka_bad_messages_total",
+            "topic" => route.topic.clone(),
+            "reason" => bad.kind
+        )
+        .increment(1);
         eprintln!(
-            "kafka: bad message {}/{}@{offset}: {reason}",
-            route.topic, batch.partition
+            "kafka: bad message {}/{}@{offset}: {}",
+            route.topic, batch.partition, bad.reason
         );
     }
     let Some(dl) = dead_letters else {
         return written; // counted and logged is all that is asked
     };
     let mut sent = true;
-    for (offset, payload, reason) in &bad {
-        sent &= dl.send(&route.topic, batch.partition, *offset, payload, reason);
+    for (offset, payload, bad) in &bad {
+        sent &= dl.send(&route.topic, batch.partition, *offset, payload, &bad.reason);
     }
     if sent && dl.flush() {
         shared
@@ -1182,6 +1202,14 @@ fn write_batch(
     }
 }
 
+/// Why a message is bad: `kind` is the metric label (`unreadable`: not
+/// UTF-8 or not JSON points; `bad_point`: a point that does not fit the
+/// table; `no_points`), `reason` the full text for logs and dead letters.
+struct BadMessage {
+    kind: &'static str,
+    reason: String,
+}
+
 /// Adds a message's points to `encoder`; a message with any bad point is
 /// reported bad (its good points are still written: rewriting them when the
 /// dead letter is replayed is harmless).
@@ -1190,9 +1218,14 @@ fn decode_message(
     route: &TopicRoute,
     payload: &[u8],
     now: u64,
-) -> Result<(), String> {
+) -> Result<(), BadMessage> {
     let rows_before = encoder.rows();
-    let errors = encoder.add_body(route.format, payload, route.precision, now)?;
+    let errors = encoder
+        .add_body(route.format, payload, route.precision, now)
+        .map_err(|reason| BadMessage {
+            kind: "unreadable",
+            reason,
+        })?;
     let what = match route.format {
         Format::Line => "line",
         Format::Json => "point",
@@ -1202,11 +1235,17 @@ fn decode_message(
         .map(|(n, reason)| format!("{what} {n}: {reason}"))
         .collect();
     if !reasons.is_empty() {
-        return Err(reasons.join("; "));
+        return Err(BadMessage {
+            kind: "bad_point",
+            reason: reasons.join("; "),
+        });
     }
     // Line protocol without a single point is not a message we understand.
     if route.format == Format::Line && encoder.rows() == rows_before {
-        return Err("message holds no points".into());
+        return Err(BadMessage {
+            kind: "no_points",
+            reason: "message holds no points".into(),
+        });
     }
     Ok(())
 }

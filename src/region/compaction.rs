@@ -85,6 +85,7 @@ pub(crate) fn compact(inner: &Inner, major: bool) -> Result<()> {
 }
 
 fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
+    let started = std::time::Instant::now();
     let fam = &inner.families[family];
     let now = inner.clock.now_ms();
     let files = inner
@@ -176,6 +177,10 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         .stats
         .compactions
         .fetch_add(u64::from(!selected.is_empty()), Ordering::Relaxed);
+    if !selected.is_empty() {
+        metrics::histogram!("halite_compaction_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+    }
     inner
         .stats
         .compacted_bytes_in
