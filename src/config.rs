@@ -119,6 +119,26 @@ pub struct Config {
     pub tables: Vec<crate::catalog::CreateTable>,
     /// Kafka ingestion; off unless brokers and topics are set.
     pub kafka: crate::ingest::kafka::KafkaConfig,
+    pub log: LogConfig,
+}
+
+/// `[log]`: the service's log lines, on stderr.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `human` (default) or `json` (one object per line).
+    pub format: String,
+    /// A `RUST_LOG`-style filter (default `info`); `RUST_LOG` wins.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: "human".into(),
+            level: "info".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -220,6 +240,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             tables: Vec::new(),
             kafka: crate::ingest::kafka::KafkaConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -320,6 +341,9 @@ impl Config {
                 why: why.into(),
             })
         };
+        if !matches!(self.log.format.as_str(), "human" | "json") {
+            return bad("log.format", "must be `human` or `json`");
+        }
         if !matches!(self.wal.io.as_str(), "auto" | "sync") {
             return bad("wal.io", "must be `auto` or `sync`");
         }

@@ -193,10 +193,11 @@ enum Command {
 }
 
 fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    halite::telemetry::init_logging(&config.log);
     let telemetry = match halite::telemetry::Telemetry::install() {
         Ok(t) => Some(Arc::new(t)),
         Err(e) => {
-            eprintln!("metrics are off: {e}");
+            tracing::warn!(error = %e, "metrics are off");
             None
         }
     };
@@ -211,17 +212,17 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let kafka = if config.kafka.enabled() {
         let k = KafkaIngest::start(&config.kafka, store.clone(), clock.clone())?;
-        println!(
-            "consuming {} from {} as group {}",
-            config
+        tracing::info!(
+            topics = %config
                 .kafka
                 .topics
                 .iter()
                 .map(|t| format!("{} -> {}", t.topic, t.table))
                 .collect::<Vec<_>>()
                 .join(", "),
-            config.kafka.brokers,
-            config.kafka.group_id
+            brokers = %config.kafka.brokers,
+            group = %config.kafka.group_id,
+            "consuming from Kafka"
         );
         Some(k)
     } else {
@@ -243,11 +244,11 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
         let addr = listener.local_addr()?;
         state.ready.store(true, Ordering::Release);
-        println!(
-            "halite serving http://{addr} (data in {}, {} table(s), started in {:.2}s)",
-            config.data_dir.display(),
-            store.catalog().tables(None).len(),
-            started.elapsed().as_secs_f64()
+        tracing::info!(
+            data = %config.data_dir.display(),
+            tables = store.catalog().tables(None).len(),
+            started_s = started.elapsed().as_secs_f64(),
+            "halite serving http://{addr}"
         );
         let ready = state.clone();
         let shutdown = async move {
@@ -270,7 +271,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     splitter.stop();
     let store = Arc::try_unwrap(store).map_err(|_| "store still in use at shutdown")?;
     store.close()?;
-    println!("halite stopped cleanly");
+    tracing::info!("halite stopped cleanly");
     Ok(())
 }
 
@@ -282,7 +283,7 @@ fn ensure_tables(store: &Store, tables: &[CreateTable]) -> Result<(), Box<dyn st
         }
         if store.catalog().table(&t.name).is_err() {
             store.create_table(t)?;
-            println!("created table {}", t.name);
+            tracing::info!(table = %t.name, "created table");
         }
     }
     Ok(())

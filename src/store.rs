@@ -1019,7 +1019,7 @@ impl Splitter {
                 {
                     let Some(store) = store.upgrade() else { return };
                     if let Err(e) = store.split_oversized() {
-                        eprintln!("halite: region split failed (the region stays whole): {e}");
+                        tracing::error!(error = %e, "region split failed; the region stays whole");
                     }
                 }
             })?;

@@ -14,6 +14,24 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 
 use crate::store::Store;
 
+/// Log lines on stderr through `tracing`: human-readable or JSON objects
+/// (`[log] format`), filtered by `RUST_LOG` or else `[log] level`.
+pub fn init_logging(config: &crate::config::LogConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second call (the demo runs `serve`) keeps the first subscriber.
+    let _ = if config.format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
 /// Histogram buckets for durations: 50 µs to 10 s.
 const SECONDS_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,

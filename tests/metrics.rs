@@ -166,3 +166,53 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
     assert!(text.contains("route=\"/api/v1/tables/{table}\""), "{text}");
     server::stop(srv);
 }
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["serve", "--config"])
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"))
+        .args(["--set", &format!("data_dir=\"{}\"", tmp.path().display())])
+        .args(["--set", &format!("server.listen=\"{addr}\"")])
+        .args(["--set", "log.format=\"json\""])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !request(&addr, "GET", "/readyz", None, b"").is_ok_and(|r| r.status == 200) {
+        assert!(std::time::Instant::now() < deadline, "not ready");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stderr).expect("utf-8");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let messages: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            assert_eq!(l["level"], "INFO", "{l}");
+            l["fields"]["message"].as_str().expect("message")
+        })
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("halite serving http://")),
+        "{messages:?}"
+    );
+    assert!(messages.contains(&"halite stopped cleanly"), "{messages:?}");
+    let created = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "created table")
+        .expect("a created table line");
+    assert_eq!(created["fields"]["table"], "metrics:cpu");
+}

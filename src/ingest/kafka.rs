@@ -328,7 +328,9 @@ impl Shared {
                         .filter(|w| w.2 == Waiting::WalSync)
                         .map(|w| (w.0.clone(), w.1)),
                 ),
-                Err(e) => eprintln!("kafka: syncing the WAL for ASYNC_WAL batches failed: {e}"),
+                Err(e) => {
+                    tracing::error!(error = %e, "syncing the WAL for ASYNC_WAL batches failed")
+                }
             }
         }
         let mut flushed: HashMap<TableName, HashMap<u64, u64>> = HashMap::new();
@@ -342,7 +344,7 @@ impl Shared {
                         flushed.insert(table.clone(), f);
                     }
                     Err(e) => {
-                        eprintln!("kafka: {table}: {e}");
+                        tracing::error!(%table, error = %e, "reading flushed sequence ids failed");
                         continue;
                     }
                 }
@@ -380,7 +382,7 @@ impl Shared {
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), offset) in &offsets {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
-                eprintln!("kafka: cannot list offset {offset} of {topic}/{partition}: {e}");
+                tracing::error!(%topic, partition, offset, error = %e, "cannot list an offset to commit");
             }
         }
         match consumer.commit(&tpl, CommitMode::Sync) {
@@ -405,7 +407,7 @@ impl Shared {
                 }
             }
             // Not fatal: the next commit carries the same (or later) offsets.
-            Err(e) => eprintln!("kafka: offset commit failed (will retry): {e}"),
+            Err(e) => tracing::warn!(error = %e, "offset commit failed (will retry)"),
         }
     }
 }
@@ -465,10 +467,10 @@ impl ConsumerContext for IngestContext {
             .collect();
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                eprintln!("kafka: assigned {}", partitions.join(" "));
+                tracing::info!(partitions = %partitions.join(" "), "kafka partitions assigned");
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                eprintln!("kafka: revoked {}", partitions.join(" "));
+                tracing::info!(partitions = %partitions.join(" "), "kafka partitions revoked");
             }
             _ => {}
         }
@@ -490,13 +492,13 @@ impl ConsumerContext for IngestContext {
                 }
             }
             other => {
-                eprintln!("kafka: rebalance failed: {other:?}; dropping the assignment");
+                tracing::error!(error = ?other, "kafka rebalance failed; dropping the assignment");
                 self.revoke(consumer, tpl);
                 consumer.unassign()
             }
         };
         if let Err(e) = result {
-            eprintln!("kafka: applying the rebalance failed: {e}");
+            tracing::error!(error = %e, "applying the kafka rebalance failed");
         }
         let assigned = consumer.assignment().map_or(0, |a| a.count());
         let stats = &self.shared.stats;
@@ -555,9 +557,7 @@ impl IngestContext {
             Ok(c) => c,
             Err(e) => {
                 // Starting from the committed offsets replays more; no loss.
-                eprintln!(
-                    "kafka: reading committed offsets failed ({e}); not resuming from the store"
-                );
+                tracing::warn!(error = %e, "reading committed offsets failed; not resuming from the store");
                 return;
             }
         };
@@ -572,11 +572,15 @@ impl IngestContext {
             if durable > at.max(0) {
                 if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(durable))
                 {
-                    eprintln!("kafka: cannot start {topic}/{partition} at {durable}: {e}");
+                    tracing::error!(%topic, partition, offset = durable, error = %e, "cannot start a partition at the store's position");
                     continue;
                 }
-                eprintln!(
-                    "kafka: {topic}/{partition} resumes at offset {durable} from the store (committed: {at})"
+                tracing::info!(
+                    %topic,
+                    partition,
+                    offset = durable,
+                    committed = at,
+                    "partition resumes from the store's durable position"
                 );
                 self.shared
                     .stats
@@ -881,7 +885,7 @@ impl ConsumerLoop {
                         }
                     }
                 }
-                Some(Err(e)) => eprintln!("kafka: consumer error: {e}"),
+                Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
                 None => {}
             }
             // Batches built before a revoke belong to partitions we may no
@@ -944,7 +948,7 @@ impl ConsumerLoop {
             }
             for t in tables {
                 if let Err(e) = self.shared.store.flush_table(&t) {
-                    eprintln!("kafka: flushing {t} at shutdown: {e}");
+                    tracing::error!(table = %t, error = %e, "flushing at shutdown failed");
                 }
             }
         }
@@ -998,7 +1002,7 @@ impl ConsumerLoop {
                 true
             }
             Err(e) => {
-                eprintln!("kafka: pause/resume failed: {e}");
+                tracing::warn!(error = %e, paused, "kafka pause/resume failed");
                 false
             }
         }
@@ -1042,7 +1046,7 @@ impl DeadLetters {
             .payload(payload)
             .headers(headers);
         if let Err((e, _)) = self.producer.send(record) {
-            eprintln!("kafka: dead-letter produce failed: {e}");
+            tracing::error!(error = %e, "dead-letter produce failed");
             return false;
         }
         true
@@ -1052,7 +1056,7 @@ impl DeadLetters {
         match self.producer.flush(Duration::from_secs(30)) {
             Ok(()) => true,
             Err(e) => {
-                eprintln!("kafka: dead-letter flush failed: {e}");
+                tracing::error!(error = %e, "dead-letter flush failed");
                 false
             }
         }
@@ -1096,7 +1100,7 @@ fn write_batch(
     let desc = match store.catalog().table(&route.table) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("kafka: {}: {e}", route.topic);
+            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
             return BatchState::Failed;
         }
     };
@@ -1104,7 +1108,7 @@ fn write_batch(
     let mut encoder = match PointEncoder::new(&desc, store.max_value_size()) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("kafka: {}: {e}", route.topic);
+            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
             return BatchState::Failed;
         }
     };
@@ -1133,11 +1137,12 @@ fn write_batch(
                 durable_below: durable_below as u64,
             });
         if let Err(e) = store.write_entries(&route.table, entries, origin) {
-            eprintln!(
-                "kafka: writing {}/{} offsets {}..: {e}",
-                route.topic,
-                batch.partition,
-                batch.first_offset().unwrap_or(0)
+            tracing::error!(
+                topic = %route.topic,
+                partition = batch.partition,
+                first_offset = batch.first_offset().unwrap_or(0),
+                error = %e,
+                "writing a batch failed; its partition's commits stop before it"
             );
             return BatchState::Failed;
         }
@@ -1157,7 +1162,7 @@ fn write_batch(
                     seqs,
                 }),
                 Err(e) => {
-                    eprintln!("kafka: {}: {e}", route.table);
+                    tracing::error!(table = %route.table, error = %e, "reading sequence ids failed");
                     return BatchState::Failed;
                 }
             },
@@ -1177,9 +1182,12 @@ fn write_batch(
             "reason" => bad.kind
         )
         .increment(1);
-        eprintln!(
-            "kafka: bad message {}/{}@{offset}: {}",
-            route.topic, batch.partition, bad.reason
+        tracing::warn!(
+            topic = %route.topic,
+            partition = batch.partition,
+            offset,
+            reason = %bad.reason,
+            "bad message"
         );
     }
     let Some(dl) = dead_letters else {
