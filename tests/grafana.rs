@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::http::{free_port, request};
-use common::kafka::{Broker, wait_for_group_commit};
+use common::kafka::{Broker, Load, produce_in_background, wait_for_group_commit};
 use common::server;
 use serde_json::{Value as Json, json};
 
@@ -213,22 +213,16 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
 
     // Load for a few scrapes: points at a steady rate, a poison message,
     // queries, a flush and a compaction, a request for a missing table.
-    let producer = {
-        let bootstrap = broker.bootstrap.clone();
-        std::thread::spawn(move || {
-            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
-                .args(["--hosts", "20", "--points", &POINTS.to_string()])
-                .args(["--per-message", "1", "--rate", "5000"])
-                .output()
-                .expect("produce");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        })
-    };
+    let producer = produce_in_background(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: 20,
+            points: POINTS,
+            per_message: 1,
+            rate: 5000,
+        },
+    );
     let poison = Command::new(env!("CARGO_BIN_EXE_halite"))
         .args(["produce", "--brokers", &broker.bootstrap, "--topic", "cpu"])
         .args(["--hosts", "1", "--points", "1", "--format", "json"])

@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::http::free_port;
 use common::kafka::{
-    Broker, assert_cpu_oracle, assert_cpu_oracle_in, committed_total, query, status, wait_for,
+    Broker, Load, assert_cpu_oracle, assert_cpu_oracle_in, committed_total, produce, query, status,
+    wait_for,
 };
 use common::server;
 use halite::tsbs::{self, CPU_FIELDS};
@@ -65,21 +65,15 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     let srv = server::start(&data, port, &args);
 
     // 200,000 points, 20 per message, over 8 partitions.
-    let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-        .args(["produce", "--brokers", &broker.bootstrap, "--topic", "cpu"])
-        .args([
-            "--hosts",
-            &HOSTS.to_string(),
-            "--points",
-            &POINTS.to_string(),
-        ])
-        .args(["--per-message", "20"])
-        .output()
-        .expect("halite produce");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    produce(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: 20,
+            rate: 0,
+        },
     );
     let cpu_messages = (POINTS / 20) as i64;
 
@@ -278,22 +272,16 @@ precision = "ms"
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let srv = server::start(&data, port, &args);
     let produce = |topic: &str, points: u64| {
-        let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-            .args(["produce", "--brokers", &broker.bootstrap, "--topic", topic])
-            .args([
-                "--hosts",
-                &HOSTS.to_string(),
-                "--points",
-                &points.to_string(),
-            ])
-            .args(["--per-message", "1"])
-            .output()
-            .expect("halite produce");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        produce(
+            &broker.bootstrap,
+            topic,
+            Load {
+                hosts: HOSTS,
+                points,
+                per_message: 1,
+                rate: 0,
+            },
+        )
     };
     produce("cpu_async", POINTS);
     produce("cpu_skip", POINTS);

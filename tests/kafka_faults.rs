@@ -6,12 +6,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::http::free_port;
 use common::kafka::{
-    Broker, assert_cpu_oracle, committed_total, query, status, wait_for, wait_for_group_commit,
+    Broker, Load, assert_cpu_oracle, committed_total, produce, produce_in_background, query,
+    status, wait_for, wait_for_group_commit,
 };
 use common::server::{self, Server};
 use halite::tsbs::{self, CPU_FIELDS};
@@ -44,26 +44,6 @@ fn config_file_with(dir: &Path, client: &str) -> PathBuf {
     let path = dir.join("halite.toml");
     std::fs::write(&path, base).expect("write config");
     path
-}
-
-fn produce(broker: &Broker, topic: &str, hosts: u64, points: u64, per_message: u64, rate: u64) {
-    let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-        .args(["produce", "--brokers", &broker.bootstrap, "--topic", topic])
-        .args([
-            "--hosts",
-            &hosts.to_string(),
-            "--points",
-            &points.to_string(),
-        ])
-        .args(["--per-message", &per_message.to_string()])
-        .args(["--rate", &rate.to_string()])
-        .output()
-        .expect("halite produce");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `serve` arguments: config, broker, and any `key=value` settings.
@@ -142,28 +122,16 @@ fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
     // The producer keeps writing while the service is killed and restarted:
     // a restart cycle (start, group join, a random wait) takes ~3 s.
     let rate = (POINTS / (kills as u64 * 3)).max(100);
-    let producer = {
-        let bootstrap = broker.bootstrap.clone();
-        std::thread::spawn(move || {
-            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
-                .args([
-                    "--hosts",
-                    &HOSTS.to_string(),
-                    "--points",
-                    &POINTS.to_string(),
-                ])
-                .args(["--per-message", &PER_MESSAGE.to_string()])
-                .args(["--rate", &rate.to_string()])
-                .output()
-                .expect("halite produce");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        })
-    };
+    let producer = produce_in_background(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: PER_MESSAGE,
+            rate,
+        },
+    );
     let mut killed_mid_ingest = 0;
     for kill in 0..kills {
         let mut srv = start(&data, port, &args);
@@ -211,7 +179,16 @@ fn a_restart_resumes_from_the_store_when_no_commit_happened() {
     const POINTS: u64 = 100_000;
     let broker = Broker::start();
     broker.create_topic("cpu", 4);
-    produce(&broker, "cpu", HOSTS, POINTS, 1, 0);
+    produce(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: 1,
+            rate: 0,
+        },
+    );
     let tmp = tempfile::tempdir().expect("tmp");
     let config = config_file(tmp.path());
     let data = tmp.path().join("data");
@@ -258,7 +235,16 @@ fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
     const POINTS: u64 = 1_500_000;
     let broker = Broker::start();
     broker.create_topic("cpu", 4);
-    produce(&broker, "cpu", HOSTS, POINTS, 10, 0);
+    produce(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: 10,
+            rate: 0,
+        },
+    );
     let tmp = tempfile::tempdir().expect("tmp");
     // librdkafka's prefetch, 64 MiB by default, is bounded here too.
     let config = config_file_with(tmp.path(), "\"queued.max.messages.kbytes\" = \"16384\"");
@@ -350,27 +336,16 @@ fn two_members_share_the_partitions_and_together_hold_every_point() {
         &args(&config, &broker, &settings),
     );
     // Points keep coming for ~6 s while the group changes.
-    let producer = {
-        let bootstrap = broker.bootstrap.clone();
-        std::thread::spawn(move || {
-            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
-                .args([
-                    "--hosts",
-                    &HOSTS.to_string(),
-                    "--points",
-                    &POINTS.to_string(),
-                ])
-                .args(["--per-message", "1", "--rate", "10000"])
-                .output()
-                .expect("halite produce");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        })
-    };
+    let producer = produce_in_background(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: 1,
+            rate: 10_000,
+        },
+    );
     wait_for(&a.addr, "the first member to consume", |s| {
         s["points"].as_u64() > Some(0)
     });

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::http::{free_port, request};
-use common::kafka::{Broker, wait_for_group_commit};
+use common::kafka::{Broker, Load, produce_in_background, wait_for_group_commit};
 use common::server;
 
 const POINTS: u64 = 20_000;
@@ -70,22 +70,16 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
     let srv = server::start(&tmp.path().join("data"), port, &args);
 
     // A scrape while the points stream in, and one after.
-    let producer = {
-        let bootstrap = broker.bootstrap.clone();
-        std::thread::spawn(move || {
-            let out = Command::new(env!("CARGO_BIN_EXE_halite"))
-                .args(["produce", "--brokers", &bootstrap, "--topic", "cpu"])
-                .args(["--hosts", "20", "--points", &POINTS.to_string()])
-                .args(["--per-message", "1", "--rate", "5000"])
-                .output()
-                .expect("produce");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        })
-    };
+    let producer = produce_in_background(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: 20,
+            points: POINTS,
+            per_message: 1,
+            rate: 5000,
+        },
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let during = loop {
         let text = scrape(&srv.addr);

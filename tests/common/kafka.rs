@@ -96,6 +96,44 @@ impl Broker {
     }
 }
 
+/// What `halite produce` writes: `points` TSBS points of `hosts` hosts,
+/// `per_message` points a message, `rate` points a second (0: as fast as
+/// the broker takes them).
+#[derive(Clone, Copy)]
+pub struct Load {
+    pub hosts: u64,
+    pub points: u64,
+    pub per_message: u64,
+    pub rate: u64,
+}
+
+/// Runs `halite produce` into `topic` and requires it to succeed.
+pub fn produce(bootstrap: &str, topic: &str, load: Load) {
+    let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["produce", "--brokers", bootstrap, "--topic", topic])
+        .args(["--hosts", &load.hosts.to_string()])
+        .args(["--points", &load.points.to_string()])
+        .args(["--per-message", &load.per_message.to_string()])
+        .args(["--rate", &load.rate.to_string()])
+        .output()
+        .expect("halite produce");
+    assert!(
+        out.status.success(),
+        "halite produce: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// [`produce`] on a thread, for load that runs while a test acts.
+pub fn produce_in_background(
+    bootstrap: &str,
+    topic: &str,
+    load: Load,
+) -> std::thread::JoinHandle<()> {
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    std::thread::spawn(move || produce(&bootstrap, &topic, load))
+}
+
 /// The offsets the consumer group has committed for `topic`'s first
 /// `partitions` partitions, summed (asked without joining the group).
 pub fn group_committed_total(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
