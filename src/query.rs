@@ -345,11 +345,12 @@ fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             "time range is inverted: start {start} > end {end}"
         )));
     }
-    let buckets = match schema.bucket_for_leading(&values)? {
+    let buckets: Vec<u32> = match schema.bucket_for_leading(&values)? {
         _ if start == end => Vec::new(), // an empty range matches nothing
         Some(b) => vec![b],
         None => (0..schema.buckets()).collect(),
     };
+    metrics::histogram!("halite_query_buckets").record(buckets.len() as f64);
     let (mut lo, mut hi) = (lead.clone(), prefix_successor(&lead));
     let mut ts_filter = None;
     if let Some((i, at, enc)) = ts_offset(schema) {
@@ -479,6 +480,14 @@ pub struct QueryRows {
     remaining: Option<usize>,
     /// Unsalted key of the last row handed out.
     last_key: Option<Vec<u8>>,
+    /// Cells handed out, counted once when the rows are dropped.
+    cells_returned: u64,
+}
+
+impl Drop for QueryRows {
+    fn drop(&mut self) {
+        metrics::counter!("halite_query_cells_returned_total").increment(self.cells_returned);
+    }
 }
 
 impl QueryRows {
@@ -563,6 +572,7 @@ impl QueryRows {
             to_skip: q.offset,
             remaining: q.limit,
             last_key: None,
+            cells_returned: 0,
         })
     }
 
@@ -588,6 +598,7 @@ impl QueryRows {
                 *r -= 1;
             }
             self.last_key = Some(row.key[self.salt_len..].to_vec());
+            self.cells_returned += row.cells.len() as u64;
             return Ok(Some(row));
         }
     }

@@ -7,10 +7,11 @@
 //! units, `_total` counters, `_seconds` / `_bytes` suffixes, and labels of
 //! low cardinality (table, topic, partition, shard, route).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 
 use crate::store::Store;
 
@@ -41,6 +42,9 @@ const SECONDS_BUCKETS: &[f64] = &[
 /// Histogram buckets for WAL group commits, in records per batch.
 const RECORDS_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
+/// Histogram buckets for salt buckets a query scans.
+const BUCKETS_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
+
 /// The process's recorder; one per process.
 pub struct Telemetry {
     handle: PrometheusHandle,
@@ -56,6 +60,13 @@ impl Telemetry {
                 Matcher::Full("halite_wal_batch_records".into()),
                 RECORDS_BUCKETS,
             )?
+            .set_buckets_for_metric(
+                Matcher::Full("halite_query_buckets".into()),
+                BUCKETS_BUCKETS,
+            )?
+            // Gauges of regions gone (split, dropped) leave the scrape after
+            // a while; live ones are set at every scrape.
+            .idle_timeout(MetricKindMask::GAUGE, Some(Duration::from_secs(600)))
             .install_recorder()?;
         describe();
         Ok(Telemetry {
@@ -183,6 +194,25 @@ fn describe() {
         "Bytes in MemStores (active and flushing), per table."
     );
     describe_gauge!("halite_regions", "Regions per table.");
+    describe_gauge!("halite_region_store_files", "Store files per region.");
+    describe_gauge!(
+        "halite_region_store_file_bytes",
+        Unit::Bytes,
+        "Bytes of live store files per region."
+    );
+    describe_gauge!(
+        "halite_region_memstore_bytes",
+        Unit::Bytes,
+        "MemStore bytes per region."
+    );
+    describe_histogram!(
+        "halite_query_buckets",
+        "Salt buckets a logical query scans (1 when the series fixes the bucket)."
+    );
+    describe_counter!(
+        "halite_query_cells_returned_total",
+        "Cells returned by raw logical queries (pages and streams)."
+    );
     describe_gauge!("halite_store_files", "Store files per table.");
     describe_gauge!(
         "halite_store_file_bytes",
@@ -259,9 +289,15 @@ fn record_store(store: &Store) {
         let (mut compactions, mut read, mut written) = (0u64, 0u64, 0u64);
         let mut stalls = 0u64;
         for r in table.regions() {
+            let region_files = r.file_counts().values().sum::<usize>();
+            let region_bytes = r.store_bytes();
+            let region = [("table", name.clone()), ("region", r.id().to_string())];
+            gauge!("halite_region_store_files", &region).set(region_files as f64);
+            gauge!("halite_region_store_file_bytes", &region).set(region_bytes as f64);
+            gauge!("halite_region_memstore_bytes", &region).set(r.memstore_bytes() as f64);
             memstore += r.memstore_bytes();
-            files += r.file_counts().values().sum::<usize>();
-            file_bytes += r.store_bytes();
+            files += region_files;
+            file_bytes += region_bytes;
             let s = r.stats();
             flushes += s.flushes.load(Relaxed);
             flushed += s.flushed_bytes.load(Relaxed);

@@ -97,8 +97,35 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
     wait_for_group_commit(&broker.bootstrap, "cpu", 4, POINTS as i64);
     // One more commit interval, so the lag gauges saw the last commit.
     std::thread::sleep(std::time::Duration::from_millis(500));
+    // A raw query of one host: one bucket scanned, its cells returned.
+    let q = serde_json::json!({
+        "table": "metrics:cpu",
+        "series": [["metric", "cpu"], ["host", halite::tsbs::host_name(3)]],
+        "start_ms": 0, "end_ms": u64::MAX / 2, "limit": 10
+    })
+    .to_string();
+    let r = request(
+        &srv.addr,
+        "POST",
+        "/api/v1/query",
+        Some("application/json"),
+        q.as_bytes(),
+    )
+    .expect("query");
+    assert_eq!(r.status, 200, "{}", r.text());
     let after = scrape(&srv.addr);
     promtool_check(&after);
+    assert_eq!(
+        sample(&after, "halite_query_cells_returned_total"),
+        Some(100.0)
+    );
+    assert_eq!(sample(&after, "halite_query_buckets_count"), Some(1.0));
+    assert_eq!(sample(&after, "halite_query_buckets_sum"), Some(1.0));
+    let region_series = after
+        .lines()
+        .filter(|l| l.starts_with("halite_region_store_files{table=\"metrics:cpu\",region="))
+        .count();
+    assert_eq!(region_series, 16, "{after}");
 
     let points = sample(
         &after,
