@@ -702,11 +702,16 @@ async fn scan_table(
     let schema = store.catalog().table(&name)?.key;
     if format != Format::Json {
         return stream::stream_rows(format, schema, paged, move || {
-            Ok(Box::new(store.scanner(&name, &scan)?) as Box<dyn RowSource>)
+            Ok(
+                Box::new(stream::CountedScan::new(store.scanner(&name, &scan)?))
+                    as Box<dyn RowSource>,
+            )
         })
         .await;
     }
     let page = blocking(move || store.scan(&name, &scan)).await?;
+    metrics::counter!("halite_scan_cells_returned_total")
+        .increment(page.rows.iter().map(|r| r.cells.len() as u64).sum());
     Ok(page_answer(&schema, &page.rows, page.continuation, None))
 }
 

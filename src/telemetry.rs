@@ -81,6 +81,8 @@ impl Telemetry {
         gauge!("halite_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         gauge!("halite_uptime_seconds").set(self.started.elapsed().as_secs_f64());
         gauge!("halite_ready").set(if ready { 1.0 } else { 0.0 });
+        // What /healthz says: the process answers.
+        gauge!("halite_healthy").set(1.0);
         if let Some(rss) = resident_bytes() {
             gauge!("halite_process_resident_memory_bytes").set(rss as f64);
         }
@@ -103,6 +105,15 @@ fn describe() {
     describe_gauge!(
         "halite_kafka_assigned_partitions",
         "Partitions assigned to this consumer."
+    );
+    describe_gauge!(
+        "halite_kafka_paused_partitions",
+        "Partitions paused because the writers are saturated."
+    );
+    describe_gauge!("halite_healthy", "1 while the process answers (/healthz).");
+    describe_counter!(
+        "halite_scan_cells_returned_total",
+        "Cells returned by raw scans (pages and streams)."
     );
     describe_gauge!(
         "halite_process_resident_memory_bytes",
@@ -146,10 +157,6 @@ fn describe() {
     describe_gauge!(
         "halite_kafka_consumer_lag",
         "High watermark minus committed offset, per partition, in messages."
-    );
-    describe_gauge!(
-        "halite_kafka_paused",
-        "1 while the consumer has paused its partitions (writers saturated)."
     );
     describe_gauge!(
         "halite_kafka_buffered_bytes",

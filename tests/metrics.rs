@@ -113,8 +113,24 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
     )
     .expect("query");
     assert_eq!(r.status, 200, "{}", r.text());
+    // And a raw scan of 5 rows.
+    let r = request(
+        &srv.addr,
+        "POST",
+        "/api/v1/tables/metrics:cpu/scan",
+        Some("application/json"),
+        br#"{"limit": 5}"#,
+    )
+    .expect("scan");
+    assert_eq!(r.status, 200, "{}", r.text());
     let after = scrape(&srv.addr);
     promtool_check(&after);
+    assert_eq!(
+        sample(&after, "halite_scan_cells_returned_total"),
+        Some(50.0)
+    );
+    assert_eq!(sample(&after, "halite_healthy"), Some(1.0));
+    assert_eq!(sample(&after, "halite_kafka_paused_partitions"), Some(0.0));
     assert_eq!(
         sample(&after, "halite_query_cells_returned_total"),
         Some(100.0)

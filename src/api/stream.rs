@@ -71,6 +71,36 @@ impl RowSource for TableScanner {
     }
 }
 
+/// A raw scan that counts the cells it hands out
+/// (`halite_scan_cells_returned_total`, once, when dropped).
+pub struct CountedScan {
+    scanner: TableScanner,
+    cells: u64,
+}
+
+impl CountedScan {
+    pub fn new(scanner: TableScanner) -> Self {
+        CountedScan { scanner, cells: 0 }
+    }
+}
+
+impl Drop for CountedScan {
+    fn drop(&mut self) {
+        metrics::counter!("halite_scan_cells_returned_total").increment(self.cells);
+    }
+}
+
+impl RowSource for CountedScan {
+    fn next_row(&mut self) -> Result<Option<Row>> {
+        let row = self.scanner.next_row()?;
+        self.cells += row.as_ref().map_or(0, |r| r.cells.len() as u64);
+        Ok(row)
+    }
+    fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
+        self.scanner.continuation()
+    }
+}
+
 impl RowSource for QueryRows {
     fn next_row(&mut self) -> Result<Option<Row>> {
         QueryRows::next_row(self)

@@ -915,7 +915,16 @@ impl ConsumerLoop {
                 paused = !self.set_paused(false);
             }
             if check_time {
-                metrics::gauge!("halite_kafka_paused").set(if paused { 1.0 } else { 0.0 });
+                let assigned = self
+                    .shared
+                    .stats
+                    .assigned_partitions
+                    .load(Ordering::Relaxed);
+                metrics::gauge!("halite_kafka_paused_partitions").set(if paused {
+                    assigned as f64
+                } else {
+                    0.0
+                });
                 metrics::gauge!("halite_kafka_buffered_bytes").set(buffered as f64);
             }
             if check_time && last_commit.elapsed() >= self.commit_interval {
