@@ -155,14 +155,28 @@ fn json_body<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) 
         .map_err(|e| ApiError::bad(format!("request body is not valid JSON for this call: {e}")))
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
-    let limit = state.max_body;
+/// The routes a monitoring system needs, on the API port and, when
+/// `server.metrics_listen` is set, on a port of their own.
+fn monitoring_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route(
             "/healthz",
             get(|| async { Json(json!({ "status": "ok" })) }),
         )
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+}
+
+/// Only `/metrics`, `/healthz` and `/readyz` (`server.metrics_listen`).
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    monitoring_routes()
+        .layer(axum::middleware::from_fn(count_request))
+        .with_state(state)
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.max_body;
+    monitoring_routes()
         .route(
             "/api/v1/namespaces",
             get(list_namespaces).post(create_namespace),
@@ -183,7 +197,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/write", post(write))
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
-        .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
@@ -906,6 +919,17 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Serves [`metrics_router`] until `shutdown`.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, metrics_router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -146,6 +146,10 @@ impl Default for LogConfig {
 pub struct ServerConfig {
     /// Address of the HTTP API (default 127.0.0.1:8070).
     pub listen: String,
+    /// A second address answering only `/metrics`, `/healthz` and `/readyz`,
+    /// for a scraper kept off the API's port (default empty: the API port
+    /// serves them alone).
+    pub metrics_listen: String,
     /// Largest request body accepted (default 25MiB, as InfluxDB).
     pub max_body: ByteSize,
     /// Writer shards, each with a WAL (default: one per core).
@@ -159,6 +163,7 @@ impl Default for ServerConfig {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         ServerConfig {
             listen: "127.0.0.1:8070".into(),
+            metrics_listen: String::new(),
             max_body: ByteSize(25 << 20),
             shards: cores,
             query_threads: 2 * cores,

@@ -243,6 +243,20 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
         let addr = listener.local_addr()?;
+        let metrics_listener = if config.server.metrics_listen.is_empty() {
+            None
+        } else {
+            let l = tokio::net::TcpListener::bind(&config.server.metrics_listen)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot listen on server.metrics_listen {}: {e}",
+                        config.server.metrics_listen
+                    )
+                })?;
+            tracing::info!("metrics also on http://{}/metrics", l.local_addr()?);
+            Some(l)
+        };
         state.ready.store(true, Ordering::Release);
         tracing::info!(
             data = %config.data_dir.display(),
@@ -251,7 +265,8 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             "halite serving http://{addr}"
         );
         let ready = state.clone();
-        let shutdown = async move {
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
@@ -259,8 +274,23 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             }
             // Readiness drops first, so load balancers stop sending.
             ready.ready.store(false, Ordering::Release);
+            let _ = stopping.send(true);
+        });
+        let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
         };
-        api::serve(listener, state.clone(), shutdown).await
+        let metrics_server = metrics_listener.map(|l| {
+            tokio::spawn(api::serve_metrics(l, state.clone(), shutdown(stopped.clone())))
+        });
+        let served = api::serve(listener, state.clone(), shutdown(stopped)).await;
+        if let Some(m) = metrics_server {
+            match m.await {
+                Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener failed"),
+                Err(e) => tracing::warn!(error = %e, "the metrics listener failed"),
+                Ok(Ok(())) => {}
+            }
+        }
+        served.map_err(Box::<dyn std::error::Error>::from)
     })?;
     // Stop fetching, make what was fetched durable, commit it.
     if let Some(k) = kafka {

@@ -253,3 +253,33 @@ fn json_logs_are_one_object_per_line() {
         .expect("a created table line");
     assert_eq!(created["fields"]["table"], "metrics:cpu");
 }
+
+#[test]
+fn a_separate_metrics_port_serves_only_monitoring_routes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let srv = server::start(
+        tmp.path(),
+        free_port(),
+        &[
+            "--set",
+            &format!("server.metrics_listen=\"{metrics_addr}\""),
+        ],
+    );
+    let text = scrape(&metrics_addr);
+    assert_eq!(sample(&text, "halite_build_info"), Some(1.0), "{text}");
+    promtool_check(&text);
+    for path in ["/healthz", "/readyz"] {
+        let r = request(&metrics_addr, "GET", path, None, b"").expect("request");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    // The API stays on its own port; the metrics port does not answer it.
+    let r = request(&metrics_addr, "GET", "/api/v1/tables", None, b"").expect("request");
+    assert_eq!(r.status, 404);
+    let r = request(&srv.addr, "GET", "/api/v1/tables", None, b"").expect("request");
+    assert_eq!(r.status, 200);
+    assert_eq!(sample(&scrape(&srv.addr), "halite_build_info"), Some(1.0));
+    // Both listeners stop on SIGTERM, and the process exits 0.
+    server::stop(srv);
+    assert!(request(&metrics_addr, "GET", "/healthz", None, b"").is_err());
+}
