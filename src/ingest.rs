@@ -19,7 +19,56 @@ use crate::catalog::TableDescriptor;
 use crate::cell::{CellKind, EntryBatch, MAX_QUALIFIER_LEN};
 use crate::key::{FieldEncoding, FieldRef, KeyField};
 use crate::value::Value;
-use line_protocol::{Point, Precision};
+use line_protocol::{LineParser, ParsedLine, Point, Precision};
+
+/// What the encoder reads of a point, whichever decoder made it.
+pub trait PointFields {
+    fn measurement(&self) -> &str;
+    /// Tags in the order written.
+    fn tags(&self) -> impl Iterator<Item = (&str, &str)>;
+    fn field_count(&self) -> usize;
+    /// Field `i` (< `field_count`), in the order written.
+    fn field(&self, i: usize) -> (&str, &Value);
+    /// In the decoder's precision; `None` means now.
+    fn timestamp(&self) -> Option<i64>;
+}
+
+impl PointFields for Point<'_> {
+    fn measurement(&self) -> &str {
+        &self.measurement
+    }
+    fn tags(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
+    }
+    fn field_count(&self) -> usize {
+        self.fields.len()
+    }
+    fn field(&self, i: usize) -> (&str, &Value) {
+        let (k, v) = &self.fields[i];
+        (k, v)
+    }
+    fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+}
+
+impl<'l: 'p, 'p> PointFields for ParsedLine<'l, 'p> {
+    fn measurement(&self) -> &str {
+        ParsedLine::measurement(self)
+    }
+    fn tags(&self) -> impl Iterator<Item = (&str, &str)> {
+        ParsedLine::tags(self)
+    }
+    fn field_count(&self) -> usize {
+        ParsedLine::field_count(self)
+    }
+    fn field(&self, i: usize) -> (&str, &Value) {
+        ParsedLine::field(self, i)
+    }
+    fn timestamp(&self) -> Option<i64> {
+        ParsedLine::timestamp(self)
+    }
+}
 
 /// Encodes points as rows of one table straight into the entry encoding
 /// the regions log and store: one reused key buffer, values written in
@@ -29,8 +78,13 @@ pub struct PointEncoder<'t> {
     family: &'t [u8],
     max_value_size: usize,
     key: Vec<u8>,
-    /// Field indices of the point being added, in name order.
+    /// Field indices of the point being added, in name order...
     order: Vec<usize>,
+    /// ...worked out for the field names of the last point (concatenated,
+    /// with their ends), which the next point of a series usually repeats.
+    order_names: Vec<u8>,
+    order_name_ends: Vec<usize>,
+    parser: LineParser,
     batch: EntryBatch,
 }
 
@@ -48,6 +102,9 @@ impl<'t> PointEncoder<'t> {
             max_value_size,
             key: Vec::with_capacity(table.key.key_len()),
             order: Vec::new(),
+            order_names: Vec::new(),
+            order_name_ends: Vec::new(),
+            parser: LineParser::default(),
             batch: EntryBatch::new(),
         })
     }
@@ -69,15 +126,23 @@ impl<'t> PointEncoder<'t> {
             Format::Line => {
                 let text = std::str::from_utf8(body)
                     .map_err(|e| format!("line protocol must be UTF-8: {e}"))?;
-                let (points, bad) = line_protocol::parse_lines(text);
-                errors.extend(bad.into_iter().map(|e| (e.line, e.reason)));
-                self.reserve(points.len());
-                for (line, point) in &points {
-                    if let Err(e) = self.add(point, precision, now_ms) {
-                        errors.push((*line, e));
+                // A body of many lines (an HTTP write) is sized at once;
+                // a Kafka message, one line, was sized with its batch.
+                if body.len() > 4096 {
+                    self.reserve(memchr::memchr_iter(b'\n', body).count() + 1);
+                }
+                // The parser's buffers serve every line; it is taken out
+                // while `add` borrows the encoder.
+                let mut parser = std::mem::take(&mut self.parser);
+                for (number, line) in line_protocol::lines(text) {
+                    let outcome = parser
+                        .parse(line)
+                        .and_then(|point| self.add(&point, precision, now_ms));
+                    if let Err(e) = outcome {
+                        errors.push((number, e));
                     }
                 }
-                errors.sort();
+                self.parser = parser;
             }
             Format::Json => {
                 let points: JsonPoints = serde_json::from_slice(body)
@@ -124,19 +189,19 @@ impl<'t> PointEncoder<'t> {
     /// is wrong.
     pub fn add(
         &mut self,
-        point: &Point<'_>,
+        point: &impl PointFields,
         precision: Precision,
         now_ms: u64,
     ) -> Result<(), String> {
         let table = self.table;
-        let ts = match point.timestamp {
+        let ts = match point.timestamp() {
             Some(t) => precision
                 .to_ms(t)
                 .ok_or_else(|| format!("timestamp {t} is before 1970 or out of range"))?,
             None => now_ms,
         };
-        for (k, _) in &point.tags {
-            if !table.key.fields.iter().any(|f| f.name == *k) {
+        for (k, _) in point.tags() {
+            if !table.key.fields.iter().any(|f| f.name == k) {
                 return Err(format!(
                     "tag `{k}` is not a key field of table `{}` (key fields: {})",
                     table.name,
@@ -150,10 +215,12 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
-        if point.fields.is_empty() {
+        let field_count = point.field_count();
+        if field_count == 0 {
             return Err("point has no fields".into());
         }
-        for (name, value) in &point.fields {
+        for i in 0..field_count {
+            let (name, value) = point.field(i);
             match value {
                 Value::Float(v) if !v.is_finite() => {
                     return Err(format!("field `{name}` is not a finite number"));
@@ -184,12 +251,21 @@ impl<'t> PointEncoder<'t> {
         // Cells in key order (by field name; stable, so of two fields with
         // one name the later stays later): the MemStore then finds the row
         // sorted instead of sorting it by whole cell keys.
-        self.order.clear();
-        self.order.extend(0..point.fields.len());
-        self.order
-            .sort_by(|&a, &b| point.fields[a].0.cmp(&point.fields[b].0));
+        if !self.same_names_as_last(point) {
+            self.order.clear();
+            self.order.extend(0..field_count);
+            self.order
+                .sort_by(|&a, &b| point.field(a).0.cmp(point.field(b).0));
+            self.order_names.clear();
+            self.order_name_ends.clear();
+            for i in 0..field_count {
+                self.order_names
+                    .extend_from_slice(point.field(i).0.as_bytes());
+                self.order_name_ends.push(self.order_names.len());
+            }
+        }
         for &i in &self.order {
-            let (name, value) = &point.fields[i];
+            let (name, value) = point.field(i);
             self.batch.push_with(
                 &self.key,
                 self.family,
@@ -204,6 +280,22 @@ impl<'t> PointEncoder<'t> {
         Ok(())
     }
 
+    /// Whether `point` has the field names, in the same order, of the point
+    /// `order` was worked out for.
+    fn same_names_as_last(&self, point: &impl PointFields) -> bool {
+        if self.order_name_ends.len() != point.field_count() {
+            return false;
+        }
+        let mut from = 0;
+        for (i, &end) in self.order_name_ends.iter().enumerate() {
+            if self.order_names[from..end] != *point.field(i).0.as_bytes() {
+                return false;
+            }
+            from = end;
+        }
+        true
+    }
+
     pub fn finish(self) -> EntryBatch {
         self.batch
     }
@@ -215,20 +307,16 @@ impl<'t> PointEncoder<'t> {
 fn key_field_value<'p>(
     table: &TableDescriptor,
     f: &KeyField,
-    point: &'p Point<'_>,
+    point: &'p impl PointFields,
     ts: u64,
 ) -> Result<FieldRef<'p>, crate::error::Error> {
     let bad = crate::error::Error::InvalidInput;
-    let tag = point
-        .tags
-        .iter()
-        .find(|(k, _)| *k == f.name)
-        .map(|(_, v)| v.as_ref());
+    let tag = point.tags().find(|(k, _)| *k == f.name).map(|(_, v)| v);
     Ok(match (&f.encoding, tag) {
         (FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp, _) => FieldRef::Uint(ts),
         (FieldEncoding::String { .. }, Some(v)) => FieldRef::Str(v),
         (FieldEncoding::String { .. }, None) if f.name == "metric" || f.name == "measurement" => {
-            FieldRef::Str(&point.measurement)
+            FieldRef::Str(point.measurement())
         }
         (FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. }, Some(v)) => {
             FieldRef::Uint(v.parse().map_err(|_| {

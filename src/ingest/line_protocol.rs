@@ -69,19 +69,14 @@ impl Precision {
 /// Parses a body of lines; good lines and bad ones are both returned, so
 /// one bad line never costs the others.
 pub fn parse_lines(body: &str) -> (Vec<(usize, Point<'_>)>, Vec<LineError>) {
-    // Sized once: a batch holds thousands of points.
-    let mut points = Vec::with_capacity(body.bytes().filter(|b| *b == b'\n').count() + 1);
+    let mut parser = LineParser::default();
+    let mut points = Vec::new();
     let mut errors = Vec::new();
-    for (i, line) in body.split('\n').enumerate() {
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        let trimmed = line.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        match parse_line(trimmed) {
-            Ok(p) => points.push((i + 1, p)),
+    for (number, line) in lines(body) {
+        match parser.parse(line) {
+            Ok(p) => points.push((number, p.to_point())),
             Err(reason) => errors.push(LineError {
-                line: i + 1,
+                line: number,
                 reason,
             }),
         }
@@ -89,29 +84,163 @@ pub fn parse_lines(body: &str) -> (Vec<(usize, Point<'_>)>, Vec<LineError>) {
     (points, errors)
 }
 
-/// Splits off the part of `s` up to the first unescaped byte in `stops`;
-/// returns (part, rest starting at the stop byte).
-fn take_until<'a>(s: &'a str, stops: &[u8]) -> (&'a str, &'a str) {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' {
-            i += 2;
-            continue;
-        }
-        if stops.contains(&b[i]) {
-            return (&s[..i], &s[i..]);
-        }
-        i += 1;
-    }
-    (s, "")
+/// The lines of a body that hold points, with their 1-based numbers:
+/// blank lines and `#` comments are skipped, `\r\n` endings accepted.
+pub fn lines(body: &str) -> impl Iterator<Item = (usize, &str)> {
+    body.split('\n').enumerate().filter_map(|(i, line)| {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let trimmed = line.trim_start();
+        (!trimmed.is_empty() && !trimmed.starts_with('#')).then_some((i + 1, trimmed))
+    })
 }
 
-fn unescape(s: &str) -> Cow<'_, str> {
-    if !s.contains('\\') {
-        return Cow::Borrowed(s);
+/// Parses one line (see [`LineParser`] for the allocation-free form).
+pub fn parse_line(line: &str) -> Result<Point<'_>, String> {
+    let mut parser = LineParser::default();
+    parser.parse(line).map(|p| p.to_point())
+}
+
+/// Where a piece of text of the last parsed line is: a range of the line,
+/// or of the parser's scratch when the text had escapes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    start: u32,
+    end: u32,
+    unescaped: bool,
+}
+
+/// A line protocol parser that keeps its buffers from line to line, so a
+/// line without escapes or string fields allocates nothing (this is the
+/// ingest hot path: one line per Kafka message).
+#[derive(Debug, Default)]
+pub struct LineParser {
+    measurement: Span,
+    tags: Vec<(Span, Span)>,
+    fields: Vec<(Span, Value)>,
+    timestamp: Option<i64>,
+    /// Unescaped copies of the texts that had escapes.
+    scratch: String,
+}
+
+/// The line a [`LineParser`] parsed last: texts borrow the line (`'l`)
+/// or, when they had escapes, the parser (`'p`).
+#[derive(Clone, Copy)]
+pub struct ParsedLine<'l, 'p> {
+    line: &'l str,
+    parser: &'p LineParser,
+}
+
+impl<'l: 'p, 'p> ParsedLine<'l, 'p> {
+    fn text(&self, s: Span) -> &'p str {
+        let from = if s.unescaped {
+            &self.parser.scratch
+        } else {
+            self.line
+        };
+        // Spans are made by the parser on char boundaries of these strings.
+        from.get(s.start as usize..s.end as usize)
+            .unwrap_or_default()
     }
-    let mut out = String::with_capacity(s.len());
+
+    pub fn measurement(&self) -> &'p str {
+        self.text(self.parser.measurement)
+    }
+
+    pub fn tags(&self) -> impl Iterator<Item = (&'p str, &'p str)> + '_ {
+        self.parser
+            .tags
+            .iter()
+            .map(|&(k, v)| (self.text(k), self.text(v)))
+    }
+
+    pub fn field_count(&self) -> usize {
+        self.parser.fields.len()
+    }
+
+    /// Field `i`, in line order.
+    pub fn field(&self, i: usize) -> (&'p str, &'p Value) {
+        let (name, value) = &self.parser.fields[i];
+        (self.text(*name), value)
+    }
+
+    pub fn timestamp(&self) -> Option<i64> {
+        self.parser.timestamp
+    }
+
+    /// A copy that borrows only the line, for callers that keep points.
+    pub fn to_point(&self) -> Point<'l> {
+        let cow = |s: Span| -> Cow<'l, str> {
+            if s.unescaped {
+                Cow::Owned(self.text(s).to_string())
+            } else {
+                Cow::Borrowed(
+                    self.line
+                        .get(s.start as usize..s.end as usize)
+                        .unwrap_or_default(),
+                )
+            }
+        };
+        Point {
+            measurement: cow(self.parser.measurement),
+            tags: self
+                .parser
+                .tags
+                .iter()
+                .map(|&(k, v)| (cow(k), cow(v)))
+                .collect(),
+            fields: self
+                .parser
+                .fields
+                .iter()
+                .map(|(k, v)| (cow(*k), v.clone()))
+                .collect(),
+            timestamp: self.parser.timestamp,
+        }
+    }
+}
+
+/// Byte classes for scanning: a stop byte, the escape, anything else.
+const PLAIN: u8 = 0;
+const STOP: u8 = 1;
+const ESCAPE: u8 = 2;
+
+const fn classes(stops: &[u8]) -> [u8; 256] {
+    let mut t = [PLAIN; 256];
+    let mut i = 0;
+    while i < stops.len() {
+        t[stops[i] as usize] = STOP;
+        i += 1;
+    }
+    t[b'\\' as usize] = ESCAPE;
+    t
+}
+
+/// The measurement and tag values end at a comma or a space...
+static COMMA_SPACE: [u8; 256] = classes(b", ");
+/// ...tag and field keys also at `=`.
+static KEY_END: [u8; 256] = classes(b"=, ");
+
+/// The index of the first unescaped stop byte at or after `from` (or the
+/// length), and whether an escape was seen on the way.
+fn scan(b: &[u8], from: usize, table: &[u8; 256]) -> (usize, bool) {
+    let mut i = from;
+    let mut escaped = false;
+    while i < b.len() {
+        match table[b[i] as usize] {
+            PLAIN => i += 1,
+            STOP => return (i, escaped),
+            _ => {
+                escaped = true;
+                i += 2;
+            }
+        }
+    }
+    (b.len(), escaped)
+}
+
+/// Appends `s` unescaped: a backslash before `,`, space, `=`, `\` or `"`
+/// stands for that character; before anything else it is kept.
+fn unescape_into(s: &str, out: &mut String) {
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
         if c == '\\' {
@@ -127,98 +256,212 @@ fn unescape(s: &str) -> Cow<'_, str> {
             out.push(c);
         }
     }
-    Cow::Owned(out)
 }
 
-pub fn parse_line(line: &str) -> Result<Point<'_>, String> {
-    let (measurement, mut rest) = take_until(line, b", ");
-    if measurement.is_empty() {
-        return Err("missing measurement".into());
-    }
-    let mut tags = Vec::new();
-    while let Some(r) = rest.strip_prefix(',') {
-        let (pair, r) = take_until(r, b", ");
-        let (k, v) = take_until(pair, b"=");
-        let v = v
-            .strip_prefix('=')
-            .ok_or_else(|| format!("tag `{k}` has no value"))?;
-        if k.is_empty() || v.is_empty() {
-            return Err(format!("empty tag key or value in `{pair}`"));
+impl LineParser {
+    /// The text `line[from..to]`, unescaped into the scratch when it had escapes.
+    fn span(&mut self, line: &str, from: usize, to: usize, escaped: bool) -> Span {
+        if !escaped {
+            return Span {
+                start: from as u32,
+                end: to as u32,
+                unescaped: false,
+            };
         }
-        tags.push((unescape(k), unescape(v)));
-        rest = r;
-    }
-    let rest = rest
-        .strip_prefix(' ')
-        .ok_or_else(|| "missing fields after the measurement and tags".to_string())?
-        .trim_start_matches(' ');
-    // Sized once: fields are most of a line, and every one is pushed.
-    let mut fields = Vec::with_capacity(rest.bytes().filter(|b| *b == b',').count() + 1);
-    let mut r = rest;
-    loop {
-        let (k, after_key) = take_until(r, b"=, ");
-        let after_eq = after_key
-            .strip_prefix('=')
-            .ok_or_else(|| format!("field `{k}` has no value"))?;
-        if k.is_empty() {
-            return Err("empty field key".into());
+        let start = self.scratch.len();
+        unescape_into(&line[from..to], &mut self.scratch);
+        Span {
+            start: start as u32,
+            end: self.scratch.len() as u32,
+            unescaped: true,
         }
-        let (value, after_value) = if let Some(quoted) = after_eq.strip_prefix('"') {
-            let b = quoted.as_bytes();
-            let mut i = 0;
-            loop {
-                match b.get(i) {
-                    None => return Err(format!("field `{k}`: string value has no closing quote")),
-                    Some(b'\\') => i += 2,
-                    Some(b'"') => break,
-                    Some(_) => i += 1,
+    }
+
+    /// Parses one line (no line break in it); the answer borrows the line
+    /// and this parser until the next call.
+    pub fn parse<'l: 'p, 'p>(&'p mut self, line: &'l str) -> Result<ParsedLine<'l, 'p>, String> {
+        self.parse_into(line)?;
+        Ok(ParsedLine { line, parser: self })
+    }
+
+    fn parse_into(&mut self, line: &str) -> Result<(), String> {
+        self.tags.clear();
+        self.fields.clear();
+        self.scratch.clear();
+        self.timestamp = None;
+        if line.len() > u32::MAX as usize {
+            return Err("line is longer than 4 GiB".into());
+        }
+        // Every stop byte is ASCII, so every index below is a char boundary.
+        let b = line.as_bytes();
+        let (end, escaped) = scan(b, 0, &COMMA_SPACE);
+        if end == 0 {
+            return Err("missing measurement".into());
+        }
+        self.measurement = self.span(line, 0, end, escaped);
+        let mut at = end;
+        while b.get(at) == Some(&b',') {
+            let key_from = at + 1;
+            let (key_end, key_escaped) = scan(b, key_from, &KEY_END);
+            let key = &line[key_from..key_end];
+            if b.get(key_end) != Some(&b'=') {
+                return Err(format!("tag `{key}` has no value"));
+            }
+            let (value_end, value_escaped) = scan(b, key_end + 1, &COMMA_SPACE);
+            if key.is_empty() || value_end == key_end + 1 {
+                return Err(format!(
+                    "empty tag key or value in `{}`",
+                    &line[key_from..value_end]
+                ));
+            }
+            let k = self.span(line, key_from, key_end, key_escaped);
+            let v = self.span(line, key_end + 1, value_end, value_escaped);
+            self.tags.push((k, v));
+            at = value_end;
+        }
+        if b.get(at) != Some(&b' ') {
+            return Err("missing fields after the measurement and tags".into());
+        }
+        while b.get(at) == Some(&b' ') {
+            at += 1;
+        }
+        loop {
+            let key_from = at;
+            let (key_end, key_escaped) = scan(b, key_from, &KEY_END);
+            let key = &line[key_from..key_end];
+            if b.get(key_end) != Some(&b'=') {
+                return Err(format!("field `{key}` has no value"));
+            }
+            if key.is_empty() {
+                return Err("empty field key".into());
+            }
+            let value_from = key_end + 1;
+            let (value, value_end) = if b.get(value_from) == Some(&b'"') {
+                let mut i = value_from + 1;
+                loop {
+                    match b.get(i) {
+                        None => {
+                            return Err(format!(
+                                "field `{key}`: string value has no closing quote"
+                            ));
+                        }
+                        Some(b'\\') => i += 2,
+                        Some(b'"') => break,
+                        Some(_) => i += 1,
+                    }
+                }
+                let mut text = String::with_capacity(i - value_from - 1);
+                unescape_into(&line[value_from + 1..i], &mut text);
+                (Value::Str(text), i + 1)
+            } else {
+                let (value_end, _) = scan(b, value_from, &COMMA_SPACE);
+                let value = parse_value(&line[value_from..value_end])
+                    .map_err(|e| format!("field `{key}`: {e}"))?;
+                (value, value_end)
+            };
+            let k = self.span(line, key_from, key_end, key_escaped);
+            self.fields.push((k, value));
+            match b.get(value_end) {
+                Some(b',') => at = value_end + 1,
+                Some(b' ') => {
+                    at = value_end;
+                    while b.get(at) == Some(&b' ') {
+                        at += 1;
+                    }
+                    break;
+                }
+                None => {
+                    at = value_end;
+                    break;
+                }
+                Some(_) => return Err(format!("unexpected text after field `{key}`")),
+            }
+        }
+        let rest = line[at..].trim_end();
+        if !rest.is_empty() {
+            self.timestamp = Some(
+                parse_i64(rest).ok_or_else(|| format!("timestamp `{rest}` is not an integer"))?,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A decimal integer with an optional sign.
+fn parse_i64(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let (negative, digits) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = match n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(i64::from(d - b'0')))
+        {
+            Some(n) => n,
+            // Out of range, or i64::MIN: the standard parser decides.
+            None => return s.parse().ok(),
+        };
+    }
+    Some(if negative { -n } else { n })
+}
+
+/// Powers of ten that are exact as f64.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// `[+-]digits[.digits]` with at most 15 digits, as sensors write values:
+/// the mantissa (< 2^53) and the power of ten are both exact as f64, so
+/// one IEEE division gives the correctly rounded value (Clinger's fast
+/// path), what the standard parser returns. `None` for anything else.
+fn parse_short_decimal(raw: &[u8]) -> Option<f64> {
+    let (negative, digits) = match raw.first()? {
+        b'-' => (true, &raw[1..]),
+        b'+' => (false, &raw[1..]),
+        _ => (false, raw),
+    };
+    let mut mantissa: u64 = 0;
+    let mut count = 0usize;
+    let mut fraction: Option<usize> = None;
+    for &d in digits {
+        match d {
+            b'0'..=b'9' => {
+                mantissa = mantissa * 10 + u64::from(d - b'0');
+                count += 1;
+                if let Some(f) = fraction.as_mut() {
+                    *f += 1;
+                }
+                if count > 15 {
+                    return None;
                 }
             }
-            (
-                Value::Str(unescape(&quoted[..i]).into_owned()),
-                &quoted[i + 1..],
-            )
-        } else {
-            let (raw, after) = take_until(after_eq, b", ");
-            (
-                parse_value(raw).map_err(|e| format!("field `{k}`: {e}"))?,
-                after,
-            )
-        };
-        fields.push((unescape(k), value));
-        match after_value.as_bytes().first() {
-            Some(b',') => r = &after_value[1..],
-            Some(b' ') => {
-                r = after_value.trim_start_matches(' ');
-                break;
-            }
-            None => {
-                r = "";
-                break;
-            }
-            Some(_) => return Err(format!("unexpected text after field `{k}`")),
+            b'.' if fraction.is_none() => fraction = Some(0),
+            _ => return None,
         }
     }
-    let timestamp = if r.is_empty() {
-        None
-    } else {
-        Some(
-            r.trim_end()
-                .parse::<i64>()
-                .map_err(|_| format!("timestamp `{}` is not an integer", r.trim_end()))?,
-        )
-    };
-    Ok(Point {
-        measurement: unescape(measurement),
-        tags,
-        fields,
-        timestamp,
-    })
+    if count == 0 {
+        return None;
+    }
+    let v = mantissa as f64 / POW10[fraction.unwrap_or(0)];
+    Some(if negative { -v } else { v })
 }
 
 fn parse_value(raw: &str) -> Result<Value, String> {
     if raw.is_empty() {
         return Err("empty value".into());
+    }
+    if let Some(v) = parse_short_decimal(raw.as_bytes()) {
+        return Ok(Value::Float(v));
     }
     if let Some(i) = raw.strip_suffix('i') {
         return i

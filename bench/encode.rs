@@ -1,0 +1,85 @@
+//! Decode-and-encode benchmark (`cargo bench --bench encode`): TSBS lines
+//! of line protocol through `PointEncoder::add_body` into entry batches,
+//! in-process, as the Kafka writers (one line per message) and the HTTP
+//! write (5,000-line bodies) call it. Prints nanoseconds per row; the
+//! steadier figure for a change to the parser or the encoder than a whole
+//! service benchmark.
+
+use std::time::Instant;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use halite::catalog::TableDescriptor;
+use halite::ingest::line_protocol::Precision;
+use halite::ingest::{Format, PointEncoder};
+use halite::tsbs;
+
+const HOSTS: u64 = 100;
+
+fn table() -> TableDescriptor {
+    serde_json::from_value(serde_json::json!({
+        "name": "metrics:cpu",
+        "families": [{"name": "f"}],
+        "key": {
+            "fields": [
+                {"name": "metric", "type": "string", "width": 16},
+                {"name": "host", "type": "string", "width": 16},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ],
+            "salt": {"buckets": 16, "width": 1, "from": "series"}
+        },
+        "durability": "SYNC_WAL",
+        "regions": [{"id": 1, "start": "", "end": ""}],
+        "created_ms": 0
+    }))
+    .expect("table descriptor")
+}
+
+fn main() {
+    let rows: u64 = std::env::var("HALITE_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let lines: Vec<String> = (0..rows)
+        .map(|i| {
+            let mut s = String::new();
+            tsbs::cpu_line(i % HOSTS, i / HOSTS, &mut s);
+            s
+        })
+        .collect();
+    let table = table();
+    for pass in 0..3 {
+        // Kafka: one line per message, 2,000 messages per batch.
+        let t = Instant::now();
+        let mut cells = 0;
+        for chunk in lines.chunks(2000) {
+            let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
+            enc.reserve_for_bytes(chunk.iter().map(String::len).sum());
+            for l in chunk {
+                let bad = enc
+                    .add_body(Format::Line, l.as_bytes(), Precision::Milliseconds, 0)
+                    .expect("body");
+                assert!(bad.is_empty());
+            }
+            cells += enc.finish().len();
+        }
+        let per_message = t.elapsed().as_nanos() as f64 / rows as f64;
+        assert_eq!(cells as u64, rows * 10);
+        // HTTP: 5,000-line bodies.
+        let bodies: Vec<String> = lines.chunks(5000).map(|c| c.concat()).collect();
+        let t = Instant::now();
+        for body in &bodies {
+            let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
+            let bad = enc
+                .add_body(Format::Line, body.as_bytes(), Precision::Milliseconds, 0)
+                .expect("body");
+            assert!(bad.is_empty());
+            std::hint::black_box(enc.finish());
+        }
+        let per_body_line = t.elapsed().as_nanos() as f64 / rows as f64;
+        println!(
+            "encode pass={pass} kafka_ns_per_row={per_message:.0} http_ns_per_row={per_body_line:.0}"
+        );
+    }
+}
