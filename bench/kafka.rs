@@ -41,6 +41,33 @@ fn process_cpu_secs(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
+/// CPU seconds per kind of server thread (names with their digits
+/// dropped: `halite-kafka-w0` counts as `halite-kafka-w`).
+fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut by_kind = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_kind;
+    };
+    for t in tasks.flatten() {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name: String = head
+            .split_once('(')
+            .map_or("", |(_, n)| n)
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        *by_kind.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / hz;
+    }
+    by_kind
+}
+
 /// Reads every message of the topic from the beginning; rows/s.
 fn consume_only(bootstrap: &str, topic: &str, messages: u64) -> f64 {
     let consumer: BaseConsumer = ClientConfig::new()
@@ -137,6 +164,8 @@ fn main() {
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut started: Option<(Instant, f64)> = None;
     let mut durable: Option<(f64, f64)> = None;
+    let mut threads_at_start = std::collections::BTreeMap::new();
+    let mut threads_at_durable = std::collections::BTreeMap::new();
     loop {
         assert!(Instant::now() < deadline, "halite did not ingest every row");
         std::thread::sleep(Duration::from_millis(10));
@@ -146,6 +175,7 @@ fn main() {
         let s: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
         if started.is_none() && s["messages"].as_u64() > Some(0) {
             started = Some((Instant::now(), process_cpu_secs(server.id())));
+            threads_at_start = thread_cpu_secs(server.id());
         }
         let Some((t0, cpu0)) = started else { continue };
         if durable.is_none() && s["points"].as_u64() >= Some(rows) {
@@ -153,6 +183,7 @@ fn main() {
                 t0.elapsed().as_secs_f64(),
                 process_cpu_secs(server.id()) - cpu0,
             ));
+            threads_at_durable = thread_cpu_secs(server.id());
         }
         let committed: i64 = s["committed"]
             .as_array()
@@ -181,5 +212,19 @@ fn main() {
         cpu * 1e6 / rows as f64,
         status["pauses"],
         status["commits"]
+    );
+    // Where the server's CPU went, per kind of thread (µs per row).
+    let per_thread: Vec<String> = threads_at_durable
+        .iter()
+        .map(|(name, end)| {
+            let us = (end - threads_at_start.get(name).unwrap_or(&0.0)) * 1e6 / rows as f64;
+            (name, us)
+        })
+        .filter(|(_, us)| *us >= 0.05)
+        .map(|(name, us)| format!("{name}={us:.2}"))
+        .collect();
+    println!(
+        "kafka_ingest server_cpu_us_per_row_by_thread {}",
+        per_thread.join(" ")
     );
 }

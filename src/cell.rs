@@ -137,6 +137,7 @@ pub fn encode_key_into(
 ) {
     debug_assert!(!row.is_empty() && row.len() <= MAX_ROW_LEN);
     debug_assert!(!family.is_empty() && family.len() <= MAX_FAMILY_LEN);
+    out.reserve(KEY_OVERHEAD + row.len() + family.len() + qualifier.len());
     out.extend_from_slice(&(row.len() as u16).to_be_bytes());
     out.extend_from_slice(row);
     out.push(family.len() as u8);

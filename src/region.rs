@@ -1017,7 +1017,9 @@ impl Inner {
         origin: Option<&Origin>,
         now: u64,
     ) -> Result<PendingWrite> {
-        if entries.is_empty() {
+        // Without rows, a record is worth writing only for the Kafka
+        // position it carries (see `Store::submit_position`).
+        if entries.is_empty() && origin.is_none() {
             return Ok(PendingWrite {
                 inner: None,
                 ticket: Ticket::done(),
@@ -1026,7 +1028,8 @@ impl Inner {
         }
         self.wait_for_room()?;
         let body = (durability != Durability::SkipWal).then(|| encode_edits_body(entries));
-        let n = entries.rows() as u64;
+        // A position-only record takes a sequence id of its own, like a row.
+        let n = (entries.rows() as u64).max(1);
         let (ticket, last_seq) = {
             let _w = self.write_lock.lock();
             self.check_open()?;
@@ -1049,11 +1052,7 @@ impl Inner {
                 None => Ticket::done(),
             };
             let active = self.state.read().active.clone();
-            for i in 0..entries.rows() {
-                if let Some(row) = entries.row_key(i) {
-                    active.insert_row(row, first + i as u64, entries.row(i), now);
-                }
-            }
+            active.insert_batch(entries, first, now);
             if let Some(o) = origin {
                 note_position(&mut self.positions.lock(), o);
             }

@@ -76,6 +76,18 @@ impl StoreOptions {
     }
 }
 
+/// A write handed to the shards by [`Store::submit_entries`], not yet known
+/// to be durable; [`Store::wait`] finishes it.
+pub struct PendingBatch {
+    name: TableName,
+    origin: Option<Origin>,
+    /// The layout the rows were routed by.
+    table: Arc<Table>,
+    replies: Vec<Receiver<Submitted>>,
+    /// Rows refused by closed regions are routed again until then.
+    deadline: std::time::Instant,
+}
+
 struct WriteJob {
     region: Arc<Region>,
     rows: Rows,
@@ -122,28 +134,31 @@ impl Rows {
                     .map(|i| batch.row_key(i).map_or(0, |row| region_index(table, row)))
                     .collect();
                 // Sized exactly, so no batch grows (and touches fresh pages)
-                // while rows are copied in.
-                let mut sizes: HashMap<usize, (usize, usize, usize)> = HashMap::new();
+                // while rows are copied in. Indexed by region: a table has
+                // at most a few thousand, and hashing per row cost more.
+                let mut sizes = vec![(0usize, 0usize, 0usize); table.regions.len()];
                 for (i, &r) in regions.iter().enumerate() {
                     let (bytes, entries) = batch.row_size(i);
-                    let s = sizes.entry(r).or_default();
-                    *s = (s.0 + bytes, s.1 + entries, s.2 + 1);
+                    if let Some(s) = sizes.get_mut(r) {
+                        *s = (s.0 + bytes, s.1 + entries, s.2 + 1);
+                    }
                 }
-                if sizes.len() == 1 {
+                if sizes.iter().filter(|s| s.2 > 0).count() <= 1 {
                     return vec![(regions.first().copied().unwrap_or(0), Rows::Entries(batch))];
                 }
-                let mut per_region: HashMap<usize, EntryBatch> = sizes
+                let mut per_region: Vec<Option<EntryBatch>> = sizes
                     .into_iter()
-                    .map(|(r, (b, e, n))| (r, EntryBatch::with_capacity(b, e, n)))
+                    .map(|(b, e, n)| (n > 0).then(|| EntryBatch::with_capacity(b, e, n)))
                     .collect();
                 for (i, r) in regions.into_iter().enumerate() {
-                    if let Some(out) = per_region.get_mut(&r) {
+                    if let Some(Some(out)) = per_region.get_mut(r) {
                         out.push_row_from(&batch, i);
                     }
                 }
                 per_region
                     .into_iter()
-                    .map(|(i, b)| (i, Rows::Entries(b)))
+                    .enumerate()
+                    .filter_map(|(i, b)| b.map(|b| (i, Rows::Entries(b))))
                     .collect()
             }
         }
@@ -443,13 +458,85 @@ impl Store {
     }
 
     fn write_rows(&self, name: &TableName, rows: Rows, origin: Option<Origin>) -> Result<()> {
+        let pending = self.submit_rows(name, rows, origin)?;
+        self.wait(pending)
+    }
+
+    /// Hands `batch` to the writer shards and returns without waiting for
+    /// it to be durable: [`Store::wait`] does, so a caller can encode its
+    /// next batch while this one is logged (the Kafka writers do). Writes
+    /// submitted one after the other are logged in that order per region.
+    pub fn submit_entries(
+        &self,
+        name: &TableName,
+        batch: EntryBatch,
+        origin: Option<Origin>,
+    ) -> Result<PendingBatch> {
+        self.submit_rows(name, Rows::Entries(batch), origin)
+    }
+
+    fn submit_rows(
+        &self,
+        name: &TableName,
+        rows: Rows,
+        origin: Option<Origin>,
+    ) -> Result<PendingBatch> {
         self.wait_for_memory()?;
-        count_bucket_rows(&*self.table(name)?, &rows);
-        let deadline = std::time::Instant::now() + LAYOUT_CHANGE_WAIT;
-        let mut rows = vec![rows];
+        let table = self.table(name)?;
+        count_bucket_rows(&table, &rows);
+        let replies = self.send_once(&table, vec![rows], origin.as_ref())?;
+        Ok(PendingBatch {
+            name: name.clone(),
+            origin,
+            table,
+            replies,
+            deadline: std::time::Instant::now() + LAYOUT_CHANGE_WAIT,
+        })
+    }
+
+    /// Records a Kafka position in the store without data: an edits record
+    /// with no rows, logged in the table's first region. Ingestion writes
+    /// one when a partition's pipeline drains, so the store's resume
+    /// position catches up with the last batches' own durability (each
+    /// batch's records only know what was durable before it).
+    pub fn submit_position(&self, name: &TableName, origin: Origin) -> Result<PendingBatch> {
+        let table = self.table(name)?;
+        let region = table.regions.first().ok_or(Error::Closed)?.clone();
+        let (reply, rx) = bounded(1);
+        self.shard_of(region.id())
+            .tx
+            .as_ref()
+            .ok_or(Error::Closed)?
+            .send(WriteJob {
+                region,
+                rows: Rows::Entries(EntryBatch::new()),
+                durability: table.desc.durability,
+                origin: Some(origin.clone()),
+                reply,
+            })
+            .map_err(|_| Error::Closed)?;
+        Ok(PendingBatch {
+            name: name.clone(),
+            origin: Some(origin),
+            table,
+            replies: vec![rx],
+            deadline: std::time::Instant::now() + LAYOUT_CHANGE_WAIT,
+        })
+    }
+
+    /// Waits until a submitted write is acknowledged as its table's
+    /// durability says; rows that met a region closed by a split are
+    /// routed again to its daughters.
+    pub fn wait(&self, pending: PendingBatch) -> Result<()> {
+        let PendingBatch {
+            name,
+            origin,
+            mut table,
+            mut replies,
+            deadline,
+        } = pending;
         loop {
-            let table = self.table(name)?;
-            let refused = self.write_once(&table, rows, origin.as_ref())?;
+            let refused = Store::collect_replies(replies)?;
             if refused.is_empty() {
                 return Ok(());
             }
@@ -457,10 +544,11 @@ impl Store {
                 return Err(Error::Closed);
             }
             // The split publishes its daughters within milliseconds.
-            if Arc::ptr_eq(&table, &self.table(name)?) {
+            if Arc::ptr_eq(&table, &self.table(&name)?) {
                 std::thread::sleep(Duration::from_millis(2));
             }
-            rows = refused;
+            table = self.table(&name)?;
+            replies = self.send_once(&table, refused, origin.as_ref())?;
         }
     }
 
@@ -597,14 +685,14 @@ impl Store {
         self.memory_waits.load(Ordering::Relaxed)
     }
 
-    /// One routing pass: the rows of regions that turned out closed come
-    /// back; other failures are errors.
-    fn write_once(
+    /// One routing pass: each region's rows go to its shard; the replies
+    /// say what the shards did.
+    fn send_once(
         &self,
         table: &Arc<Table>,
         rows: Vec<Rows>,
         origin: Option<&Origin>,
-    ) -> Result<Vec<Rows>> {
+    ) -> Result<Vec<Receiver<Submitted>>> {
         let per_region: Vec<(usize, Rows)> = rows
             .into_iter()
             .flat_map(|r| r.by_region(table))
@@ -629,6 +717,12 @@ impl Store {
             .map_err(|_| Error::Closed)?;
             replies.push(rx);
         }
+        Ok(replies)
+    }
+
+    /// Waits for the shards' replies to one routing pass: the rows of
+    /// regions that turned out closed come back; other failures are errors.
+    fn collect_replies(replies: Vec<Receiver<Submitted>>) -> Result<Vec<Rows>> {
         let mut first_error = None;
         let mut refused = Vec::new();
         for rx in replies {

@@ -218,8 +218,9 @@ fn a_restart_resumes_from_the_store_when_no_commit_happened() {
         4,
         "every partition resumed from the store: {s}"
     );
-    // Only the batches in flight at the kill are read again, not the
-    // whole topic (4 writers x 2,000 messages, per partition at most).
+    // Only the batches in the pipeline at the kill are read again, not the
+    // whole topic: at most (4 queued + 4 writing + 8 in flight) batches of
+    // 2,000 messages.
     let replayed = s["messages"].as_u64().expect("messages");
     assert!(
         replayed < POINTS / 2,

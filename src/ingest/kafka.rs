@@ -39,7 +39,7 @@ use crate::clock::Clock;
 use crate::config::{ByteSize, Dur};
 use crate::region::wal::record::Origin;
 use crate::schema::Durability;
-use crate::store::Store;
+use crate::store::{PendingBatch, Store};
 
 /// One consumed topic.
 #[derive(Debug, Clone, Deserialize)]
@@ -77,9 +77,14 @@ pub struct KafkaConfig {
     pub batch_bytes: ByteSize,
     /// ...or its first message waited this long (default 20ms).
     pub batch_wait: Dur,
-    /// Writer threads, each with one batch in flight (default 4); the queue
-    /// to them holds as many again.
+    /// Writer threads decoding batches and handing them to the store
+    /// (default 4); the queue to them holds as many again.
     pub writers: usize,
+    /// Batches handed to the store and not yet durable (default 8): a WAL
+    /// sync covers all of them at once while the writers decode the next.
+    /// After a crash without a Kafka commit, the store's own positions lag
+    /// by about this many batches plus the writers' (see durability.md).
+    pub max_in_flight: usize,
     /// Message bytes fetched and not yet handed to a writer (default
     /// 64MiB). Past it the consumer pauses its partitions until half of it
     /// is written; librdkafka's own prefetch (`queued.max.messages.kbytes`)
@@ -104,6 +109,7 @@ impl Default for KafkaConfig {
             batch_bytes: ByteSize(1 << 20),
             batch_wait: Dur(Duration::from_millis(20)),
             writers: 4,
+            max_in_flight: 8,
             max_buffered: ByteSize(64 << 20),
             dead_letter_topic: None,
             client: BTreeMap::new(),
@@ -220,6 +226,8 @@ struct PartitionOffsets {
     /// Next offset to consume once everything before it is durable.
     committable: Option<i64>,
     committed: Option<i64>,
+    /// Highest committable offset recorded in the store on its own.
+    noted_in_store: Option<i64>,
 }
 
 impl OffsetTracker {
@@ -250,6 +258,28 @@ impl OffsetTracker {
         while let Some((&f, &(last, BatchState::Done))) = po.in_flight.first_key_value() {
             po.in_flight.remove(&f);
             po.committable = Some(last + 1);
+        }
+    }
+
+    /// The partition starts at `at`, a position the store recovered:
+    /// everything before it is durable, and the store knows it.
+    fn resumed_at(&mut self, p: &PartitionKey, at: i64) {
+        let po = self.partitions.entry(p.clone()).or_default();
+        po.committable = po.committable.max(Some(at));
+        po.noted_in_store = po.noted_in_store.max(Some(at));
+    }
+
+    /// The committable offset of a partition with no batch in flight, when
+    /// the store has not been told of it yet.
+    fn drained_position(&self, p: &PartitionKey) -> Option<i64> {
+        let po = self.partitions.get(p)?;
+        let at = po.committable?;
+        (po.in_flight.is_empty() && po.noted_in_store < Some(at)).then_some(at)
+    }
+
+    fn position_noted(&mut self, p: &PartitionKey, at: i64) {
+        if let Some(po) = self.partitions.get_mut(p) {
+            po.noted_in_store = po.noted_in_store.max(Some(at));
         }
     }
 
@@ -582,6 +612,12 @@ impl IngestContext {
                     committed = at,
                     "partition resumes from the store's durable position"
                 );
+                // Committed at the next commit even if no message comes,
+                // so the group (and its lag) learns what the store holds.
+                self.shared
+                    .tracker
+                    .lock()
+                    .resumed_at(&(topic.clone(), partition), durable);
                 self.shared
                     .stats
                     .resumed
@@ -744,9 +780,14 @@ impl KafkaIngest {
         let dead_letters = Arc::new(dead_letters);
         let writers = config.writers.max(1);
         let (tx, rx) = bounded::<Batch>(writers);
+        // Batches submitted and waiting to be durable; a bound, so a slow
+        // disk stops the writers (and then the consumer) instead of piling
+        // up batches.
+        let (done_tx, done_rx) = bounded::<Submitted>(config.max_in_flight.max(1));
         let mut writer_threads = Vec::new();
         for i in 0..writers {
             let rx = rx.clone();
+            let done_tx = done_tx.clone();
             let store = store.clone();
             let shared = shared.clone();
             let clock = clock.clone();
@@ -754,7 +795,9 @@ impl KafkaIngest {
             writer_threads.push(
                 std::thread::Builder::new()
                     .name(format!("halite-kafka-w{i}"))
-                    .spawn(move || writer_loop(rx, &store, &shared, &*clock, &dead_letters))
+                    .spawn(move || {
+                        writer_loop(rx, done_tx, &store, &shared, &*clock, &dead_letters)
+                    })
                     .map_err(|e| KafkaError::Topic {
                         topic: String::new(),
                         reason: format!("cannot start a writer thread: {e}"),
@@ -762,6 +805,21 @@ impl KafkaIngest {
             );
         }
         drop(rx);
+        drop(done_tx);
+        {
+            let store = store.clone();
+            let shared = shared.clone();
+            // Joined after the writers, whose senders end its loop.
+            writer_threads.push(
+                std::thread::Builder::new()
+                    .name("halite-kafka-done".into())
+                    .spawn(move || completion_loop(done_rx, &store, &shared))
+                    .map_err(|e| KafkaError::Topic {
+                        topic: String::new(),
+                        reason: format!("cannot start the completion thread: {e}"),
+                    })?,
+            );
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let consumer_loop = ConsumerLoop {
             consumer,
@@ -1074,43 +1132,164 @@ impl DeadLetters {
 
 fn writer_loop(
     rx: Receiver<Batch>,
+    done: Sender<Submitted>,
     store: &Store,
     shared: &Shared,
     clock: &dyn Clock,
     dead_letters: &Option<DeadLetters>,
 ) {
     for batch in rx {
-        let key = (batch.topic.topic.clone(), batch.partition);
-        let first = batch.first_offset().unwrap_or(0);
-        let state = write_batch(&batch, store, shared, clock, dead_letters.as_ref());
-        metrics::counter!("halite_kafka_messages_total", "topic" => key.0.clone())
-            .increment(batch.messages.len() as u64);
-        if state == BatchState::Failed {
-            shared.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("halite_kafka_batches_failed_total", "topic" => key.0.clone())
-                .increment(1);
+        let submitted = submit_batch(&batch, store, shared, clock, dead_letters.as_ref());
+        drop(batch);
+        if let Err(crossbeam_channel::SendError(s)) = done.send(submitted) {
+            // The completion thread is gone (it never leaves before the
+            // writers): finish here.
+            finish_batch(s, store, shared);
         }
-        shared.tracker.lock().finished(&key, first, state);
-        shared.batch_done.notify_all();
     }
 }
 
-/// Decodes and writes one batch; bad messages go to the dead-letter topic.
-/// `Done` when every message is durable or handled, `Written` when the
-/// points still wait for the table's durability (a WAL sync, a flush).
-fn write_batch(
+/// Waits for the writers' batches to be durable, in the order submitted,
+/// and marks them finished, so the writers go on encoding meanwhile.
+fn completion_loop(rx: Receiver<Submitted>, store: &Store, shared: &Shared) {
+    for s in rx {
+        finish_batch(s, store, shared);
+    }
+}
+
+/// A batch handed to the store, its durability still to come.
+struct Submitted {
+    key: PartitionKey,
+    first: i64,
+    messages: u64,
+    route: Arc<TopicRoute>,
+    /// `None` when there was nothing to write, or nothing could be.
+    write: Option<(PendingBatch, Durability)>,
+    points: u64,
+    cells: u64,
+    /// Something already failed: the batch is `Failed` whatever comes.
+    failed: bool,
+}
+
+/// Marks a submitted batch finished once its points are durable (or
+/// written, for tables that are durable later).
+fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
+    let route = &s.route;
+    let mut state = if s.failed {
+        BatchState::Failed
+    } else {
+        BatchState::Done
+    };
+    if let Some((pending, durability)) = s.write {
+        match store.wait(pending) {
+            Err(e) => {
+                tracing::error!(
+                    topic = %route.topic,
+                    partition = s.key.1,
+                    first_offset = s.first,
+                    error = %e,
+                    "writing a batch failed; its partition's commits stop before it"
+                );
+                state = BatchState::Failed;
+            }
+            Ok(()) => {
+                shared.stats.points.fetch_add(s.points, Ordering::Relaxed);
+                let labels = [
+                    ("topic", route.topic.clone()),
+                    ("table", route.table.to_string()),
+                ];
+                metrics::counter!("halite_kafka_points_total", &labels).increment(s.points);
+                metrics::counter!("halite_kafka_cells_total", &labels).increment(s.cells);
+                if state == BatchState::Done {
+                    state = match durability {
+                        Durability::SyncWal => BatchState::Done,
+                        Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
+                        Durability::SkipWal => match store.region_seqs(&route.table, false) {
+                            Ok(seqs) => BatchState::Written(Waiting::Flush {
+                                table: route.table.clone(),
+                                seqs,
+                            }),
+                            Err(e) => {
+                                tracing::error!(table = %route.table, error = %e, "reading sequence ids failed");
+                                BatchState::Failed
+                            }
+                        },
+                    };
+                }
+            }
+        }
+    }
+    metrics::counter!("halite_kafka_messages_total", "topic" => route.topic.clone())
+        .increment(s.messages);
+    if state == BatchState::Failed {
+        shared.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("halite_kafka_batches_failed_total", "topic" => route.topic.clone())
+            .increment(1);
+    }
+    let drained_at = {
+        let mut tracker = shared.tracker.lock();
+        tracker.finished(&s.key, s.first, state);
+        tracker.drained_position(&s.key)
+    };
+    shared.batch_done.notify_all();
+    if let Some(durable_below) = drained_at {
+        note_drained_position(&s.route, &s.key, durable_below, store, shared);
+    }
+}
+
+/// The partition has nothing in the pipeline and everything before
+/// `durable_below` is durable: the store learns it, so a crash before the
+/// next Kafka commit resumes exactly there rather than at the position the
+/// last batch's records carried (what was durable before that batch).
+fn note_drained_position(
+    route: &TopicRoute,
+    key: &PartitionKey,
+    durable_below: i64,
+    store: &Store,
+    shared: &Shared,
+) {
+    let origin = Origin {
+        topic: route.topic.clone(),
+        partition: key.1 as u32,
+        durable_below: durable_below as u64,
+    };
+    let noted = store
+        .submit_position(&route.table, origin)
+        .and_then(|pending| store.wait(pending));
+    match noted {
+        Ok(()) => shared.tracker.lock().position_noted(key, durable_below),
+        // Only an optimisation is lost: the next batch's records carry it.
+        Err(e) => tracing::debug!(topic = %route.topic, error = %e, "noting a position failed"),
+    }
+}
+
+/// Decodes a batch and hands its points to the store; bad messages go to
+/// the dead-letter topic. What comes back waits for durability in
+/// [`finish_batch`].
+fn submit_batch(
     batch: &Batch,
     store: &Store,
     shared: &Shared,
     clock: &dyn Clock,
     dead_letters: Option<&DeadLetters>,
-) -> BatchState {
+) -> Submitted {
     let route = &batch.topic;
+    let mut submitted = Submitted {
+        key: (route.topic.clone(), batch.partition),
+        first: batch.first_offset().unwrap_or(0),
+        messages: batch.messages.len() as u64,
+        route: route.clone(),
+        write: None,
+        points: 0,
+        cells: 0,
+        failed: false,
+    };
     let desc = match store.catalog().table(&route.table) {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
-            return BatchState::Failed;
+            submitted.failed = true;
+            return submitted;
         }
     };
     let now = clock.now_ms();
@@ -1118,7 +1297,8 @@ fn write_batch(
         Ok(e) => e,
         Err(e) => {
             tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
-            return BatchState::Failed;
+            submitted.failed = true;
+            return submitted;
         }
     };
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
@@ -1129,56 +1309,37 @@ fn write_batch(
         }
     }
     let entries = encoder.finish();
-    let points = entries.rows() as u64;
-    let cells = entries.len() as u64;
-    let mut written = BatchState::Done;
-    if points > 0 {
+    submitted.points = entries.rows() as u64;
+    submitted.cells = entries.len() as u64;
+    if submitted.points > 0 {
         // The record carries what is durable before it, so a restart can
         // resume there even if no Kafka commit said so.
-        let key = (route.topic.clone(), batch.partition);
         let origin = shared
             .tracker
             .lock()
-            .durable_below(&key)
+            .durable_below(&submitted.key)
             .map(|durable_below| Origin {
                 topic: route.topic.clone(),
                 partition: batch.partition as u32,
                 durable_below: durable_below as u64,
             });
-        if let Err(e) = store.write_entries(&route.table, entries, origin) {
-            tracing::error!(
-                topic = %route.topic,
-                partition = batch.partition,
-                first_offset = batch.first_offset().unwrap_or(0),
-                error = %e,
-                "writing a batch failed; its partition's commits stop before it"
-            );
-            return BatchState::Failed;
+        match store.submit_entries(&route.table, entries, origin) {
+            Ok(pending) => submitted.write = Some((pending, desc.durability)),
+            Err(e) => {
+                tracing::error!(
+                    topic = %route.topic,
+                    partition = batch.partition,
+                    first_offset = submitted.first,
+                    error = %e,
+                    "writing a batch failed; its partition's commits stop before it"
+                );
+                submitted.failed = true;
+                return submitted;
+            }
         }
-        shared.stats.points.fetch_add(points, Ordering::Relaxed);
-        let labels = [
-            ("topic", route.topic.clone()),
-            ("table", route.table.to_string()),
-        ];
-        metrics::counter!("halite_kafka_points_total", &labels).increment(points);
-        metrics::counter!("halite_kafka_cells_total", &labels).increment(cells);
-        written = match desc.durability {
-            Durability::SyncWal => BatchState::Done,
-            Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
-            Durability::SkipWal => match store.region_seqs(&route.table, false) {
-                Ok(seqs) => BatchState::Written(Waiting::Flush {
-                    table: route.table.clone(),
-                    seqs,
-                }),
-                Err(e) => {
-                    tracing::error!(table = %route.table, error = %e, "reading sequence ids failed");
-                    return BatchState::Failed;
-                }
-            },
-        };
     }
     if bad.is_empty() {
-        return written;
+        return submitted;
     }
     shared
         .stats
@@ -1200,7 +1361,7 @@ fn write_batch(
         );
     }
     let Some(dl) = dead_letters else {
-        return written; // counted and logged is all that is asked
+        return submitted; // counted and logged is all that is asked
     };
     let mut sent = true;
     for (offset, payload, bad) in &bad {
@@ -1213,10 +1374,10 @@ fn write_batch(
             .fetch_add(bad.len() as u64, Ordering::Relaxed);
         metrics::counter!("halite_kafka_dead_lettered_total", "topic" => route.topic.clone())
             .increment(bad.len() as u64);
-        written
     } else {
-        BatchState::Failed
+        submitted.failed = true;
     }
+    submitted
 }
 
 /// Why a message is bad: `kind` is the metric label (`unreadable`: not
@@ -1301,5 +1462,28 @@ mod tests {
         t.partitions.remove(&p);
         t.finished(&p, 50, BatchState::Done);
         assert!(t.to_commit().is_empty());
+    }
+
+    #[test]
+    fn a_drained_partition_tells_the_store_its_position_once() {
+        let mut t = OffsetTracker::default();
+        let p = ("t".to_string(), 0);
+        // Resumed from the store at 100: committed later, not noted again.
+        t.resumed_at(&p, 100);
+        assert_eq!(t.to_commit(), vec![(p.clone(), 100)]);
+        assert_eq!(t.drained_position(&p), None);
+        t.sent(&p, 100, 109);
+        t.sent(&p, 110, 119);
+        t.finished(&p, 100, BatchState::Done);
+        // A batch still in the pipeline: its own record will carry more.
+        assert_eq!(t.drained_position(&p), None);
+        t.finished(&p, 110, BatchState::Done);
+        assert_eq!(t.drained_position(&p), Some(120));
+        t.position_noted(&p, 120);
+        assert_eq!(t.drained_position(&p), None);
+        // Written but not yet durable (ASYNC_WAL) is not drained.
+        t.sent(&p, 120, 129);
+        t.finished(&p, 120, BatchState::Written(Waiting::WalSync));
+        assert_eq!(t.drained_position(&p), None);
     }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use crossbeam_skiplist::SkipSet;
 use parking_lot::{Condvar, Mutex};
 
-use crate::cell::{EntryRef, TTL_FLAG, compare_keys};
+use crate::cell::{EntryBatch, EntryRef, TTL_FLAG, compare_keys};
 use crate::codec::{Reader, put_len_prefixed, put_varint};
 
 /// Chunk size of the MemStore-local allocation buffer.
@@ -111,10 +111,9 @@ impl Arena {
         Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8
     }
 
-    /// Copies `a ‖ b` into the arena.
-    fn copy(&self, a: &[u8], b: &[u8]) -> RawSlice {
+    /// Copies `a ‖ b` into the arena, whose chunks the caller has locked.
+    fn copy_locked(inner: &mut ArenaChunks, a: &[u8], b: &[u8]) -> RawSlice {
         let len = a.len() + b.len();
-        let mut inner = self.inner.lock();
         let dst = if len >= OWN_CHUNK {
             let p = Arena::new_chunk(len);
             inner.chunks.push((p, len));
@@ -233,8 +232,6 @@ impl MemEntry {
 /// Per-row bytes counted against the flush size besides the cells: the
 /// skiplist node with its tower.
 const ROW_OVERHEAD: usize = 96;
-/// Per-cell bytes besides key and value: the varint lengths.
-const CELL_OVERHEAD: usize = 6;
 
 #[derive(Debug, Default)]
 pub struct MemStore {
@@ -270,63 +267,36 @@ impl MemStore {
         entries: impl Iterator<Item = EntryRef<'a>>,
         now_ms: u64,
     ) {
-        let mut cells: Vec<EntryRef<'a>> = entries.collect();
-        if cells.is_empty() {
-            return;
-        }
-        // Writers that encode cells in key order (the ingest path does)
-        // skip the sort.
-        let sorted = cells
-            .windows(2)
-            .all(|w| compare_keys(w[0].key, w[1].key) == Ordering::Less);
-        if !sorted {
-            cells.reverse();
-            // Stable: after the reverse, the last written of equal keys is first.
-            cells.sort_by(|a, b| compare_keys(a.key, b.key));
-            cells.dedup_by(|later, first| compare_keys(later.key, first.key) == Ordering::Equal);
-        }
-        let mut blob = Vec::with_capacity(
-            cells
-                .iter()
-                .map(|c| c.key.len() + c.value.len() + CELL_OVERHEAD)
-                .sum(),
-        );
-        let (mut min_ts, mut max_ts) = (u64::MAX, 0);
-        for c in &cells {
-            if let Some(k) = crate::cell::KeyRef::parse(c.key) {
-                min_ts = min_ts.min(k.timestamp);
-                max_ts = max_ts.max(k.timestamp);
+        let mut inserter = self.inserter();
+        inserter.row(row, seq, entries);
+        inserter.finish(now_ms);
+    }
+
+    /// Inserts the rows of `batch`, row `i` with sequence id `first_seq + i`:
+    /// the writer's path, which pays for the arena lock and the shared
+    /// counters once per batch rather than per row.
+    pub fn insert_batch(&self, batch: &EntryBatch, first_seq: u64, now_ms: u64) {
+        let mut inserter = self.inserter();
+        for i in 0..batch.rows() {
+            if let Some(row) = batch.row_key(i) {
+                inserter.row(row, first_seq + i as u64, batch.row(i));
             }
-            // The key without its row (`u16 length ‖ row`), which the node
-            // stores once: a row's cells then cost about half the memory.
-            debug_assert!(c.key.len() > 2 + row.len() && crate::cell::row_of(c.key) == row);
-            put_len_prefixed(&mut blob, c.key.get(2 + row.len()..).unwrap_or_default());
-            if let Some(ttl) = c.ttl_ms {
-                put_varint(&mut blob, ttl);
-            }
-            put_len_prefixed(&mut blob, c.value);
         }
-        let stored = self.arena.copy(row, &blob);
-        let (row_part, cell_part) = stored.split(row.len());
-        self.map.insert(RowNode {
-            row: row_part,
-            seq,
-            cells: cell_part,
-        });
-        self.bytes.fetch_add(
-            row.len() + blob.len() + ROW_OVERHEAD,
-            AtomicOrdering::Relaxed,
-        );
-        self.cells.fetch_add(cells.len(), AtomicOrdering::Relaxed);
-        self.min_ts.fetch_min(min_ts, AtomicOrdering::Relaxed);
-        self.max_ts.fetch_max(max_ts, AtomicOrdering::Relaxed);
-        self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
-        let _ = self.first_write_ms.compare_exchange(
-            0,
-            now_ms.max(1),
-            AtomicOrdering::Relaxed,
-            AtomicOrdering::Relaxed,
-        );
+        inserter.finish(now_ms);
+    }
+
+    fn inserter<'a>(&self) -> Inserter<'_, 'a> {
+        Inserter {
+            memstore: self,
+            arena: self.arena.inner.lock(),
+            cells: Vec::new(),
+            blob: Vec::new(),
+            bytes: 0,
+            cell_count: 0,
+            min_ts: u64::MAX,
+            max_ts: 0,
+            max_seq: 0,
+        }
     }
 
     pub fn bytes(&self) -> usize {
@@ -459,6 +429,99 @@ pub struct RawRow(RawSlice);
 impl RawRow {
     pub fn as_slice(&self) -> &[u8] {
         self.0.as_slice()
+    }
+}
+
+/// Rows going into a MemStore, with the arena locked and the shared
+/// counters summed up until [`Inserter::finish`]. Readers never take the
+/// arena lock, so holding it over a batch delays no one but other writers,
+/// and a region has one writer at a time.
+struct Inserter<'m, 'a> {
+    memstore: &'m MemStore,
+    arena: parking_lot::MutexGuard<'m, ArenaChunks>,
+    /// Scratch, reused row after row.
+    cells: Vec<EntryRef<'a>>,
+    blob: Vec<u8>,
+    bytes: usize,
+    cell_count: usize,
+    min_ts: u64,
+    max_ts: u64,
+    max_seq: u64,
+}
+
+impl<'a> Inserter<'_, 'a> {
+    /// Adds one row mutation: `entries` all belong to `row`. Among equal
+    /// cell keys in one mutation the last one wins.
+    fn row(&mut self, row: &[u8], seq: u64, entries: impl Iterator<Item = EntryRef<'a>>) {
+        let cells = &mut self.cells;
+        cells.clear();
+        cells.extend(entries);
+        if cells.is_empty() {
+            return;
+        }
+        // Writers that encode cells in key order (the ingest path does)
+        // skip the sort.
+        let sorted = cells
+            .windows(2)
+            .all(|w| compare_keys(w[0].key, w[1].key) == Ordering::Less);
+        if !sorted {
+            cells.reverse();
+            // Stable: after the reverse, the last written of equal keys is first.
+            cells.sort_by(|a, b| compare_keys(a.key, b.key));
+            cells.dedup_by(|later, first| compare_keys(later.key, first.key) == Ordering::Equal);
+        }
+        let blob = &mut self.blob;
+        blob.clear();
+        for c in cells.iter() {
+            // A key ends with its timestamp (8 bytes) and kind byte.
+            if let Some(ts) = c
+                .key
+                .len()
+                .checked_sub(9)
+                .and_then(|at| c.key.get(at..at + 8))
+            {
+                let ts = u64::from_be_bytes(ts.try_into().unwrap_or_default());
+                self.min_ts = self.min_ts.min(ts);
+                self.max_ts = self.max_ts.max(ts);
+            }
+            // The key without its row (`u16 length ‖ row`), which the node
+            // stores once: a row's cells then cost about half the memory.
+            debug_assert!(c.key.len() > 2 + row.len() && crate::cell::row_of(c.key) == row);
+            put_len_prefixed(blob, c.key.get(2 + row.len()..).unwrap_or_default());
+            if let Some(ttl) = c.ttl_ms {
+                put_varint(blob, ttl);
+            }
+            put_len_prefixed(blob, c.value);
+        }
+        let stored = Arena::copy_locked(&mut self.arena, row, blob);
+        let (row_part, cell_part) = stored.split(row.len());
+        self.memstore.map.insert(RowNode {
+            row: row_part,
+            seq,
+            cells: cell_part,
+        });
+        self.bytes += row.len() + blob.len() + ROW_OVERHEAD;
+        self.cell_count += cells.len();
+        self.max_seq = self.max_seq.max(seq);
+    }
+
+    /// Publishes the counters of the rows added.
+    fn finish(self, now_ms: u64) {
+        let m = self.memstore;
+        if self.cell_count == 0 {
+            return;
+        }
+        m.bytes.fetch_add(self.bytes, AtomicOrdering::Relaxed);
+        m.cells.fetch_add(self.cell_count, AtomicOrdering::Relaxed);
+        m.min_ts.fetch_min(self.min_ts, AtomicOrdering::Relaxed);
+        m.max_ts.fetch_max(self.max_ts, AtomicOrdering::Relaxed);
+        m.max_seq.fetch_max(self.max_seq, AtomicOrdering::Relaxed);
+        let _ = m.first_write_ms.compare_exchange(
+            0,
+            now_ms.max(1),
+            AtomicOrdering::Relaxed,
+            AtomicOrdering::Relaxed,
+        );
     }
 }
 
