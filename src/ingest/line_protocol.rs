@@ -541,6 +541,56 @@ mod tests {
     }
 
     #[test]
+    fn the_decimal_fast_path_gives_what_the_standard_parser_gives() {
+        // Digits on both sides of the point, signs, up to and past the
+        // fast path's 15 digits, and shapes it must leave alone.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut cases: Vec<String> = vec![
+            "0".into(),
+            "-0".into(),
+            "+1.5".into(),
+            "1.".into(),
+            ".5".into(),
+            "0.1".into(),
+            "123456789012345".into(),
+            "1234567890123456".into(),
+            "0.000000000000001".into(),
+            "99.99".into(),
+        ];
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = (x % 17) as usize + 1;
+            let point = (x >> 8) as usize % (digits + 1);
+            let mut v = format!("{}", (x >> 12) % 10u64.pow(digits.min(19) as u32));
+            while v.len() < digits {
+                v.insert(0, '0');
+            }
+            v.insert(point, '.');
+            if x & 1 == 1 {
+                v.insert(0, '-');
+            }
+            cases.push(v);
+        }
+        for c in &cases {
+            let std: Result<f64, _> = c.parse();
+            match (parse_short_decimal(c.as_bytes()), std.clone()) {
+                (Some(fast), Ok(slow)) => {
+                    assert_eq!(fast.to_bits(), slow.to_bits(), "{c}")
+                }
+                (Some(fast), Err(_)) => panic!("{c} parsed as {fast}, std refuses it"),
+                (None, _) => {}
+            }
+            assert_eq!(
+                parse_value(c).ok(),
+                std.ok().map(Value::Float),
+                "{c}"
+            );
+        }
+    }
+
+    #[test]
     fn precisions_convert_to_milliseconds() {
         assert_eq!(
             Precision::Nanoseconds.to_ms(1_700_000_000_123_456_789),
