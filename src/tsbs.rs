@@ -21,15 +21,65 @@ pub const CPU_FIELDS: [&str; 10] = [
 /// Width of the host field in [`cpu_row_key`].
 pub const HOST_WIDTH: usize = 12;
 
-/// A two-decimal value in [0, 100), deterministic in (host, step, field):
-/// sensor-like data with few significant digits.
+/// A two-decimal value in [0, 100), deterministic in (host, step, field),
+/// that moves like TSBS's cpu fields: a random walk whose steps are about
+/// N(0, 1), kept in range (TSBS clamps, this reflects). Consecutive values
+/// of a series are close, as a real sensor's are, so the figures of a
+/// time-series encoding mean something.
+///
+/// The walk is a pure function of the step (no state to carry from one
+/// call to the next, so any point can be asked for in any order): a
+/// Brownian bridge built by midpoint displacement over windows of 2^16
+/// steps. Each window starts and ends at values drawn from its index; the
+/// value at a midpoint is the mean of its interval's ends plus a normal
+/// step scaled to the interval, drawn from its position. Sixteen halvings
+/// reach any step.
 pub fn cpu_value(host: u64, step: u64, field: usize) -> f64 {
-    // The field is spread over the high bits too: `^ field` alone vanished
-    // in the shift below and gave every field of a row the same value.
-    let x = host.wrapping_mul(6364136223846793005)
-        ^ step.wrapping_mul(1442695040888963407)
-        ^ (field as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((x >> 33) % 10_000) as f64 / 100.0
+    const LEVELS: u32 = 16;
+    let series = mix(host.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (field as u64 + 1));
+    let window = step >> LEVELS;
+    let at = step & ((1 << LEVELS) - 1);
+    // The walk is unbounded; reflecting it into [0, 100] keeps its steps.
+    let end_value = |w: u64| uniform(mix(series ^ mix(w.wrapping_add(0xA5A5)))) * 100.0;
+    let (mut a, mut b) = (0u64, 1u64 << LEVELS);
+    let (mut va, mut vb) = (end_value(window), end_value(window + 1));
+    while at != a {
+        let mid = (a + b) / 2;
+        let spread = ((b - a) as f64 / 4.0).sqrt();
+        let draw = mix(series ^ mix(window << 20 | mid));
+        let vm = (va + vb) / 2.0 + spread * normal(draw);
+        if at < mid {
+            (b, vb) = (mid, vm);
+        } else {
+            (a, va) = (mid, vm);
+        }
+    }
+    let folded = va.rem_euclid(200.0);
+    let reflected = if folded > 100.0 { 200.0 - folded } else { folded };
+    // Two decimals, and strictly under 100.
+    ((reflected * 100.0).round().min(9_999.0)) / 100.0
+}
+
+/// splitmix64's finaliser: a well-mixed 64-bit hash of `x`.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A value in [0, 1) from the high bits of `x`.
+fn uniform(x: u64) -> f64 {
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// About N(0, 1): four uniforms (16 bits each) summed (Irwin-Hall),
+/// centred and scaled to unit variance.
+fn normal(x: u64) -> f64 {
+    let sum: f64 = (0..4)
+        .map(|i| ((x >> (16 * i)) & 0xFFFF) as f64 / 65_536.0)
+        .sum();
+    (sum - 2.0) * 3f64.sqrt()
 }
 
 /// The host field: `host_NNNN` padded with spaces to [`HOST_WIDTH`] bytes, so
@@ -120,5 +170,29 @@ mod tests {
         assert_eq!(cpu_row_ts(&a), Some(2_000));
         assert!((0.0..100.0).contains(&cpu_value(3, 4, 5)));
         assert_eq!(cpu_row("cpu", 1, 2, 3).mutations.len(), 10);
+    }
+
+    #[test]
+    fn values_walk_in_range_with_steps_of_about_one() {
+        let mut sum_sq = 0.0;
+        let mut n = 0.0;
+        for host in 0..4 {
+            for field in 0..10 {
+                let mut prev = cpu_value(host, 0, field);
+                for step in 1..5_000 {
+                    let v = cpu_value(host, step, field);
+                    assert!((0.0..100.0).contains(&v), "{v}");
+                    assert_eq!((v * 100.0).round() / 100.0, v, "two decimals");
+                    sum_sq += (v - prev) * (v - prev);
+                    n += 1.0;
+                    prev = v;
+                }
+            }
+        }
+        let step_sd = (sum_sq / n).sqrt();
+        assert!((0.8..1.2).contains(&step_sd), "step sd {step_sd}");
+        // Fields and hosts walk apart.
+        assert_ne!(cpu_value(1, 7, 0), cpu_value(1, 7, 1));
+        assert_ne!(cpu_value(1, 7, 0), cpu_value(2, 7, 0));
     }
 }
