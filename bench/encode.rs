@@ -3,7 +3,9 @@
 //! in-process, as the Kafka writers (one line per message) and the HTTP
 //! write (5,000-line bodies) call it. Prints nanoseconds per row; the
 //! steadier figure for a change to the parser or the encoder than a whole
-//! service benchmark.
+//! service benchmark. Then the store side: a 64 KiB data block of TSBS rows
+//! encoded as a TIME_SERIES block and decoded back (what a block read from
+//! disk costs before it is cached), with the bytes per value.
 
 use std::time::Instant;
 
@@ -82,4 +84,54 @@ fn main() {
             "encode pass={pass} kafka_ns_per_row={per_message:.0} http_ns_per_row={per_body_line:.0}"
         );
     }
+    time_series_block();
+}
+
+/// One 64 KiB block of one host's rows, newest first, as a flush writes it.
+fn time_series_block() {
+    use halite::cell::{CellKind, encode_key};
+    use halite::region::sst::block::BlockBuilder;
+    use halite::region::sst::ts_block;
+    use halite::value::Value;
+    let mut builder = BlockBuilder::new(true);
+    let mut entries = 0;
+    'rows: for step in (0..100_000u64).rev() {
+        let ts = tsbs::T0_MS + step * tsbs::INTERVAL_MS;
+        let row = tsbs::cpu_row_key(7, ts);
+        let mut fields: Vec<(usize, &str)> = tsbs::CPU_FIELDS.iter().copied().enumerate().collect();
+        fields.sort_by_key(|f| f.1);
+        for (i, f) in fields {
+            let key = encode_key(&row, b"f", f.as_bytes(), ts, CellKind::Put, false);
+            builder.add(
+                &key,
+                None,
+                &Value::Float(tsbs::cpu_value(7, step, i)).encode(),
+            );
+            entries += 1;
+            if builder.size() >= 64 * 1024 {
+                break 'rows;
+            }
+        }
+    }
+    let body = builder.finish();
+    let rounds = 200;
+    let t = Instant::now();
+    let mut encoded = Vec::new();
+    for _ in 0..rounds {
+        encoded = ts_block::encode(body.clone()).expect("encodes");
+    }
+    let encode_ns = t.elapsed().as_nanos() as f64 / (rounds * entries) as f64;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        let decoded = ts_block::decode(&encoded, 1 << 20).expect("decodes");
+        assert_eq!(decoded.len(), body.len());
+    }
+    let decode_ns = t.elapsed().as_nanos() as f64 / (rounds * entries) as f64;
+    println!(
+        "time_series_block entries={entries} plain_bytes={} encoded_bytes={} bytes_per_value={:.2} \
+         encode_ns_per_value={encode_ns:.0} decode_ns_per_value={decode_ns:.0}",
+        body.len(),
+        encoded.len(),
+        encoded.len() as f64 / entries as f64
+    );
 }

@@ -39,6 +39,12 @@ pub enum DataBlockEncoding {
     /// Each key stores only what differs from the previous one.
     #[serde(rename = "PREFIX", alias = "prefix")]
     Prefix,
+    /// By column, with time-series codecs: delta-of-delta timestamps and
+    /// row-key counters, decimal-aware deltas (or Gorilla XOR) for floats,
+    /// deltas for integers (`src/region/sst/ts_block.rs`); read back as
+    /// PREFIX blocks.
+    #[serde(rename = "TIME_SERIES", alias = "time_series")]
+    TimeSeries,
 }
 
 /// When a write is acknowledged.

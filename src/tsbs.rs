@@ -55,7 +55,11 @@ pub fn cpu_value(host: u64, step: u64, field: usize) -> f64 {
         }
     }
     let folded = va.rem_euclid(200.0);
-    let reflected = if folded > 100.0 { 200.0 - folded } else { folded };
+    let reflected = if folded > 100.0 {
+        200.0 - folded
+    } else {
+        folded
+    };
     // Two decimals, and strictly under 100.
     ((reflected * 100.0).round().min(9_999.0)) / 100.0
 }

@@ -582,11 +582,7 @@ mod tests {
                 (Some(fast), Err(_)) => panic!("{c} parsed as {fast}, std refuses it"),
                 (None, _) => {}
             }
-            assert_eq!(
-                parse_value(c).ok(),
-                std.ok().map(Value::Float),
-                "{c}"
-            );
+            assert_eq!(parse_value(c).ok(), std.ok().map(Value::Float), "{c}");
         }
     }
 

@@ -13,6 +13,7 @@
 pub mod block;
 pub mod bloom;
 pub mod reader;
+pub mod ts_block;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

@@ -4,10 +4,12 @@
 //!
 //! | bytes | field                                              |
 //! |-------|----------------------------------------------------|
-//! | 1     | compression: 0 = none, 1 = snappy (raw format)     |
-//! | 4     | uncompressed body length, u32 LE                   |
-//! | n     | body (compressed when the byte says so)            |
+//! | 1     | low 4 bits: compression, 0 = none, 1 = snappy (raw format); bit 4: the payload is a time-series block (`ts_block`) |
+//! | 4     | uncompressed payload length, u32 LE                |
+//! | n     | payload (compressed when the byte says so)         |
 //! | 4     | CRC32C over all preceding bytes of the frame, LE   |
+//!
+//! A time-series payload decodes into the data block body below.
 //!
 //! # Data block body
 //!
@@ -35,10 +37,27 @@ pub const FRAME_OVERHEAD: usize = 9;
 pub const COMPRESSION_NONE: u8 = 0;
 pub const COMPRESSION_SNAPPY: u8 = 1;
 pub const RESTART_INTERVAL: usize = 16;
+/// Frame flag: the payload is a time-series block, not a body.
+pub const TIME_SERIES: u8 = 0x10;
+const COMPRESSION_MASK: u8 = 0x0f;
 
 /// Frames a block body, compressing it with snappy when asked and when that
 /// actually saves space.
 pub fn frame(body: &[u8], snappy: bool, out: &mut Vec<u8>) {
+    frame_payload(body, 0, snappy, out);
+}
+
+/// Frames a data block body as a time-series block when that is smaller
+/// (`ts_block`), else as it is.
+pub fn frame_time_series(body: Vec<u8>, snappy: bool, out: &mut Vec<u8>) {
+    let plain_len = body.len();
+    match super::ts_block::encode(body.clone()) {
+        Some(ts) if ts.len() < plain_len => frame_payload(&ts, TIME_SERIES, snappy, out),
+        _ => frame_payload(&body, 0, snappy, out),
+    }
+}
+
+fn frame_payload(body: &[u8], flags: u8, snappy: bool, out: &mut Vec<u8>) {
     let start = out.len();
     let compressed = if snappy {
         snap::raw::Encoder::new()
@@ -50,12 +69,12 @@ pub fn frame(body: &[u8], snappy: bool, out: &mut Vec<u8>) {
     };
     match &compressed {
         Some(c) => {
-            out.push(COMPRESSION_SNAPPY);
+            out.push(COMPRESSION_SNAPPY | flags);
             out.extend_from_slice(&(body.len() as u32).to_le_bytes());
             out.extend_from_slice(c);
         }
         None => {
-            out.push(COMPRESSION_NONE);
+            out.push(COMPRESSION_NONE | flags);
             out.extend_from_slice(&(body.len() as u32).to_le_bytes());
             out.extend_from_slice(body);
         }
@@ -88,8 +107,29 @@ pub fn unframe(frame: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
             what: "block length out of range",
         });
     }
-    let body = &head[5..];
-    match head[0] {
+    let flags = head[0] & !COMPRESSION_MASK;
+    if flags & !TIME_SERIES != 0 {
+        return Err(DecodeError {
+            offset: 0,
+            what: "unknown block flags",
+        });
+    }
+    let payload = decompress(head, raw_len)?;
+    if flags & TIME_SERIES != 0 {
+        return super::ts_block::decode(&payload, max_len).map_err(|e| DecodeError {
+            offset: FRAME_HEADER + e.offset,
+            what: e.what,
+        });
+    }
+    Ok(payload)
+}
+
+/// Bytes of a frame before its payload.
+const FRAME_HEADER: usize = 5;
+
+fn decompress(head: &[u8], raw_len: usize) -> Result<Vec<u8>, DecodeError> {
+    let body = &head[FRAME_HEADER..];
+    match head[0] & COMPRESSION_MASK {
         COMPRESSION_NONE if body.len() == raw_len => Ok(body.to_vec()),
         COMPRESSION_SNAPPY => {
             let n = snap::raw::decompress_len(body).map_err(|_| DecodeError {

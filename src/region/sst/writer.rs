@@ -33,7 +33,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::block::{BlockBuilder, frame};
+use super::block::{BlockBuilder, frame, frame_time_series};
 use super::bloom::{Bloom, hash, rowcol_key};
 use super::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
 use crate::cell::{CellKind, KeyRef, row_of};
@@ -51,6 +51,8 @@ pub struct SstWriter {
     block: BlockBuilder,
     block_first_key: Option<Vec<u8>>,
     block_size: usize,
+    /// Data blocks are stored as time-series blocks where that is smaller.
+    time_series: bool,
     snappy: bool,
     bloom_type: BloomType,
     bloom_prefix_len: usize,
@@ -83,7 +85,8 @@ impl SstWriter {
             dir: dir.to_path_buf(),
             out: std::io::BufWriter::with_capacity(256 * 1024, file),
             offset: 0,
-            block: BlockBuilder::new(family.data_block_encoding == DataBlockEncoding::Prefix),
+            block: BlockBuilder::new(family.data_block_encoding != DataBlockEncoding::None),
+            time_series: family.data_block_encoding == DataBlockEncoding::TimeSeries,
             block_first_key: None,
             block_size: family.block_size,
             snappy: family.compression == Compression::Snappy,
@@ -186,7 +189,11 @@ impl SstWriter {
         let body = self.block.finish();
         self.meta.data_bytes += body.len() as u64;
         self.scratch.clear();
-        frame(&body, self.snappy, &mut self.scratch);
+        if self.time_series {
+            frame_time_series(body, self.snappy, &mut self.scratch);
+        } else {
+            frame(&body, self.snappy, &mut self.scratch);
+        }
         let first = self
             .block_first_key
             .take()

@@ -1,0 +1,1143 @@
+//! `DATA_BLOCK_ENCODING => TIME_SERIES`: a data block stored by column,
+//! with the codecs time series want, transcoded from and back to the
+//! standard block body (so the block cache, iterators and seeks are the
+//! same for every encoding; the cost is paid once per block read from
+//! disk).
+//!
+//! A block's entries are grouped into rows (consecutive entries with the
+//! same row key). What a time-series block repeats from row to row costs
+//! about a bit; what changes is coded by how it changes:
+//!
+//! * **regular rows** cost one bit: the row key's counter and the first
+//!   timestamp move by the same step as before, with the same columns,
+//!   one timestamp for all cells, all plain puts.
+//! * **row keys**: a key that differs from the previous one only in its last
+//!   8 bytes, read as a big-endian counter (a timestamp or reversed
+//!   timestamp field), is stored as the delta-of-delta of that counter
+//!   (Gorilla's timestamps); any other key as shared-prefix length and
+//!   suffix.
+//! * **columns**: (family, qualifier) pairs go into a dictionary; a row
+//!   whose cells name the same columns as the row before costs one bit.
+//! * **cell timestamps**: the row's first as a delta-of-delta against the
+//!   rows before; one bit when every cell of the row has that timestamp.
+//! * **kinds and TTLs**: one bit when every cell of the row is a put
+//!   without a TTL.
+//! * **values**, per column, by the best of four codecs:
+//!   - *decimal*: floats that are all exactly `m / 10^e` for a shared `e`
+//!     (sensor values with a few decimals, VictoriaMetrics' observation):
+//!     the mantissas' deltas, zigzagged, Rice-coded with a parameter fitted
+//!     to the column;
+//!   - *xor*: other floats, Gorilla's XOR with the previous value;
+//!   - *integer*: int or uint values, deltas Rice-coded like decimals;
+//!   - *raw*: anything else (strings, booleans, delete markers), each value
+//!     length-prefixed.
+//!
+//! # Layout
+//!
+//! ```text
+//! u8 format (1)
+//! varint entries · varint rows
+//! varint families · len-prefixed each
+//! varint columns · per column: varint family index · len-prefixed qualifier
+//! varint bytes · row bit stream      (per row, see `encode_rows`)
+//! varint bytes · row key suffixes    (of keys not coded as a counter step)
+//! per column: u8 codec · codec parameters · varint bytes · value data
+//! ```
+//!
+//! Bit streams are little-endian: bits fill each byte from its lowest bit.
+//! Decoding checks every count and length against what is left and against
+//! the size the rebuilt body may have; damage is a [`DecodeError`], never a
+//! panic or a wrong block.
+
+use crate::cell::{KEY_OVERHEAD, KIND_MASK, TTL_FLAG, encode_key_into};
+use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
+
+use super::block::{Block, BlockBuilder, BlockIter};
+
+const FORMAT: u8 = 1;
+
+const CODEC_RAW: u8 = 0;
+const CODEC_DECIMAL: u8 = 1;
+const CODEC_XOR: u8 = 2;
+const CODEC_INT: u8 = 3;
+
+/// Value tags of `crate::value` that the numeric codecs understand.
+const TAG_FLOAT: u8 = 1;
+const TAG_INT: u8 = 2;
+const TAG_UINT: u8 = 3;
+
+/// Largest decimal exponent tried: 10^15 and every mantissa below 2^53
+/// are exact as f64, so `m / 10^e` is one correctly rounded division.
+const MAX_DECIMAL_EXP: u32 = 15;
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+const MAX_EXACT_MANTISSA: f64 = (1u64 << 53) as f64;
+
+/// A Rice code's unary part longer than this escapes to a length code, so
+/// one outlier (a series boundary) costs bits, not thousands.
+const RICE_ESCAPE: u32 = 16;
+
+fn err(offset: usize, what: &'static str) -> DecodeError {
+    DecodeError { offset, what }
+}
+
+// ---------------------------------------------------------------- bits --
+
+/// Appends bits, lowest first.
+#[derive(Default)]
+struct BitWriter {
+    out: Vec<u8>,
+    acc: u64,
+    n: u32,
+}
+
+impl BitWriter {
+    /// The low `n` (<= 57) bits of `v`.
+    fn bits(&mut self, v: u64, n: u32) {
+        debug_assert!(n <= 57);
+        if n == 0 {
+            return;
+        }
+        self.acc |= (v & ((1u64 << n) - 1)) << self.n;
+        self.n += n;
+        while self.n >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.n -= 8;
+        }
+    }
+
+    fn wide(&mut self, v: u64, n: u32) {
+        if n > 32 {
+            self.bits(v, 32);
+            self.bits(v >> 32, n - 32);
+        } else {
+            self.bits(v, n);
+        }
+    }
+
+    fn bit(&mut self, b: bool) {
+        self.bits(u64::from(b), 1);
+    }
+
+    /// `zeros` zero bits, then a one.
+    fn unary(&mut self, zeros: u32) {
+        let mut z = zeros;
+        while z > 32 {
+            self.bits(0, 32);
+            z -= 32;
+        }
+        self.bits(1 << z, z + 1);
+    }
+
+    /// Any u64: its bit length n in unary, then its n - 1 low bits (the
+    /// top one is implied). 0 costs 1 bit, 1 two, 2..=3 four.
+    fn len_code(&mut self, v: u64) {
+        let n = 64 - v.leading_zeros();
+        self.unary(n);
+        if n > 1 {
+            self.wide(v, n - 1);
+        }
+    }
+
+    fn signed(&mut self, v: i64) {
+        self.len_code(zigzag(v));
+    }
+
+    /// Rice code with parameter `k`, escaping long quotients.
+    fn rice(&mut self, v: u64, k: u32) {
+        let q = v >> k;
+        if q < u64::from(RICE_ESCAPE) {
+            self.unary(q as u32);
+            self.wide(v, k);
+        } else {
+            self.bits(0, RICE_ESCAPE);
+            self.len_code(v);
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.n > 0 {
+            self.out.push(self.acc as u8);
+        }
+        self.out
+    }
+}
+
+/// Reads what a [`BitWriter`] wrote; running past the end is an error.
+struct BitReader<'a> {
+    data: &'a [u8],
+    /// Next byte of `data` to load.
+    at: usize,
+    acc: u64,
+    n: u32,
+    /// Offset of the stream in the payload, for errors.
+    base: usize,
+}
+
+impl<'a> BitReader<'a> {
+    fn new(data: &'a [u8], base: usize) -> Self {
+        BitReader {
+            data,
+            at: 0,
+            acc: 0,
+            n: 0,
+            base,
+        }
+    }
+
+    fn fail<T>(&self, what: &'static str) -> Result<T, DecodeError> {
+        Err(err(self.base + self.at, what))
+    }
+
+    #[inline]
+    fn refill(&mut self) {
+        while self.n <= 56 && self.at < self.data.len() {
+            self.acc |= u64::from(self.data[self.at]) << self.n;
+            self.at += 1;
+            self.n += 8;
+        }
+    }
+
+    /// `n` (<= 32) bits.
+    #[inline]
+    fn bits(&mut self, n: u32) -> Result<u64, DecodeError> {
+        if n == 0 {
+            return Ok(0);
+        }
+        if self.n < n {
+            self.refill();
+            if self.n < n {
+                return self.fail("bit stream ends early");
+            }
+        }
+        let v = self.acc & ((1u64 << n) - 1);
+        self.acc >>= n;
+        self.n -= n;
+        Ok(v)
+    }
+
+    fn wide(&mut self, n: u32) -> Result<u64, DecodeError> {
+        if n > 32 {
+            let lo = self.bits(32)?;
+            let hi = self.bits(n - 32)?;
+            Ok(lo | hi << 32)
+        } else {
+            self.bits(n)
+        }
+    }
+
+    #[inline]
+    fn bit(&mut self) -> Result<bool, DecodeError> {
+        Ok(self.bits(1)? == 1)
+    }
+
+    /// Zero bits before the next one (at most `max`; `max` zeros in a row
+    /// are returned as `max` without a one consumed).
+    #[inline]
+    fn zeros(&mut self, max: u32) -> Result<u32, DecodeError> {
+        let mut count = 0;
+        loop {
+            if self.n == 0 {
+                self.refill();
+                if self.n == 0 {
+                    return self.fail("bit stream ends early");
+                }
+            }
+            let tz = self.acc.trailing_zeros().min(self.n);
+            if count + tz >= max {
+                let take = max - count;
+                self.acc >>= take;
+                self.n -= take;
+                return Ok(max);
+            }
+            if tz < self.n {
+                self.acc >>= tz + 1;
+                self.n -= tz + 1;
+                return Ok(count + tz);
+            }
+            count += tz;
+            self.acc = 0;
+            self.n = 0;
+        }
+    }
+
+    fn len_code(&mut self) -> Result<u64, DecodeError> {
+        let n = self.zeros(65)?;
+        match n {
+            0 => Ok(0),
+            1 => Ok(1),
+            2..=64 => Ok(self.wide(n - 1)? | 1 << (n - 1)),
+            _ => self.fail("length code too long"),
+        }
+    }
+
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        Ok(unzigzag(self.len_code()?))
+    }
+
+    fn rice(&mut self, k: u32) -> Result<u64, DecodeError> {
+        let q = self.zeros(RICE_ESCAPE)?;
+        if q == RICE_ESCAPE {
+            return self.len_code();
+        }
+        let low = self.wide(k)?;
+        Ok(u64::from(q) << k | low)
+    }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+/// The Rice parameter for values of this mean (about log2 of it).
+fn rice_parameter(sum: u128, count: usize) -> u32 {
+    if count == 0 {
+        return 0;
+    }
+    let mean = (sum / count as u128) as u64;
+    // ln 2 of the mean, rounded down to a power of two.
+    let target = mean - mean / 4 - mean / 16;
+    (63 - target.max(1).leading_zeros()).min(56)
+}
+
+// ------------------------------------------------------------- encoding --
+
+/// One entry of the body being encoded.
+struct Cell<'b> {
+    column: usize,
+    timestamp: u64,
+    kind: u8,
+    ttl: Option<u64>,
+    value: &'b [u8],
+}
+
+/// Encodes a standard data block body; `None` when the body cannot be read
+/// (the caller then stores it as it is).
+pub fn encode(body: Vec<u8>) -> Option<Vec<u8>> {
+    let block = std::sync::Arc::new(Block::parse(body).ok()?);
+    let mut it = BlockIter::new(block);
+    it.seek_first().ok()?;
+    // Entries are read out first: values borrow from a copy of the block.
+    let mut keys: Vec<u8> = Vec::new();
+    let mut values: Vec<u8> = Vec::new();
+    let mut spans: Vec<(usize, usize, usize, usize, Option<u64>)> = Vec::new();
+    while it.valid() {
+        let (k0, v0) = (keys.len(), values.len());
+        keys.extend_from_slice(it.key());
+        values.extend_from_slice(it.value());
+        spans.push((k0, keys.len(), v0, values.len(), it.ttl_ms()));
+        it.advance().ok()?;
+    }
+
+    let mut columns: Vec<(&[u8], &[u8])> = Vec::new();
+    let mut column_of = std::collections::HashMap::<(&[u8], &[u8]), usize>::new();
+    // Cells in order, and where each row's cells start.
+    let mut cells: Vec<Cell<'_>> = Vec::with_capacity(spans.len());
+    let mut rows: Vec<(&[u8], usize)> = Vec::new();
+    for &(k0, k1, v0, v1, ttl) in &spans {
+        let key = crate::cell::KeyRef::parse(&keys[k0..k1])?;
+        let new_row = rows.last().is_none_or(|(row, _)| *row != key.row);
+        if new_row {
+            rows.push((key.row, cells.len()));
+        }
+        // Rows of a series name the same columns in the same order: the
+        // column at this place in the row before is the first guess.
+        let row_start = rows.last().map_or(0, |r| r.1);
+        let place = cells.len() - row_start;
+        let guess = rows
+            .len()
+            .checked_sub(2)
+            .and_then(|prev| cells.get(rows[prev].1 + place))
+            .map(|c| c.column)
+            .filter(|&c| c < columns.len() && columns[c] == (key.family, key.qualifier));
+        let column = match guess {
+            Some(c) => c,
+            None => *column_of
+                .entry((key.family, key.qualifier))
+                .or_insert_with(|| {
+                    columns.push((key.family, key.qualifier));
+                    columns.len() - 1
+                }),
+        };
+        cells.push(Cell {
+            column,
+            timestamp: key.timestamp,
+            kind: keys[k1 - 1],
+            ttl,
+            value: &values[v0..v1],
+        });
+    }
+    // Row i's cells: cells[rows[i].1 .. rows[i + 1].1].
+    let row_cells: Vec<(&[u8], &[Cell<'_>])> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, &(row, from))| {
+            let to = rows.get(i + 1).map_or(cells.len(), |r| r.1);
+            (row, &cells[from..to])
+        })
+        .collect();
+
+    let mut out = Vec::with_capacity(keys.len() / 4 + values.len() / 2);
+    out.push(FORMAT);
+    put_varint(&mut out, spans.len() as u64);
+    put_varint(&mut out, rows.len() as u64);
+    // Families once (a store file holds one), then columns naming them.
+    let mut families: Vec<&[u8]> = Vec::new();
+    for (family, _) in &columns {
+        if !families.contains(family) {
+            families.push(family);
+        }
+    }
+    put_varint(&mut out, families.len() as u64);
+    for family in &families {
+        put_len_prefixed(&mut out, family);
+    }
+    put_varint(&mut out, columns.len() as u64);
+    for (family, qualifier) in &columns {
+        let f = families.iter().position(|g| g == family).unwrap_or(0);
+        put_varint(&mut out, f as u64);
+        put_len_prefixed(&mut out, qualifier);
+    }
+    let (row_bits, row_bytes) = encode_rows(&row_cells);
+    put_len_prefixed(&mut out, &row_bits);
+    put_len_prefixed(&mut out, &row_bytes);
+    let mut per_column: Vec<Vec<&[u8]>> = vec![Vec::new(); columns.len()];
+    for c in &cells {
+        per_column[c.column].push(c.value);
+    }
+    for values in &per_column {
+        encode_values(values, &mut out);
+    }
+    Some(out)
+}
+
+/// Per row: the key, the columns, the timestamps, the kinds.
+fn encode_rows(rows: &[(&[u8], &[Cell<'_>])]) -> (Vec<u8>, Vec<u8>) {
+    let mut bits = BitWriter::default();
+    let mut suffixes = Vec::new();
+    let mut prev_row: &[u8] = &[];
+    let mut prev_tail_delta: i64 = 0;
+    let mut prev_columns: Vec<usize> = Vec::new();
+    let mut prev_ts: u64 = 0;
+    let mut prev_ts_delta: i64 = 0;
+    for (row, cells) in rows {
+        let step = row.len() == prev_row.len()
+            && row.len() >= 8
+            && row[..row.len() - 8] == prev_row[..prev_row.len() - 8];
+        let same_columns = cells.len() == prev_columns.len()
+            && cells.iter().zip(&prev_columns).all(|(c, p)| c.column == *p);
+        let first = cells[0].timestamp;
+        let one_ts = cells.iter().all(|c| c.timestamp == first);
+        let plain = cells
+            .iter()
+            .all(|c| c.kind == crate::cell::CellKind::Put as u8 && c.ttl.is_none());
+        // The common case in one bit: the series goes on at its pace.
+        let regular = step
+            && tail(row).wrapping_sub(tail(prev_row)) as i64 == prev_tail_delta
+            && same_columns
+            && first.wrapping_sub(prev_ts) as i64 == prev_ts_delta
+            && one_ts
+            && plain;
+        bits.bit(regular);
+        if regular {
+            prev_row = row;
+            prev_ts = first;
+            continue;
+        }
+        // Row key: a counter step, or shared prefix + suffix.
+        bits.bit(step);
+        if step {
+            let delta = tail(row).wrapping_sub(tail(prev_row)) as i64;
+            bits.signed(delta.wrapping_sub(prev_tail_delta));
+            prev_tail_delta = delta;
+        } else {
+            let shared = crate::codec::common_prefix_len(prev_row, row);
+            bits.len_code(shared as u64);
+            bits.len_code((row.len() - shared) as u64);
+            suffixes.extend_from_slice(&row[shared..]);
+            prev_tail_delta = 0;
+        }
+        prev_row = row;
+
+        // Columns: the previous row's, or listed.
+        bits.bit(same_columns);
+        if !same_columns {
+            bits.len_code(cells.len() as u64);
+            prev_columns.clear();
+            for c in cells.iter() {
+                bits.len_code(c.column as u64);
+                prev_columns.push(c.column);
+            }
+        }
+
+        // Timestamps: the first as a delta-of-delta; the others usually equal it.
+        let delta = first.wrapping_sub(prev_ts) as i64;
+        bits.signed(delta.wrapping_sub(prev_ts_delta));
+        prev_ts_delta = delta;
+        prev_ts = first;
+        bits.bit(one_ts);
+        if !one_ts {
+            for c in &cells[1..] {
+                bits.signed(c.timestamp.wrapping_sub(first) as i64);
+            }
+        }
+
+        // Kinds: all plain puts, or each kind byte (and TTL).
+        bits.bit(plain);
+        if !plain {
+            for c in cells.iter() {
+                bits.bits(u64::from(c.kind), 8);
+                if c.kind & TTL_FLAG != 0 {
+                    bits.len_code(c.ttl.unwrap_or(0));
+                }
+            }
+        }
+    }
+    (bits.finish(), suffixes)
+}
+
+fn tail(row: &[u8]) -> u64 {
+    let t: [u8; 8] = row[row.len() - 8..].try_into().expect("8 bytes");
+    u64::from_be_bytes(t)
+}
+
+/// The 8-byte payload of a typed numeric value with tag `tag`.
+fn numeric(v: &[u8], tag: u8) -> Option<u64> {
+    match v {
+        [t, rest @ ..] if *t == tag && rest.len() == 8 => {
+            Some(u64::from_be_bytes(rest.try_into().expect("8 bytes")))
+        }
+        _ => None,
+    }
+}
+
+/// The exponent that makes `v` an exact decimal `m / 10^e`, searching from
+/// `from` up.
+fn decimal_exponent(v: f64, from: u32) -> Option<u32> {
+    (from..=MAX_DECIMAL_EXP).find(|&e| mantissa(v, e).is_some())
+}
+
+/// `m` with `m / 10^e == v` exactly (bit for bit), if there is one.
+fn mantissa(v: f64, e: u32) -> Option<i64> {
+    let scale = POW10[e as usize];
+    let m = (v * scale).round();
+    (m.abs() < MAX_EXACT_MANTISSA && (m / scale).to_bits() == v.to_bits()).then_some(m as i64)
+}
+
+fn encode_values(values: &[&[u8]], out: &mut Vec<u8>) {
+    let floats: Option<Vec<f64>> = values
+        .iter()
+        .map(|v| numeric(v, TAG_FLOAT).map(f64::from_bits))
+        .collect();
+    if let Some(floats) = floats {
+        let mut exp = 0;
+        let decimal = floats.iter().all(|&f| match decimal_exponent(f, exp) {
+            Some(e) => {
+                exp = e;
+                true
+            }
+            None => false,
+        });
+        let mantissas: Option<Vec<i64>> = if decimal {
+            floats.iter().map(|&f| mantissa(f, exp)).collect()
+        } else {
+            None
+        };
+        match mantissas {
+            Some(m) => {
+                out.push(CODEC_DECIMAL);
+                out.push(exp as u8);
+                encode_deltas(m.iter().map(|&m| m as u64), out);
+            }
+            None => {
+                out.push(CODEC_XOR);
+                put_len_prefixed(out, &encode_xor(&floats));
+            }
+        }
+        return;
+    }
+    for tag in [TAG_INT, TAG_UINT] {
+        let ints: Option<Vec<u64>> = values.iter().map(|v| numeric(v, tag)).collect();
+        if let Some(ints) = ints {
+            out.push(CODEC_INT);
+            out.push(tag);
+            encode_deltas(ints.into_iter(), out);
+            return;
+        }
+    }
+    out.push(CODEC_RAW);
+    let mut raw = Vec::new();
+    for v in values {
+        put_len_prefixed(&mut raw, v);
+    }
+    put_len_prefixed(out, &raw);
+}
+
+/// The first value, then each delta zigzagged and Rice-coded with a
+/// parameter fitted to the column (written before the data).
+fn encode_deltas(values: impl Iterator<Item = u64>, out: &mut Vec<u8>) {
+    let values: Vec<u64> = values.collect();
+    let deltas: Vec<u64> = values
+        .windows(2)
+        .map(|w| zigzag(w[1].wrapping_sub(w[0]) as i64))
+        .collect();
+    let sum: u128 = deltas.iter().map(|&d| u128::from(d)).sum();
+    let k = rice_parameter(sum, deltas.len());
+    out.push(k as u8);
+    let mut bits = BitWriter::default();
+    if let Some(&first) = values.first() {
+        bits.len_code(zigzag(first as i64));
+    }
+    for d in deltas {
+        bits.rice(d, k);
+    }
+    put_len_prefixed(out, &bits.finish());
+}
+
+/// Gorilla's XOR coding of floats.
+fn encode_xor(values: &[f64]) -> Vec<u8> {
+    let mut bits = BitWriter::default();
+    let mut prev = 0u64;
+    let (mut lead, mut trail) = (u32::MAX, 0u32);
+    for (i, v) in values.iter().enumerate() {
+        let v = v.to_bits();
+        if i == 0 {
+            bits.wide(v, 64);
+            prev = v;
+            continue;
+        }
+        let x = v ^ prev;
+        prev = v;
+        if x == 0 {
+            bits.bit(false);
+            continue;
+        }
+        bits.bit(true);
+        let (l, t) = (x.leading_zeros().min(63), x.trailing_zeros());
+        if lead != u32::MAX && l >= lead && t >= trail {
+            // Inside the previous window: its meaningful bits only.
+            bits.bit(false);
+            bits.wide(x >> trail, 64 - lead - trail);
+        } else {
+            bits.bit(true);
+            bits.bits(u64::from(l), 6);
+            let len = 64 - l - t;
+            bits.bits(u64::from(len - 1), 6);
+            bits.wide(x >> t, len);
+            (lead, trail) = (l, t);
+        }
+    }
+    bits.finish()
+}
+
+// ------------------------------------------------------------- decoding --
+
+/// Decodes a payload back into the standard block body, refusing to build
+/// one longer than `max_len`.
+pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
+    let mut r = Reader::new(payload);
+    if r.bytes(1, "time-series block format")? != [FORMAT] {
+        return Err(err(0, "unknown time-series block format"));
+    }
+    // Every entry has a key of at least KEY_OVERHEAD + 2 bytes in the body.
+    let entries = r.len(max_len / (KEY_OVERHEAD + 2), "entry count")?;
+    let rows = r.len(entries, "row count")?;
+    let family_count = r.len(payload.len(), "family count")?;
+    let mut families = Vec::with_capacity(family_count.min(256));
+    for _ in 0..family_count {
+        let family = r.len_prefixed(u8::MAX as usize, "column family")?;
+        if family.is_empty() {
+            return Err(err(r.pos(), "empty column family"));
+        }
+        families.push(family);
+    }
+    let column_count = r.len(payload.len(), "column count")?;
+    let mut columns = Vec::with_capacity(column_count.min(1024));
+    for _ in 0..column_count {
+        let f = r.len(families.len().saturating_sub(1), "column family index")?;
+        let family = *families
+            .get(f)
+            .ok_or_else(|| err(r.pos(), "column family index out of range"))?;
+        let qualifier = r.len_prefixed(payload.len(), "column qualifier")?;
+        columns.push((family, qualifier));
+    }
+    let bits_at = r.pos();
+    let row_bits = r.len_prefixed(payload.len(), "row bits")?;
+    let suffixes_at = r.pos();
+    let row_suffixes = r.len_prefixed(payload.len(), "row key suffixes")?;
+    let mut decoders = Vec::with_capacity(columns.len());
+    for _ in 0..columns.len() {
+        decoders.push(ValueDecoder::read(&mut r)?);
+    }
+    if !r.is_empty() {
+        return Err(err(r.pos(), "bytes after the last column"));
+    }
+
+    let mut bits = BitReader::new(row_bits, bits_at);
+    let mut suffixes = Reader::new(row_suffixes);
+    let mut builder = BlockBuilder::new(true);
+    let mut row: Vec<u8> = Vec::new();
+    let mut prev_tail_delta: i64 = 0;
+    let mut row_columns: Vec<usize> = Vec::new();
+    let mut prev_ts: u64 = 0;
+    let mut prev_ts_delta: i64 = 0;
+    let mut timestamps: Vec<u64> = Vec::new();
+    let mut kinds: Vec<(u8, Option<u64>)> = Vec::new();
+    let mut key = Vec::new();
+    let mut value = Vec::new();
+    let mut decoded = 0usize;
+    for _ in 0..rows {
+        let regular = bits.bit()?;
+        if regular {
+            if row.len() < 8 || row_columns.is_empty() {
+                return bits.fail("regular row before any row");
+            }
+            let t = tail(&row).wrapping_add(prev_tail_delta as u64);
+            let at = row.len() - 8;
+            row[at..].copy_from_slice(&t.to_be_bytes());
+        } else if bits.bit()? {
+            if row.len() < 8 {
+                return bits.fail("row key step on a key shorter than 8 bytes");
+            }
+            let delta = prev_tail_delta.wrapping_add(bits.signed()?);
+            let t = tail(&row).wrapping_add(delta as u64);
+            let at = row.len() - 8;
+            row[at..].copy_from_slice(&t.to_be_bytes());
+            prev_tail_delta = delta;
+        } else {
+            let shared = bits.len_code()?;
+            let suffix = bits.len_code()?;
+            if shared > row.len() as u64 || suffix > u64::from(u16::MAX) {
+                return bits.fail("row key prefix or suffix out of range");
+            }
+            row.truncate(shared as usize);
+            row.extend_from_slice(suffixes.bytes(suffix as usize, "row key suffix")?);
+            if row.is_empty() || row.len() > crate::cell::MAX_ROW_LEN {
+                return bits.fail("row key length out of range");
+            }
+            prev_tail_delta = 0;
+        }
+
+        if !regular && !bits.bit()? {
+            let count = bits.len_code()?;
+            if count == 0 || count > (entries - decoded) as u64 {
+                return bits.fail("cells per row out of range");
+            }
+            row_columns.clear();
+            for _ in 0..count {
+                let c = bits.len_code()?;
+                if c >= columns.len() as u64 {
+                    return bits.fail("column index out of range");
+                }
+                row_columns.push(c as usize);
+            }
+        }
+        if row_columns.is_empty() || row_columns.len() > entries - decoded {
+            return bits.fail("cells per row out of range");
+        }
+
+        let dod = if regular { 0 } else { bits.signed()? };
+        let delta = prev_ts_delta.wrapping_add(dod);
+        let first = prev_ts.wrapping_add(delta as u64);
+        prev_ts_delta = delta;
+        prev_ts = first;
+        timestamps.clear();
+        timestamps.push(first);
+        if regular || bits.bit()? {
+            timestamps.resize(row_columns.len(), first);
+        } else {
+            for _ in 1..row_columns.len() {
+                timestamps.push(first.wrapping_add(bits.signed()? as u64));
+            }
+        }
+
+        kinds.clear();
+        if regular || bits.bit()? {
+            kinds.resize(row_columns.len(), (crate::cell::CellKind::Put as u8, None));
+        } else {
+            for _ in 0..row_columns.len() {
+                let kind = bits.bits(8)? as u8;
+                if crate::cell::CellKind::from_code(kind & KIND_MASK).is_none()
+                    || kind & !(KIND_MASK | TTL_FLAG) != 0
+                {
+                    return bits.fail("unknown cell kind");
+                }
+                let ttl = if kind & TTL_FLAG != 0 {
+                    Some(bits.len_code()?)
+                } else {
+                    None
+                };
+                kinds.push((kind, ttl));
+            }
+        }
+
+        for ((&c, &ts), &(kind, ttl)) in row_columns.iter().zip(&timestamps).zip(&kinds) {
+            let (family, qualifier) = columns[c];
+            key.clear();
+            let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
+                .expect("checked above, or a plain put");
+            encode_key_into(
+                &mut key,
+                &row,
+                family,
+                qualifier,
+                ts,
+                kind_code,
+                ttl.is_some(),
+            );
+            value.clear();
+            decoders[c].next(&mut value)?;
+            builder.add(&key, ttl, &value);
+            if builder.size() > max_len {
+                return Err(err(0, "time-series block decodes past its size limit"));
+            }
+        }
+        decoded += row_columns.len();
+    }
+    if decoded != entries {
+        return Err(err(0, "time-series block holds fewer entries than it says"));
+    }
+    if !suffixes.is_empty() {
+        return Err(err(suffixes_at, "row key suffixes left over"));
+    }
+    if entries == 0 {
+        return Err(err(0, "empty time-series block"));
+    }
+    Ok(builder.finish())
+}
+
+/// The values of one column, decoded one at a time as rows ask for them.
+enum ValueDecoder<'a> {
+    Raw(Reader<'a>),
+    Decimal {
+        bits: BitReader<'a>,
+        scale: f64,
+        k: u32,
+        prev: Option<i64>,
+    },
+    Int {
+        bits: BitReader<'a>,
+        tag: u8,
+        k: u32,
+        prev: Option<u64>,
+    },
+    Xor {
+        bits: BitReader<'a>,
+        prev: Option<u64>,
+        lead: u32,
+        trail: u32,
+    },
+}
+
+impl<'a> ValueDecoder<'a> {
+    fn read(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        let codec = r.bytes(1, "column codec")?[0];
+        Ok(match codec {
+            CODEC_RAW => ValueDecoder::Raw(Reader::new(r.len_prefixed(usize::MAX, "raw values")?)),
+            CODEC_DECIMAL => {
+                let exp = r.bytes(1, "decimal exponent")?[0];
+                if u32::from(exp) > MAX_DECIMAL_EXP {
+                    return Err(err(r.pos(), "decimal exponent out of range"));
+                }
+                let k = rice_k(r)?;
+                let at = r.pos();
+                ValueDecoder::Decimal {
+                    bits: BitReader::new(r.len_prefixed(usize::MAX, "decimal values")?, at),
+                    scale: POW10[exp as usize],
+                    k,
+                    prev: None,
+                }
+            }
+            CODEC_INT => {
+                let tag = r.bytes(1, "integer type")?[0];
+                if tag != TAG_INT && tag != TAG_UINT {
+                    return Err(err(r.pos(), "integer type unknown"));
+                }
+                let k = rice_k(r)?;
+                let at = r.pos();
+                ValueDecoder::Int {
+                    bits: BitReader::new(r.len_prefixed(usize::MAX, "integer values")?, at),
+                    tag,
+                    k,
+                    prev: None,
+                }
+            }
+            CODEC_XOR => {
+                let at = r.pos();
+                ValueDecoder::Xor {
+                    bits: BitReader::new(r.len_prefixed(usize::MAX, "xor values")?, at),
+                    prev: None,
+                    lead: 0,
+                    trail: 0,
+                }
+            }
+            _ => return Err(err(r.pos(), "unknown column codec")),
+        })
+    }
+
+    /// Appends the next value of the column to `out`.
+    fn next(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        match self {
+            ValueDecoder::Raw(r) => {
+                let v = r.len_prefixed(usize::MAX, "raw value")?;
+                out.extend_from_slice(v);
+            }
+            ValueDecoder::Decimal {
+                bits,
+                scale,
+                k,
+                prev,
+            } => {
+                let m = match *prev {
+                    None => unzigzag(bits.len_code()?),
+                    Some(p) => p.wrapping_add(unzigzag(bits.rice(*k)?)),
+                };
+                *prev = Some(m);
+                if (m as f64).abs() >= MAX_EXACT_MANTISSA {
+                    return bits.fail("decimal mantissa out of range");
+                }
+                out.push(TAG_FLOAT);
+                out.extend_from_slice(&(m as f64 / *scale).to_be_bytes());
+            }
+            ValueDecoder::Int { bits, tag, k, prev } => {
+                let v = match *prev {
+                    None => unzigzag(bits.len_code()?) as u64,
+                    Some(p) => p.wrapping_add(unzigzag(bits.rice(*k)?) as u64),
+                };
+                *prev = Some(v);
+                out.push(*tag);
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            ValueDecoder::Xor {
+                bits,
+                prev,
+                lead,
+                trail,
+            } => {
+                let v = match *prev {
+                    None => bits.wide(64)?,
+                    Some(p) => {
+                        if !bits.bit()? {
+                            p
+                        } else {
+                            if bits.bit()? {
+                                *lead = bits.bits(6)? as u32;
+                                let len = bits.bits(6)? as u32 + 1;
+                                if *lead + len > 64 {
+                                    return bits.fail("xor window out of range");
+                                }
+                                *trail = 64 - *lead - len;
+                            }
+                            let x = bits.wide(64 - *lead - *trail)? << *trail;
+                            p ^ x
+                        }
+                    }
+                };
+                *prev = Some(v);
+                out.push(TAG_FLOAT);
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn rice_k(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
+    let k = u32::from(r.bytes(1, "rice parameter")?[0]);
+    if k > 56 {
+        return Err(err(r.pos(), "rice parameter out of range"));
+    }
+    Ok(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellKind, encode_key};
+    use crate::value::Value;
+
+    fn body(entries: &[(Vec<u8>, Option<u64>, Vec<u8>)]) -> Vec<u8> {
+        let mut b = BlockBuilder::new(true);
+        for (k, t, v) in entries {
+            b.add(k, *t, v);
+        }
+        b.finish()
+    }
+
+    fn round_trip(entries: &[(Vec<u8>, Option<u64>, Vec<u8>)]) -> usize {
+        let plain = body(entries);
+        let encoded = encode(plain.clone()).expect("encodes");
+        let decoded = decode(&encoded, 1 << 24).expect("decodes");
+        assert_eq!(decoded, plain, "the body comes back byte for byte");
+        encoded.len()
+    }
+
+    fn tsbs_entries(rows: u64, hosts: u64) -> Vec<(Vec<u8>, Option<u64>, Vec<u8>)> {
+        let mut out = Vec::new();
+        for h in 0..hosts {
+            for step in (0..rows).rev() {
+                let ts = crate::tsbs::T0_MS + step * crate::tsbs::INTERVAL_MS;
+                let row = crate::tsbs::cpu_row_key(h, ts);
+                let mut cells: Vec<(&str, f64)> = crate::tsbs::CPU_FIELDS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (*f, crate::tsbs::cpu_value(h, step, i)))
+                    .collect();
+                cells.sort_by(|a, b| a.0.cmp(b.0));
+                for (q, v) in cells {
+                    let key = encode_key(&row, b"f", q.as_bytes(), ts, CellKind::Put, false);
+                    out.push((key, None, Value::Float(v).encode()));
+                }
+            }
+        }
+        out.sort_by(|a, b| crate::cell::compare_keys(&a.0, &b.0));
+        out
+    }
+
+    #[test]
+    fn sensor_rows_shrink_to_about_a_byte_and_a_half_per_value() {
+        let entries = tsbs_entries(300, 2);
+        let plain = body(&entries).len();
+        let encoded = round_trip(&entries);
+        let per_value = encoded as f64 / entries.len() as f64;
+        assert!(
+            per_value < 1.6,
+            "{per_value} bytes per value ({plain} plain)"
+        );
+    }
+
+    #[test]
+    fn every_kind_of_cell_comes_back_exactly() {
+        let mut e = Vec::new();
+        let row = |s: &str| s.as_bytes().to_vec();
+        let k = |r: &[u8], q: &str, ts: u64, kind: CellKind, ttl: bool| {
+            encode_key(r, b"f", q.as_bytes(), ts, kind, ttl)
+        };
+        // Deletes, TTLs, versions of one column, mixed types, odd floats.
+        e.push((
+            k(&row("a"), "", 9, CellKind::DeleteFamily, false),
+            None,
+            vec![],
+        ));
+        e.push((
+            k(&row("a"), "q", 9, CellKind::DeleteColumn, false),
+            None,
+            vec![],
+        ));
+        e.push((
+            k(&row("a"), "q", 8, CellKind::Put, true),
+            Some(5_000),
+            Value::Int(-3).encode(),
+        ));
+        e.push((
+            k(&row("a"), "q", 7, CellKind::Put, false),
+            None,
+            Value::Int(i64::MAX).encode(),
+        ));
+        e.push((
+            k(&row("a"), "s", 7, CellKind::Put, false),
+            None,
+            Value::Str("x".into()).encode(),
+        ));
+        e.push((
+            k(&row("ab"), "f", 7, CellKind::Put, false),
+            None,
+            Value::Float(-0.0).encode(),
+        ));
+        e.push((
+            k(&row("ab"), "u", 1, CellKind::Put, false),
+            None,
+            Value::Uint(u64::MAX).encode(),
+        ));
+        e.push((
+            k(&row("b"), "f", 0, CellKind::Put, false),
+            None,
+            Value::Float(f64::MIN_POSITIVE).encode(),
+        ));
+        e.push((
+            k(&row("b"), "u", u64::MAX, CellKind::Put, false),
+            None,
+            Value::Uint(0).encode(),
+        ));
+        e.push((
+            k(&row("bbbbbbbbbbbb"), "f", 3, CellKind::DeleteVersion, false),
+            None,
+            vec![],
+        ));
+        e.push((
+            k(&row("bbbbbbbbbbbc"), "f", 3, CellKind::Put, false),
+            None,
+            Value::Float(1e300).encode(),
+        ));
+        e.push((
+            k(&row("c"), "raw", 3, CellKind::Put, false),
+            None,
+            b"not typed".to_vec(),
+        ));
+        round_trip(&e);
+    }
+
+    #[test]
+    fn codecs_round_trip_their_edge_values() {
+        let floats = [0.1, 0.2, 1e-5, 123456.789, -7.25, 0.0, 3.0, 99.99];
+        let xor = [
+            std::f64::consts::PI,
+            1.0 / 3.0,
+            -1.0 / 7.0,
+            f64::MAX,
+            f64::EPSILON,
+            2.5,
+        ];
+        for set in [&floats[..], &xor[..]] {
+            let e: Vec<_> = set
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let row = format!("row{i:03}");
+                    let key = encode_key(row.as_bytes(), b"f", b"v", 1, CellKind::Put, false);
+                    (key, None, Value::Float(*v).encode())
+                })
+                .collect();
+            round_trip(&e);
+        }
+        let ints = [i64::MIN, i64::MAX, 0, -1, 1, 1 << 40];
+        let e: Vec<_> = ints
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let key = encode_key(
+                    format!("r{i}").as_bytes(),
+                    b"f",
+                    b"v",
+                    1,
+                    CellKind::Put,
+                    false,
+                );
+                (key, None, Value::Int(*v).encode())
+            })
+            .collect();
+        round_trip(&e);
+    }
+
+    #[test]
+    fn damage_is_an_error_never_a_panic() {
+        let encoded = encode(body(&tsbs_entries(40, 1))).expect("encodes");
+        for i in 0..encoded.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = encoded.clone();
+                bad[i] ^= flip;
+                let _ = decode(&bad, 1 << 20);
+            }
+        }
+        for cut in 0..encoded.len() {
+            assert!(decode(&encoded[..cut], 1 << 20).is_err(), "cut at {cut}");
+        }
+        assert!(decode(&encoded, 100).is_err(), "size limit");
+    }
+}
