@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv bench-engine bench-query bench-kafka crash lint fmt clean
+.PHONY: run test build venv bench bench-peers bench-engine bench-query bench-kafka crash lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -34,6 +34,21 @@ endif
 
 build:
 	$(CARGO) build --release
+
+## The whole suite beside the peers (issue #6): fio, RocksDB db_bench,
+## InfluxDB and VictoriaMetrics (Debian packages, installed when missing),
+## on loopback; writes bench/RESULTS.md. Under 20 minutes on 2 cores.
+bench: venv bench-peers
+	$(CARGO) bench --bench suite
+
+PEERS := fio rocksdb-tools influxdb victoria-metrics strace
+bench-peers:
+	@missing=""; for p in $(PEERS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 ## The storage engine benchmark (issue #2): durable ingest against the raw
 ## disk limit, full scan, Get latency, peak RSS.

@@ -18,7 +18,6 @@
 //! data after the server stops, the q3 fan-out with a one-thread pool
 //! against the default pool. `HALITE_BENCH_DIR` keeps the data.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -30,70 +29,13 @@ use halite::config::Config;
 use halite::query::{self, AggFn, Aggregate, Query, QueryPool};
 use halite::store::{Store, StoreOptions};
 use halite::tsbs::{CPU_FIELDS, cpu_value};
+use support::{Conn, percentiles, process_cpu_secs};
+
+mod support;
 
 const HOSTS: u64 = 100;
 const BATCH_LINES: usize = 5_000;
 const T0_MS: u64 = 1_700_000_000_000;
-
-/// A keep-alive HTTP/1.1 connection.
-struct Conn {
-    reader: BufReader<TcpStream>,
-}
-
-impl Conn {
-    fn open(addr: &str) -> Conn {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_nodelay(true).expect("nodelay");
-        Conn {
-            reader: BufReader::new(s),
-        }
-    }
-
-    fn call(
-        &mut self,
-        method: &str,
-        path: &str,
-        content_type: &str,
-        body: &[u8],
-    ) -> (u16, Vec<u8>) {
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let s = self.reader.get_mut();
-        s.write_all(head.as_bytes()).expect("send");
-        s.write_all(body).expect("send body");
-        let mut line = String::new();
-        self.reader.read_line(&mut line).expect("status");
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .expect("status code");
-        let mut len = 0usize;
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).expect("header");
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                len = v.trim().parse().expect("length");
-            }
-        }
-        let mut body = vec![0u8; len];
-        self.reader.read_exact(&mut body).expect("body");
-        (status, body)
-    }
-}
-
-fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(|a, b| a.total_cmp(b));
-    (v[v.len() / 2], v[(v.len() * 99 / 100).min(v.len() - 1)])
-}
 
 fn time_query(
     addr: &str,
@@ -165,19 +107,6 @@ impl Queries {
         });
         println!("{label} q3 p50_us={p50:.0} p99_us={p99:.0}");
     }
-}
-
-/// User + system CPU seconds a process has used so far.
-fn process_cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th of the whole line.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz
 }
 
 fn main() {
