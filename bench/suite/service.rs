@@ -390,13 +390,15 @@ pub struct QueryFigures {
     pub commands: [String; 3],
 }
 
-/// One query: method, path, body; and a check of its answer that returns
-/// the number of values it holds.
+/// One query as sent: method, path, body.
+type Request = (String, String, String);
+
+/// A check of an answer that returns the number of values it holds.
 type Check = dyn Fn(&serde_json::Value) -> usize;
 
 fn time_query(
     addr: &str,
-    (method, path, body): &(String, String, String),
+    (method, path, body): &Request,
     runs: usize,
     expect: usize,
     check: &Check,
@@ -426,11 +428,7 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
     let last = w.last_ms;
     let hour = w.hour_after_ms();
     let series_fields = CPU_FIELDS.len();
-    let (q1, q2, q3): (
-        (String, String, String),
-        (String, String, String),
-        (String, String, String),
-    ) = match server.kind {
+    let (q1, q2, q3): (Request, Request, Request) = match server.kind {
         Kind::Halite => {
             let post = |body: String| ("POST".to_string(), "/api/v1/query".to_string(), body);
             (
@@ -523,7 +521,7 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
     let (q2_p50, q2_p99, _) = time_query(&server.addr, &q2, 200, 360 * series_fields, &count);
     let (q3_p50, q3_p99, answer) = time_query(&server.addr, &q3, 50, HOSTS as usize, &count);
     let q3_answer = max_per_host(kind, &answer);
-    let show = |(m, p, b): &(String, String, String)| {
+    let show = |(m, p, b): &Request| {
         if b.is_empty() {
             format!("{m} {p}")
         } else {
