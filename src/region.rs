@@ -1083,6 +1083,7 @@ impl Inner {
             if !scan.columns.wants_family(family) {
                 continue;
             }
+            let projection = scan.columns.projection_for(family).map(Arc::new);
             for reader in files.iter().rev() {
                 if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
                     continue;
@@ -1112,7 +1113,7 @@ impl Inner {
                         .fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                sources.push(Source::File(reader.iter()));
+                sources.push(Source::File(reader.iter_projected(projection.clone())));
             }
         }
         RowScanner::new(

@@ -117,6 +117,21 @@ impl Columns {
                 .any(|(f, q)| f == family && q == qualifier)
     }
 
+    /// The qualifiers of `family` this selection reads, when it names
+    /// single columns of it rather than the whole family.
+    pub fn projection_for(&self, family: &[u8]) -> Option<crate::region::sst::Projection> {
+        if self.is_all() || self.families.iter().any(|f| f == family) {
+            return None;
+        }
+        Some(crate::region::sst::Projection::new(
+            self.columns
+                .iter()
+                .filter(|(f, _)| f == family)
+                .map(|(_, q)| q.clone())
+                .collect(),
+        ))
+    }
+
     /// For a column this selection does not want: writes into `out` the
     /// first key of the next column of `row` that it may want — the next
     /// wanted qualifier of `family`, else the next family. False when

@@ -14,8 +14,9 @@ use super::sst::block::Block;
 
 const SHARDS: usize = 16;
 
-/// (reader id, block offset)
-pub type BlockKey = (u64, u64);
+/// (reader id, block offset, projection id: 0 for the whole block, else
+/// the [`crate::region::sst::Projection`] a TIME_SERIES block was decoded for)
+pub type BlockKey = (u64, u64, u64);
 
 #[derive(Debug, Default)]
 pub struct CacheStats {
@@ -81,7 +82,7 @@ impl BlockCache {
     }
 
     fn shard(&self, key: &BlockKey) -> &Mutex<Shard> {
-        let h = key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (key.1 >> 12);
+        let h = key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (key.1 >> 12) ^ key.2;
         &self.shards[(h % SHARDS as u64) as usize]
     }
 
@@ -188,16 +189,16 @@ mod tests {
         let one = block(10).charge();
         let cache = BlockCache::new(one * SHARDS * 3);
         // Same shard: reader id equal, offsets differ only in low bits.
-        cache.insert((1, 0), block(10), true);
+        cache.insert((1, 0, 0), block(10), true);
         for off in 1..10u64 {
-            cache.insert((1, off), block(10), false);
+            cache.insert((1, off, 0), block(10), false);
         }
         assert!(cache.bytes() <= one * 3 * SHARDS);
         assert!(
-            cache.get(&(1, 0)).is_some(),
+            cache.get(&(1, 0, 0)).is_some(),
             "in-memory block evicted before ordinary ones"
         );
-        assert!(cache.get(&(1, 1)).is_none());
+        assert!(cache.get(&(1, 1, 0)).is_none());
         assert!(cache.stats().evictions.load(Ordering::Relaxed) >= 7);
         assert_eq!(cache.stats().hits.load(Ordering::Relaxed), 1);
         assert_eq!(cache.stats().misses.load(Ordering::Relaxed), 1);

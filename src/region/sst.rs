@@ -25,6 +25,43 @@ pub use reader::{SstIter, SstReader};
 pub use writer::SstWriter;
 
 pub const SST_MAGIC: &[u8; 8] = b"HALSST\0\x01";
+
+/// The qualifiers a scan reads from one family. A TIME_SERIES block, being
+/// stored by column, decodes only these (and every delete marker), so a
+/// query for one field of ten walks a tenth of the cells; other blocks are
+/// read whole and the scan skips what it does not want.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Projection {
+    qualifiers: Vec<Vec<u8>>,
+    /// Its key in the block cache, never 0 (the whole block's).
+    id: u64,
+}
+
+impl Projection {
+    pub fn new(mut qualifiers: Vec<Vec<u8>>) -> Projection {
+        qualifiers.sort();
+        qualifiers.dedup();
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for q in &qualifiers {
+            h.update(&(q.len() as u64).to_le_bytes());
+            h.update(q);
+        }
+        Projection {
+            qualifiers,
+            id: h.digest() | 1,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn wants(&self, qualifier: &[u8]) -> bool {
+        self.qualifiers
+            .binary_search_by(|q| q.as_slice().cmp(qualifier))
+            .is_ok()
+    }
+}
 pub const SST_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]

@@ -86,6 +86,16 @@ fn frame_payload(body: &[u8], flags: u8, snappy: bool, out: &mut Vec<u8>) {
 /// Checks a frame and returns its body. Offsets in errors are relative to
 /// the frame start.
 pub fn unframe(frame: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
+    unframe_projected(frame, max_len, None).map(|(body, _)| body)
+}
+
+/// Like [`unframe`]; a time-series block keeps only what `projection`
+/// wants. Also says whether the block was a time-series block.
+pub fn unframe_projected(
+    frame: &[u8],
+    max_len: usize,
+    projection: Option<&super::Projection>,
+) -> Result<(Vec<u8>, bool), DecodeError> {
     if frame.len() < FRAME_OVERHEAD {
         return Err(DecodeError {
             offset: 0,
@@ -116,12 +126,14 @@ pub fn unframe(frame: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
     }
     let payload = decompress(head, raw_len)?;
     if flags & TIME_SERIES != 0 {
-        return super::ts_block::decode(&payload, max_len).map_err(|e| DecodeError {
-            offset: FRAME_HEADER + e.offset,
-            what: e.what,
-        });
+        return super::ts_block::decode_projected(&payload, max_len, projection)
+            .map(|body| (body, true))
+            .map_err(|e| DecodeError {
+                offset: FRAME_HEADER + e.offset,
+                what: e.what,
+            });
     }
-    Ok(payload)
+    Ok((payload, false))
 }
 
 /// Bytes of a frame before its payload.
@@ -229,6 +241,9 @@ pub struct Block {
     data: Bytes,
     entries_end: usize,
     restarts: Vec<u32>,
+    /// Decoded from a time-series block: a projected read of it is worth
+    /// decoding rather than reading this whole one.
+    pub from_time_series: bool,
 }
 
 impl Block {
@@ -268,6 +283,7 @@ impl Block {
             data: Bytes::from(data),
             entries_end: restarts_at,
             restarts,
+            from_time_series: false,
         })
     }
 
@@ -399,6 +415,11 @@ impl BlockIter {
 
     /// Positions at the first entry with key >= `target`; invalid if none.
     pub fn seek(&mut self, target: &[u8]) -> Result<(), DecodeError> {
+        if self.block.entries_end == 0 {
+            // A projected block that kept nothing.
+            self.at = 0;
+            return Ok(());
+        }
         let r = self.restart_before(target, true)?;
         self.key.clear();
         self.decode_at(self.block.restarts[r] as usize)?;
@@ -460,6 +481,9 @@ impl BlockIter {
 
     /// The last key in the block strictly before `target`, if any.
     pub fn last_key_before(&mut self, target: &[u8]) -> Result<Option<Vec<u8>>, DecodeError> {
+        if self.block.entries_end == 0 {
+            return Ok(None);
+        }
         let r = self.restart_before(target, true)?;
         self.key.clear();
         self.decode_at(self.block.restarts[r] as usize)?;

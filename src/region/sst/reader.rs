@@ -8,10 +8,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::block::{Block, BlockIter, unframe};
+use super::block::{Block, BlockIter, unframe, unframe_projected};
 use super::bloom::{Bloom, hash, rowcol_key};
 use super::writer::{TRAILER_LEN, decode_meta};
-use super::{FileMeta, SST_MAGIC, SST_VERSION, SstError};
+use super::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use crate::cell::{compare_keys, first_key_of_row};
 use crate::codec::Reader;
 use crate::region::block_cache::BlockCache;
@@ -224,30 +224,51 @@ impl SstReader {
     }
 
     pub(crate) fn block(&self, i: usize) -> Result<Arc<Block>, SstError> {
-        self.block_with(i, true)
+        self.block_with(i, true, None)
     }
 
     /// Reads data block `i`, using the cache when the family allows;
     /// `fill_cache: false` still uses cached blocks but does not add new ones
     /// (compactions read everything once and would evict the hot set).
-    fn block_with(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>, SstError> {
+    /// With a projection, a time-series block is decoded (and cached) with
+    /// only the projection's columns; other blocks are the whole block.
+    fn block_with(
+        &self,
+        i: usize,
+        fill_cache: bool,
+        projection: Option<&Projection>,
+    ) -> Result<Arc<Block>, SstError> {
         let entry = &self.index[i];
-        let key = (self.reader_id, entry.offset);
-        if self.use_cache
-            && let Some(b) = self.cache.get(&key)
-        {
-            return Ok(b);
+        let whole = (self.reader_id, entry.offset, 0);
+        if self.use_cache {
+            if let Some(p) = projection
+                && let Some(b) = self.cache.get(&(self.reader_id, entry.offset, p.id()))
+            {
+                return Ok(b);
+            }
+            // A whole block serves a projected read unless a projected
+            // decode of it would be smaller.
+            if let Some(b) = self.cache.get(&whole)
+                && (projection.is_none() || !b.from_time_series)
+            {
+                return Ok(b);
+            }
         }
         let mut buf = vec![0u8; entry.size as usize];
         self.file
             .read_exact_at(&mut buf, entry.offset)
             .map_err(|e| SstError::io(&self.path, "read data block", e))?;
-        let body =
-            unframe(&buf, MAX_BLOCK).map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
-        let block = Arc::new(
-            Block::parse(body).map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))?,
-        );
+        let (body, time_series) = unframe_projected(&buf, MAX_BLOCK, projection)
+            .map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
+        let mut block =
+            Block::parse(body).map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))?;
+        block.from_time_series = time_series;
+        let block = Arc::new(block);
         if self.use_cache && fill_cache {
+            let key = match projection {
+                Some(p) if time_series => (self.reader_id, entry.offset, p.id()),
+                _ => whole,
+            };
             self.cache.insert(key, block.clone(), self.in_memory);
         }
         Ok(block)
@@ -264,11 +285,18 @@ impl SstReader {
     }
 
     pub fn iter(self: &Arc<Self>) -> SstIter {
+        self.iter_projected(None)
+    }
+
+    /// A cursor that, in time-series blocks, sees only the projection's
+    /// columns and the delete markers (see [`Projection`]).
+    pub fn iter_projected(self: &Arc<Self>, projection: Option<Arc<Projection>>) -> SstIter {
         SstIter {
             reader: self.clone(),
             block_idx: 0,
             it: None,
             fill_cache: true,
+            projection,
         }
     }
 
@@ -392,6 +420,7 @@ pub struct SstIter {
     block_idx: usize,
     it: Option<BlockIter>,
     fill_cache: bool,
+    projection: Option<Arc<Projection>>,
 }
 
 impl SstIter {
@@ -414,7 +443,10 @@ impl SstIter {
             self.it = None;
             return Ok(());
         }
-        let mut it = BlockIter::new(self.reader.block_with(i, self.fill_cache)?);
+        let block = self
+            .reader
+            .block_with(i, self.fill_cache, self.projection.as_deref())?;
+        let mut it = BlockIter::new(block);
         it.seek_first().map_err(|e| self.corrupt(e))?;
         self.it = Some(it);
         Ok(())
@@ -441,7 +473,10 @@ impl SstIter {
         }
         let i = self.reader.block_for(target);
         self.block_idx = i;
-        let mut it = BlockIter::new(self.reader.block_with(i, self.fill_cache)?);
+        let block = self
+            .reader
+            .block_with(i, self.fill_cache, self.projection.as_deref())?;
+        let mut it = BlockIter::new(block);
         it.seek(target).map_err(|e| self.corrupt(e))?;
         self.it = Some(it);
         self.settle()

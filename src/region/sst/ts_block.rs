@@ -641,6 +641,17 @@ fn encode_xor(values: &[f64]) -> Vec<u8> {
 /// Decodes a payload back into the standard block body, refusing to build
 /// one longer than `max_len`.
 pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
+    decode_projected(payload, max_len, None)
+}
+
+/// Like [`decode`], keeping only the puts of the projection's qualifiers
+/// (and every delete marker, with an empty value): the other columns'
+/// values are not even decoded. May give a body with no entries.
+pub fn decode_projected(
+    payload: &[u8],
+    max_len: usize,
+    projection: Option<&super::Projection>,
+) -> Result<Vec<u8>, DecodeError> {
     let mut r = Reader::new(payload);
     if r.bytes(1, "time-series block format")? != [FORMAT] {
         return Err(err(0, "unknown time-series block format"));
@@ -671,6 +682,10 @@ pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
     let row_bits = r.len_prefixed(payload.len(), "row bits")?;
     let suffixes_at = r.pos();
     let row_suffixes = r.len_prefixed(payload.len(), "row key suffixes")?;
+    let wanted: Vec<bool> = columns
+        .iter()
+        .map(|(_, q)| projection.is_none_or(|p| p.wants(q)))
+        .collect();
     let mut decoders = Vec::with_capacity(columns.len());
     for _ in 0..columns.len() {
         decoders.push(ValueDecoder::read(&mut r)?);
@@ -778,10 +793,13 @@ pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
         }
 
         for ((&c, &ts), &(kind, ttl)) in row_columns.iter().zip(&timestamps).zip(&kinds) {
-            let (family, qualifier) = columns[c];
-            key.clear();
             let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
                 .expect("checked above, or a plain put");
+            if !wanted[c] && kind_code == crate::cell::CellKind::Put {
+                continue;
+            }
+            let (family, qualifier) = columns[c];
+            key.clear();
             encode_key_into(
                 &mut key,
                 &row,
@@ -792,7 +810,11 @@ pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
                 ttl.is_some(),
             );
             value.clear();
-            decoders[c].next(&mut value)?;
+            // A marker of a column left out keeps an empty value: reads
+            // never look at a marker's value, and its column is not decoded.
+            if wanted[c] {
+                decoders[c].next(&mut value)?;
+            }
             builder.add(&key, ttl, &value);
             if builder.size() > max_len {
                 return Err(err(0, "time-series block decodes past its size limit"));
@@ -808,6 +830,10 @@ pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
     }
     if entries == 0 {
         return Err(err(0, "empty time-series block"));
+    }
+    if builder.is_empty() {
+        // A projection that kept nothing: one restart at 0, no entries.
+        return Ok([0u32.to_le_bytes(), 1u32.to_le_bytes()].concat());
     }
     Ok(builder.finish())
 }
