@@ -38,7 +38,7 @@ use crate::error::{Error, ErrorKind};
 use crate::ingest::kafka::IngestStats;
 use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder};
-use crate::key::{FieldValue, KeySchema};
+use crate::key::{FieldRef, KeySchema};
 use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
 use crate::schema::FamilySpec;
@@ -429,28 +429,31 @@ impl RowOut<'_> {
         out.extend_from_slice(b"{\"row\":\"");
         push_hex(out, &self.row.key);
         out.extend_from_slice(b"\",\"key\":");
-        match self.schema.decode(&self.row.key) {
-            Ok(k) => {
-                out.extend_from_slice(b"{\"bucket\":");
-                match k.bucket {
-                    Some(b) => push_u64(out, u64::from(b)),
-                    None => out.extend_from_slice(b"null"),
-                }
-                out.extend_from_slice(b",\"fields\":{");
-                for (i, (name, v)) in k.fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    push_str(out, name);
-                    out.push(b':');
-                    match v {
-                        FieldValue::Uint(u) => push_u64(out, *u),
-                        FieldValue::Str(s) => push_str(out, s),
-                    }
-                }
-                out.extend_from_slice(b"}}");
+        let key_at = out.len();
+        out.extend_from_slice(b"{\"bucket\":");
+        match self.schema.salt_bucket(&self.row.key) {
+            Some(b) => push_u64(out, u64::from(b)),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"fields\":{");
+        let mut first = true;
+        let decoded = self.schema.decode_each(&self.row.key, |name, v| {
+            if !first {
+                out.push(b',');
             }
-            Err(_) => out.extend_from_slice(b"null"),
+            first = false;
+            push_str(out, name);
+            out.push(b':');
+            match v {
+                FieldRef::Uint(u) => push_u64(out, u),
+                FieldRef::Str(s) => push_str(out, s),
+            }
+        });
+        if decoded.is_ok() {
+            out.extend_from_slice(b"}}");
+        } else {
+            out.truncate(key_at);
+            out.extend_from_slice(b"null");
         }
         out.extend_from_slice(b",\"cells\":[");
         for (i, c) in self.row.cells.iter().enumerate() {
@@ -458,14 +461,17 @@ impl RowOut<'_> {
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"family\":");
-            push_str(out, &String::from_utf8_lossy(&c.family));
+            push_bytes_as_str(out, &c.family);
             out.extend_from_slice(b",\"qualifier\":");
-            push_str(out, &String::from_utf8_lossy(&c.qualifier));
+            push_bytes_as_str(out, &c.qualifier);
             out.extend_from_slice(b",\"timestamp\":");
             push_u64(out, c.timestamp);
             out.extend_from_slice(b",\"value\":");
             match Value::decode(&c.value) {
                 // Writing JSON into a Vec cannot fail.
+                Some(Value::Float(f)) => {
+                    let _ = serde_json::to_writer(&mut *out, &f);
+                }
                 Some(v) => {
                     let _ = serde_json::to_writer(&mut *out, &v);
                 }
@@ -478,6 +484,14 @@ impl RowOut<'_> {
             out.push(b'}');
         }
         out.extend_from_slice(b"]}");
+    }
+}
+
+/// Bytes (a family, a qualifier) as a JSON string, invalid UTF-8 replaced.
+fn push_bytes_as_str(out: &mut Vec<u8>, b: &[u8]) {
+    match std::str::from_utf8(b) {
+        Ok(s) => push_str(out, s),
+        Err(_) => push_str(out, &String::from_utf8_lossy(b)),
     }
 }
 
@@ -494,11 +508,21 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
+/// Bytes a JSON string can hold as they are (printable ASCII but `"` and
+/// `\`).
+static JSON_PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0x20;
+    while b < 0x7f {
+        t[b] = b != b'"' as usize && b != b'\\' as usize;
+        b += 1;
+    }
+    t
+};
+
 /// A JSON string: written as it is when nothing in it needs escaping.
 fn push_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
-    {
+    if s.bytes().all(|b| JSON_PLAIN[b as usize]) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -938,6 +962,7 @@ pub async fn serve_metrics(
 mod tests {
     use super::*;
     use crate::cell::Cell;
+    use crate::key::FieldValue;
 
     #[test]
     fn rows_written_by_hand_are_the_json_serde_would_write() {

@@ -563,6 +563,37 @@ impl KeySchema {
 
     /// Decodes a key back to named fields.
     pub fn decode(&self, key: &[u8]) -> Result<DecodedKey, Error> {
+        let mut fields = Vec::with_capacity(self.fields.len());
+        let bucket = self.decode_each(key, |name, v| {
+            fields.push((
+                name.to_string(),
+                match v {
+                    FieldRef::Uint(u) => FieldValue::Uint(u),
+                    FieldRef::Str(s) => FieldValue::Str(s.to_string()),
+                },
+            ));
+        })?;
+        Ok(DecodedKey { bucket, fields })
+    }
+
+    /// The salt bucket a key (of this schema's length) is in.
+    pub fn salt_bucket(&self, key: &[u8]) -> Option<u32> {
+        let s = self.salt.as_ref()?;
+        Some(match (s.width, key) {
+            (1, [b, ..]) => u32::from(*b),
+            (_, [hi, lo, ..]) => u32::from(u16::from_be_bytes([*hi, *lo])),
+            _ => return None,
+        })
+    }
+
+    /// Decodes a key field by field into `each(name, value)`, borrowing the
+    /// key's bytes (answers write thousands of keys: no allocation per
+    /// field); returns the salt bucket.
+    pub fn decode_each<'k>(
+        &self,
+        key: &'k [u8],
+        mut each: impl FnMut(&str, FieldRef<'k>),
+    ) -> Result<Option<u32>, Error> {
         if key.len() != self.key_len() {
             return Err(invalid(format!(
                 "key is {} bytes, the schema's keys are {}",
@@ -570,15 +601,8 @@ impl KeySchema {
                 self.key_len()
             )));
         }
-        let bucket = self.salt.as_ref().map(|s| {
-            if s.width == 1 {
-                u32::from(key[0])
-            } else {
-                u32::from(u16::from_be_bytes([key[0], key[1]]))
-            }
-        });
+        let bucket = self.salt_bucket(key);
         let mut at = self.prefix_len();
-        let mut fields = Vec::with_capacity(self.fields.len());
         for f in &self.fields {
             let w = f.encoding.width();
             let bytes = &key[at..at + w];
@@ -588,23 +612,23 @@ impl KeySchema {
                     let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
                     let s = std::str::from_utf8(&bytes[..end])
                         .map_err(|_| invalid(format!("key field `{}` is not UTF-8", f.name)))?;
-                    FieldValue::Str(s.to_string())
+                    FieldRef::Str(s)
                 }
                 FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. } => {
                     let mut b = [0u8; 8];
                     b[8 - w..].copy_from_slice(bytes);
-                    FieldValue::Uint(u64::from_be_bytes(b))
+                    FieldRef::Uint(u64::from_be_bytes(b))
                 }
                 FieldEncoding::Timestamp => {
-                    FieldValue::Uint(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
+                    FieldRef::Uint(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
                 }
-                FieldEncoding::ReversedTimestamp => FieldValue::Uint(
+                FieldEncoding::ReversedTimestamp => FieldRef::Uint(
                     u64::MAX - u64::from_be_bytes(bytes.try_into().expect("8 bytes")),
                 ),
             };
-            fields.push((f.name.clone(), value));
+            each(&f.name, value);
         }
-        Ok(DecodedKey { bucket, fields })
+        Ok(bucket)
     }
 
     /// The logical order of two value lists (key order): strings and numbers

@@ -387,6 +387,14 @@ impl RowBuf {
         start..self.bytes.len()
     }
 
+    /// Like `put`, reusing the last cell's family when it is the same.
+    fn put_family(&mut self, family: &[u8]) -> std::ops::Range<usize> {
+        match self.cells.last() {
+            Some(c) if self.bytes[c.family.clone()] == *family => c.family.clone(),
+            _ => self.put(family),
+        }
+    }
+
     fn view(&self) -> RowView<'_> {
         RowView { buf: self }
     }
@@ -645,8 +653,9 @@ impl RowScanner {
                 // the next one it wants: its versions cannot change the
                 // answer. (The empty qualifier is never skipped: family
                 // deletes live there.)
+                let wanted = a.columns.wants(k.family, k.qualifier);
                 if !k.qualifier.is_empty()
-                    && !a.columns.wants(k.family, k.qualifier)
+                    && !wanted
                     && a.columns
                         .next_wanted_key(&mut a.skip_target, k.row, k.family, k.qualifier)
                 {
@@ -654,12 +663,12 @@ impl RowScanner {
                     self.merge.skip_to(&a.skip_target)?;
                     continue;
                 }
-                a.group.start(&k);
+                a.group.start(&k, wanted);
             }
             if k.kind == CellKind::DeleteFamily {
                 family_delete = family_delete.max(Some(k.timestamp));
             }
-            let value = if k.kind == CellKind::Put && a.columns.wants(k.family, k.qualifier) {
+            let value = if k.kind == CellKind::Put && a.group.wanted {
                 self.merge.value()
             } else {
                 &[]
@@ -682,7 +691,7 @@ impl Assembler {
             return;
         }
         let g = &self.group;
-        if !self.columns.wants_family(&g.family) || !self.columns.wants(&g.family, &g.qualifier) {
+        if !g.wanted {
             self.group.clear();
             return;
         }
@@ -721,9 +730,10 @@ impl Assembler {
                 continue;
             }
             n += 1;
-            // Versions of one column share its family and qualifier bytes.
+            // Versions of one column share its family and qualifier bytes,
+            // and the columns of a row mostly one family.
             let (family, qualifier) = names
-                .get_or_insert_with(|| (out.put(&g.family), out.put(&g.qualifier)))
+                .get_or_insert_with(|| (out.put_family(&g.family), out.put(&g.qualifier)))
                 .clone();
             let value = out.put(value);
             out.cells.push(CellSpan {

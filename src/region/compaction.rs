@@ -296,7 +296,7 @@ fn write_major(
                 row = k.row.to_vec();
                 family_delete = None;
             }
-            group.start(&k);
+            group.start(&k, true);
         }
         if k.kind == CellKind::DeleteFamily {
             family_delete = family_delete.max(Some(k.timestamp));

@@ -91,6 +91,8 @@ pub struct ColumnGroup {
     pub qualifier: Vec<u8>,
     pub entries: Vec<GroupEntry>,
     values: Vec<u8>,
+    /// Whether the scan wants this column (decided once, at `start`).
+    pub wanted: bool,
 }
 
 impl ColumnGroup {
@@ -123,13 +125,14 @@ impl ColumnGroup {
         self.family == key.family && self.qualifier == key.qualifier
     }
 
-    pub fn start(&mut self, key: &KeyRef<'_>) {
+    pub fn start(&mut self, key: &KeyRef<'_>, wanted: bool) {
         if self.family != key.family {
             self.family.clear();
             self.family.extend_from_slice(key.family);
         }
         self.qualifier.clear();
         self.qualifier.extend_from_slice(key.qualifier);
+        self.wanted = wanted;
         self.clear();
     }
 }
