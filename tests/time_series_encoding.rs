@@ -181,8 +181,7 @@ fn scans_of_some_columns_read_only_those_and_answer_as_prefix_files_do() {
             .mutate(
                 &[
                     RowMutation::new("odd-a").delete_column("cpu", "v", None),
-                    RowMutation::new(tsbs::cpu_row_key(3, tsbs::T0_MS))
-                        .delete_family("cpu", None),
+                    RowMutation::new(tsbs::cpu_row_key(3, tsbs::T0_MS)).delete_family("cpu", None),
                 ],
                 Durability::SyncWal,
             )
