@@ -64,7 +64,7 @@ fn main() {
                     .expect("body");
                 assert!(bad.is_empty());
             }
-            cells += enc.finish().len();
+            cells += enc.finish().cells();
         }
         let per_message = t.elapsed().as_nanos() as f64 / rows as f64;
         assert_eq!(cells as u64, rows * 10);

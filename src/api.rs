@@ -917,7 +917,7 @@ async fn write(
     let written = batch.rows();
     if written > 0 {
         let store = s.store.clone();
-        blocking(move || store.write_entries(&name, batch, None)).await?;
+        blocking(move || store.write_encoded(&name, batch, None)).await?;
     }
     if errors.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());

@@ -85,7 +85,42 @@ pub struct PointEncoder<'t> {
     order_names: Vec<u8>,
     order_name_ends: Vec<usize>,
     parser: LineParser,
-    batch: EntryBatch,
+    /// One batch per region of the table, as the encoder found them: rows
+    /// land straight in their region's batch (no routing copy later).
+    batches: Vec<EntryBatch>,
+    rows: usize,
+}
+
+/// Rows encoded for a table, split by its regions as they were when the
+/// encoding started; the store checks the regions are still those (a
+/// split since sends the rows through its own routing).
+pub struct EncodedRows {
+    /// The ids of the table's regions, in key order.
+    pub region_ids: Vec<u64>,
+    /// One batch per region, in the same order; empty where no row fell.
+    pub batches: Vec<EntryBatch>,
+}
+
+impl EncodedRows {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(EntryBatch::rows).sum()
+    }
+
+    /// Cells in all rows.
+    pub fn cells(&self) -> usize {
+        self.batches.iter().map(EntryBatch::len).sum()
+    }
+
+    /// Every row in one batch, region after region (key order of regions).
+    pub fn into_batch(self) -> EntryBatch {
+        let mut out = EntryBatch::new();
+        for b in &self.batches {
+            for i in 0..b.rows() {
+                out.push_row_from(b, i);
+            }
+        }
+        out
+    }
 }
 
 impl<'t> PointEncoder<'t> {
@@ -105,7 +140,8 @@ impl<'t> PointEncoder<'t> {
             order_names: Vec::new(),
             order_name_ends: Vec::new(),
             parser: LineParser::default(),
-            batch: EntryBatch::new(),
+            batches: table.regions.iter().map(|_| EntryBatch::new()).collect(),
+            rows: 0,
         })
     }
 
@@ -166,8 +202,12 @@ impl<'t> PointEncoder<'t> {
     /// touches fresh pages at every step, which costs more than encoding.
     fn reserve(&mut self, points: usize) {
         // A TSBS cpu row is 10 cells of ~75 bytes (a 41-byte row key in
-        // each cell's key, the qualifier, timestamp and value).
-        self.batch.reserve(points * 800, points * 10, points);
+        // each cell's key, the qualifier, timestamp and value); rows spread
+        // over the regions (a salted table's, evenly).
+        let per_region = points / self.batches.len().max(1) + 1;
+        for b in &mut self.batches {
+            b.reserve(per_region * 800, per_region * 10, per_region);
+        }
     }
 
     /// Room for the points of `bytes` of messages (a Kafka batch) in one
@@ -181,7 +221,7 @@ impl<'t> PointEncoder<'t> {
 
     /// Rows added so far.
     pub fn rows(&self) -> usize {
-        self.batch.rows()
+        self.rows
     }
 
     /// Adds `point` as one row; `now_ms` stands in for a missing timestamp.
@@ -264,9 +304,14 @@ impl<'t> PointEncoder<'t> {
                 self.order_name_ends.push(self.order_names.len());
             }
         }
+        let region = table
+            .regions
+            .partition_point(|r| r.start.as_slice() <= self.key.as_slice())
+            .saturating_sub(1);
+        let batch = &mut self.batches[region];
         for &i in &self.order {
             let (name, value) = point.field(i);
-            self.batch.push_with(
+            batch.push_with(
                 &self.key,
                 self.family,
                 name.as_bytes(),
@@ -276,7 +321,8 @@ impl<'t> PointEncoder<'t> {
                 |out| value.encode_into(out),
             );
         }
-        self.batch.end_row();
+        batch.end_row();
+        self.rows += 1;
         Ok(())
     }
 
@@ -296,8 +342,11 @@ impl<'t> PointEncoder<'t> {
         true
     }
 
-    pub fn finish(self) -> EntryBatch {
-        self.batch
+    pub fn finish(self) -> EncodedRows {
+        EncodedRows {
+            region_ids: self.table.regions.iter().map(|r| r.id).collect(),
+            batches: self.batches,
+        }
     }
 }
 
@@ -473,7 +522,7 @@ mod tests {
             let e = outcomes[i].as_ref().expect_err("bad point accepted");
             assert!(e.contains(needle), "line {i}: {e}");
         }
-        let batch = enc.finish();
+        let batch = enc.finish().into_batch();
         assert_eq!(batch.rows(), 2);
         let key = |host: &str, ts: u64| {
             t.key

@@ -76,7 +76,7 @@ impl StoreOptions {
     }
 }
 
-/// A write handed to the shards by [`Store::submit_entries`], not yet known
+/// A write handed to the shards by [`Store::submit_encoded`], not yet known
 /// to be durable; [`Store::wait`] finishes it.
 pub struct PendingBatch {
     name: TableName,
@@ -462,17 +462,62 @@ impl Store {
         self.wait(pending)
     }
 
-    /// Hands `batch` to the writer shards and returns without waiting for
-    /// it to be durable: [`Store::wait`] does, so a caller can encode its
-    /// next batch while this one is logged (the Kafka writers do). Writes
-    /// submitted one after the other are logged in that order per region.
-    pub fn submit_entries(
+    /// Writes rows a [`crate::ingest::PointEncoder`] encoded and split by
+    /// region; acknowledged as the table's durability says.
+    pub fn write_encoded(
         &self,
         name: &TableName,
-        batch: EntryBatch,
+        rows: crate::ingest::EncodedRows,
+        origin: Option<Origin>,
+    ) -> Result<()> {
+        let pending = self.submit_encoded(name, rows, origin)?;
+        self.wait(pending)
+    }
+
+    /// Hands encoded rows to the writer shards and returns without waiting
+    /// for them to be durable: [`Store::wait`] does, so a caller can encode
+    /// its next batch while this one is logged (the Kafka writers do).
+    /// Writes submitted one after the other are logged in that order per
+    /// region. When the table's regions are still the ones the rows were
+    /// split by, each batch goes to its region as it is.
+    pub fn submit_encoded(
+        &self,
+        name: &TableName,
+        rows: crate::ingest::EncodedRows,
         origin: Option<Origin>,
     ) -> Result<PendingBatch> {
-        self.submit_rows(name, Rows::Entries(batch), origin)
+        self.wait_for_memory()?;
+        let table = self.table(name)?;
+        let same_layout = rows.region_ids.len() == table.desc.regions.len()
+            && rows
+                .region_ids
+                .iter()
+                .zip(&table.desc.regions)
+                .all(|(id, r)| *id == r.id);
+        let per_region: Vec<(usize, Rows)> = rows
+            .batches
+            .into_iter()
+            .enumerate()
+            .filter(|(_, b)| !b.is_empty())
+            .flat_map(|(i, b)| {
+                if same_layout {
+                    vec![(i, Rows::Entries(b))]
+                } else {
+                    Rows::Entries(b).by_region(&table)
+                }
+            })
+            .collect();
+        for (_, r) in &per_region {
+            count_bucket_rows(&table, r);
+        }
+        let replies = self.send_routed(&table, per_region, origin.as_ref())?;
+        Ok(PendingBatch {
+            name: name.clone(),
+            origin,
+            table,
+            replies,
+            deadline: std::time::Instant::now() + LAYOUT_CHANGE_WAIT,
+        })
     }
 
     fn submit_rows(
@@ -698,6 +743,16 @@ impl Store {
             .flat_map(|r| r.by_region(table))
             .filter(|(_, r)| !r.is_empty())
             .collect();
+        self.send_routed(table, per_region, origin)
+    }
+
+    /// Sends each region's rows to its shard.
+    fn send_routed(
+        &self,
+        table: &Arc<Table>,
+        per_region: Vec<(usize, Rows)>,
+        origin: Option<&Origin>,
+    ) -> Result<Vec<Receiver<Submitted>>> {
         let mut replies = Vec::with_capacity(per_region.len());
         for (i, rows) in per_region {
             let region = table.regions[i].clone();

@@ -1310,7 +1310,7 @@ fn submit_batch(
     }
     let entries = encoder.finish();
     submitted.points = entries.rows() as u64;
-    submitted.cells = entries.len() as u64;
+    submitted.cells = entries.cells() as u64;
     if submitted.points > 0 {
         // The record carries what is durable before it, so a restart can
         // resume there even if no Kafka commit said so.
@@ -1323,7 +1323,7 @@ fn submit_batch(
                 partition: batch.partition as u32,
                 durable_below: durable_below as u64,
             });
-        match store.submit_entries(&route.table, entries, origin) {
+        match store.submit_encoded(&route.table, entries, origin) {
             Ok(pending) => submitted.write = Some((pending, desc.durability)),
             Err(e) => {
                 tracing::error!(
