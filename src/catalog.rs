@@ -226,6 +226,22 @@ impl Catalog {
         })
     }
 
+    /// Reads the catalog in `dir` without creating or changing anything
+    /// (for `halite verify`): its tables and the splits under way.
+    pub fn inspect(dir: impl AsRef<Path>) -> Result<(Vec<TableDescriptor>, Vec<SplitIntent>)> {
+        let path = dir.as_ref().join(CATALOG_FILE);
+        let buf = std::fs::read(&path).map_err(|e| Error::io(&path, "read catalog", e))?;
+        let corrupt = |offset: u64, what: String| Error::CatalogCorrupt {
+            path: path.clone(),
+            offset,
+            what,
+        };
+        let body = crate::fsutil::unseal(MAGIC, &buf).map_err(|(o, w)| corrupt(o, w.into()))?;
+        let data: CatalogData = serde_json::from_slice(body)
+            .map_err(|e| corrupt(16, format!("invalid document: {e}")))?;
+        Ok((data.tables.into_values().collect(), data.splits))
+    }
+
     /// Applies `change` to a copy, stores it, then makes it current.
     fn update<T>(&self, change: impl FnOnce(&mut CatalogData) -> Result<T>) -> Result<T> {
         let mut data = self.data.lock();

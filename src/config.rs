@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use crate::region::RegionOptions;
 use crate::region::compaction::CompactionOptions;
-use crate::region::wal::WalOptions;
 use crate::region::wal::io::IoBackendChoice;
+use crate::region::wal::{WalOptions, WalRecovery};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -186,6 +186,9 @@ pub struct WalConfig {
     pub async_sync_interval: Dur,
     /// Reuse flushed segments instead of deleting them (default true).
     pub recycle: bool,
+    /// Damage in the middle of the log at recovery: `strict` refuses to
+    /// open (default), `stop_at_damage` recovers what precedes it.
+    pub recovery: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -260,6 +263,7 @@ impl Default for WalConfig {
             depth: d.depth,
             async_sync_interval: Dur(d.async_sync_interval),
             recycle: d.recycle,
+            recovery: "strict".into(),
         }
     }
 }
@@ -352,6 +356,9 @@ impl Config {
         if !matches!(self.wal.io.as_str(), "auto" | "sync") {
             return bad("wal.io", "must be `auto` or `sync`");
         }
+        if !matches!(self.wal.recovery.as_str(), "strict" | "stop_at_damage") {
+            return bad("wal.recovery", "must be `strict` or `stop_at_damage`");
+        }
         if self.wal.segment_size.0 < 64 * 1024 {
             return bad("wal.segment_size", "must be at least 64KiB");
         }
@@ -410,6 +417,11 @@ impl Config {
             depth: self.wal.depth,
             async_sync_interval: self.wal.async_sync_interval.0,
             recycle: self.wal.recycle,
+            recovery: if self.wal.recovery == "stop_at_damage" {
+                WalRecovery::StopAtDamage
+            } else {
+                WalRecovery::Strict
+            },
         }
     }
 

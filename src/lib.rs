@@ -46,6 +46,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tsbs;
 pub mod value;
+pub mod verify;
 
 pub use cell::{Cell, Row, RowMutation};
 pub use error::{Error, ErrorKind, Result};

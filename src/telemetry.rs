@@ -191,6 +191,10 @@ fn describe() {
         "WAL bytes written, per shard."
     );
     describe_counter!("halite_wal_syncs_total", "WAL fdatasyncs, per shard.");
+    describe_counter!(
+        "halite_wal_damage_stops_total",
+        "Damaged spots in the middle of the WAL that recovery stopped at (wal.recovery = stop_at_damage), per shard."
+    );
     describe_gauge!(
         "halite_wal_backend_info",
         "The WAL's I/O backend per shard (io_uring or sync), always 1."
@@ -334,6 +338,7 @@ fn record_store(store: &Store) {
         counter!("halite_wal_appends_total", &shard()).absolute(s.appends.load(Relaxed));
         counter!("halite_wal_written_bytes_total", &shard()).absolute(s.bytes.load(Relaxed));
         counter!("halite_wal_syncs_total", &shard()).absolute(s.syncs.get());
+        counter!("halite_wal_damage_stops_total", &shard()).absolute(s.damage_stops.load(Relaxed));
         gauge!(
             "halite_wal_backend_info",
             "shard" => shard()[0].1.clone(),

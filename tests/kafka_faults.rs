@@ -263,6 +263,7 @@ fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
                 "region.global_memstore_size=\"16MiB\"",
                 "kafka.max_buffered=\"8MiB\"",
                 "kafka.writers=2",
+                "kafka.max_in_flight=4",
                 "kafka.commit_interval=\"200ms\"",
             ],
         ),
@@ -307,9 +308,12 @@ fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
     // ...and stays far below the ~330 MB of messages (~1.1 GB as cells):
     // MemStores (16 MiB, their 2 MiB arena chunks per region and a 64 MiB
     // pool of spare chunks), the fetch buffer (8 MiB), librdkafka's
-    // prefetch (16 MiB), two writers' batches, WAL buffers and what the
-    // allocator keeps per thread.
-    let bound = base + (320 << 20);
+    // prefetch (16 MiB), two writers' batches and four submitted ones
+    // waiting for their WAL sync (each a few MiB as cells), WAL buffers
+    // and what the allocator keeps per thread: mimalloc holds freed pages
+    // for reuse a while (with MIMALLOC_PURGE_DELAY=0 this peak measured
+    // 159-177 MiB instead of 280-320).
+    let bound = base + (384 << 20);
     let peak = peaks[0].max(peaks[1]);
     assert!(
         peak < bound,

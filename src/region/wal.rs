@@ -91,6 +91,23 @@ pub struct WalOptions {
     pub async_sync_interval: Duration,
     /// Reuse flushed segments instead of deleting them (default on).
     pub recycle: bool,
+    /// What recovery does with damage in the middle of the log.
+    pub recovery: WalRecovery,
+}
+
+/// Recovery of damage in the middle of the log — in data a later record
+/// says was synced, or anywhere before a closed segment's end — as opposed
+/// to a torn tail, which is always cut off (it holds nothing acknowledged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WalRecovery {
+    /// Refuse to open, naming the file and offset (the default: nothing
+    /// acknowledged is given up without an operator saying so).
+    #[default]
+    Strict,
+    /// Open with every record before the damage and none after it (later
+    /// segments are set aside as `.damaged`), logged and counted: a
+    /// point-in-time recovery.
+    StopAtDamage,
 }
 
 impl Default for WalOptions {
@@ -102,6 +119,7 @@ impl Default for WalOptions {
             depth: 4,
             async_sync_interval: Duration::from_secs(1),
             recycle: true,
+            recovery: WalRecovery::Strict,
         }
     }
 }
@@ -191,6 +209,8 @@ pub struct WalStats {
     /// Sum of sync latencies in µs, for a mean in benchmarks.
     pub sync_micros: AtomicU64,
     pub segments_rolled: AtomicU64,
+    /// Damaged spots in the middle of the log that recovery stopped at.
+    pub damage_stops: AtomicU64,
     /// Most batches seen in flight at once (io_uring pipelining at work).
     pub max_in_flight: AtomicU64,
 }
@@ -315,20 +335,38 @@ impl Wal {
 
         let mut recovered = Vec::new();
         let mut closed = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
+        let mut damage_stops = 0;
+        let mut ids_iter = ids.iter().enumerate();
+        while let Some((i, &id)) = ids_iter.next() {
             let path = segment_path(&dir, id);
             let is_last = i + 1 == ids.len();
-            let (valid_len, max_seq) = scan_segment(&path, id, is_last)?;
+            let scanned = scan_segment(&path, id, is_last, options.recovery)?;
             recovered.push(RecoveredSegment {
                 id,
                 path: path.clone(),
-                valid_len,
+                valid_len: scanned.valid_len,
             });
-            closed.push(ClosedSegment { id, path, max_seq });
+            closed.push(ClosedSegment {
+                id,
+                path,
+                max_seq: scanned.max_seq,
+            });
+            if scanned.stopped {
+                damage_stops += 1;
+                // Nothing after the damage is replayed: later segments are
+                // kept aside, under a name recovery does not read.
+                for (_, &later) in ids_iter.by_ref() {
+                    let from = segment_path(&dir, later);
+                    let to = dir.join(format!("{later:020}.damaged"));
+                    fs::rename(&from, &to).map_err(|e| WalError::io(&from, "set aside", e))?;
+                }
+                fsync_dir(&dir)?;
+            }
         }
         let next_id = ids.last().map_or(1, |id| id + 1);
 
         let stats = WalStats::default();
+        stats.damage_stops.store(damage_stops, Ordering::Relaxed);
         let io = io::open_backend(options.io, options.depth, stats.syncs.clone());
         let backend = io.kind();
         let shared = Arc::new(Shared {
@@ -358,6 +396,8 @@ impl Wal {
             inflight: VecDeque::new(),
             unsynced: false,
             last_sync: Instant::now(),
+            synced_to: SEGMENT_HEADER_LEN,
+            claimed: SEGMENT_HEADER_LEN,
         };
         writer.prepare_spare();
         let thread = std::thread::Builder::new()
@@ -536,58 +576,169 @@ impl Drop for Wal {
     }
 }
 
-/// Checks one segment; returns the length of its whole records and the
-/// highest sequence id per region. Damage before the end of a closed segment
-/// is an error; in the last segment it is a torn tail, cut off here by
-/// writing an end record over it.
-fn scan_segment(path: &Path, id: u64, is_last: bool) -> Result<(u64, HashMap<u64, u64>), WalError> {
-    let buf = fs::read(path).map_err(|e| WalError::io(path, "read segment", e))?;
-    let corrupt = |offset: usize, what: &'static str| WalError::Corrupt {
-        path: path.to_path_buf(),
-        offset: offset as u64,
-        what,
-    };
+/// What the check of one segment found.
+struct ScannedSegment {
+    /// Bytes holding whole records (header included), up to where reading
+    /// stops.
+    valid_len: u64,
+    /// Highest sequence id per region among those records.
+    max_seq: HashMap<u64, u64>,
+    /// Damage in the middle of the log was found (and stopped at, in
+    /// `StopAtDamage` mode): later segments must not be replayed.
+    stopped: bool,
+}
+
+/// How a segment's records end, as [`check_segment`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentEnd {
+    /// A segment-end record at this offset.
+    Closed(u64),
+    /// The last segment's written part ends here: zeros, or a frame cut
+    /// short that nothing later claims was synced (recovery cuts it off).
+    TornTail(u64),
+    /// Damage in the middle of the log at this offset: in a closed segment
+    /// before its end record, or in data a later sync point says was
+    /// synced.
+    Damage { offset: u64, what: &'static str },
+}
+
+/// The result of reading a segment's records without changing anything.
+#[derive(Debug, Clone)]
+pub struct SegmentCheck {
+    pub end: SegmentEnd,
+    /// Edits records read before the end.
+    pub records: u64,
+    /// Highest sequence id per region among them.
+    pub max_seq: HashMap<u64, u64>,
+}
+
+/// Reads every record of segment `id` in `buf` (its whole file) and says
+/// how it ends; `is_last` says whether it is the live (last) segment,
+/// which may end in a torn tail. A bad header is an error.
+pub fn check_segment(
+    buf: &[u8],
+    id: u64,
+    is_last: bool,
+) -> Result<SegmentCheck, (u64, &'static str)> {
     if buf.len() < SEGMENT_HEADER_LEN as usize || &buf[..8] != record::SEGMENT_MAGIC {
-        return Err(corrupt(0, "bad segment header magic"));
+        return Err((0, "bad segment header magic"));
     }
     if buf[8..16] != id.to_le_bytes() {
-        return Err(corrupt(8, "segment header names another segment"));
+        return Err((8, "segment header names another segment"));
     }
     let mut max_seq = HashMap::new();
+    let mut records = 0;
     let mut pos = SEGMENT_HEADER_LEN as usize;
-    loop {
-        match record::read_frame(&buf, pos, id) {
+    let end = loop {
+        let damage: &'static str = match record::read_frame(buf, pos, id) {
             Frame::Record {
                 kind: TYPE_SEGMENT_END,
                 ..
-            } => return Ok((pos as u64, max_seq)),
-            Frame::Record { payload, next, .. } => {
-                let edits = record::decode_edits(payload)
-                    .map_err(|e| corrupt(pos + record::FRAME_HEADER_LEN + e.offset, e.what))?;
-                if !edits.rows.is_empty() {
-                    let last = edits.first_seq + edits.rows.len() as u64 - 1;
-                    let m = max_seq.entry(edits.region_id).or_insert(0);
-                    *m = last.max(*m);
-                }
+            } => break SegmentEnd::Closed(pos as u64),
+            Frame::Record {
+                kind: record::TYPE_SYNC_POINT,
+                next,
+                ..
+            } => {
                 pos = next;
+                continue;
             }
-            Frame::EndOfData | Frame::Bad { .. } if is_last => {
-                // Torn tail (or never written): end the segment here so the
-                // next recovery sees a cleanly closed segment.
-                let file = OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| WalError::io(path, "open segment", e))?;
-                let mut end = Vec::new();
-                record::frame_into(&mut end, id, TYPE_SEGMENT_END, &[]);
-                file.write_all_at(&end, pos as u64)
-                    .and_then(|_| file.sync_data())
-                    .map_err(|e| WalError::io(path, "write end record", e))?;
-                return Ok((pos as u64, max_seq));
+            Frame::Record { payload, next, .. } => match record::decode_edits(payload) {
+                Ok(edits) => {
+                    if !edits.rows.is_empty() {
+                        let last = edits.first_seq + edits.rows.len() as u64 - 1;
+                        let m = max_seq.entry(edits.region_id).or_insert(0);
+                        *m = last.max(*m);
+                    }
+                    records += 1;
+                    pos = next;
+                    continue;
+                }
+                // A record whose checksum holds but whose edits do not
+                // decode was written wrong: damage whatever its place.
+                Err(e) => {
+                    break SegmentEnd::Damage {
+                        offset: pos as u64,
+                        what: e.what,
+                    };
+                }
+            },
+            Frame::EndOfData if !is_last => "closed segment has no end record",
+            Frame::EndOfData => "zeros where synced records should be",
+            Frame::Bad { what } => what,
+        };
+        let synced_past = record::highest_sync_claim_after(buf, pos + 1, id)
+            .is_some_and(|claim| claim > pos as u64);
+        break if is_last && !synced_past {
+            SegmentEnd::TornTail(pos as u64)
+        } else {
+            SegmentEnd::Damage {
+                offset: pos as u64,
+                what: damage,
             }
-            Frame::EndOfData => return Err(corrupt(pos, "closed segment has no end record")),
-            Frame::Bad { what } => return Err(corrupt(pos, what)),
+        };
+    };
+    Ok(SegmentCheck {
+        end,
+        records,
+        max_seq,
+    })
+}
+
+/// Checks one segment at recovery: a torn tail is cut off by writing an end
+/// record over it; damage in the middle of the log is an error, or with
+/// `WalRecovery::StopAtDamage` where reading stops (cut off the same way).
+fn scan_segment(
+    path: &Path,
+    id: u64,
+    is_last: bool,
+    mode: WalRecovery,
+) -> Result<ScannedSegment, WalError> {
+    let buf = fs::read(path).map_err(|e| WalError::io(path, "read segment", e))?;
+    let corrupt = |offset: u64, what: &'static str| WalError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        what,
+    };
+    let check = check_segment(&buf, id, is_last).map_err(|(o, w)| corrupt(o, w))?;
+    let end_here = |pos: u64| -> Result<(), WalError> {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| WalError::io(path, "open segment", e))?;
+        let mut end = Vec::new();
+        record::frame_into(&mut end, id, TYPE_SEGMENT_END, &[]);
+        file.write_all_at(&end, pos)
+            .and_then(|_| file.sync_data())
+            .map_err(|e| WalError::io(path, "write end record", e))
+    };
+    let scanned = |valid_len, stopped| ScannedSegment {
+        valid_len,
+        max_seq: check.max_seq.clone(),
+        stopped,
+    };
+    match check.end {
+        SegmentEnd::Closed(at) => Ok(scanned(at, false)),
+        SegmentEnd::TornTail(at) => {
+            // Torn tail (or never written): end the segment here so the
+            // next recovery sees a cleanly closed segment.
+            end_here(at)?;
+            Ok(scanned(at, false))
         }
+        SegmentEnd::Damage { offset, what } => match mode {
+            WalRecovery::Strict => Err(corrupt(offset, what)),
+            WalRecovery::StopAtDamage => {
+                tracing::error!(
+                    segment = %path.display(),
+                    offset,
+                    damage = what,
+                    "damage in the middle of the WAL: recovering the records before it, \
+                     giving up every record after it (wal.recovery = \"stop_at_damage\")"
+                );
+                end_here(offset)?;
+                Ok(scanned(offset, true))
+            }
+        },
     }
 }
 
@@ -649,6 +800,8 @@ struct Batch {
     outcome: Option<std::io::Result<()>>,
     sync: bool,
     submitted: Instant,
+    /// Segment offset just past the batch.
+    end: u64,
 }
 
 struct Writer {
@@ -663,6 +816,10 @@ struct Writer {
     inflight: VecDeque<Batch>,
     unsynced: bool,
     last_sync: Instant,
+    /// Offset of the active segment up to which everything is synced...
+    synced_to: u64,
+    /// ...and the highest such offset written down in a sync point record.
+    claimed: u64,
 }
 
 /// How long the writer waits for a completion before looking for new
@@ -752,7 +909,18 @@ impl Writer {
             self.fail(e.to_string());
             return self.submit(requests);
         }
-        let mut buf = Vec::with_capacity(total);
+        let mut buf = Vec::with_capacity(total + record::SYNC_POINT_LEN);
+        // What is known synced so far goes first: recovery then knows that
+        // damage before it is corruption, not a torn tail.
+        if self.synced_to > self.claimed {
+            record::frame_into(
+                &mut buf,
+                self.seg_id,
+                record::TYPE_SYNC_POINT,
+                &self.synced_to.to_le_bytes(),
+            );
+            self.claimed = self.synced_to;
+        }
         let mut tickets = Vec::with_capacity(requests.len());
         let mut sync =
             self.unsynced && self.last_sync.elapsed() >= self.shared.options.async_sync_interval;
@@ -822,6 +990,7 @@ impl Writer {
             outcome: None,
             sync,
             submitted: Instant::now(),
+            end: offset + bytes as u64,
         });
         self.shared
             .stats
@@ -847,6 +1016,10 @@ impl Writer {
             match b.outcome.expect("checked above") {
                 Ok(()) => {
                     if b.sync {
+                        // Every batch before it is complete (they finish in
+                        // order) and unsynced ones finished before its sync
+                        // began: the segment is durable up to its end.
+                        self.synced_to = self.synced_to.max(b.end);
                         let took = b.submitted.elapsed();
                         self.shared
                             .stats
@@ -923,6 +1096,8 @@ impl Writer {
         self.seg_id = next;
         self.file = Arc::new(file);
         self.offset = SEGMENT_HEADER_LEN;
+        self.synced_to = SEGMENT_HEADER_LEN;
+        self.claimed = SEGMENT_HEADER_LEN;
         self.shared
             .stats
             .segments_rolled

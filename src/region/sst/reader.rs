@@ -336,37 +336,76 @@ impl SstReader {
         Ok(None)
     }
 
-    /// Reads every block and checks that keys are in order: for `verify`.
+    /// Reads every block and checks everything a read relies on: each
+    /// block's checksum and encoding, keys well formed and strictly
+    /// increasing across the file, each block starting at its index key,
+    /// the meta block's counts, time range and first/last keys, and the
+    /// bloom filter answering "maybe" for every key the file holds (a miss
+    /// would hide data from reads). Returns the entries checked.
     pub fn check_all(&self) -> Result<u64, SstError> {
         let mut n = 0u64;
+        let mut deletes = 0u64;
+        let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
+        let mut first: Option<Vec<u8>> = None;
         let mut last: Option<Vec<u8>> = None;
         for i in 0..self.index.len() {
-            let block = self.block(i)?;
+            let block = self.block_with(i, false, None)?;
             let base = self.index[i].offset;
+            let bad = |what| SstError::corrupt(&self.path, base, what);
             let mut it = BlockIter::new(block);
-            it.seek_first()
-                .map_err(|e| SstError::corrupt(&self.path, base, e.what))?;
+            it.seek_first().map_err(|e| bad(e.what))?;
+            if !it.valid() {
+                return Err(bad("data block holds no entry"));
+            }
+            if it.key() != self.index[i].first_key.as_slice() {
+                return Err(bad("block does not start at its index key"));
+            }
             while it.valid() {
-                if crate::cell::KeyRef::parse(it.key()).is_none() {
-                    return Err(SstError::corrupt(&self.path, base, "malformed cell key"));
-                }
+                let Some(k) = crate::cell::KeyRef::parse(it.key()) else {
+                    return Err(bad("malformed cell key"));
+                };
                 if let Some(l) = &last
                     && compare_keys(l, it.key()) != Ordering::Less
                 {
-                    return Err(SstError::corrupt(&self.path, base, "keys out of order"));
+                    return Err(bad("keys out of order"));
+                }
+                let bloom_holds = match self.bloom_type {
+                    BloomType::None => true,
+                    BloomType::Row | BloomType::RowPrefix => self.may_contain_row(k.row),
+                    BloomType::RowCol => self.may_contain_column(k.row, k.qualifier),
+                };
+                if !bloom_holds {
+                    return Err(bad("bloom filter misses a key the file holds"));
+                }
+                if k.kind != crate::cell::CellKind::Put {
+                    deletes += 1;
+                }
+                min_ts = min_ts.min(k.timestamp);
+                max_ts = max_ts.max(k.timestamp);
+                if first.is_none() {
+                    first = Some(it.key().to_vec());
                 }
                 last = Some(it.key().to_vec());
                 n += 1;
-                it.advance()
-                    .map_err(|e| SstError::corrupt(&self.path, base, e.what))?;
+                it.advance().map_err(|e| bad(e.what))?;
             }
         }
+        let meta_wrong = |what| SstError::corrupt(&self.path, 0, what);
         if n != self.meta.entries {
-            return Err(SstError::corrupt(
-                &self.path,
-                0,
-                "entry count disagrees with meta",
-            ));
+            return Err(meta_wrong("entry count disagrees with meta"));
+        }
+        if deletes != self.meta.delete_markers {
+            return Err(meta_wrong("delete marker count disagrees with meta"));
+        }
+        if n > 0 {
+            if (min_ts, max_ts) != (self.meta.min_ts, self.meta.max_ts) {
+                return Err(meta_wrong("time range disagrees with meta"));
+            }
+            if first.as_deref() != Some(self.meta.first_key.as_slice())
+                || last.as_deref() != Some(self.meta.last_key.as_slice())
+            {
+                return Err(meta_wrong("first or last key disagrees with meta"));
+            }
         }
         Ok(n)
     }

@@ -18,8 +18,14 @@
 //! |-------|----------------------------------------------------------------|
 //! | 4     | payload length n, u32 LE (0 with a 0 checksum: end of data)    |
 //! | 4     | CRC32C over segment id (u64 LE) ‖ type ‖ payload, u32 LE       |
-//! | 1     | type: 1 = edits, 2 = segment end                               |
+//! | 1     | type: 1 = edits, 2 = segment end, 3 = sync point               |
 //! | n     | payload                                                        |
+//!
+//! A sync point's payload is 8 bytes, u64 LE: the offset in this segment
+//! up to which everything was synced (fdatasync completed) before the
+//! record was written. Recovery uses the claims to tell damage in data
+//! that was durable (corruption) from a torn tail (a crash or power loss
+//! cutting writes that were never acknowledged).
 //!
 //! # Edits payload
 //!
@@ -41,6 +47,9 @@ pub const SEGMENT_HEADER_LEN: u64 = 16;
 pub const FRAME_HEADER_LEN: usize = 9;
 pub const TYPE_EDITS: u8 = 1;
 pub const TYPE_SEGMENT_END: u8 = 2;
+pub const TYPE_SYNC_POINT: u8 = 3;
+/// A sync point frame: header and its 8-byte payload.
+pub const SYNC_POINT_LEN: usize = FRAME_HEADER_LEN + 8;
 /// No single record may exceed this; bigger batches are split by callers.
 pub const MAX_RECORD_LEN: usize = 256 * 1024 * 1024;
 
@@ -271,7 +280,7 @@ pub fn read_frame(buf: &[u8], pos: usize, segment_id: u64) -> Frame<'_> {
             what: "record checksum mismatch",
         };
     }
-    if kind != TYPE_EDITS && kind != TYPE_SEGMENT_END {
+    if kind != TYPE_EDITS && kind != TYPE_SEGMENT_END && kind != TYPE_SYNC_POINT {
         return Frame::Bad {
             what: "unknown record type",
         };
@@ -281,6 +290,30 @@ pub fn read_frame(buf: &[u8], pos: usize, segment_id: u64) -> Frame<'_> {
         payload,
         next: start + len,
     }
+}
+
+/// The highest sync point claim in `buf` at or after `from`: the offset up
+/// to which a later record says the segment was synced. Frames after damage
+/// cannot be walked one by one, so this looks at every offset for the shape
+/// of a sync point (length 8, type 3) and trusts only checksummed ones.
+pub fn highest_sync_claim_after(buf: &[u8], from: usize, segment_id: u64) -> Option<u64> {
+    let mut best = None;
+    let mut at = from;
+    while at + SYNC_POINT_LEN <= buf.len() {
+        if buf[at..at + 4] == [8, 0, 0, 0]
+            && buf[at + 8] == TYPE_SYNC_POINT
+            && let Frame::Record {
+                kind: TYPE_SYNC_POINT,
+                payload,
+                ..
+            } = read_frame(buf, at, segment_id)
+        {
+            let claim = u64::from_le_bytes(payload.try_into().expect("8 bytes"));
+            best = best.max(Some(claim));
+        }
+        at += 1;
+    }
+    best
 }
 
 #[cfg(test)]
