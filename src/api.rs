@@ -265,18 +265,15 @@ async fn readyz(State(s): State<Arc<AppState>>) -> Response {
 
 impl AppState {
     /// Ready: the catalog is loaded and the WALs recovered (the listener is
-    /// up only after both), no WAL has stopped on an I/O error, and the
+    /// up only after both), nothing keeps writes from going on (a WAL
+    /// stopped on an I/O error, a full disk, failing flushes), and the
     /// Kafka consumer, when there is one, has joined its group.
     pub fn readiness(&self) -> Result<(), String> {
         if !self.ready.load(Ordering::Acquire) {
             return Err("starting up or shutting down".into());
         }
-        for (shard, wal) in self.store.wals().iter().enumerate() {
-            if let Some(cause) = wal.failure() {
-                return Err(format!(
-                    "the WAL of shard {shard} stopped after an I/O error ({cause}); restart to recover"
-                ));
-            }
+        if let Some(trouble) = self.store.trouble() {
+            return Err(trouble);
         }
         if let Some(ingest) = &self.ingest
             && !ingest.joined.load(Ordering::Acquire)

@@ -86,6 +86,21 @@ impl Error {
         }
     }
 
+    /// Whether the error is the disk being full (`ENOSPC`), wherever it
+    /// came from.
+    pub fn is_no_space(&self) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && crate::fault::is_no_space(io)
+            {
+                return true;
+            }
+            source = e.source();
+        }
+        false
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

@@ -10,6 +10,7 @@ use std::path::Path;
 pub fn replace_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = File::create(&tmp)?;
+    crate::fault::fail_if_armed(crate::fault::Site::MetaWrite, &tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);

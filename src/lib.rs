@@ -35,6 +35,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod failpoint;
+pub mod fault;
 pub mod fsutil;
 pub mod ingest;
 pub mod key;

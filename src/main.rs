@@ -211,6 +211,8 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             None
         }
     };
+    // Injected I/O faults, for tests of a failing disk (HALITE_FAULTS).
+    halite::fault::arm_from_env(&config.data_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started = Instant::now();
     let store = Arc::new(Store::open(

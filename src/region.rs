@@ -128,6 +128,19 @@ pub struct RegionStats {
     pub files_skipped_by_bloom: AtomicU64,
     /// Files a read left out because their time range cannot match.
     pub files_skipped_by_time: AtomicU64,
+    /// Flushes that failed (the data stays in the MemStore and the WAL,
+    /// and the next flush tries again).
+    pub flush_failures: AtomicU64,
+}
+
+/// The last flush failed, and keeps failing until one succeeds.
+#[derive(Debug, Clone)]
+pub struct FlushTrouble {
+    pub error: String,
+    /// The disk is full (`ENOSPC`).
+    pub no_space: bool,
+    pub since: Instant,
+    last_logged: Instant,
 }
 
 /// What readers snapshot: MemStores newest first, files per family oldest
@@ -166,6 +179,8 @@ pub(crate) struct Inner {
     /// Writers blocked on memory wait here; flushes notify.
     room: (Mutex<()>, Condvar),
     poisoned: Mutex<Option<String>>,
+    /// Set while flushes fail, cleared by the next that succeeds.
+    flush_trouble: Mutex<Option<FlushTrouble>>,
     closed: AtomicBool,
     stats: RegionStats,
     work_tx: Sender<Work>,
@@ -374,6 +389,7 @@ impl Region {
             compaction_lock: Mutex::new(()),
             room: (Mutex::new(()), Condvar::new()),
             poisoned: Mutex::new(None),
+            flush_trouble: Mutex::new(None),
             closed: AtomicBool::new(false),
             stats: RegionStats::default(),
             work_tx,
@@ -414,6 +430,11 @@ impl Region {
 
     pub fn stats(&self) -> &RegionStats {
         &self.inner.stats
+    }
+
+    /// Why flushes of this region are failing, while they are.
+    pub fn flush_trouble(&self) -> Option<FlushTrouble> {
+        self.inner.flush_trouble.lock().clone()
     }
 
     pub fn families(&self) -> &HashMap<Vec<u8>, FamilyDescriptor> {
@@ -484,7 +505,9 @@ impl Region {
 
     /// Flushes the MemStore to store files now.
     pub fn flush(&self) -> Result<()> {
-        flush::flush(&self.inner)
+        let outcome = flush::flush(&self.inner);
+        self.inner.note_flush(&outcome);
+        outcome
     }
 
     /// Compacts now: a major compaction rewrites every family into one file
@@ -766,6 +789,53 @@ impl Inner {
         self.state.read().active.bytes() >= self.options.flush_size
     }
 
+    /// Notes how a flush went: a failure is logged (the first, then at most
+    /// every 30 s while they go on) and counted; a success after failures
+    /// is logged once.
+    pub(crate) fn note_flush(&self, outcome: &Result<()>) {
+        let mut trouble = self.flush_trouble.lock();
+        match outcome {
+            Ok(()) => {
+                if let Some(t) = trouble.take() {
+                    tracing::info!(
+                        region = self.id,
+                        failing_s = t.since.elapsed().as_secs_f64(),
+                        "flushes succeed again"
+                    );
+                }
+            }
+            Err(e) => {
+                self.stats.flush_failures.fetch_add(1, Ordering::Relaxed);
+                let no_space = e.is_no_space();
+                let now = Instant::now();
+                let log = trouble
+                    .as_ref()
+                    .is_none_or(|t| now.duration_since(t.last_logged) >= Duration::from_secs(30));
+                if log {
+                    tracing::error!(
+                        region = self.id,
+                        error = %e,
+                        no_space,
+                        "flushing the MemStore failed; its data is safe in the WAL and \
+                         the flush is retried, but writes wait once MemStores fill up{}",
+                        if no_space { " (the disk is full: free space on it)" } else { "" }
+                    );
+                }
+                let since = trouble.as_ref().map_or(now, |t| t.since);
+                *trouble = Some(FlushTrouble {
+                    error: e.to_string(),
+                    no_space,
+                    since,
+                    last_logged: if log {
+                        now
+                    } else {
+                        trouble.as_ref().map_or(now, |t| t.last_logged)
+                    },
+                });
+            }
+        }
+    }
+
     fn poison(&self, cause: String) {
         self.poisoned.lock().get_or_insert(cause);
         self.mvcc.poison();
@@ -952,7 +1022,9 @@ impl Inner {
             self.request_flush();
             if !self.options.background {
                 drop(guard);
-                flush::flush(self)?;
+                let outcome = flush::flush(self);
+                self.note_flush(&outcome);
+                outcome?;
                 guard = self.room.0.lock();
                 continue;
             }

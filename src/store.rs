@@ -662,6 +662,56 @@ impl Store {
         self.tables.read().values().cloned().collect()
     }
 
+    /// What keeps writes from going on, if anything: a WAL stopped by an
+    /// I/O error (until a restart), a full disk (until it has room), or
+    /// flushes failing (their data stays in the WAL; writes wait once
+    /// MemStores fill). `None` when all is well.
+    pub fn trouble(&self) -> Option<String> {
+        for (shard, s) in self.shards.iter().enumerate() {
+            if let Some(cause) = s.wal.failure() {
+                return Some(format!(
+                    "the WAL of shard {shard} stopped after an I/O error ({cause}); restart to recover"
+                ));
+            }
+            if s.wal.stats().disk_full.load(Ordering::Relaxed) {
+                return Some(format!(
+                    "the disk is full: the WAL of shard {shard} cannot prepare its next segment; \
+                     writes wait until there is room"
+                ));
+            }
+        }
+        let tables = self.tables.read();
+        for t in tables.values() {
+            for r in t.regions() {
+                if let Some(f) = r.flush_trouble() {
+                    return Some(format!(
+                        "{}flushes of region {} of `{}` have failed for {:.0} s ({}); \
+                         writes wait once MemStores fill",
+                        if f.no_space { "the disk is full: " } else { "" },
+                        r.id(),
+                        t.desc.name,
+                        f.since.elapsed().as_secs_f64(),
+                        f.error
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether writes wait for disk space (a WAL segment or a flush failed
+    /// with `ENOSPC`).
+    pub fn disk_full(&self) -> bool {
+        self.shards
+            .iter()
+            .any(|s| s.wal.stats().disk_full.load(Ordering::Relaxed))
+            || self.tables.read().values().any(|t| {
+                t.regions()
+                    .iter()
+                    .any(|r| r.flush_trouble().is_some_and(|f| f.no_space))
+            })
+    }
+
     /// The shards' WALs, in shard order.
     pub fn wals(&self) -> Vec<Arc<Wal>> {
         self.shards.iter().map(|s| s.wal.clone()).collect()

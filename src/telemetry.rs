@@ -83,6 +83,7 @@ impl Telemetry {
         gauge!("halite_ready").set(if ready { 1.0 } else { 0.0 });
         // What /healthz says: the process answers.
         gauge!("halite_healthy").set(1.0);
+        gauge!("halite_disk_full").set(if store.disk_full() { 1.0 } else { 0.0 });
         if let Some(rss) = resident_bytes() {
             gauge!("halite_process_resident_memory_bytes").set(rss as f64);
         }
@@ -111,6 +112,14 @@ fn describe() {
         "Partitions paused because the writers are saturated."
     );
     describe_gauge!("halite_healthy", "1 while the process answers (/healthz).");
+    describe_gauge!(
+        "halite_disk_full",
+        "1 while writes wait for disk space (a WAL segment or a flush failed with ENOSPC)."
+    );
+    describe_counter!(
+        "halite_flush_failures_total",
+        "MemStore flushes that failed (retried; the data stays in the WAL), per table."
+    );
     describe_counter!(
         "halite_scan_cells_returned_total",
         "Cells returned by raw scans (pages and streams)."
@@ -298,7 +307,7 @@ fn record_store(store: &Store) {
         let (mut memstore, mut files, mut file_bytes) = (0usize, 0usize, 0u64);
         let (mut flushes, mut flushed) = (0u64, 0u64);
         let (mut compactions, mut read, mut written) = (0u64, 0u64, 0u64);
-        let mut stalls = 0u64;
+        let (mut stalls, mut flush_failures) = (0u64, 0u64);
         for r in table.regions() {
             let region_files = r.file_counts().values().sum::<usize>();
             let region_bytes = r.store_bytes();
@@ -316,6 +325,7 @@ fn record_store(store: &Store) {
             read += s.compacted_bytes_in.load(Relaxed);
             written += s.compacted_bytes_out.load(Relaxed);
             stalls += s.writer_stalls.load(Relaxed);
+            flush_failures += s.flush_failures.load(Relaxed);
         }
         if let Some(salt) = &table.desc.key.salt {
             record_bucket_bytes(&name, salt, table.regions());
@@ -331,6 +341,7 @@ fn record_store(store: &Store) {
         counter!("halite_compaction_read_bytes_total", &t()).absolute(read);
         counter!("halite_compaction_written_bytes_total", &t()).absolute(written);
         counter!("halite_write_stalls_total", &t()).absolute(stalls);
+        counter!("halite_flush_failures_total", &t()).absolute(flush_failures);
     }
     for (shard, wal) in store.wals().iter().enumerate() {
         let shard = || [("shard", shard.to_string())];

@@ -122,14 +122,28 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         rewrite(inner, fam, &selected, major, now)?
     };
     let selected_ids: Vec<u64> = selected.iter().map(|f| f.file_id()).collect();
+    // A failure from here on removes the output: the inputs stay live.
+    let forget_output = || {
+        if let Some((_, path)) = &output {
+            let _ = std::fs::remove_file(path);
+        }
+    };
     let out_reader = match &output {
-        Some((id, path)) => Some(SstReader::open(
-            path,
-            *id,
-            inner.cache.clone(),
-            fam.block_cache,
-            fam.in_memory,
-        )?),
+        Some((id, path)) => {
+            match SstReader::open(
+                path,
+                *id,
+                inner.cache.clone(),
+                fam.block_cache,
+                fam.in_memory,
+            ) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    forget_output();
+                    return Err(e.into());
+                }
+            }
+        }
         None => None,
     };
 
@@ -146,7 +160,11 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         list.insert(before, *id);
     }
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
-    next.store(&inner.dir)?;
+    if let Err(e) = next.store(&inner.dir) {
+        drop(out_reader);
+        forget_output();
+        return Err(e.into());
+    }
     let removed: Vec<Arc<SstReader>> = {
         let mut st = inner.state.write();
         let readers = st.files.entry(family.to_vec()).or_default();

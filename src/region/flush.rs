@@ -65,23 +65,40 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
         return Err(e);
     }
     let mut finished = Vec::new();
-    for (family, (id, w)) in writers {
-        let (path, _meta, _size) = w.finish(sealed)?;
-        finished.push((family, id, path));
+    // A failure from here on leaves no file behind: the data is still in
+    // the MemStore and the WAL, and the next flush writes new files.
+    let forget = |finished: &[(Vec<u8>, u64, std::path::PathBuf)]| {
+        for (_, _, path) in finished {
+            let _ = std::fs::remove_file(path);
+        }
+    };
+    let mut pending = writers.into_iter();
+    while let Some((family, (id, w))) = pending.next() {
+        match w.finish(sealed) {
+            Ok((path, _meta, _size)) => finished.push((family, id, path)),
+            Err(e) => {
+                pending.for_each(|(_, (_, w))| w.abandon());
+                forget(&finished);
+                return Err(e.into());
+            }
+        }
     }
     let mut readers = Vec::new();
     for (family, id, path) in &finished {
         let fam = &inner.families[family];
-        readers.push((
-            family.clone(),
-            SstReader::open(
-                path,
-                *id,
-                inner.cache.clone(),
-                fam.block_cache,
-                fam.in_memory,
-            )?,
-        ));
+        match SstReader::open(
+            path,
+            *id,
+            inner.cache.clone(),
+            fam.block_cache,
+            fam.in_memory,
+        ) {
+            Ok(r) => readers.push((family.clone(), r)),
+            Err(e) => {
+                forget(&finished);
+                return Err(e.into());
+            }
+        }
     }
 
     let mut manifest = inner.manifest.lock();
@@ -93,7 +110,11 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
     // The WAL segments carrying them go once this is flushed.
     next.positions = inner.positions.lock().clone();
-    next.store(&inner.dir)?;
+    if let Err(e) = next.store(&inner.dir) {
+        drop(readers);
+        forget(&finished);
+        return Err(e.into());
+    }
     {
         let mut st = inner.state.write();
         let mut bytes = 0;

@@ -114,7 +114,9 @@ fn flush_and_compact(inner: &Arc<Inner>, maint: &Weak<Maintenance>) {
     if inner.is_closed() || !inner.flush_due() {
         return;
     }
-    if flush::flush(inner).is_ok()
+    let outcome = flush::flush(inner);
+    inner.note_flush(&outcome);
+    if outcome.is_ok()
         && let Some(m) = maint.upgrade()
     {
         m.request_compaction(inner);

@@ -22,7 +22,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -211,6 +211,8 @@ pub struct WalStats {
     pub segments_rolled: AtomicU64,
     /// Damaged spots in the middle of the log that recovery stopped at.
     pub damage_stops: AtomicU64,
+    /// Writes are waiting for room to prepare the next segment.
+    pub disk_full: AtomicBool,
     /// Most batches seen in flight at once (io_uring pipelining at work).
     pub max_in_flight: AtomicU64,
 }
@@ -236,6 +238,8 @@ struct Shared {
     segments: Mutex<Segments>,
     failed: Mutex<Option<String>>,
     stats: WalStats,
+    /// Set by `close`: a writer waiting out a full disk gives up.
+    closing: AtomicBool,
 }
 
 impl Shared {
@@ -379,6 +383,7 @@ impl Wal {
             }),
             failed: Mutex::new(None),
             stats,
+            closing: AtomicBool::new(false),
         });
         let recycled = shared.segments.lock().free.pop();
         let file = prepare_segment(&dir, next_id, options.segment_size, recycled)?;
@@ -389,6 +394,7 @@ impl Wal {
             shared: shared.clone(),
             seg_id: next_id,
             file: Arc::new(file),
+            seg_path: Arc::from(segment_path(&dir, next_id)),
             offset: SEGMENT_HEADER_LEN,
             seg_max_seq: HashMap::new(),
             spare: None,
@@ -556,6 +562,7 @@ impl Wal {
 
     /// Stops the writer after it has written and synced everything queued.
     pub fn close(&self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
         if let Some(tx) = self.tx.lock().take() {
             let _ = tx.send(Request::Shutdown);
         }
@@ -763,6 +770,7 @@ fn prepare_segment(
         .open(&spare)
         .map_err(|e| WalError::io(&spare, "create segment", e))?;
     let io_err = |e| WalError::io(&spare, "preallocate segment", e);
+    crate::fault::fail_if_armed(crate::fault::Site::WalPrepare, &spare).map_err(io_err)?;
     file.write_all_at(&record::segment_header(id), 0)
         .map_err(io_err)?;
     let have = file.metadata().map_err(io_err)?.len();
@@ -809,6 +817,7 @@ struct Writer {
     shared: Arc<Shared>,
     seg_id: u64,
     file: Arc<File>,
+    seg_path: Arc<Path>,
     offset: u64,
     seg_max_seq: HashMap<u64, u64>,
     spare: Option<JoinHandle<Result<File, WalError>>>,
@@ -971,7 +980,10 @@ impl Writer {
         let bytes = buf.len();
         let offset = self.offset;
         self.offset += bytes as u64;
-        if let Err(e) = self.io.submit(id, &self.file, offset, buf, sync) {
+        if let Err(e) = self
+            .io
+            .submit(id, &self.file, &self.seg_path, offset, buf, sync)
+        {
             for t in tickets {
                 t.resolve(Err(e.to_string()));
             }
@@ -1075,18 +1087,43 @@ impl Writer {
         }
         self.close_segment()?;
         let next = self.seg_id + 1;
-        let file = match self.spare.take().map(|h| h.join()) {
-            Some(Ok(Ok(file))) => file,
-            _ => {
-                let recycled = self.shared.segments.lock().free.pop();
-                prepare_segment(
-                    &self.shared.dir,
-                    next,
-                    self.shared.options.segment_size,
-                    recycled,
-                )?
+        let file = loop {
+            let prepared = match self.spare.take().map(|h| h.join()) {
+                Some(Ok(Ok(file))) => Ok(file),
+                _ => {
+                    let recycled = self.shared.segments.lock().free.pop();
+                    prepare_segment(
+                        &self.shared.dir,
+                        next,
+                        self.shared.options.segment_size,
+                        recycled,
+                    )
+                }
+            };
+            match prepared {
+                Ok(file) => break file,
+                // A full disk is waited out, not fatal: nothing was written
+                // (the batch waits, and the writers behind it), and the next
+                // segment is prepared again once there is room.
+                Err(WalError::Io { source, path, .. })
+                    if crate::fault::is_no_space(&source)
+                        && !self.shared.closing.load(Ordering::SeqCst) =>
+                {
+                    if !self.shared.stats.disk_full.swap(true, Ordering::SeqCst) {
+                        tracing::error!(
+                            segment = %path.display(),
+                            "the disk is full: WAL writes wait until the next segment can be \
+                             prepared (free space on the data directory's file system)"
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
             }
         };
+        if self.shared.stats.disk_full.swap(false, Ordering::SeqCst) {
+            tracing::info!("the disk has room again: WAL writes go on");
+        }
         activate_segment(&self.shared.dir, next)?;
         self.shared.segments.lock().closed.push(ClosedSegment {
             id: self.seg_id,
@@ -1095,6 +1132,7 @@ impl Writer {
         });
         self.seg_id = next;
         self.file = Arc::new(file);
+        self.seg_path = Arc::from(segment_path(&self.shared.dir, next));
         self.offset = SEGMENT_HEADER_LEN;
         self.synced_to = SEGMENT_HEADER_LEN;
         self.claimed = SEGMENT_HEADER_LEN;

@@ -204,6 +204,8 @@ impl SstWriter {
     }
 
     fn write_scratch(&mut self) -> Result<(), SstError> {
+        crate::fault::fail_if_armed(crate::fault::Site::StoreWrite, &self.tmp_path)
+            .map_err(|e| SstError::io(&self.tmp_path, "write store file", e))?;
         self.out
             .write_all(&self.scratch)
             .map_err(|e| SstError::io(&self.tmp_path, "write store file", e))?;
@@ -221,8 +223,18 @@ impl SstWriter {
         Ok((at, size))
     }
 
-    /// Completes the file, syncs it and moves it under its live name.
-    pub fn finish(mut self, max_seq: u64) -> Result<(PathBuf, FileMeta, u64), SstError> {
+    /// Completes the file, syncs it and moves it under its live name; on a
+    /// failure the temporary file is removed.
+    pub fn finish(self, max_seq: u64) -> Result<(PathBuf, FileMeta, u64), SstError> {
+        let tmp = self.tmp_path.clone();
+        let done = self.finish_file(max_seq);
+        if done.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        done
+    }
+
+    fn finish_file(mut self, max_seq: u64) -> Result<(PathBuf, FileMeta, u64), SstError> {
         self.flush_block()?;
         self.meta.last_key = std::mem::take(&mut self.last_key);
         self.meta.max_seq = max_seq;
@@ -271,7 +283,8 @@ impl SstWriter {
             .out
             .into_inner()
             .map_err(|e| SstError::io(&self.tmp_path, "write store file", e.into_error()))?;
-        file.sync_all()
+        crate::fault::fail_if_armed(crate::fault::Site::StoreSync, &self.tmp_path)
+            .and_then(|_| file.sync_all())
             .map_err(|e| SstError::io(&self.tmp_path, "fsync store file", e))?;
         drop(file);
         fs::rename(&self.tmp_path, &self.final_path)

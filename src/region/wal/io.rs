@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
+
+use crate::fault::{self, Fault, Site};
 use std::time::Duration;
 
 /// Which backend is in use; reported in logs and metrics.
@@ -59,11 +62,13 @@ impl SyncCounter {
 pub trait WalIo: Send {
     fn kind(&self) -> IoBackendKind;
     /// Queues a write of `buf` at `offset` (possibly empty), followed by a
-    /// data sync of the file when `sync`.
+    /// data sync of the file when `sync`. `path` names the file (for
+    /// injected faults and errors).
     fn submit(
         &mut self,
         id: u64,
         file: &Arc<File>,
+        path: &Arc<Path>,
         offset: u64,
         buf: Vec<u8>,
         sync: bool,
@@ -109,14 +114,26 @@ impl WalIo for SyncIo {
         &mut self,
         id: u64,
         file: &Arc<File>,
+        path: &Arc<Path>,
         offset: u64,
         buf: Vec<u8>,
         sync: bool,
     ) -> io::Result<()> {
-        let mut result = file.write_all_at(&buf, offset);
+        let mut result = match fault::check(Site::WalWrite, path) {
+            // A short write is not an error: the rest is written after it.
+            Some(Fault::Short) => {
+                let half = buf.len() / 2;
+                file.write_all_at(&buf[..half], offset)
+                    .and_then(|_| file.write_all_at(&buf[half..], offset + half as u64))
+            }
+            Some(f) => Err(f.error()),
+            None => file.write_all_at(&buf, offset),
+        };
         if result.is_ok() && sync {
-            result = file.sync_data();
-            self.syncs.add();
+            result = fault::fail_if_armed(Site::WalSync, path).and_then(|_| {
+                self.syncs.add();
+                file.sync_data()
+            });
         }
         self.done.push(Completion { id, result });
         Ok(())
@@ -141,6 +158,7 @@ mod uring {
 
     struct Pending {
         file: Arc<File>,
+        path: Arc<Path>,
         buf: Vec<u8>,
         offset: u64,
         sync: bool,
@@ -244,6 +262,7 @@ mod uring {
             &mut self,
             id: u64,
             file: &Arc<File>,
+            path: &Arc<Path>,
             offset: u64,
             buf: Vec<u8>,
             sync: bool,
@@ -253,6 +272,7 @@ mod uring {
                 id,
                 Pending {
                     file: file.clone(),
+                    path: path.clone(),
                     buf,
                     offset,
                     sync,
@@ -300,6 +320,19 @@ mod uring {
                 let id = data >> 1;
                 let Some(p) = self.pending.get_mut(&id) else {
                     continue;
+                };
+                // Injected faults change what the kernel answered (a short
+                // write reports half; the rest is written again inline).
+                let site = if data & 1 == WRITE_TAG {
+                    Site::WalWrite
+                } else {
+                    Site::WalSync
+                };
+                let res = match fault::check(site, &p.path) {
+                    Some(Fault::Short) if res > 1 => res / 2,
+                    Some(Fault::NoSpace) if res >= 0 => -libc::ENOSPC,
+                    Some(Fault::Io) if res >= 0 => -libc::EIO,
+                    _ => res,
                 };
                 if data & 1 == WRITE_TAG {
                     if res < 0 {
