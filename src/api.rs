@@ -653,6 +653,16 @@ fn answer_limit(format: Format, asked: Option<usize>) -> Option<usize> {
     }
 }
 
+/// A scan request body as `POST /api/v1/tables/{t}/scan` reads it, checked
+/// (the fuzz target of the HTTP scan request parser calls this).
+pub fn parse_scan_request(body: &[u8]) -> Result<Scan, String> {
+    let req: ScanReq = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let scan = to_scan(req).map_err(|e| e.message)?;
+    scan.validate().map_err(|e| e.to_string())?;
+    scan.bounds().map_err(|e| e.to_string())?;
+    Ok(scan)
+}
+
 fn to_scan(r: ScanReq) -> ApiResult<Scan> {
     let hex_opt = |s: &Option<String>, what: &str| -> ApiResult<Option<Vec<u8>>> {
         s.as_deref()

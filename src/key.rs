@@ -610,6 +610,15 @@ impl KeySchema {
             let value = match f.encoding {
                 FieldEncoding::String { .. } => {
                     let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+                    // Padding is trailing NULs only: a NUL before the end is
+                    // not a key this schema writes (and could not be
+                    // encoded back).
+                    if bytes[..end].contains(&0) {
+                        return Err(invalid(format!(
+                            "key field `{}` holds a NUL byte before its end",
+                            f.name
+                        )));
+                    }
                     let s = std::str::from_utf8(&bytes[..end])
                         .map_err(|_| invalid(format!("key field `{}` is not UTF-8", f.name)))?;
                     FieldRef::Str(s)

@@ -37,6 +37,7 @@ pub mod error;
 pub mod failpoint;
 pub mod fault;
 pub mod fsutil;
+pub mod fuzz;
 pub mod ingest;
 pub mod key;
 pub mod query;

@@ -984,10 +984,10 @@ impl Writer {
             .io
             .submit(id, &self.file, &self.seg_path, offset, buf, sync)
         {
+            self.fail(format!("submit wal write: {e}"));
             for t in tickets {
                 t.resolve(Err(e.to_string()));
             }
-            self.fail(format!("submit wal write: {e}"));
             return;
         }
         if sync {
@@ -1052,10 +1052,12 @@ impl Writer {
                         "wal write/fdatasync failed. segment=`{}`: {e}",
                         segment_path(&self.shared.dir, self.seg_id).display()
                     );
+                    // Failed before the writers hear of it, so whoever
+                    // was refused sees the cause in `failure()`.
+                    self.fail(cause.clone());
                     for t in b.tickets {
                         t.resolve(Err(cause.clone()));
                     }
-                    self.fail(cause);
                     return;
                 }
             }
