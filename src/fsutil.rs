@@ -14,6 +14,7 @@ pub fn replace_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Resu
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);
+    crate::failpoint::hit(&format!("{}-before-rename", name.to_ascii_lowercase()));
     fs::rename(&tmp, dir.join(name))?;
     fsync_dir(dir)
 }

@@ -284,8 +284,14 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
             }
-            // Readiness drops first, so load balancers stop sending.
+            // Readiness drops first, so load balancers stop sending; the
+            // API still answers (503 on /readyz) while the consumer stops
+            // fetching, makes what it fetched durable and commits it.
             ready.ready.store(false, Ordering::Release);
+            tracing::info!("stopping: readiness dropped, draining");
+            if let Some(k) = kafka {
+                let _ = tokio::task::spawn_blocking(move || k.stop()).await;
+            }
             let _ = stopping.send(true);
         });
         let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -304,10 +310,6 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         served.map_err(Box::<dyn std::error::Error>::from)
     })?;
-    // Stop fetching, make what was fetched durable, commit it.
-    if let Some(k) = kafka {
-        k.stop();
-    }
     drop(runtime);
     drop(state);
     splitter.stop();

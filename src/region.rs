@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -220,7 +220,6 @@ impl std::fmt::Debug for Region {
 pub struct PendingWrite {
     inner: Option<Arc<Inner>>,
     ticket: Ticket,
-    last_seq: u64,
 }
 
 impl PendingWrite {
@@ -232,25 +231,23 @@ impl PendingWrite {
     /// Blocks until the write is durable and visible.
     pub fn wait(mut self) -> Result<()> {
         let inner = self.inner.take().expect("taken only here or in drop");
-        finish_write(&inner, &self.ticket, self.last_seq)
+        finish_write(&inner, &self.ticket)
     }
 }
 
 impl Drop for PendingWrite {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
-            let _ = finish_write(&inner, &self.ticket, self.last_seq);
+            let _ = finish_write(&inner, &self.ticket);
         }
     }
 }
 
-fn finish_write(inner: &Arc<Inner>, ticket: &Ticket, last_seq: u64) -> Result<()> {
+fn finish_write(inner: &Arc<Inner>, ticket: &Ticket) -> Result<()> {
+    // Completed (MVCC, flush request) as soon as it was both in the
+    // MemStore and durable; the ticket resolves only after that.
     match ticket.wait() {
-        Ok(()) => {
-            inner.mvcc.complete(last_seq);
-            inner.after_write();
-            Ok(())
-        }
+        Ok(()) => Ok(()),
         Err(e) => {
             inner.poison(e.to_string());
             Err(e.into())
@@ -908,6 +905,15 @@ impl Inner {
         }
     }
 
+    /// One of a write's two conditions (in the MemStore, durable) is met;
+    /// the second completes it.
+    fn pass_gate(self: &Arc<Self>, gate: &AtomicU8, last_seq: u64) {
+        if gate.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.mvcc.complete(last_seq);
+            self.after_write();
+        }
+    }
+
     fn after_write(self: &Arc<Self>) {
         if self.needs_flush() {
             self.request_flush();
@@ -1095,25 +1101,43 @@ impl Inner {
             return Ok(PendingWrite {
                 inner: None,
                 ticket: Ticket::done(),
-                last_seq: 0,
             });
         }
         self.wait_for_room()?;
         let body = (durability != Durability::SkipWal).then(|| encode_edits_body(entries));
         // A position-only record takes a sequence id of its own, like a row.
         let n = (entries.rows() as u64).max(1);
-        let (ticket, last_seq) = {
+        let ticket = {
             let _w = self.write_lock.lock();
             self.check_open()?;
             let first = self.mvcc.begin(n);
             let last = first + n - 1;
+            // The write completes (becomes visible, and flushes stop
+            // waiting for it) once it is both in the MemStore and durable,
+            // whichever comes last — without waiting for its writer to
+            // come back for it: a writer blocked on a full MemStore must
+            // not hold up the flush that would make room.
+            let gate = Arc::new(AtomicU8::new(2));
             let ticket = match &body {
                 Some(body) => {
                     let payload = encode_edits_with_body(self.id, first, origin, body);
-                    match self
-                        .wal
-                        .append(self.id, last, payload, durability == Durability::SyncWal)
-                    {
+                    let inner = Arc::downgrade(self);
+                    let gate = gate.clone();
+                    let then: crate::region::wal::OnResolved = Box::new(move |outcome| {
+                        if let Some(inner) = inner.upgrade() {
+                            match outcome {
+                                Ok(()) => inner.pass_gate(&gate, last),
+                                Err(e) => inner.poison(e.clone()),
+                            }
+                        }
+                    });
+                    match self.wal.append_then(
+                        self.id,
+                        last,
+                        payload,
+                        durability == Durability::SyncWal,
+                        Some(then),
+                    ) {
                         Ok(t) => t,
                         Err(e) => {
                             self.poison(e.to_string());
@@ -1121,19 +1145,22 @@ impl Inner {
                         }
                     }
                 }
-                None => Ticket::done(),
+                None => {
+                    gate.fetch_sub(1, Ordering::SeqCst);
+                    Ticket::done()
+                }
             };
             let active = self.state.read().active.clone();
             active.insert_batch(entries, first, now);
             if let Some(o) = origin {
                 note_position(&mut self.positions.lock(), o);
             }
-            (ticket, last)
+            self.pass_gate(&gate, last);
+            ticket
         };
         Ok(PendingWrite {
             inner: Some(self.clone()),
             ticket,
-            last_seq,
         })
     }
 

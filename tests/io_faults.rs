@@ -325,3 +325,72 @@ fn a_failed_compaction_leaves_its_inputs_and_a_later_one_succeeds() {
     store.close().expect("close");
     assert_verifies(tmp.path());
 }
+
+/// A write submitted and not yet waited for must not hold up the flush
+/// that a later write to the same region waits for (the Kafka pipeline
+/// submits many batches before it waits for the first). Found by the crash
+/// torture as a hang: the flush waited for the first write's MVCC
+/// completion, which only came when its writer waited for it, after the
+/// shard had finished the later write — which waited for the flush.
+#[test]
+fn an_unfinished_write_does_not_hold_up_the_flush_a_later_write_waits_for() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let store = open(tmp.path(), IoBackendChoice::Auto);
+    let desc = store.catalog().table(&name()).expect("table");
+    let encode = |b: u64| {
+        let mut enc = halite::ingest::PointEncoder::new(&desc, 1 << 20).expect("encoder");
+        let mut body = String::new();
+        for i in b * ROWS_PER_BATCH..(b + 1) * ROWS_PER_BATCH {
+            body.push_str(&format!(
+                "m,host=h{} v=\"value-{i:08}-padding\" {i}\n",
+                i % 5
+            ));
+        }
+        enc.add_body(
+            halite::ingest::Format::Line,
+            body.as_bytes(),
+            halite::ingest::line_protocol::Precision::Nanoseconds,
+            1,
+        )
+        .expect("encode");
+        enc.finish()
+    };
+    let first = store
+        .submit_encoded(&name(), encode(0), None)
+        .expect("submit");
+    // Far past the blocking limit (2 × 96 KiB) while `first` is pending.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for b in 1..40 {
+                let p = store
+                    .submit_encoded(&name(), encode(b), None)
+                    .expect("submit");
+                store.wait(p).expect("later write");
+            }
+            done_tx.send(()).expect("send");
+        });
+        let outcome = done_rx.recv_timeout(Duration::from_secs(30));
+        store.wait(first).expect("first write");
+        assert!(outcome.is_ok(), "later writes hung behind a pending one");
+    });
+    let store_files = walk(tmp.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .count();
+    assert!(store_files > 0, "no flush happened: the test did not test");
+    store.close().expect("close");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

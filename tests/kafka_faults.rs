@@ -5,61 +5,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::http::free_port;
 use common::kafka::{
-    Broker, Load, assert_cpu_oracle, committed_total, produce, produce_in_background, query,
-    status, wait_for, wait_for_group_commit,
+    Broker, Load, args, assert_cpu_oracle, committed_total, config_file, config_file_with, produce,
+    produce_in_background, query, status, wait_for, wait_for_group_commit,
 };
 use common::server::{self, Server};
 use halite::tsbs::{self, CPU_FIELDS};
 use serde_json::json;
-
-/// The example config with the quick group joins Tansu needs in tests
-/// (it holds a join for half the session timeout).
-fn config_file(dir: &Path) -> PathBuf {
-    config_file_with(dir, "")
-}
-
-/// [`config_file`] with more librdkafka settings (`"key" = "value"` lines).
-fn config_file_with(dir: &Path, client: &str) -> PathBuf {
-    let base =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"))
-            .expect("example config")
-            .replace(
-                "\"session.timeout.ms\" = \"6000\"",
-                "\"session.timeout.ms\" = \"3000\"",
-            )
-            .replace(
-                "\"heartbeat.interval.ms\" = \"2000\"",
-                "\"heartbeat.interval.ms\" = \"1000\"",
-            )
-            .replace(
-                "\"fetch.wait.max.ms\" = \"100\"",
-                &format!("\"fetch.wait.max.ms\" = \"100\"\n{client}"),
-            );
-    assert!(base.contains("\"3000\""), "the example config changed");
-    let path = dir.join("halite.toml");
-    std::fs::write(&path, base).expect("write config");
-    path
-}
-
-/// `serve` arguments: config, broker, and any `key=value` settings.
-fn args(config: &Path, broker: &Broker, settings: &[&str]) -> Vec<String> {
-    let mut a = vec![
-        "--config".to_string(),
-        config.display().to_string(),
-        "--set".into(),
-        format!("kafka.brokers=\"{}\"", broker.bootstrap),
-    ];
-    for s in settings {
-        a.push("--set".into());
-        a.push(s.to_string());
-    }
-    a
-}
 
 fn start(data: &Path, port: u16, args: &[String]) -> Server {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -410,4 +366,89 @@ fn two_members_share_the_partitions_and_together_hold_every_point() {
     eprintln!("points held by both members: {in_both} of {POINTS}");
     server::stop(a);
     server::stop(b);
+}
+
+#[test]
+fn sigterm_under_load_drops_readiness_first_and_commits_exactly_what_is_durable() {
+    const HOSTS: u64 = 50;
+    const POINTS: u64 = 300_000;
+    const PER_MESSAGE: u64 = 10;
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_file(tmp.path());
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let args = args(&config, &broker, &["kafka.commit_interval=\"5s\""]);
+    let producer = produce_in_background(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: PER_MESSAGE,
+            rate: 30_000,
+        },
+    );
+    let mut srv = start(&data, port, &args);
+    wait_for(&srv.addr, "points flowing", |s| {
+        s["points"].as_u64() > Some(20_000)
+    });
+
+    // Readiness is watched from the moment of the signal until the
+    // listener closes.
+    let addr = srv.addr.clone();
+    let watcher = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        loop {
+            match common::http::request(&addr, "GET", "/readyz", None, b"") {
+                Ok(r) => seen.push(r.status),
+                Err(_) => return seen,
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let signalled = Instant::now();
+    // SAFETY: sending a signal to our own child process by its pid.
+    assert_eq!(
+        unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    let exit = srv.child.wait().expect("wait");
+    let took = signalled.elapsed();
+    assert!(exit.success(), "exit: {exit:?}");
+    assert!(took < Duration::from_secs(30), "took {took:?} to stop");
+    let seen = watcher.join().expect("watcher");
+    let first_down = seen.iter().position(|&s| s == 503);
+    assert!(
+        first_down.is_some() && seen[first_down.unwrap_or(0)..].iter().all(|&s| s == 503),
+        "readiness did not drop for good before the listener closed: {seen:?}"
+    );
+    let committed_at_exit =
+        common::kafka::group_committed_total(&broker.bootstrap, "halite", "cpu", 4);
+    assert!(committed_at_exit > 0);
+
+    // The store holds exactly what was committed: no partition resumes
+    // ahead of its commit, and nothing below it is read again.
+    producer.join().expect("producer");
+    let srv = start(&data, port, &args);
+    let messages = (POINTS / PER_MESSAGE) as i64;
+    let s = wait_for(&srv.addr, "the rest consumed", |s| {
+        s["messages"].as_i64() == Some(messages - committed_at_exit)
+    });
+    assert_eq!(s["resumed"], json!([]), "{s}");
+    wait_for_group_commit(&broker.bootstrap, "cpu", 4, messages);
+    let s = status(&srv.addr);
+    assert_eq!(
+        s["messages"].as_i64(),
+        Some(messages - committed_at_exit),
+        "messages read twice: {s}"
+    );
+    assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
+    eprintln!(
+        "stopped in {took:?} with {committed_at_exit} of {messages} messages committed; \
+         readiness 503 for {} polls before the listener closed",
+        seen.len() - first_down.unwrap_or(0)
+    );
+    server::stop(srv);
 }

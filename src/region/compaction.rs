@@ -160,6 +160,7 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         list.insert(before, *id);
     }
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
+    crate::failpoint::hit("compaction-before-manifest");
     if let Err(e) = next.store(&inner.dir) {
         drop(out_reader);
         forget_output();

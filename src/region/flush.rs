@@ -110,6 +110,7 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
     // The WAL segments carrying them go once this is flushed.
     next.positions = inner.positions.lock().clone();
+    crate::failpoint::hit("flush-before-manifest");
     if let Err(e) = next.store(&inner.dir) {
         drop(readers);
         forget(&finished);

@@ -164,22 +164,46 @@ impl Ticket {
     }
 }
 
+/// What runs when a record's outcome is known, on the WAL's thread, before
+/// any waiter of its ticket wakes: a region completes the write's MVCC
+/// transaction here, so that a flush waiting for it never depends on the
+/// writer coming back to wait.
+pub type OnResolved = Box<dyn FnOnce(&Result<(), String>) + Send>;
+
 /// The WAL side of a ticket. Dropping it unresolved — a request still
 /// queued when the WAL stops — fails the ticket, so no waiter hangs.
-#[derive(Debug)]
-struct Resolver(Ticket);
+struct Resolver {
+    ticket: Ticket,
+    then: Option<OnResolved>,
+}
 
 impl Resolver {
-    fn resolve(self, outcome: Result<(), String>) {
-        self.0.resolve(outcome);
+    fn new(ticket: Ticket, then: Option<OnResolved>) -> Self {
+        Resolver { ticket, then }
+    }
+
+    fn resolve(mut self, outcome: Result<(), String>) {
+        self.finish(outcome);
+    }
+
+    fn finish(&mut self, outcome: Result<(), String>) {
+        if let Some(then) = self.then.take() {
+            then(&outcome);
+        }
+        self.ticket.resolve(outcome);
+    }
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Resolver").field(&self.ticket).finish()
     }
 }
 
 impl Drop for Resolver {
     fn drop(&mut self) {
-        if !self.0.is_resolved() {
-            self.0
-                .resolve(Err("wal closed before the record was written".into()));
+        if !self.ticket.is_resolved() {
+            self.finish(Err("wal closed before the record was written".into()));
         }
     }
 }
@@ -441,6 +465,19 @@ impl Wal {
         payload: Vec<u8>,
         sync: bool,
     ) -> Result<Ticket, WalError> {
+        self.append_then(region_id, max_seq, payload, sync, None)
+    }
+
+    /// [`Wal::append`], with `then` run as soon as the outcome is known
+    /// (not when it is called on an error returned here).
+    pub fn append_then(
+        &self,
+        region_id: u64,
+        max_seq: u64,
+        payload: Vec<u8>,
+        sync: bool,
+        then: Option<OnResolved>,
+    ) -> Result<Ticket, WalError> {
         if payload.len() > record::MAX_RECORD_LEN {
             return Err(WalError::TooLarge {
                 len: payload.len(),
@@ -452,15 +489,22 @@ impl Wal {
         }
         let ticket = Ticket::new();
         let tx = self.tx.lock().clone().ok_or(WalError::Closed)?;
-        tx.send(Request::Append {
+        let request = Request::Append {
             region_id,
             max_seq,
             payload,
             sync,
-            ticket: Resolver(ticket.clone()),
-        })
-        .map_err(|_| WalError::Closed)?;
-        Ok(ticket)
+            ticket: Resolver::new(ticket.clone(), then),
+        };
+        match tx.send(request) {
+            Ok(()) => Ok(ticket),
+            Err(crossbeam_channel::SendError(Request::Append { ticket: mut r, .. })) => {
+                // Not run: the caller handles the error returned here.
+                r.then = None;
+                Err(WalError::Closed)
+            }
+            Err(_) => Err(WalError::Closed),
+        }
     }
 
     /// A barrier: the ticket resolves once every record appended before this
@@ -472,7 +516,7 @@ impl Wal {
         let ticket = Ticket::new();
         let tx = self.tx.lock().clone().ok_or(WalError::Closed)?;
         tx.send(Request::Sync {
-            ticket: Resolver(ticket.clone()),
+            ticket: Resolver::new(ticket.clone(), None),
         })
         .map_err(|_| WalError::Closed)?;
         Ok(ticket)
@@ -991,6 +1035,7 @@ impl Writer {
             return;
         }
         if sync {
+            crate::failpoint::hit("wal-group-commit");
             self.unsynced = false;
             self.last_sync = Instant::now();
         } else if bytes > 0 {
@@ -1188,10 +1233,10 @@ mod tests {
     #[test]
     fn a_dropped_request_fails_its_ticket_instead_of_hanging() {
         let ticket = Ticket::new();
-        drop(Resolver(ticket.clone()));
+        drop(Resolver::new(ticket.clone(), None));
         assert!(matches!(ticket.wait(), Err(WalError::Failed(_))));
         let ticket = Ticket::new();
-        Resolver(ticket.clone()).resolve(Ok(()));
+        Resolver::new(ticket.clone(), None).resolve(Ok(()));
         assert!(ticket.wait().is_ok());
     }
 
