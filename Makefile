@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv bench bench-peers bench-engine bench-query bench-kafka crash fuzz lint fmt clean
+.PHONY: run test build venv bench bench-peers bench-engine bench-query bench-kafka crash torture soak fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -68,6 +68,19 @@ bench-kafka: venv
 ## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
 crash:
 	HALITE_CRASH_KILLS=$${HALITE_CRASH_KILLS:-200} $(CARGO) test --release --test crash_recovery -- --nocapture
+
+## Crash torture (issue #7): the service ingesting from a real broker is
+## SIGKILLed HALITE_TORTURE_KILLS times (default 100; `make test` runs 10)
+## at random moments and in WAL commits, flushes, compactions, manifest and
+## catalog changes and splits; after each kill nothing committed is lost.
+torture: venv
+	HALITE_TORTURE_KILLS=$${HALITE_TORTURE_KILLS:-100} $(CARGO) test --release --test torture -- --nocapture
+
+## Soak (issue #7): HALITE_SOAK_MINUTES (default 30) of ingest at a fixed
+## rate from a real broker with queries running; throughput, RSS, open
+## files and query latency sampled; report in bench/SOAK.md.
+soak: venv
+	$(CARGO) bench --bench soak
 
 ## Fuzzes every decoder that takes outside bytes (line protocol, JSON
 ## points, row keys, WAL segments, store files, scan requests) for

@@ -54,6 +54,8 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Request bodies above this are refused with 413 (default 25 MiB).
     pub max_body: usize,
+    /// A body must arrive within this once the headers have (else 408).
+    pub body_timeout: std::time::Duration,
     /// The Kafka pipeline's counters, when it runs.
     pub ingest: Option<Arc<IngestStats>>,
     /// The metrics recorder behind `/metrics`, when installed.
@@ -198,8 +200,127 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard_body,
+        ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
+}
+
+/// Content types each kind of body is accepted in. Clients that send no
+/// type, or curl's default, are taken at their word.
+fn content_type_accepted(path: &str, content_type: Option<&str>) -> Result<(), String> {
+    let Some(ct) = content_type else {
+        return Ok(());
+    };
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let lenient = [
+        "application/x-www-form-urlencoded",
+        "text/plain",
+        "application/json",
+    ];
+    if path == "/api/v1/write" {
+        if lenient.contains(&essence.as_str()) || essence == "application/octet-stream" {
+            return Ok(());
+        }
+        return Err(format!(
+            "content type `{ct}` is not accepted by /api/v1/write: send line protocol as \
+             text/plain or points as application/json"
+        ));
+    }
+    if lenient.contains(&essence.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "content type `{ct}` is not accepted here: send the request as JSON (application/json)"
+    ))
+}
+
+/// Reads a request's body before any handler does: in the accepted
+/// content type, within `server.max_body` and within `server.body_timeout`
+/// of the headers. A client that stalls or goes away mid-body is answered
+/// (or dropped) here, before anything is parsed or written.
+async fn guard_body(
+    State(s): State<Arc<AppState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::http::Method;
+    if !matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH) {
+        return next.run(req).await;
+    }
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("(not ASCII)").to_string());
+    if let Err(why) = content_type_accepted(req.uri().path(), content_type.as_deref()) {
+        return ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            why,
+        )
+        .into_response();
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "request body is larger than the server's limit ({} bytes, server.max_body); \
+                 send smaller batches",
+                s.max_body
+            ),
+        )
+        .into_response()
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.max_body as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let bytes =
+        match tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, s.max_body)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) => {
+                let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+                while let Some(err) = source {
+                    if err.to_string().contains("length limit exceeded") {
+                        return too_large();
+                    }
+                    source = err.source();
+                }
+                return ApiError::bad(format!(
+                    "cannot read the request body ({e}); nothing was written"
+                ))
+                .into_response();
+            }
+            Err(_) => {
+                return ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "the request body did not arrive within {:?} (server.body_timeout); \
+                         nothing was written: send the body at once",
+                        s.body_timeout
+                    ),
+                )
+                .into_response();
+            }
+        };
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
 }
 
 /// Counts every request by route template (never the path itself, which

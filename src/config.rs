@@ -152,6 +152,9 @@ pub struct ServerConfig {
     pub metrics_listen: String,
     /// Largest request body accepted (default 25MiB, as InfluxDB).
     pub max_body: ByteSize,
+    /// How long a request body may take to arrive once its headers have
+    /// (default 30s); a slower or stalled client gets 408 and writes nothing.
+    pub body_timeout: Dur,
     /// Writer shards, each with a WAL (default: one per core).
     pub shards: usize,
     /// Threads for the bucket scans of queries (default: two per core).
@@ -165,6 +168,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8070".into(),
             metrics_listen: String::new(),
             max_body: ByteSize(25 << 20),
+            body_timeout: Dur(Duration::from_secs(30)),
             shards: cores,
             query_threads: 2 * cores,
         }

@@ -245,6 +245,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         clock,
         ready: false.into(),
         max_body: config.server.max_body.0 as usize,
+        body_timeout: config.server.body_timeout.0,
         ingest: kafka.as_ref().map(|k| k.stats.clone()),
         telemetry,
     });

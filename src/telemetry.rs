@@ -201,6 +201,10 @@ fn describe() {
     );
     describe_counter!("halite_wal_syncs_total", "WAL fdatasyncs, per shard.");
     describe_counter!(
+        "halite_wal_group_commits_total",
+        "Synced WAL batches acknowledged to their writers, per shard."
+    );
+    describe_counter!(
         "halite_wal_damage_stops_total",
         "Damaged spots in the middle of the WAL that recovery stopped at (wal.recovery = stop_at_damage), per shard."
     );
@@ -349,6 +353,8 @@ fn record_store(store: &Store) {
         counter!("halite_wal_appends_total", &shard()).absolute(s.appends.load(Relaxed));
         counter!("halite_wal_written_bytes_total", &shard()).absolute(s.bytes.load(Relaxed));
         counter!("halite_wal_syncs_total", &shard()).absolute(s.syncs.get());
+        counter!("halite_wal_group_commits_total", &shard())
+            .absolute(s.group_commits.load(Relaxed));
         counter!("halite_wal_damage_stops_total", &shard()).absolute(s.damage_stops.load(Relaxed));
         gauge!(
             "halite_wal_backend_info",

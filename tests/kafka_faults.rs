@@ -452,3 +452,121 @@ fn sigterm_under_load_drops_readiness_first_and_commits_exactly_what_is_durable(
     );
     server::stop(srv);
 }
+
+/// Every answer a user can get from the table, as bytes.
+fn answers(addr: &str) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let calls = [
+        ("/api/v1/tables/metrics:cpu/scan", json!({"limit": 100_000})),
+        (
+            "/api/v1/query",
+            json!({"table": "metrics:cpu", "series": [["metric", "cpu"]]}),
+        ),
+        (
+            "/api/v1/query",
+            json!({"table": "metrics:cpu", "series": [["metric", "cpu"]],
+                   "aggregate": {"functions": ["count", "sum", "min", "max", "first", "last"],
+                                 "downsample_ms": 60_000}}),
+        ),
+    ];
+    for (path, body) in calls {
+        let r = common::http::request(
+            addr,
+            "POST",
+            path,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+        .expect("call");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        out.push(r.body);
+    }
+    out
+}
+
+/// Commits offset 0 for every partition of `topic` in the `halite` group,
+/// as `kafka-consumer-groups --reset-offsets --to-earliest` does.
+fn reset_group_to_earliest(bootstrap: &str, topic: &str, partitions: i32) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "halite")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(0))
+            .expect("partition");
+    }
+    consumer
+        .commit(&tpl, CommitMode::Sync)
+        .expect("commit offsets 0");
+}
+
+#[test]
+fn ingesting_a_topic_twice_more_changes_no_answer_by_a_byte() {
+    const HOSTS: u64 = 20;
+    const POINTS: u64 = 40_000;
+    let broker = Broker::start();
+    broker.create_topic("cpu", 4);
+    produce(
+        &broker.bootstrap,
+        "cpu",
+        Load {
+            hosts: HOSTS,
+            points: POINTS,
+            per_message: 10,
+            rate: 0,
+        },
+    );
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_file(tmp.path());
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let messages = (POINTS / 10) as i64;
+    let srv = start(
+        &data,
+        port,
+        &args(&config, &broker, &["kafka.commit_interval=\"200ms\""]),
+    );
+    wait_for_group_commit(&broker.bootstrap, "cpu", 4, messages);
+    let once = answers(&srv.addr);
+    assert!(
+        once.iter().all(|a| a.len() > 10_000),
+        "answers too small to tell"
+    );
+    server::stop(srv);
+
+    // Twice more, from the start: the group reset, the store's own
+    // position set aside as a user replaying a topic would.
+    let replay = args(
+        &config,
+        &broker,
+        &[
+            "kafka.commit_interval=\"200ms\"",
+            "kafka.resume_from_store=false",
+        ],
+    );
+    for round in 0..2 {
+        reset_group_to_earliest(&broker.bootstrap, "cpu", 4);
+        assert_eq!(
+            common::kafka::group_committed_total(&broker.bootstrap, "halite", "cpu", 4),
+            0
+        );
+        let srv = start(&data, port, &replay);
+        let s = wait_for(&srv.addr, "the whole topic again", |s| {
+            s["messages"].as_i64() == Some(messages) && committed_total(s, "cpu") == messages
+        });
+        assert_eq!(s["points"].as_u64(), Some(POINTS), "round {round}: {s}");
+        let again = answers(&srv.addr);
+        for (i, (a, b)) in once.iter().zip(&again).enumerate() {
+            assert!(
+                a == b,
+                "round {round}: answer {i} changed ({} bytes, then {})",
+                a.len(),
+                b.len()
+            );
+        }
+        server::stop(srv);
+    }
+}

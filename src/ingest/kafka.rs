@@ -93,6 +93,12 @@ pub struct KafkaConfig {
     /// Where bad messages go, with the reason in headers; none: only counted
     /// and logged.
     pub dead_letter_topic: Option<String>,
+    /// Start a partition at the store's durable position when that is past
+    /// the group's committed offset (default true: a crash between a
+    /// durable write and its commit replays nothing). Set false to start
+    /// at the committed offsets as they are — to replay a topic after
+    /// resetting the group (`kafka-consumer-groups --reset-offsets`).
+    pub resume_from_store: bool,
     /// librdkafka settings passed through as they are (both consumer and
     /// dead-letter producer), e.g. `"session.timeout.ms" = "6000"`.
     pub client: BTreeMap<String, String>,
@@ -112,6 +118,7 @@ impl Default for KafkaConfig {
             max_in_flight: 8,
             max_buffered: ByteSize(64 << 20),
             dead_letter_topic: None,
+            resume_from_store: true,
             client: BTreeMap::new(),
             topics: Vec::new(),
         }
@@ -750,7 +757,7 @@ impl KafkaIngest {
                         reason: e.to_string(),
                     })?;
             for ((topic, partition), offset) in positions {
-                if topic == route.topic {
+                if topic == route.topic && config.resume_from_store {
                     recovered.insert((topic, partition as i32), offset as i64);
                 }
             }

@@ -230,6 +230,9 @@ pub struct WalStats {
     pub bytes: AtomicU64,
     pub batches: AtomicU64,
     pub syncs: Arc<SyncCounter>,
+    /// Synced batches whose writers were told their records are durable:
+    /// each must have had a data sync of its own or a later one.
+    pub group_commits: AtomicU64,
     /// Sum of sync latencies in µs, for a mean in benchmarks.
     pub sync_micros: AtomicU64,
     pub segments_rolled: AtomicU64,
@@ -1084,6 +1087,12 @@ impl Writer {
                             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
                         metrics::histogram!("halite_wal_sync_duration_seconds")
                             .record(took.as_secs_f64());
+                    }
+                    if b.sync && !b.tickets.is_empty() {
+                        self.shared
+                            .stats
+                            .group_commits
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                     for t in b.tickets {
                         t.resolve(Ok(()));
