@@ -83,9 +83,17 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
         .create()
         .expect("producer");
     let long_host = "h".repeat(40);
+    // Bad values, a tag too wide for its key field, a key past 64 KiB, a
+    // NaN, a message of 600 KB.
     let poison_lines = [
         "cpu,host=host_0001 usage_user=oops 1700000000000".to_string(),
         format!("cpu,host={long_host} usage_user=1 1700000000000"),
+        format!("cpu,host={} usage_user=1 1700000000000", "k".repeat(70_000)),
+        "cpu,host=host_0002 usage_user=NaN 1700000000000".to_string(),
+        format!(
+            "cpu,host=big_msg usage_user=1 1700000000000\n{}",
+            "cpu,host=big_msg usage_user=\"x\" bad\n".repeat(15_000)
+        ),
     ];
     let json_good = json!([
         {"metric": "cpu", "tags": {"host": "json_a"}, "ts": 1_700_000_000_000u64, "fields": {"usage_user": 1.5}},
@@ -112,16 +120,18 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     producer.flush(Duration::from_secs(30)).expect("flush");
 
     let s = wait_for(&srv.addr, "every message handled and committed", |s| {
-        committed_total(s, "cpu") == cpu_messages + 2 && committed_total(s, "cpu_json") == 3
+        committed_total(s, "cpu") == cpu_messages + 5 && committed_total(s, "cpu_json") == 3
     });
-    assert_eq!(s["points"], POINTS + 2, "{s}");
-    assert_eq!(s["bad_messages"], 4, "{s}");
-    assert_eq!(s["dead_lettered"], 4, "{s}");
+    // The good line of the 600 KB message lands; its bad lines are the
+    // message's reason to be dead-lettered.
+    assert_eq!(s["points"], POINTS + 3, "{s}");
+    assert_eq!(s["bad_messages"], 7, "{s}");
+    assert_eq!(s["dead_lettered"], 7, "{s}");
     assert_eq!(s["batches_failed"], 0, "{s}");
 
     // Every point equals the oracle.
     let got = assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
-    assert_eq!(got.len() as u64, HOSTS * 10 + 2, "series x fields");
+    assert_eq!(got.len() as u64, HOSTS * 10 + 3, "series x fields");
     let steps = POINTS / HOSTS;
     assert_eq!(
         got[&("json_b".to_string(), "usage_user".to_string())]["max"].as_f64(),
@@ -167,7 +177,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     consumer.assign(&tpl).expect("assign");
     let mut dead = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while dead.len() < 4 && Instant::now() < deadline {
+    while dead.len() < 7 && Instant::now() < deadline {
         if let Some(m) = consumer.poll(Duration::from_millis(200)) {
             let m = m.expect("dead letter");
             let headers = m.headers().expect("headers");
@@ -194,7 +204,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
         .chain(poison_json.iter().map(|p| (p.clone(), "cpu_json")))
         .collect();
     want.sort();
-    assert_eq!(dead.len(), 4, "{dead:?}");
+    assert_eq!(dead.len(), 7, "{dead:?}");
     for ((payload, reason, source), (want_payload, want_source)) in dead.iter().zip(&want) {
         assert_eq!(payload, want_payload);
         assert_eq!(source, want_source);
@@ -202,6 +212,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     }
     assert!(dead.iter().any(|d| d.1.contains("width")), "{dead:?}");
     assert!(dead.iter().any(|d| d.1.contains("JSON")), "{dead:?}");
+    assert!(dead.iter().any(|d| d.1.contains("finite")), "{dead:?}");
 
     // A clean stop commits; a restart resumes after it and replays nothing.
     server::stop(srv);

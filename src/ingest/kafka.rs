@@ -1126,12 +1126,35 @@ impl DeadLetters {
             });
         let record: BaseRecord<'_, (), [u8]> = BaseRecord::to(&self.topic)
             .payload(payload)
-            .headers(headers);
-        if let Err((e, _)) = self.producer.send(record) {
-            tracing::error!(error = %e, "dead-letter produce failed");
-            return false;
+            .headers(headers.clone());
+        match self.producer.send(record) {
+            Ok(()) => true,
+            // The payload with the headers passes the size limit: the
+            // dead letter goes without it, saying where the original is.
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
+                ),
+                _,
+            )) => {
+                let headers = headers.insert(Header {
+                    key: "halite-payload-omitted",
+                    value: Some(&payload.len().to_string()),
+                });
+                let record: BaseRecord<'_, (), [u8]> = BaseRecord::to(&self.topic).headers(headers);
+                match self.producer.send(record) {
+                    Ok(()) => true,
+                    Err((e, _)) => {
+                        tracing::error!(error = %e, "dead-letter produce failed");
+                        false
+                    }
+                }
+            }
+            Err((e, _)) => {
+                tracing::error!(error = %e, "dead-letter produce failed");
+                false
+            }
         }
-        true
     }
 
     fn flush(&self) -> bool {
@@ -1425,14 +1448,34 @@ fn decode_message(
         Format::Line => "line",
         Format::Json => "point",
     };
-    let reasons: Vec<String> = errors
-        .iter()
-        .map(|(n, reason)| format!("{what} {n}: {reason}"))
-        .collect();
-    if !reasons.is_empty() {
+    if !errors.is_empty() {
+        // The first few say what is wrong; all of them could outgrow the
+        // log line and the dead letter's headers (a broker refuses a
+        // message past its size limit).
+        const SHOWN: usize = 5;
+        let mut reason = errors
+            .iter()
+            .take(SHOWN)
+            .map(|(n, reason)| {
+                let mut r = format!("{what} {n}: {reason}");
+                if r.len() > 300 {
+                    let cut = (0..=300)
+                        .rev()
+                        .find(|&i| r.is_char_boundary(i))
+                        .unwrap_or(0);
+                    r.truncate(cut);
+                    r.push('…');
+                }
+                r
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if errors.len() > SHOWN {
+            reason.push_str(&format!("; and {} more", errors.len() - SHOWN));
+        }
         return Err(BadMessage {
             kind: "bad_point",
-            reason: reasons.join("; "),
+            reason,
         });
     }
     // Line protocol without a single point is not a message we understand.
