@@ -293,6 +293,18 @@ impl Catalog {
     /// Creates a table, pre-split into one region per salt bucket plus the
     /// extra split points.
     pub fn create_table(&self, req: &CreateTable, now_ms: u64) -> Result<TableDescriptor> {
+        self.create_table_with(req, now_ms, |_| Ok(()))
+    }
+
+    /// [`Catalog::create_table`], with `prepare` run on the new descriptor
+    /// before the catalog names it (the store makes the regions'
+    /// directories there, so a region the catalog names always has one).
+    pub fn create_table_with(
+        &self,
+        req: &CreateTable,
+        now_ms: u64,
+        prepare: impl FnOnce(&TableDescriptor) -> Result<()>,
+    ) -> Result<TableDescriptor> {
         if req.families.is_empty() {
             return Err(Error::InvalidInput(format!(
                 "table `{}` needs at least one column family",
@@ -351,6 +363,7 @@ impl Catalog {
                 regions,
                 created_ms: now_ms,
             };
+            prepare(&t)?;
             d.tables.insert(key, t.clone());
             Ok(t)
         })

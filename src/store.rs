@@ -384,7 +384,31 @@ impl Store {
 
     pub fn create_table(&self, req: &CreateTable) -> Result<TableDescriptor> {
         let _ddl = self.ddl.lock();
-        let desc = self.catalog.create_table(req, self.clock.now_ms())?;
+        // The regions' directories (with empty manifests) are made and
+        // synced before the catalog names them, as a split's daughters
+        // are: a crash in between leaves directories no catalog names
+        // (removed at start), never a region without its directory.
+        let desc = self
+            .catalog
+            .create_table_with(req, self.clock.now_ms(), |desc| {
+                let mut parent = None;
+                for r in &desc.regions {
+                    let dir = region_dir(&self.dir, r.id);
+                    std::fs::create_dir_all(&dir)
+                        .map_err(|e| Error::io(&dir, "create region directory", e))?;
+                    crate::region::manifest::Manifest {
+                        next_file_id: 1,
+                        ..Default::default()
+                    }
+                    .store(&dir)?;
+                    parent = dir.parent().map(Path::to_path_buf);
+                }
+                if let Some(parent) = parent {
+                    crate::fsutil::fsync_dir(&parent)
+                        .map_err(|e| Error::io(&parent, "sync regions directory", e))?;
+                }
+                Ok(())
+            })?;
         let table = self.open_table(desc.clone())?;
         self.tables
             .write()
