@@ -51,7 +51,7 @@ use block_cache::BlockCache;
 use manifest::Manifest;
 use memstore::{MemStore, Mvcc};
 use sst::SstReader;
-use wal::record::{Origin, encode_edits_body, encode_edits_with_body};
+use wal::record::{Edits, Origin, encode_edits_body, encode_edits_with_body};
 use wal::{Ticket, Wal};
 
 /// Region settings; every bound has a default.
@@ -285,6 +285,41 @@ impl Region {
         cache: Arc<BlockCache>,
         maintenance: Option<Arc<maintenance::Maintenance>>,
     ) -> Result<Region> {
+        let id = descriptor.id;
+        let mut recovering = RecoveringRegion::load(dir, descriptor, options, cache)?;
+        let now = clock.now_ms();
+        wal.replay(id, recovering.flushed_seq(), |edits| {
+            recovering.replay(edits, now)
+        })?;
+        recovering.open(wal, clock, maintenance)
+    }
+}
+
+/// A region whose manifest and store files are loaded and whose unflushed
+/// edits are being replayed into its MemStore; [`RecoveringRegion::open`]
+/// makes it a [`Region`]. Kept apart so that a store opening many regions
+/// reads each shard's WAL once for all of them, not once per region.
+pub struct RecoveringRegion {
+    dir: PathBuf,
+    descriptor: RegionDescriptor,
+    options: RegionOptions,
+    cache: Arc<BlockCache>,
+    manifest: Manifest,
+    files: BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
+    active: Arc<MemStore>,
+    last_seq: u64,
+    positions: BTreeMap<(String, u32), u64>,
+}
+
+impl RecoveringRegion {
+    /// Loads the manifest and its store files, and removes leftovers of
+    /// interrupted flushes or compactions.
+    pub fn load(
+        dir: impl AsRef<Path>,
+        descriptor: RegionDescriptor,
+        options: RegionOptions,
+        cache: Arc<BlockCache>,
+    ) -> Result<RecoveringRegion> {
         let dir = dir.as_ref().to_path_buf();
         for f in &descriptor.families {
             f.validate()?;
@@ -323,43 +358,85 @@ impl Region {
             }
             files.insert(family.name.clone(), readers);
         }
+        let last_seq = manifest.flushed_seq;
+        let positions = manifest.positions.clone();
+        Ok(RecoveringRegion {
+            dir,
+            descriptor,
+            options,
+            cache,
+            manifest,
+            files,
+            active: Arc::new(MemStore::new()),
+            last_seq,
+            positions,
+        })
+    }
 
+    pub fn id(&self) -> u64 {
+        self.descriptor.id
+    }
+
+    /// The highest sequence id already in store files: the WAL's edits up
+    /// to it need no replay.
+    pub fn flushed_seq(&self) -> u64 {
+        self.manifest.flushed_seq
+    }
+
+    /// Applies one WAL record of this region: rows at or below the flushed
+    /// sequence id are skipped, the rest go into the MemStore.
+    pub fn replay(&mut self, edits: Edits, now_ms: u64) {
+        if let Some(o) = &edits.origin {
+            note_position(&mut self.positions, o);
+        }
+        let flushed = self.manifest.flushed_seq;
+        for (i, row) in edits.rows.into_iter().enumerate() {
+            let seq = edits.first_seq + i as u64;
+            if seq <= flushed {
+                continue;
+            }
+            self.last_seq = self.last_seq.max(seq);
+            if let Some(first) = row.first() {
+                let key = cell::row_of(&first.key).to_vec();
+                self.active.insert_row(
+                    &key,
+                    seq,
+                    row.iter().map(|e| cell::EntryRef {
+                        key: &e.key,
+                        ttl_ms: e.ttl_ms,
+                        value: &e.value,
+                    }),
+                    now_ms,
+                );
+            }
+        }
+    }
+
+    /// Makes the region live: writes go to `wal`, and flushes and
+    /// compactions run on `maintenance` (or threads of its own).
+    pub fn open(
+        self,
+        wal: Arc<Wal>,
+        clock: Arc<dyn Clock>,
+        maintenance: Option<Arc<maintenance::Maintenance>>,
+    ) -> Result<Region> {
+        let RecoveringRegion {
+            dir,
+            descriptor,
+            options,
+            cache,
+            manifest,
+            files,
+            active,
+            last_seq,
+            positions,
+        } = self;
+        wal.mark_flushed(descriptor.id, manifest.flushed_seq);
         let families: HashMap<Vec<u8>, FamilyDescriptor> = descriptor
             .families
             .iter()
             .map(|f| (f.name.clone(), f.clone()))
             .collect();
-        let active = Arc::new(MemStore::new());
-        let flushed = manifest.flushed_seq;
-        let mut last_seq = flushed;
-        let now = clock.now_ms();
-        let mut positions = manifest.positions.clone();
-        wal.replay(descriptor.id, flushed, |edits| {
-            if let Some(o) = &edits.origin {
-                note_position(&mut positions, o);
-            }
-            for (i, row) in edits.rows.into_iter().enumerate() {
-                let seq = edits.first_seq + i as u64;
-                if seq <= flushed {
-                    continue;
-                }
-                last_seq = last_seq.max(seq);
-                if let Some(first) = row.first() {
-                    let key = cell::row_of(&first.key).to_vec();
-                    active.insert_row(
-                        &key,
-                        seq,
-                        row.iter().map(|e| cell::EntryRef {
-                            key: &e.key,
-                            ttl_ms: e.ttl_ms,
-                            value: &e.value,
-                        }),
-                        now,
-                    );
-                }
-            }
-        })?;
-        wal.mark_flushed(descriptor.id, flushed);
 
         let (work_tx, work_rx) = crossbeam_channel::bounded(64);
         let (compact_tx, compact_rx) = crossbeam_channel::bounded(1);
@@ -420,7 +497,9 @@ impl Region {
             workers: Mutex::new(workers),
         })
     }
+}
 
+impl Region {
     pub fn id(&self) -> u64 {
         self.inner.id
     }

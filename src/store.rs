@@ -31,7 +31,7 @@ use crate::region::block_cache::BlockCache;
 use crate::region::maintenance::Maintenance;
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
-use crate::region::{PendingWrite, Region, RegionDescriptor, RegionOptions};
+use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
 use crate::scan::{ContinuationToken, Get, RowScanner, RowView, Scan, ScanPage};
 use crate::schema::FamilySpec;
 
@@ -305,15 +305,107 @@ impl Store {
         for intent in store.catalog.pending_splits() {
             store.catalog.abandon_split(&intent)?;
         }
-        for desc in store.catalog.tables(None) {
-            let table = store.open_table(desc)?;
+        let descs = store.catalog.tables(None);
+        let mut recovering = HashMap::new();
+        for desc in &descs {
+            let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
+            for info in &desc.regions {
+                recovering.insert(info.id, store.load_region(info, &families)?);
+            }
+        }
+        store.replay_wals(&mut recovering)?;
+        for desc in descs {
+            let mut regions = Vec::with_capacity(desc.regions.len());
+            for info in &desc.regions {
+                let region = recovering
+                    .remove(&info.id)
+                    .expect("every region of the catalog was loaded above");
+                regions.push(Arc::new(region.open(
+                    store.shard_of(info.id).wal.clone(),
+                    store.clock.clone(),
+                    Some(store.maintenance.clone()),
+                )?));
+            }
             store
                 .tables
                 .write()
-                .insert(table.desc.name.clone(), Arc::new(table));
+                .insert(desc.name.clone(), Arc::new(Table { desc, regions }));
         }
         store.remove_leftovers()?;
         Ok(store)
+    }
+
+    /// Replays each shard's WAL once, into all of its regions; the shards
+    /// in parallel, as they were written.
+    fn replay_wals(&self, recovering: &mut HashMap<u64, RecoveringRegion>) -> Result<()> {
+        let now = self.clock.now_ms();
+        let shard_count = self.shards.len() as u64;
+        let mut per_shard: Vec<HashMap<u64, RecoveringRegion>> =
+            (0..self.shards.len()).map(|_| HashMap::new()).collect();
+        for (id, region) in recovering.drain() {
+            per_shard[(id % shard_count) as usize].insert(id, region);
+        }
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = per_shard
+                .iter_mut()
+                .zip(&self.shards)
+                .filter(|(regions, _)| !regions.is_empty())
+                .map(|(regions, shard)| {
+                    scope.spawn(move || -> Result<()> {
+                        let after: HashMap<u64, u64> = regions
+                            .values()
+                            .map(|r| (r.id(), r.flushed_seq()))
+                            .collect();
+                        let started = std::time::Instant::now();
+                        let (mut records, mut rows) = (0u64, 0u64);
+                        shard.wal.replay_regions(&after, |edits| {
+                            if let Some(region) = regions.get_mut(&edits.region_id) {
+                                records += 1;
+                                rows += edits.rows.len() as u64;
+                                region.replay(edits, now);
+                            }
+                        })?;
+                        if records > 0 {
+                            tracing::info!(
+                                wal = %shard.wal.dir().display(),
+                                regions = after.len(),
+                                records,
+                                rows,
+                                seconds = started.elapsed().as_secs_f64(),
+                                "replayed unflushed edits from the WAL"
+                            );
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a WAL replay thread panicked"))
+                .collect()
+        });
+        for regions in per_shard {
+            recovering.extend(regions);
+        }
+        results.into_iter().collect()
+    }
+
+    fn load_region(
+        &self,
+        info: &crate::catalog::RegionInfo,
+        families: &[crate::schema::FamilyDescriptor],
+    ) -> Result<RecoveringRegion> {
+        RecoveringRegion::load(
+            region_dir(&self.dir, info.id),
+            RegionDescriptor {
+                id: info.id,
+                families: families.to_vec(),
+                start: info.start.clone(),
+                end: info.end.clone(),
+            },
+            self.options.region.clone(),
+            self.cache.clone(),
+        )
     }
 
     fn shard_of(&self, region_id: u64) -> &Shard {

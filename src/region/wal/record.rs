@@ -160,6 +160,11 @@ pub fn encode_edits_with_body(
     out
 }
 
+/// The region an edits record belongs to, read without decoding its rows.
+pub fn edits_region(payload: &[u8]) -> Result<u64, DecodeError> {
+    Reader::new(payload).varint("region id")
+}
+
 pub fn decode_edits(payload: &[u8]) -> Result<Edits, DecodeError> {
     let mut r = Reader::new(payload);
     let region_id = r.varint("region id")?;
