@@ -5,7 +5,9 @@
 //! steadier figure for a change to the parser or the encoder than a whole
 //! service benchmark. Then the store side: a 64 KiB data block of TSBS rows
 //! encoded as a TIME_SERIES block and decoded back (what a block read from
-//! disk costs before it is cached), with the bytes per value.
+//! disk costs before it is cached), with the bytes per value. And the
+//! MemStore insert of the HTTP path's batches into a table pre-split in 16
+//! regions, as the writers do it.
 
 use std::time::Instant;
 
@@ -20,6 +22,30 @@ use halite::tsbs;
 const HOSTS: u64 = 100;
 
 fn table() -> TableDescriptor {
+    table_with_regions(serde_json::json!([{"id": 1, "start": "", "end": ""}]))
+}
+
+/// The table split at each salt bucket, as `make run` creates it.
+fn split_table() -> TableDescriptor {
+    let regions: Vec<_> = (0..16u8)
+        .map(|b| {
+            let start = if b == 0 {
+                String::new()
+            } else {
+                format!("{b:02x}")
+            };
+            let end = if b == 15 {
+                String::new()
+            } else {
+                format!("{:02x}", b + 1)
+            };
+            serde_json::json!({"id": b as u64 + 1, "start": start, "end": end})
+        })
+        .collect();
+    table_with_regions(serde_json::Value::Array(regions))
+}
+
+fn table_with_regions(regions: serde_json::Value) -> TableDescriptor {
     serde_json::from_value(serde_json::json!({
         "name": "metrics:cpu",
         "families": [{"name": "f"}],
@@ -32,7 +58,7 @@ fn table() -> TableDescriptor {
             "salt": {"buckets": 16, "width": 1, "from": "series"}
         },
         "durability": "SYNC_WAL",
-        "regions": [{"id": 1, "start": "", "end": ""}],
+        "regions": regions,
         "created_ms": 0
     }))
     .expect("table descriptor")
@@ -84,7 +110,46 @@ fn main() {
             "encode pass={pass} kafka_ns_per_row={per_message:.0} http_ns_per_row={per_body_line:.0}"
         );
     }
+    memstore_insert(&lines);
     time_series_block();
+}
+
+/// 5,000-line bodies encoded for 16 regions, each region's rows inserted
+/// into its own MemStore batch by batch, as a writer does.
+fn memstore_insert(lines: &[String]) {
+    use halite::region::memstore::MemStore;
+    let table = split_table();
+    let encoded: Vec<_> = lines
+        .chunks(5000)
+        .map(|c| {
+            let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
+            let bad = enc
+                .add_body(
+                    Format::Line,
+                    c.concat().as_bytes(),
+                    Precision::Milliseconds,
+                    0,
+                )
+                .expect("body");
+            assert!(bad.is_empty());
+            enc.finish()
+        })
+        .collect();
+    for pass in 0..3 {
+        let memstores: Vec<MemStore> = (0..16).map(|_| MemStore::new()).collect();
+        let mut seq = 1;
+        let t = Instant::now();
+        for rows in &encoded {
+            for (batch, mem) in rows.batches.iter().zip(&memstores) {
+                mem.insert_batch(batch, seq, 0);
+                seq += batch.rows() as u64;
+            }
+        }
+        let ns = t.elapsed().as_nanos() as f64 / lines.len() as f64;
+        let cells: usize = memstores.iter().map(MemStore::cells).sum();
+        assert_eq!(cells, lines.len() * 10);
+        println!("memstore pass={pass} regions=16 insert_ns_per_row={ns:.0}");
+    }
 }
 
 /// One 64 KiB block of one host's rows, newest first, as a flush writes it.

@@ -53,6 +53,41 @@ fn main() {
     let started = Instant::now();
     let mut report = Report::new(rows, dir);
     println!("bench suite: {rows} rows, data under {}", dir.display());
+    // For working on one comparison: HALITE_BENCH_ONLY=halite,victoria runs
+    // just those services' ingest and queries, prints them and writes no
+    // RESULTS.md.
+    if let Ok(only) = std::env::var("HALITE_BENCH_ONLY") {
+        let bodies = service::bodies(rows);
+        let window = service::Window::new(rows);
+        for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
+            if !only
+                .split(',')
+                .any(|k| kind.name().eq_ignore_ascii_case(k.trim()))
+            {
+                continue;
+            }
+            let server = service::Server::start(kind, dir);
+            let ingest = service::ingest(&server, &bodies, rows);
+            println!(
+                "ingest {} rows_per_s={:.0} server_cpu_us_per_row={:.2} peak_rss_mib={:.0}",
+                kind.name(),
+                ingest.rows_per_s,
+                ingest.server_cpu_us_per_row,
+                ingest.peak_rss_mib
+            );
+            server.settle();
+            let q = service::queries(&server, &window);
+            println!(
+                "query {} q1_p50_us={:.0} q2_p50_us={:.0} q3_p50_us={:.0}",
+                kind.name(),
+                q.q1.0,
+                q.q2.0,
+                q.q3.0
+            );
+            server.stop();
+        }
+        return;
+    }
 
     // 1. Disk limit.
     let disk_rows = disk::run(dir, 5);

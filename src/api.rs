@@ -137,6 +137,24 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+/// Runs `f` on this worker thread when the runtime has others to take its
+/// tasks meanwhile (`block_in_place`), else on the blocking pool. A query
+/// answered in a few hundred microseconds spends as long again being handed
+/// to a pool thread and back on this 2-core machine: two wake-ups on the
+/// answer's path, where `block_in_place` puts the hand-over of this
+/// worker's other tasks off it.
+async fn blocking_here<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> ApiResult<T> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(f).map_err(ApiError::from)
+    } else {
+        blocking(f).await
+    }
+}
+
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -585,24 +603,165 @@ impl RowOut<'_> {
             out.extend_from_slice(b",\"timestamp\":");
             push_u64(out, c.timestamp);
             out.extend_from_slice(b",\"value\":");
-            match Value::decode(&c.value) {
-                // Writing JSON into a Vec cannot fail.
-                Some(Value::Float(f)) => {
-                    let _ = serde_json::to_writer(&mut *out, &f);
-                }
-                Some(v) => {
-                    let _ = serde_json::to_writer(&mut *out, &v);
-                }
-                None => {
-                    out.extend_from_slice(b"{\"hex\":\"");
-                    push_hex(out, &c.value);
-                    out.extend_from_slice(b"\"}");
-                }
-            }
+            push_value(out, &c.value);
             out.push(b'}');
         }
         out.extend_from_slice(b"]}");
     }
+}
+
+/// A cell value as JSON: typed values as themselves, other bytes as
+/// `{"hex": "..."}`.
+fn push_value(out: &mut Vec<u8>, value: &[u8]) {
+    match Value::decode(value) {
+        // Writing JSON into a Vec cannot fail.
+        Some(Value::Float(f)) => {
+            let _ = serde_json::to_writer(&mut *out, &f);
+        }
+        Some(v) => {
+            let _ = serde_json::to_writer(&mut *out, &v);
+        }
+        None => {
+            out.extend_from_slice(b"{\"hex\":\"");
+            push_hex(out, value);
+            out.extend_from_slice(b"\"}");
+        }
+    }
+}
+
+/// How a query's raw rows are laid out in a JSON answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Shape {
+    /// One object per row: its key (hex and decoded) and its cells.
+    #[default]
+    Rows,
+    /// One object per series, as InfluxDB and Prometheus answer: the
+    /// series' key fields, `columns` (`time` and the fields) and `values`,
+    /// one array per timestamp.
+    Series,
+}
+
+/// The key fields of `row` other than its time field, as a JSON object
+/// (`null` when the key does not decode), and the time field's value.
+fn series_identity(
+    schema: &KeySchema,
+    time_field: Option<usize>,
+    key: &[u8],
+) -> (Vec<u8>, Option<u64>) {
+    let mut ident = Vec::with_capacity(64);
+    ident.push(b'{');
+    let mut time = None;
+    let mut index = 0;
+    let mut first = true;
+    let decoded = schema.decode_each(key, |name, v| {
+        if Some(index) == time_field {
+            if let FieldRef::Uint(t) = v {
+                time = Some(t);
+            }
+        } else {
+            if !first {
+                ident.push(b',');
+            }
+            first = false;
+            push_str(&mut ident, name);
+            ident.push(b':');
+            match v {
+                FieldRef::Uint(u) => push_u64(&mut ident, u),
+                FieldRef::Str(s) => push_str(&mut ident, s),
+            }
+        }
+        index += 1;
+    });
+    if decoded.is_err() {
+        return (b"null".to_vec(), None);
+    }
+    ident.push(b'}');
+    (ident, time)
+}
+
+/// Rows as series (see [`Shape::Series`]). Rows come in logical key
+/// order, so a series' rows are consecutive; a series cut by the page
+/// limit continues in the next page. A row's time is its key's time field,
+/// or its newest cell's timestamp when the key has none; a field a row
+/// lacks is `null`.
+fn series_answer(
+    schema: &KeySchema,
+    rows: &[Row],
+    continuation: Option<ContinuationToken>,
+    buckets: Option<usize>,
+) -> Response {
+    let time_field = schema.fields.iter().position(|f| f.encoding.is_time());
+    let identities: Vec<(Vec<u8>, Option<u64>)> = rows
+        .iter()
+        .map(|r| series_identity(schema, time_field, &r.key))
+        .collect();
+    let mut out =
+        Vec::with_capacity(256 + rows.iter().map(|r| 24 + 20 * r.cells.len()).sum::<usize>());
+    out.extend_from_slice(b"{\"series\":[");
+    let mut start = 0;
+    while start < rows.len() {
+        let ident = &identities[start].0;
+        let end = start
+            + identities[start..]
+                .iter()
+                .take_while(|(i, _)| i == ident)
+                .count();
+        let group = &rows[start..end];
+        let mut columns: Vec<&[u8]> = group
+            .iter()
+            .flat_map(|r| r.cells.iter().map(|c| c.qualifier.as_ref()))
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if start > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"key\":");
+        out.extend_from_slice(ident);
+        out.extend_from_slice(b",\"columns\":[\"time\"");
+        for c in &columns {
+            out.push(b',');
+            push_bytes_as_str(&mut out, c);
+        }
+        out.extend_from_slice(b"],\"values\":[");
+        for (n, (row, (_, key_time))) in group.iter().zip(&identities[start..end]).enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            out.push(b'[');
+            let time = key_time.or_else(|| row.cells.iter().map(|c| c.timestamp).max());
+            match time {
+                Some(t) => push_u64(&mut out, t),
+                None => out.extend_from_slice(b"null"),
+            }
+            // Cells are sorted by qualifier (newest version first), as
+            // the columns are: one walk pairs them.
+            let mut cells = row.cells.iter().peekable();
+            for column in &columns {
+                out.push(b',');
+                while cells.next_if(|c| c.qualifier.as_ref() < *column).is_some() {}
+                match cells.next_if(|c| c.qualifier.as_ref() == *column) {
+                    Some(c) => push_value(&mut out, &c.value),
+                    None => out.extend_from_slice(b"null"),
+                }
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"]}");
+        start = end;
+    }
+    out.extend_from_slice(b"],\"continuation\":");
+    match continuation {
+        Some(t) => push_str(&mut out, &t.encode()),
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(b) = buckets {
+        out.extend_from_slice(b",\"buckets_scanned\":");
+        push_u64(&mut out, b as u64);
+    }
+    out.push(b'}');
+    json_bytes(out)
 }
 
 /// Bytes (a family, a qualifier) as a JSON string, invalid UTF-8 replaced.
@@ -884,6 +1043,8 @@ async fn scan_table(
 #[serde(deny_unknown_fields)]
 struct QueryReq {
     table: String,
+    #[serde(default)]
+    shape: Shape,
     #[serde(flatten)]
     query: Query,
 }
@@ -903,8 +1064,14 @@ async fn query(
     q.limit = answer_limit(format, q.limit);
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
+    if req.shape == Shape::Series && (format != Format::Json || q.aggregate.is_some()) {
+        return Err(ApiError::bad(
+            "`shape: series` lays out raw rows in a JSON answer: drop it for aggregates \
+             (they come per series already) and for NDJSON or Arrow answers",
+        ));
+    }
     if let Some(agg) = q.aggregate.clone() {
-        let out = blocking(move || store.aggregate(&name, &q)).await?;
+        let out = blocking_here(move || store.aggregate(&name, &q)).await?;
         return aggregate_answer(format, &schema, &agg.functions, &out);
     }
     if format != Format::Json {
@@ -913,8 +1080,12 @@ async fn query(
         })
         .await;
     }
-    let page = blocking(move || store.query(&name, &q)).await?;
-    Ok(page_answer(
+    let page = blocking_here(move || store.query(&name, &q)).await?;
+    let answer = match req.shape {
+        Shape::Rows => page_answer,
+        Shape::Series => series_answer,
+    };
+    Ok(answer(
         &schema,
         &page.rows,
         page.continuation,
@@ -1037,16 +1208,46 @@ async fn write(
     } else {
         ingest::Format::Line
     };
-    let mut encoder = PointEncoder::new(&desc, s.store.max_value_size()).map_err(ApiError::bad)?;
-    let errors = encoder
-        .add_body(format, &bytes, precision, now)
-        .map_err(ApiError::bad)?;
-    let batch = encoder.finish();
-    let written = batch.rows();
-    if written > 0 {
-        let store = s.store.clone();
-        blocking(move || store.write_encoded(&name, batch, None)).await?;
-    }
+    let (written, errors) = match format {
+        ingest::Format::Line => {
+            // Checked whole before anything is written: a body that is not
+            // text at all changes nothing.
+            std::str::from_utf8(&bytes)
+                .map_err(|e| ApiError::bad(format!("line protocol must be UTF-8: {e}")))?;
+            let store = s.store.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                let text = std::str::from_utf8(&bytes).unwrap_or_default();
+                ingest::write_lines(&store, &desc, text, precision, now)
+            })
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!("worker failed: {e}"),
+                )
+            })?
+            .map_err(|e| match e {
+                ingest::WriteLinesError::Table(m) => ApiError::bad(m),
+                ingest::WriteLinesError::Store(e) => ApiError::from(e),
+            })?;
+            (done.rows, done.rejected)
+        }
+        ingest::Format::Json => {
+            let mut encoder =
+                PointEncoder::new(&desc, s.store.max_value_size()).map_err(ApiError::bad)?;
+            let errors = encoder
+                .add_body(format, &bytes, precision, now)
+                .map_err(ApiError::bad)?;
+            let batch = encoder.finish();
+            let written = batch.rows();
+            if written > 0 {
+                let store = s.store.clone();
+                blocking(move || store.write_encoded(&name, batch, None)).await?;
+            }
+            (written, errors)
+        }
+    };
     if errors.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }

@@ -686,6 +686,24 @@ fn add_cells(fields: &mut FieldPartials, row: &RowView<'_>, ts: u64, w: Option<u
     }
 }
 
+/// Adds a series' partials to a bucket's.
+fn merge_series(partials: &mut BucketPartials, series: Vec<u8>, fields: FieldPartials) {
+    match partials.entry(series) {
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(fields);
+        }
+        std::collections::btree_map::Entry::Occupied(mut o) => {
+            let known = o.get_mut();
+            for (field, windows) in fields {
+                let known = known.entry(field).or_default();
+                for (w, p) in windows {
+                    known.entry(w).and_modify(|k| k.combine(&p)).or_insert(p);
+                }
+            }
+        }
+    }
+}
+
 /// Key of one aggregate: series identity bytes, field, window start.
 type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
 
@@ -760,7 +778,10 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             // series → field → window: looked up by borrowed bytes, so a
             // cell costs no allocation once its series and field exist.
             let mut partials: BucketPartials = BTreeMap::new();
-            let mut series = Vec::new();
+            // The series of the rows being read: a bucket's rows come series
+            // by series, so its partials are looked up in `partials` only
+            // when the series changes, not per row.
+            let mut current: Option<(Vec<u8>, FieldPartials)> = None;
             let mut add_row = |row: RowView<'_>| {
                 let key = row.key();
                 let Some(ts) = key_ts(key, ts_at, &ts_enc) else {
@@ -769,19 +790,27 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                 if ts < start_ms || ts >= end_ms {
                     return;
                 }
-                series.clear();
-                for r in &identity {
-                    series.extend_from_slice(&key[r.clone()]);
-                }
-                let w = window.map(|w| ts - ts % w);
-                // One lookup when the series is known (nearly every row).
-                match partials.get_mut(series.as_slice()) {
-                    Some(fields) => add_cells(fields, &row, ts, w),
-                    None => {
-                        let mut fields = BTreeMap::new();
-                        add_cells(&mut fields, &row, ts, w);
-                        partials.insert(series.clone(), fields);
+                let same_series = current.as_ref().is_some_and(|(series, _)| {
+                    let mut at = 0;
+                    identity.iter().all(|r| {
+                        let part = &key[r.clone()];
+                        let same = series.get(at..at + part.len()) == Some(part);
+                        at += part.len();
+                        same
+                    })
+                });
+                if !same_series {
+                    if let Some((series, fields)) = current.take() {
+                        merge_series(&mut partials, series, fields);
                     }
+                    let mut series = Vec::new();
+                    for r in &identity {
+                        series.extend_from_slice(&key[r.clone()]);
+                    }
+                    current = Some((series, BTreeMap::new()));
+                }
+                if let Some((_, fields)) = current.as_mut() {
+                    add_cells(fields, &row, ts, window.map(|w| ts - ts % w));
                 }
             };
             let scan_range = |start: Vec<u8>,
@@ -845,6 +874,9 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                     &mut add_row,
                 )
             };
+            if let Some((series, fields)) = current.take() {
+                merge_series(&mut partials, series, fields);
+            }
             let flat = outcome.map(|()| {
                 let mut flat: BTreeMap<AggKey, Partial> = BTreeMap::new();
                 for (series, fields) in partials {

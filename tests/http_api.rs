@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::http::{free_port, request};
+use common::http::{free_port, request, request_with};
 use common::server::{start, stop};
 use serde_json::{Value, json};
 
@@ -325,4 +325,203 @@ fn acknowledged_writes_survive_kill_9() {
         );
         stop(s);
     }
+}
+
+/// A body larger than a write piece (256 KiB) is written piece by piece:
+/// bad lines in any piece come back with their line number in the whole
+/// body, the later of two points with one key wins across pieces, and a
+/// body that is not UTF-8 anywhere changes nothing. Queries in the series
+/// shape lay rows out as InfluxDB does, page with continuation, and are
+/// refused where they do not apply.
+#[test]
+fn large_bodies_in_pieces_and_series_shaped_answers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(dir.path(), free_port(), &[]);
+    let a = s.addr.clone();
+    assert_eq!(
+        post_json(&a, "/api/v1/namespaces", &json!({"name": "metrics"})).status,
+        201
+    );
+    let table = json!({
+        "name": "metrics:cpu",
+        "families": [{"name": "f"}],
+        "key": {
+            "fields": [
+                {"name": "metric", "type": "string", "width": 8},
+                {"name": "host", "type": "string", "width": 12},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ],
+            "salt": {"buckets": 4}
+        }
+    });
+    assert_eq!(post_json(&a, "/api/v1/tables", &table).status, 201);
+    let write = |body: &[u8]| {
+        request(
+            &a,
+            "POST",
+            "/api/v1/write?table=metrics:cpu&precision=ms",
+            Some("text/plain"),
+            body,
+        )
+        .expect("write")
+    };
+
+    // 3 hosts × 6,000 timestamps, two fields (host_2 lacks `b` at odd
+    // steps), bad lines spread through the body, and host_0's first point
+    // written again at the very end with another value.
+    let mut body = String::new();
+    let mut line = 0;
+    let mut bad_lines = Vec::new();
+    for step in 0..6_000u64 {
+        for h in 0..3u64 {
+            let ts = T0_MS + step * 1_000;
+            line += 1;
+            if step % 1_500 == 7 && h == 1 {
+                body.push_str("cpu,host=host_1 a=oops,b= nonsense\n");
+                bad_lines.push(line);
+                continue;
+            }
+            if h == 2 && step % 2 == 1 {
+                body.push_str(&format!("cpu,host=host_2 a={step} {ts}\n"));
+            } else {
+                body.push_str(&format!("cpu,host=host_{h} a={step},b={h} {ts}\n"));
+            }
+        }
+    }
+    body.push_str(&format!("cpu,host=host_0 a=-1,b=-1 {T0_MS}\n"));
+    assert!(
+        body.len() > 2 * halite::ingest::WRITE_PIECE_BYTES,
+        "{}",
+        body.len()
+    );
+    let r = write(body.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    let answer = r.json();
+    assert_eq!(answer["error"]["code"], "partial_write");
+    let rejected: Vec<u64> = answer["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|x| x["line"].as_u64().expect("line"))
+        .collect();
+    assert_eq!(rejected, bad_lines);
+    assert_eq!(
+        answer["written"].as_u64(),
+        Some(18_001 - bad_lines.len() as u64)
+    );
+
+    // Not UTF-8 in its last piece: refused whole.
+    let mut bad_utf8 = Vec::new();
+    for step in 0..10_000u64 {
+        bad_utf8
+            .extend_from_slice(format!("cpu,host=host_9 a={step} {}\n", T0_MS + step).as_bytes());
+    }
+    bad_utf8.extend_from_slice(b"cpu,host=host_\xff a=1\n");
+    assert_eq!(write(&bad_utf8).status, 400);
+
+    let query = |q: Value| {
+        let r = post_json(&a, "/api/v1/query", &q);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let nine =
+        query(json!({"table": "metrics:cpu", "series": [["metric","cpu"],["host","host_9"]]}));
+    assert_eq!(nine["rows"].as_array().map(Vec::len), Some(0));
+
+    // One series, newest first: the columns, a missing field as null, and
+    // the rewritten first point.
+    let r = query(json!({"table": "metrics:cpu", "shape": "series",
+                         "series": [["metric","cpu"],["host","host_2"]], "limit": 3}));
+    assert_eq!(
+        r["series"],
+        json!([{"key": {"metric": "cpu", "host": "host_2"}, "columns": ["time", "a", "b"],
+                "values": [[T0_MS + 5_999_000, 5999.0, null],
+                           [T0_MS + 5_998_000, 5998.0, 2.0],
+                           [T0_MS + 5_997_000, 5997.0, null]]}])
+    );
+    let r = query(
+        json!({"table": "metrics:cpu", "shape": "series", "fields": ["a"],
+                         "series": [["metric","cpu"],["host","host_0"]],
+                         "start_ms": T0_MS, "end_ms": T0_MS + 1}),
+    );
+    assert_eq!(r["series"][0]["values"], json!([[T0_MS, -1.0]]));
+
+    // All series over three timestamps, in pages of 4 rows: a series cut by
+    // a page goes on in the next, and the pages together are the whole.
+    let whole = query(
+        json!({"table": "metrics:cpu", "shape": "series", "fields": ["a"],
+                             "series": [["metric","cpu"]],
+                             "start_ms": T0_MS + 10_000, "end_ms": T0_MS + 13_000}),
+    );
+    let flatten = |answer: &Value| -> Vec<(String, Value)> {
+        answer["series"]
+            .as_array()
+            .expect("series")
+            .iter()
+            .flat_map(|s| {
+                let host = s["key"]["host"].as_str().expect("host").to_string();
+                s["values"]
+                    .as_array()
+                    .expect("values")
+                    .iter()
+                    .map(move |v| (host.clone(), v.clone()))
+            })
+            .collect()
+    };
+    let all = flatten(&whole);
+    assert_eq!(all.len(), 9);
+    assert_eq!(whole["series"].as_array().map(Vec::len), Some(3));
+    let mut paged = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut q = json!({"table": "metrics:cpu", "shape": "series", "fields": ["a"],
+                           "series": [["metric","cpu"]], "limit": 4,
+                           "start_ms": T0_MS + 10_000, "end_ms": T0_MS + 13_000});
+        if let Some(t) = &token {
+            q["continuation"] = json!(t);
+        }
+        let page = query(q);
+        paged.extend(flatten(&page));
+        pages += 1;
+        match page["continuation"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
+    assert!(pages >= 3, "{pages}");
+
+    // Where the shape does not apply.
+    let agg = post_json(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "metrics:cpu", "shape": "series", "series": [["metric","cpu"]],
+                "aggregate": {"functions": ["max"]}}),
+    );
+    assert_eq!(agg.status, 400, "{}", agg.text());
+    let ndjson = request_with(
+        &a,
+        "POST",
+        "/api/v1/query",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/x-ndjson"),
+        ],
+        json!({"table": "metrics:cpu", "shape": "series"})
+            .to_string()
+            .as_bytes(),
+    )
+    .expect("query");
+    assert_eq!(ndjson.status, 400, "{}", ndjson.text());
+    assert_eq!(
+        post_json(
+            &a,
+            "/api/v1/query",
+            &json!({"table": "metrics:cpu", "shape": "wide"})
+        )
+        .status,
+        400
+    );
+    stop(s);
 }

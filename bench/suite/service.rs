@@ -433,10 +433,10 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
             let post = |body: String| ("POST".to_string(), "/api/v1/query".to_string(), body);
             (
                 post(format!(
-                    r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","{QUERY_HOST}"]],"fields":["usage_user"],"limit":100}}"#
+                    r#"{{"table":"metrics:cpu","shape":"series","series":[["metric","cpu"],["host","{QUERY_HOST}"]],"fields":["usage_user"],"limit":100}}"#
                 )),
                 post(format!(
-                    r#"{{"table":"metrics:cpu","series":[["metric","cpu"],["host","{QUERY_HOST}"]],"start_ms":{},"end_ms":{}}}"#,
+                    r#"{{"table":"metrics:cpu","shape":"series","series":[["metric","cpu"],["host","{QUERY_HOST}"]],"start_ms":{},"end_ms":{}}}"#,
                     hour + 1,
                     last + 1
                 )),
@@ -490,7 +490,15 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
     let count = move |answer: &serde_json::Value| -> usize {
         match kind {
             Kind::Halite => {
-                if let Some(rows) = answer["rows"].as_array() {
+                if let Some(series) = answer["series"].as_array() {
+                    series
+                        .iter()
+                        .map(|s| {
+                            let columns = s["columns"].as_array().map_or(1, Vec::len) - 1;
+                            s["values"].as_array().map_or(0, Vec::len) * columns
+                        })
+                        .sum()
+                } else if let Some(rows) = answer["rows"].as_array() {
                     rows.iter()
                         .map(|r| r["cells"].as_array().map_or(0, Vec::len))
                         .sum()
