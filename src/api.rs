@@ -149,7 +149,17 @@ async fn blocking_here<T: Send + 'static>(
     if tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread
     {
-        tokio::task::block_in_place(f).map_err(ApiError::from)
+        // A panic answers 500, as one on the blocking pool would, instead
+        // of taking the connection down.
+        tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the query failed inside the server; see its log".to_string(),
+                )
+            })?
+            .map_err(ApiError::from)
     } else {
         blocking(f).await
     }

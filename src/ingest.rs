@@ -476,6 +476,83 @@ impl JsonPoints {
     }
 }
 
+/// Bytes of line protocol encoded before they go to the writer shards: a
+/// large body is encoded piece by piece, each handed to the shards as soon
+/// as it is encoded, so the shards log and insert one piece while the next
+/// is parsed (a whole 5,000-line body encoded first leaves the shards idle
+/// for as long, and then the parsing thread).
+pub const WRITE_PIECE_BYTES: usize = 256 * 1024;
+
+/// What [`write_lines`] did: rows written, and the bad lines (number in
+/// the whole text, reason) in order.
+#[derive(Debug, Default)]
+pub struct LinesWritten {
+    pub rows: usize,
+    pub rejected: Vec<(usize, String)>,
+}
+
+/// Writes line protocol `text` into table `table` of `store`, returning
+/// once every written row is durable as the table's durability says. Pieces
+/// of [`WRITE_PIECE_BYTES`] (cut after a newline) are encoded and submitted
+/// one after the other, so their writes are logged in text order per
+/// region: of two points with the same key the later line wins, as in one
+/// batch. Bad lines are skipped and reported; the good ones are written.
+pub fn write_lines(
+    store: &crate::store::Store,
+    table: &TableDescriptor,
+    text: &str,
+    precision: Precision,
+    now_ms: u64,
+) -> Result<LinesWritten, WriteLinesError> {
+    let name = &table.name;
+    let mut out = LinesWritten::default();
+    let mut pending = Vec::new();
+    let mut lines_before = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let cut = if rest.len() <= WRITE_PIECE_BYTES {
+            rest.len()
+        } else {
+            memchr::memchr(b'\n', &rest.as_bytes()[WRITE_PIECE_BYTES..])
+                .map_or(rest.len(), |at| WRITE_PIECE_BYTES + at + 1)
+        };
+        let (piece, after) = rest.split_at(cut);
+        rest = after;
+        let mut encoder =
+            PointEncoder::new(table, store.max_value_size()).map_err(WriteLinesError::Table)?;
+        let errors = encoder.add_lines(piece, precision, now_ms);
+        out.rejected.extend(
+            errors
+                .into_iter()
+                .map(|(line, reason)| (line + lines_before, reason)),
+        );
+        lines_before += memchr::memchr_iter(b'\n', piece.as_bytes()).count();
+        let rows = encoder.finish();
+        if rows.rows() > 0 {
+            out.rows += rows.rows();
+            pending.push(
+                store
+                    .submit_encoded(name, rows, None)
+                    .map_err(WriteLinesError::Store)?,
+            );
+        }
+    }
+    for p in pending {
+        store.wait(p).map_err(WriteLinesError::Store)?;
+    }
+    Ok(out)
+}
+
+/// Why [`write_lines`] failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteLinesError {
+    /// The table cannot take points (it has no column family).
+    #[error("{0}")]
+    Table(String),
+    #[error(transparent)]
+    Store(#[from] crate::error::Error),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -569,81 +646,4 @@ mod tests {
             ]
         );
     }
-}
-
-/// Bytes of line protocol encoded before they go to the writer shards: a
-/// large body is encoded piece by piece, each handed to the shards as soon
-/// as it is encoded, so the shards log and insert one piece while the next
-/// is parsed (a whole 5,000-line body encoded first leaves the shards idle
-/// for as long, and then the parsing thread).
-pub const WRITE_PIECE_BYTES: usize = 256 * 1024;
-
-/// What [`write_lines`] did: rows written, and the bad lines (number in
-/// the whole text, reason) in order.
-#[derive(Debug, Default)]
-pub struct LinesWritten {
-    pub rows: usize,
-    pub rejected: Vec<(usize, String)>,
-}
-
-/// Writes line protocol `text` into table `table` of `store`, returning
-/// once every written row is durable as the table's durability says. Pieces
-/// of [`WRITE_PIECE_BYTES`] (cut after a newline) are encoded and submitted
-/// one after the other, so their writes are logged in text order per
-/// region: of two points with the same key the later line wins, as in one
-/// batch. Bad lines are skipped and reported; the good ones are written.
-pub fn write_lines(
-    store: &crate::store::Store,
-    table: &TableDescriptor,
-    text: &str,
-    precision: Precision,
-    now_ms: u64,
-) -> Result<LinesWritten, WriteLinesError> {
-    let name = &table.name;
-    let mut out = LinesWritten::default();
-    let mut pending = Vec::new();
-    let mut lines_before = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let cut = if rest.len() <= WRITE_PIECE_BYTES {
-            rest.len()
-        } else {
-            memchr::memchr(b'\n', &rest.as_bytes()[WRITE_PIECE_BYTES..])
-                .map_or(rest.len(), |at| WRITE_PIECE_BYTES + at + 1)
-        };
-        let (piece, after) = rest.split_at(cut);
-        rest = after;
-        let mut encoder =
-            PointEncoder::new(table, store.max_value_size()).map_err(WriteLinesError::Table)?;
-        let errors = encoder.add_lines(piece, precision, now_ms);
-        out.rejected.extend(
-            errors
-                .into_iter()
-                .map(|(line, reason)| (line + lines_before, reason)),
-        );
-        lines_before += memchr::memchr_iter(b'\n', piece.as_bytes()).count();
-        let rows = encoder.finish();
-        if rows.rows() > 0 {
-            out.rows += rows.rows();
-            pending.push(
-                store
-                    .submit_encoded(name, rows, None)
-                    .map_err(WriteLinesError::Store)?,
-            );
-        }
-    }
-    for p in pending {
-        store.wait(p).map_err(WriteLinesError::Store)?;
-    }
-    Ok(out)
-}
-
-/// Why [`write_lines`] failed as a whole.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteLinesError {
-    /// The table cannot take points (it has no column family).
-    #[error("{0}")]
-    Table(String),
-    #[error(transparent)]
-    Store(#[from] crate::error::Error),
 }
