@@ -68,22 +68,10 @@ fn main() {
             }
             let server = service::Server::start(kind, dir);
             let ingest = service::ingest(&server, &bodies, rows);
-            println!(
-                "ingest {} rows_per_s={:.0} server_cpu_us_per_row={:.2} peak_rss_mib={:.0}",
-                kind.name(),
-                ingest.rows_per_s,
-                ingest.server_cpu_us_per_row,
-                ingest.peak_rss_mib
-            );
+            print_ingest(kind, &ingest);
             server.settle();
             let q = service::queries(&server, &window);
-            println!(
-                "query {} q1_p50_us={:.0} q2_p50_us={:.0} q3_p50_us={:.0}",
-                kind.name(),
-                q.q1.0,
-                q.q2.0,
-                q.q3.0
-            );
+            print_queries(kind, &q);
             server.stop();
         }
         return;
@@ -115,13 +103,7 @@ fn main() {
         let server = service::Server::start(kind, dir);
         report.commands.push(server.command.clone());
         let ingest = service::ingest(&server, &bodies, rows);
-        println!(
-            "ingest {} rows_per_s={:.0} server_cpu_us_per_row={:.2} peak_rss_mib={:.0}",
-            kind.name(),
-            ingest.rows_per_s,
-            ingest.server_cpu_us_per_row,
-            ingest.peak_rss_mib
-        );
+        print_ingest(kind, &ingest);
         let settle = Instant::now();
         server.settle();
         let (data, wal) = server.disk();
@@ -133,13 +115,7 @@ fn main() {
             settle.elapsed().as_secs_f64()
         );
         let queries = service::queries(&server, &window);
-        println!(
-            "query {} q1_p50_us={:.0} q2_p50_us={:.0} q3_p50_us={:.0}",
-            kind.name(),
-            queries.q1.0,
-            queries.q2.0,
-            queries.q3.0
-        );
+        print_queries(kind, &queries);
         report.commands.extend(queries.commands.iter().cloned());
         server.stop();
         services.push(report::ServiceRun {
@@ -178,4 +154,24 @@ fn main() {
     std::fs::write(&path, report.render()).expect("write RESULTS.md");
     println!("\n{}", report.summary());
     println!("written: {}", path.display());
+}
+
+fn print_ingest(kind: Kind, ingest: &service::IngestFigures) {
+    println!(
+        "ingest {} rows_per_s={:.0} server_cpu_us_per_row={:.2} peak_rss_mib={:.0}",
+        kind.name(),
+        ingest.rows_per_s,
+        ingest.server_cpu_us_per_row,
+        ingest.peak_rss_mib
+    );
+}
+
+fn print_queries(kind: Kind, q: &service::QueryFigures) {
+    println!(
+        "query {} q1_p50_us={:.0} q2_p50_us={:.0} q3_p50_us={:.0}",
+        kind.name(),
+        q.q1.0,
+        q.q2.0,
+        q.q3.0
+    );
 }

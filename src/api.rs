@@ -100,6 +100,15 @@ impl From<Error> for ApiError {
     }
 }
 
+impl From<ingest::WriteLinesError> for ApiError {
+    fn from(e: ingest::WriteLinesError) -> Self {
+        match e {
+            ingest::WriteLinesError::Store(e) => ApiError::from(e),
+            refused => ApiError::bad(refused.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = json!({ "error": { "code": self.code, "message": self.message } });
@@ -122,9 +131,12 @@ impl IntoResponse for ApiError {
 type ApiResult<T> = Result<T, ApiError>;
 
 /// Runs disk work off the async runtime.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> ApiResult<T> {
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> ApiResult<T>
+where
+    ApiError: From<E>,
+{
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| {
@@ -538,7 +550,7 @@ async fn each_region(
         for r in store.table(&name)?.regions() {
             op(r)?;
         }
-        Ok(())
+        Ok::<_, Error>(())
     })
     .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -761,17 +773,7 @@ fn series_answer(
         out.extend_from_slice(b"]}");
         start = end;
     }
-    out.extend_from_slice(b"],\"continuation\":");
-    match continuation {
-        Some(t) => push_str(&mut out, &t.encode()),
-        None => out.extend_from_slice(b"null"),
-    }
-    if let Some(b) = buckets {
-        out.extend_from_slice(b",\"buckets_scanned\":");
-        push_u64(&mut out, b as u64);
-    }
-    out.push(b'}');
-    json_bytes(out)
+    end_page(out, continuation, buckets)
 }
 
 /// Bytes (a family, a qualifier) as a JSON string, invalid UTF-8 replaced.
@@ -831,6 +833,26 @@ fn json_bytes(body: Vec<u8>) -> Response {
 }
 
 /// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
+/// Closes a page's list (`out` holds `{"<list>":[…`) with its continuation
+/// and buckets scanned.
+fn end_page(
+    mut out: Vec<u8>,
+    continuation: Option<ContinuationToken>,
+    buckets: Option<usize>,
+) -> Response {
+    out.extend_from_slice(b"],\"continuation\":");
+    match continuation {
+        Some(t) => push_str(&mut out, &t.encode()),
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(b) = buckets {
+        out.extend_from_slice(b",\"buckets_scanned\":");
+        push_u64(&mut out, b as u64);
+    }
+    out.push(b'}');
+    json_bytes(out)
+}
+
 fn page_answer(
     schema: &KeySchema,
     rows: &[Row],
@@ -846,17 +868,7 @@ fn page_answer(
         }
         RowOut { schema, row }.write_json(&mut out);
     }
-    out.extend_from_slice(b"],\"continuation\":");
-    match continuation {
-        Some(t) => push_str(&mut out, &t.encode()),
-        None => out.extend_from_slice(b"null"),
-    }
-    if let Some(b) = buckets {
-        out.extend_from_slice(b",\"buckets_scanned\":");
-        push_u64(&mut out, b as u64);
-    }
-    out.push(b'}');
-    json_bytes(out)
+    end_page(out, continuation, buckets)
 }
 
 #[derive(Deserialize, Default)]
@@ -1220,27 +1232,9 @@ async fn write(
     };
     let (written, errors) = match format {
         ingest::Format::Line => {
-            // Checked whole before anything is written: a body that is not
-            // text at all changes nothing.
-            std::str::from_utf8(&bytes)
-                .map_err(|e| ApiError::bad(format!("line protocol must be UTF-8: {e}")))?;
             let store = s.store.clone();
-            let done = tokio::task::spawn_blocking(move || {
-                let text = std::str::from_utf8(&bytes).unwrap_or_default();
-                ingest::write_lines(&store, &desc, text, precision, now)
-            })
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    format!("worker failed: {e}"),
-                )
-            })?
-            .map_err(|e| match e {
-                ingest::WriteLinesError::Table(m) => ApiError::bad(m),
-                ingest::WriteLinesError::Store(e) => ApiError::from(e),
-            })?;
+            let done = blocking(move || ingest::write_lines(&store, &desc, &bytes, precision, now))
+                .await?;
             (done.rows, done.rejected)
         }
         ingest::Format::Json => {

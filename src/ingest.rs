@@ -491,19 +491,21 @@ pub struct LinesWritten {
     pub rejected: Vec<(usize, String)>,
 }
 
-/// Writes line protocol `text` into table `table` of `store`, returning
+/// Writes line protocol `body` into table `table` of `store`, returning
 /// once every written row is durable as the table's durability says. Pieces
 /// of [`WRITE_PIECE_BYTES`] (cut after a newline) are encoded and submitted
 /// one after the other, so their writes are logged in text order per
 /// region: of two points with the same key the later line wins, as in one
 /// batch. Bad lines are skipped and reported; the good ones are written.
+/// A body that is not UTF-8 anywhere is refused before anything is written.
 pub fn write_lines(
     store: &crate::store::Store,
     table: &TableDescriptor,
-    text: &str,
+    body: &[u8],
     precision: Precision,
     now_ms: u64,
 ) -> Result<LinesWritten, WriteLinesError> {
+    let text = std::str::from_utf8(body).map_err(WriteLinesError::NotUtf8)?;
     let name = &table.name;
     let mut out = LinesWritten::default();
     let mut pending = Vec::new();
@@ -549,6 +551,8 @@ pub enum WriteLinesError {
     /// The table cannot take points (it has no column family).
     #[error("{0}")]
     Table(String),
+    #[error("line protocol must be UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
     #[error(transparent)]
     Store(#[from] crate::error::Error),
 }

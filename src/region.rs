@@ -285,12 +285,8 @@ impl Region {
         cache: Arc<BlockCache>,
         maintenance: Option<Arc<maintenance::Maintenance>>,
     ) -> Result<Region> {
-        let id = descriptor.id;
         let mut recovering = RecoveringRegion::load(dir, descriptor, options, cache)?;
-        let now = clock.now_ms();
-        wal.replay(id, recovering.flushed_seq(), |edits| {
-            recovering.replay(edits, now)
-        })?;
+        recovering.replay_wal(&wal, clock.now_ms())?;
         recovering.open(wal, clock, maintenance)
     }
 }
@@ -381,6 +377,15 @@ impl RecoveringRegion {
     /// to it need no replay.
     pub fn flushed_seq(&self) -> u64 {
         self.manifest.flushed_seq
+    }
+
+    /// Replays this region's unflushed edits from `wal` alone (a store
+    /// opening many regions replays each shard's log once for all of them).
+    pub fn replay_wal(&mut self, wal: &Wal, now_ms: u64) -> Result<()> {
+        wal.replay(self.id(), self.flushed_seq(), |edits| {
+            self.replay(edits, now_ms)
+        })?;
+        Ok(())
     }
 
     /// Applies one WAL record of this region: rows at or below the flushed

@@ -426,20 +426,10 @@ impl Store {
         info: &crate::catalog::RegionInfo,
         families: &[crate::schema::FamilyDescriptor],
     ) -> Result<Region> {
-        Region::open_with(
-            region_dir(&self.dir, info.id),
-            RegionDescriptor {
-                id: info.id,
-                families: families.to_vec(),
-                start: info.start.clone(),
-                end: info.end.clone(),
-            },
-            self.options.region.clone(),
-            self.shard_of(info.id).wal.clone(),
-            self.clock.clone(),
-            self.cache.clone(),
-            Some(self.maintenance.clone()),
-        )
+        let wal = self.shard_of(info.id).wal.clone();
+        let mut region = self.load_region(info, families)?;
+        region.replay_wal(&wal, self.clock.now_ms())?;
+        region.open(wal, self.clock.clone(), Some(self.maintenance.clone()))
     }
 
     /// Region directories and WAL edits of regions the catalog no longer

@@ -424,6 +424,18 @@ fn time_query(
     (p50, p99, first)
 }
 
+/// Values in series-shaped answers (InfluxDB's, halite's `"shape":
+/// "series"`): rows times columns other than `time`.
+fn series_values(series: &[serde_json::Value]) -> usize {
+    series
+        .iter()
+        .map(|s| {
+            let columns = s["columns"].as_array().map_or(1, Vec::len) - 1;
+            s["values"].as_array().map_or(0, Vec::len) * columns
+        })
+        .sum()
+}
+
 pub fn queries(server: &Server, w: &Window) -> QueryFigures {
     let last = w.last_ms;
     let hour = w.hour_after_ms();
@@ -491,13 +503,7 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
         match kind {
             Kind::Halite => {
                 if let Some(series) = answer["series"].as_array() {
-                    series
-                        .iter()
-                        .map(|s| {
-                            let columns = s["columns"].as_array().map_or(1, Vec::len) - 1;
-                            s["values"].as_array().map_or(0, Vec::len) * columns
-                        })
-                        .sum()
+                    series_values(series)
                 } else if let Some(rows) = answer["rows"].as_array() {
                     rows.iter()
                         .map(|r| r["cells"].as_array().map_or(0, Vec::len))
@@ -508,15 +514,7 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
             }
             Kind::Influx => answer["results"][0]["series"]
                 .as_array()
-                .map_or(0, |series| {
-                    series
-                        .iter()
-                        .map(|s| {
-                            let columns = s["columns"].as_array().map_or(1, Vec::len) - 1;
-                            s["values"].as_array().map_or(0, Vec::len) * columns
-                        })
-                        .sum()
-                }),
+                .map_or(0, |series| series_values(series)),
             Kind::Victoria => answer["data"]["result"].as_array().map_or(0, |result| {
                 result
                     .iter()
