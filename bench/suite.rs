@@ -66,9 +66,10 @@ fn main() {
             {
                 continue;
             }
-            let server = service::Server::start(kind, dir);
+            let mut server = service::Server::start(kind, dir);
             let ingest = service::ingest(&server, &bodies, rows);
             print_ingest(kind, &ingest);
+            server.restart_untraced();
             server.settle();
             let q = service::queries(&server, &window);
             print_queries(kind, &q);
@@ -100,10 +101,11 @@ fn main() {
     let window = service::Window::new(rows);
     let mut services = Vec::new();
     for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
-        let server = service::Server::start(kind, dir);
+        let mut server = service::Server::start(kind, dir);
         report.commands.push(server.command.clone());
         let ingest = service::ingest(&server, &bodies, rows);
         print_ingest(kind, &ingest);
+        server.restart_untraced();
         let settle = Instant::now();
         server.settle();
         let (data, wal) = server.disk();

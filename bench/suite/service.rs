@@ -38,12 +38,26 @@ impl Kind {
             Kind::Victoria => "VictoriaMetrics",
         }
     }
+
+    fn ready_path(self) -> &'static str {
+        match self {
+            Kind::Halite => "/readyz",
+            Kind::Influx => "/ping",
+            Kind::Victoria => "/health",
+        }
+    }
 }
 
 pub struct Server {
     pub kind: Kind,
-    /// `strace`, whose child is the server.
-    tracer: Child,
+    /// `strace` with the server as its child while the ingest is counted;
+    /// then the server itself, restarted untraced on the same data, for
+    /// settling and queries: a traced process pays on its thread wake-ups,
+    /// not only on the traced calls (halite's q1 took 2x as long), and
+    /// strace's seccomp filter cannot be detached (the traced calls would
+    /// fail with ENOSYS).
+    process: Child,
+    args: Vec<String>,
     pub pid: u32,
     pub addr: String,
     pub dir: PathBuf,
@@ -111,20 +125,16 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("strace: install Debian's strace (make bench does)");
-        let ready_path = match kind {
-            Kind::Halite => "/readyz",
-            Kind::Influx => "/ping",
-            Kind::Victoria => "/health",
-        };
-        wait_ready(&addr, ready_path, kind.name());
+        wait_ready(&addr, kind.ready_path(), kind.name());
         let pid = traced_child(tracer.id());
         let server = Server {
             kind,
-            tracer,
+            process: tracer,
             pid,
             addr,
             dir,
             command: args.join(" "),
+            args,
             trace_log,
         };
         if kind == Kind::Influx {
@@ -216,19 +226,39 @@ impl Server {
         (all - wal, wal)
     }
 
+    /// Stops the server and starts it again on the same data and address,
+    /// without strace.
+    pub fn restart_untraced(&mut self) {
+        self.halt();
+        let (program, args) = self.args.split_first().expect("a command");
+        self.process = Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("restart {}: {e}", self.kind.name()));
+        self.pid = self.process.id();
+        wait_ready(&self.addr, self.kind.ready_path(), self.kind.name());
+    }
+
     pub fn stop(mut self) {
+        self.halt();
+    }
+
+    /// SIGTERM, and SIGKILL if it has not exited in 30 s.
+    fn halt(&mut self) {
         // SAFETY: signalling a process this benchmark started.
         unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.tracer.try_wait() {
+            if let Ok(Some(_)) = self.process.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         // SAFETY: as above.
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-        let _ = self.tracer.wait();
+        let _ = self.process.wait();
     }
 }
 
