@@ -34,6 +34,7 @@ use serde_json::{Value as Json_, json};
 use crate::catalog::{CreateTable, TableDescriptor, TableName, from_hex};
 use crate::cell::Row;
 use crate::clock::Clock;
+use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, ErrorKind};
 use crate::ingest::kafka::IngestStats;
 use crate::ingest::line_protocol::Precision;
@@ -714,28 +715,74 @@ fn series_answer(
     buckets: Option<usize>,
 ) -> Response {
     let time_field = schema.fields.iter().position(|f| f.encoding.is_time());
-    let identities: Vec<(Vec<u8>, Option<u64>)> = rows
-        .iter()
-        .map(|r| series_identity(schema, time_field, &r.key))
-        .collect();
+    // Rows of one series differ in their time field alone: its identity is
+    // decoded once per run of keys whose other field bytes are equal (the
+    // salt follows from them), and each row's time from its field alone.
+    let fields_from = schema.prefix_len();
+    let time_bytes = time_field.map_or(schema.key_len()..schema.key_len(), |t| {
+        schema.field_range(t)
+    });
+    let same_series = |a: &[u8], b: &[u8]| {
+        a.len() == schema.key_len()
+            && b.len() == schema.key_len()
+            && bytes_equal(
+                &a[fields_from..time_bytes.start],
+                &b[fields_from..time_bytes.start],
+            )
+            && bytes_equal(&a[time_bytes.end..], &b[time_bytes.end..])
+    };
+    let mut idents: Vec<Vec<u8>> = Vec::new();
+    // Per row: (its series in `idents`, its time field).
+    let mut identities: Vec<(usize, Option<u64>)> = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 && same_series(&rows[i - 1].key, &row.key) {
+            let time = time_field.and_then(|t| match schema.decode_field_at(&row.key, t) {
+                Ok(FieldRef::Uint(t)) => Some(t),
+                _ => None,
+            });
+            identities.push((idents.len() - 1, time));
+            continue;
+        }
+        let (ident, time) = series_identity(schema, time_field, &row.key);
+        if idents.last() != Some(&ident) {
+            idents.push(ident);
+        }
+        identities.push((idents.len() - 1, time));
+    }
     let mut out =
         Vec::with_capacity(256 + rows.iter().map(|r| 24 + 20 * r.cells.len()).sum::<usize>());
     out.extend_from_slice(b"{\"series\":[");
     let mut start = 0;
     while start < rows.len() {
-        let ident = &identities[start].0;
+        let series = identities[start].0;
+        let ident = &idents[series];
         let end = start
             + identities[start..]
                 .iter()
-                .take_while(|(i, _)| i == ident)
+                .take_while(|(s, _)| *s == series)
                 .count();
         let group = &rows[start..end];
-        let mut columns: Vec<&[u8]> = group
-            .iter()
-            .flat_map(|r| r.cells.iter().map(|c| c.qualifier.as_ref()))
-            .collect();
-        columns.sort_unstable();
-        columns.dedup();
+        // The series' fields in order. A row's cells are sorted by field,
+        // and rows mostly hold the same fields: each cell is first checked
+        // against the column after the last one seen in its row.
+        let mut columns: Vec<&[u8]> = Vec::new();
+        for row in group {
+            let mut next = 0;
+            for c in &row.cells {
+                let q = c.qualifier.as_ref();
+                if columns.get(next).is_some_and(|known| bytes_equal(known, q)) {
+                    next += 1;
+                    continue;
+                }
+                next = match columns.binary_search_by(|known| compare_bytes(known, q)) {
+                    Ok(at) => at + 1,
+                    Err(at) => {
+                        columns.insert(at, q);
+                        at + 1
+                    }
+                };
+            }
+        }
         if start > 0 {
             out.push(b',');
         }
@@ -762,8 +809,11 @@ fn series_answer(
             let mut cells = row.cells.iter().peekable();
             for column in &columns {
                 out.push(b',');
-                while cells.next_if(|c| c.qualifier.as_ref() < *column).is_some() {}
-                match cells.next_if(|c| c.qualifier.as_ref() == *column) {
+                while cells
+                    .next_if(|c| compare_bytes(&c.qualifier, column).is_lt())
+                    .is_some()
+                {}
+                match cells.next_if(|c| bytes_equal(&c.qualifier, column)) {
                     Some(c) => push_value(&mut out, &c.value),
                     None => out.extend_from_slice(b"null"),
                 }

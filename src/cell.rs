@@ -26,6 +26,8 @@ use std::cmp::Ordering;
 
 use bytes::Bytes;
 
+use crate::codec::compare_bytes;
+
 pub const MAX_ROW_LEN: usize = u16::MAX as usize;
 pub const MAX_FAMILY_LEN: usize = u8::MAX as usize;
 pub const MAX_QUALIFIER_LEN: usize = 64 * 1024;
@@ -204,13 +206,11 @@ pub fn row_of(key: &[u8]) -> &[u8] {
 #[inline]
 pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
     match (split_key(a), split_key(b)) {
-        (Some(ka), Some(kb)) => {
-            ka.0.cmp(kb.0)
-                .then_with(|| ka.1.cmp(kb.1))
-                .then_with(|| ka.2.cmp(kb.2))
-                .then_with(|| kb.3.cmp(&ka.3))
-                .then_with(|| (ka.4 & KIND_MASK).cmp(&(kb.4 & KIND_MASK)))
-        }
+        (Some(ka), Some(kb)) => compare_bytes(ka.0, kb.0)
+            .then_with(|| compare_bytes(ka.1, kb.1))
+            .then_with(|| compare_bytes(ka.2, kb.2))
+            .then_with(|| kb.3.cmp(&ka.3))
+            .then_with(|| (ka.4 & KIND_MASK).cmp(&(kb.4 & KIND_MASK))),
         _ => a.cmp(b),
     }
 }

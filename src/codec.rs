@@ -41,6 +41,38 @@ pub fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
     i
 }
 
+/// `a == b`, compared in 8-byte words inline (see [`compare_bytes`]): the
+/// scan asks it of a row key and a column for every cell it reads.
+#[inline]
+pub fn bytes_equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && common_prefix_len(a, b) == a.len()
+}
+
+/// Byte-wise lexicographic order, as `a.cmp(b)`, compared in 8-byte words
+/// inline. Keys are a few tens of bytes and skiplist inserts and merges
+/// compare them millions of times a second: the call into libc's `memcmp`
+/// cost more than the comparison (10-15 % of ingest CPU).
+#[inline]
+pub fn compare_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_be_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return x.cmp(&y);
+        }
+        i += 8;
+    }
+    while i < n {
+        if a[i] != b[i] {
+            return a[i].cmp(&b[i]);
+        }
+        i += 1;
+    }
+    a.len().cmp(&b.len())
+}
+
 /// A cursor over a byte slice whose every read is checked. Errors carry the
 /// offset (relative to the slice) at which the data stopped making sense.
 #[derive(Debug, Clone)]
@@ -186,6 +218,26 @@ mod tests {
                 assert_eq!(common_prefix_len(&a, &b), want);
                 assert_eq!(common_prefix_len(&a[..cut], &b), want.min(cut));
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// The word-wise comparisons answer as the byte-wise ones, for
+        /// lengths around the 8-byte steps and bytes that differ in any
+        /// place (small alphabets make long shared prefixes likely).
+        #[test]
+        fn word_wise_comparisons_agree_with_slices(
+            a in proptest::collection::vec(0u8..3, 0..40),
+            b in proptest::collection::vec(0u8..3, 0..40),
+            high in 0u8..2,
+        ) {
+            let lift = |v: &[u8]| v.iter().map(|x| x | (high << 7)).collect::<Vec<u8>>();
+            let (a, b) = (lift(&a), lift(&b));
+            proptest::prop_assert_eq!(compare_bytes(&a, &b), a.cmp(&b));
+            proptest::prop_assert_eq!(compare_bytes(&a, &a), std::cmp::Ordering::Equal);
+            proptest::prop_assert_eq!(bytes_equal(&a, &b), a == b);
+            let prefix = &a[..a.len() / 2];
+            proptest::prop_assert_eq!(compare_bytes(prefix, &a), prefix.cmp(&a[..]));
         }
     }
 

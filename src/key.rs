@@ -607,37 +607,32 @@ impl KeySchema {
             let w = f.encoding.width();
             let bytes = &key[at..at + w];
             at += w;
-            let value = match f.encoding {
-                FieldEncoding::String { .. } => {
-                    let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
-                    // Padding is trailing NULs only: a NUL before the end is
-                    // not a key this schema writes (and could not be
-                    // encoded back).
-                    if bytes[..end].contains(&0) {
-                        return Err(invalid(format!(
-                            "key field `{}` holds a NUL byte before its end",
-                            f.name
-                        )));
-                    }
-                    let s = std::str::from_utf8(&bytes[..end])
-                        .map_err(|_| invalid(format!("key field `{}` is not UTF-8", f.name)))?;
-                    FieldRef::Str(s)
-                }
-                FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. } => {
-                    let mut b = [0u8; 8];
-                    b[8 - w..].copy_from_slice(bytes);
-                    FieldRef::Uint(u64::from_be_bytes(b))
-                }
-                FieldEncoding::Timestamp => {
-                    FieldRef::Uint(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
-                }
-                FieldEncoding::ReversedTimestamp => FieldRef::Uint(
-                    u64::MAX - u64::from_be_bytes(bytes.try_into().expect("8 bytes")),
-                ),
-            };
-            each(&f.name, value);
+            each(&f.name, decode_field(f, bytes)?);
         }
         Ok(bucket)
+    }
+
+    /// Where field `index` lies in a key of this schema (fields are of
+    /// fixed width).
+    pub fn field_range(&self, index: usize) -> std::ops::Range<usize> {
+        let start = self.prefix_len()
+            + self.fields[..index]
+                .iter()
+                .map(|f| f.encoding.width())
+                .sum::<usize>();
+        start..start + self.fields[index].encoding.width()
+    }
+
+    /// Field `index` of `key` alone.
+    pub fn decode_field_at<'k>(&self, key: &'k [u8], index: usize) -> Result<FieldRef<'k>, Error> {
+        if key.len() != self.key_len() {
+            return Err(invalid(format!(
+                "key is {} bytes, the schema's keys are {}",
+                key.len(),
+                self.key_len()
+            )));
+        }
+        decode_field(&self.fields[index], &key[self.field_range(index)])
     }
 
     /// The logical order of two value lists (key order): strings and numbers
@@ -662,6 +657,38 @@ impl KeySchema {
         }
         Ordering::Equal
     }
+}
+
+/// One field's value from its bytes in a key.
+fn decode_field<'k>(f: &KeyField, bytes: &'k [u8]) -> Result<FieldRef<'k>, Error> {
+    Ok(match f.encoding {
+        FieldEncoding::String { .. } => {
+            let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+            // Padding is trailing NULs only: a NUL before the end is
+            // not a key this schema writes (and could not be
+            // encoded back).
+            if bytes[..end].contains(&0) {
+                return Err(invalid(format!(
+                    "key field `{}` holds a NUL byte before its end",
+                    f.name
+                )));
+            }
+            let s = std::str::from_utf8(&bytes[..end])
+                .map_err(|_| invalid(format!("key field `{}` is not UTF-8", f.name)))?;
+            FieldRef::Str(s)
+        }
+        FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. } => {
+            let mut b = [0u8; 8];
+            b[8 - bytes.len()..].copy_from_slice(bytes);
+            FieldRef::Uint(u64::from_be_bytes(b))
+        }
+        FieldEncoding::Timestamp => {
+            FieldRef::Uint(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
+        }
+        FieldEncoding::ReversedTimestamp => {
+            FieldRef::Uint(u64::MAX - u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
+        }
+    })
 }
 
 #[cfg(test)]
@@ -815,6 +842,39 @@ mod tests {
                 .to_string()
                 .contains("1, 2, 4 or 8")
         );
+    }
+
+    #[test]
+    fn one_field_decodes_alone_where_its_range_says() {
+        let s: KeySchema = toml::from_str(
+            r#"
+            fields = [ { name = "host", type = "string", width = 6 }, { name = "ts", type = "reversed_timestamp" }, { name = "n", type = "uint", width = 2 } ]
+            salt = { buckets = 16, width = 1, from = "series" }
+            "#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.field_range(0), 1..7);
+        assert_eq!(s.field_range(1), 7..15);
+        assert_eq!(s.field_range(2), 15..17);
+        let k = s
+            .encode_ordered(&[
+                FieldValue::Str("web".into()),
+                FieldValue::Uint(1_700_000_000_000),
+                FieldValue::Uint(513),
+            ])
+            .unwrap();
+        let mut all = Vec::new();
+        s.decode_each(&k, |_, v| all.push(format!("{v:?}")))
+            .unwrap();
+        for (i, want) in all.iter().enumerate() {
+            assert_eq!(&format!("{:?}", s.decode_field_at(&k, i).unwrap()), want);
+        }
+        assert!(matches!(
+            s.decode_field_at(&k, 1).unwrap(),
+            FieldRef::Uint(1_700_000_000_000)
+        ));
+        assert!(s.decode_field_at(&k[1..], 0).is_err());
     }
 
     #[test]

@@ -51,7 +51,7 @@ use block_cache::BlockCache;
 use manifest::Manifest;
 use memstore::{MemStore, Mvcc};
 use sst::SstReader;
-use wal::record::{Edits, Origin, encode_edits_body, encode_edits_with_body};
+use wal::record::{Edits, Origin, encode_edits_body, encode_edits_head};
 use wal::{Ticket, Wal};
 
 /// Region settings; every bound has a default.
@@ -1202,9 +1202,9 @@ impl Inner {
             // come back for it: a writer blocked on a full MemStore must
             // not hold up the flush that would make room.
             let gate = Arc::new(AtomicU8::new(2));
-            let ticket = match &body {
+            let ticket = match body {
                 Some(body) => {
-                    let payload = encode_edits_with_body(self.id, first, origin, body);
+                    let head = encode_edits_head(self.id, first, origin);
                     let inner = Arc::downgrade(self);
                     let gate = gate.clone();
                     let then: crate::region::wal::OnResolved = Box::new(move |outcome| {
@@ -1218,7 +1218,8 @@ impl Inner {
                     match self.wal.append_then(
                         self.id,
                         last,
-                        payload,
+                        head,
+                        body,
                         durability == Durability::SyncWal,
                         Some(then),
                     ) {

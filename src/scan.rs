@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
+use crate::codec::bytes_equal;
 use crate::error::{Error, Result};
 use crate::schema::FamilyDescriptor;
 use merge::Merge;
@@ -639,12 +640,12 @@ impl RowScanner {
             let Some(k) = KeyRef::parse(key) else {
                 return Err(Error::InvalidInput("malformed key in merge".into()));
             };
-            if k.row != out.key.as_slice() {
+            if !bytes_equal(k.row, &out.key) {
                 break;
             }
             if !a.group.matches(&k) {
                 a.emit_group(family_delete, out);
-                if k.family != current_family.as_slice() {
+                if !bytes_equal(k.family, &current_family) {
                     current_family.clear();
                     current_family.extend_from_slice(k.family);
                     family_delete = None;

@@ -17,7 +17,7 @@ use crossbeam_skiplist::SkipSet;
 use parking_lot::{Condvar, Mutex};
 
 use crate::cell::{EntryBatch, EntryRef, TTL_FLAG, compare_keys};
-use crate::codec::{Reader, put_len_prefixed, put_varint};
+use crate::codec::{Reader, compare_bytes, put_len_prefixed, put_varint};
 
 /// Chunk size of the MemStore-local allocation buffer.
 const CHUNK: usize = 2 * 1024 * 1024;
@@ -78,7 +78,7 @@ struct Arena {
 
 #[derive(Debug, Default)]
 struct ArenaChunks {
-    /// Raw pointers (from `Box::into_raw`), so writing into the unused tail
+    /// Raw pointers (from [`Arena::new_chunk`]), so writing into the unused tail
     /// of a chunk never creates a `&mut` over bytes readers may be reading.
     chunks: Vec<(*mut u8, usize)>,
     /// The chunk being filled and how much of it is used.
@@ -108,7 +108,20 @@ impl Arena {
         {
             return p;
         }
-        Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8
+        // Not zeroed: an arena only reads bytes it wrote, and zeroing cost
+        // a pass over every fresh chunk (1-2 % of ingest CPU).
+        let layout = Arena::chunk_layout(len);
+        // SAFETY: the layout's size is not zero (chunks hold at least one
+        // entry's bytes; `len` is CHUNK or over OWN_CHUNK).
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        p
+    }
+
+    fn chunk_layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len, 1).expect("a chunk's size fits a layout")
     }
 
     /// Copies `a ‖ b` into the arena, whose chunks the caller has locked.
@@ -151,9 +164,9 @@ impl Drop for Arena {
                     continue;
                 }
             }
-            // SAFETY: each pointer came from `Box::into_raw` of a boxed slice
-            // of exactly `len` bytes and is freed once, here.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
+            // SAFETY: each pointer came from `new_chunk` with the layout of
+            // exactly `len` bytes and is freed once, here.
+            unsafe { std::alloc::dealloc(p, Arena::chunk_layout(len)) };
         }
     }
 }
@@ -194,9 +207,7 @@ impl PartialEq for RowNode {
 impl Eq for RowNode {}
 impl Ord for RowNode {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.row
-            .as_slice()
-            .cmp(other.row.as_slice())
+        compare_bytes(self.row.as_slice(), other.row.as_slice())
             .then_with(|| other.seq.cmp(&self.seq))
     }
 }

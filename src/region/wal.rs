@@ -212,7 +212,9 @@ enum Request {
     Append {
         region_id: u64,
         max_seq: u64,
-        payload: Vec<u8>,
+        /// The payload is `head ‖ body`, framed without being joined.
+        head: Vec<u8>,
+        body: Vec<u8>,
         sync: bool,
         ticket: Resolver,
     },
@@ -468,7 +470,7 @@ impl Wal {
         payload: Vec<u8>,
         sync: bool,
     ) -> Result<Ticket, WalError> {
-        self.append_then(region_id, max_seq, payload, sync, None)
+        self.append_then(region_id, max_seq, Vec::new(), payload, sync, None)
     }
 
     /// [`Wal::append`], with `then` run as soon as the outcome is known
@@ -477,13 +479,15 @@ impl Wal {
         &self,
         region_id: u64,
         max_seq: u64,
-        payload: Vec<u8>,
+        head: Vec<u8>,
+        body: Vec<u8>,
         sync: bool,
         then: Option<OnResolved>,
     ) -> Result<Ticket, WalError> {
-        if payload.len() > record::MAX_RECORD_LEN {
+        let len = head.len() + body.len();
+        if len > record::MAX_RECORD_LEN {
             return Err(WalError::TooLarge {
-                len: payload.len(),
+                len,
                 limit: record::MAX_RECORD_LEN,
             });
         }
@@ -495,7 +499,8 @@ impl Wal {
         let request = Request::Append {
             region_id,
             max_seq,
-            payload,
+            head,
+            body,
             sync,
             ticket: Resolver::new(ticket.clone(), then),
         };
@@ -1009,11 +1014,12 @@ impl Writer {
                 Request::Append {
                     region_id,
                     max_seq,
-                    payload,
+                    head,
+                    body,
                     sync: wants_sync,
                     ticket,
                 } => {
-                    record::frame_into(&mut buf, self.seg_id, TYPE_EDITS, &payload);
+                    record::frame_parts_into(&mut buf, self.seg_id, TYPE_EDITS, &head, &body);
                     let m = self.seg_max_seq.entry(region_id).or_insert(0);
                     *m = max_seq.max(*m);
                     sync |= wants_sync;
@@ -1253,7 +1259,7 @@ impl Writer {
 
 fn request_len(r: &Request) -> usize {
     match r {
-        Request::Append { payload, .. } => payload.len() + record::FRAME_HEADER_LEN,
+        Request::Append { head, body, .. } => head.len() + body.len() + record::FRAME_HEADER_LEN,
         Request::Sync { .. } | Request::Shutdown => 0,
     }
 }

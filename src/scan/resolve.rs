@@ -13,6 +13,7 @@
 //!    hidden, except the newest `MIN_VERSIONS`, which are always kept.
 
 use crate::cell::{CellKind, KeyRef};
+use crate::codec::bytes_equal;
 use crate::schema::FamilyDescriptor;
 
 /// One entry of a column group, as merged. Its value lives in the group's
@@ -122,11 +123,11 @@ impl ColumnGroup {
 
     /// Whether `key` is of the column the group was started for.
     pub fn is_column(&self, key: &KeyRef<'_>) -> bool {
-        self.family == key.family && self.qualifier == key.qualifier
+        bytes_equal(&self.family, key.family) && bytes_equal(&self.qualifier, key.qualifier)
     }
 
     pub fn start(&mut self, key: &KeyRef<'_>, wanted: bool) {
-        if self.family != key.family {
+        if !bytes_equal(&self.family, key.family) {
             self.family.clear();
             self.family.extend_from_slice(key.family);
         }

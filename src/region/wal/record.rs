@@ -73,10 +73,18 @@ pub fn record_crc(segment_id: u64, kind: u8, payload: &[u8]) -> u32 {
 
 /// Appends one framed record to `out`.
 pub fn frame_into(out: &mut Vec<u8>, segment_id: u64, kind: u8, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&record_crc(segment_id, kind, payload).to_le_bytes());
+    frame_parts_into(out, segment_id, kind, &[], payload);
+}
+
+/// Appends one framed record whose payload is `head ‖ body` to `out`,
+/// without joining the two first.
+pub fn frame_parts_into(out: &mut Vec<u8>, segment_id: u64, kind: u8, head: &[u8], body: &[u8]) {
+    let crc = crc32c::crc32c_append(record_crc(segment_id, kind, head), body);
+    out.extend_from_slice(&((head.len() + body.len()) as u32).to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
     out.push(kind);
-    out.extend_from_slice(payload);
+    out.extend_from_slice(head);
+    out.extend_from_slice(body);
 }
 
 /// Where a batch of edits came from, so ingestion can resume from the WAL
@@ -107,7 +115,9 @@ pub fn encode_edits(
     origin: Option<&Origin>,
     rows: &EntryBatch,
 ) -> Vec<u8> {
-    encode_edits_with_body(region_id, first_seq, origin, &encode_edits_body(rows))
+    let mut out = encode_edits_head(region_id, first_seq, origin);
+    out.extend_from_slice(&encode_edits_body(rows));
+    out
 }
 
 /// The row part of an edits payload; independent of the sequence id, so a
@@ -137,14 +147,10 @@ pub fn encode_edits_body(rows: &EntryBatch) -> Vec<u8> {
     out
 }
 
-/// Prepends the header (region, first sequence id, origin) to a body.
-pub fn encode_edits_with_body(
-    region_id: u64,
-    first_seq: u64,
-    origin: Option<&Origin>,
-    body: &[u8],
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + 32);
+/// The header of an edits payload (region, first sequence id, origin),
+/// which the body follows.
+pub fn encode_edits_head(region_id: u64, first_seq: u64, origin: Option<&Origin>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
     put_varint(&mut out, region_id);
     put_varint(&mut out, first_seq);
     match origin {
@@ -156,7 +162,6 @@ pub fn encode_edits_with_body(
         }
         None => put_varint(&mut out, FLAG_PREFIX_KEYS),
     }
-    out.extend_from_slice(body);
     out
 }
 
@@ -325,6 +330,20 @@ pub fn highest_sync_claim_after(buf: &[u8], from: usize, segment_id: u64) -> Opt
 mod tests {
     use super::*;
     use crate::cell::{CellKind, encode_key};
+
+    #[test]
+    fn a_record_framed_in_two_parts_is_the_record_framed_whole() {
+        let (head, body) = (b"head".as_slice(), b"and the body".as_slice());
+        let mut parts = Vec::new();
+        frame_parts_into(&mut parts, 9, TYPE_EDITS, head, body);
+        let mut whole = Vec::new();
+        frame_into(&mut whole, 9, TYPE_EDITS, &[head, body].concat());
+        assert_eq!(parts, whole);
+        // The checksum covers the segment id: another segment's is different.
+        let mut other = Vec::new();
+        frame_into(&mut other, 10, TYPE_EDITS, &[head, body].concat());
+        assert_ne!(parts, other);
+    }
 
     #[test]
     fn edits_round_trip_with_ttl_and_origin() {
