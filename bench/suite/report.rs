@@ -266,8 +266,11 @@ impl Report {
              before the answer), InfluxDB after its WAL fsync, VictoriaMetrics from memory \
              (synced on a timer). Sync calls are counted with `strace -f --seccomp-bpf` during \
              the ingest; halite's WAL syncs run on io_uring, which strace cannot see, so its \
-             own count (`halite_wal_syncs_total`) is shown beside. Data on disk is measured \
-             after each system settled (halite: flush and major compaction on request; \
+             own count (`halite_wal_syncs_total`) is shown beside. strace stays attached for \
+             the ingest only: each server is then stopped and started again untraced on the \
+             same data, because a traced process pays on every thread wake-up (halite's q1 \
+             took twice as long under strace). Data on disk is measured after each system \
+             settled (halite: flush and major compaction on request; \
              InfluxDB and VictoriaMetrics: their own snapshots and merges, watched until the \
              directory stopped changing), as allocated blocks; WAL files are shown apart.\n\n",
             fmt_int(rows as f64),
@@ -335,7 +338,7 @@ impl Report {
         self.sections.push(s);
 
         let mut q = String::from(
-            "## 4. Queries\n\nAfter each system settled, on the same data: q1 = the last 100 \
+            "## 4. Queries\n\nAfter each system settled, on the same data, untraced: q1 = the last 100 \
              points of one host's usage_user; q2 = one host, all 10 fields, the last hour (360 \
              rows); q3 = max(usage_user) per host over the last hour, all 100 hosts. Each as \
              its system's own query language over HTTP on a keep-alive connection (commands \
