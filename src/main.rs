@@ -11,6 +11,30 @@ use std::time::Instant;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+unsafe extern "C" {
+    /// mimalloc's own setter (linked in with the allocator); its Rust
+    /// bindings do not name the option set here.
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// `mi_option_purge_delay` in mimalloc.h (v3, as libmimalloc-sys 0.1.49
+/// builds it): milliseconds before emptied pages go back to the OS.
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
+/// mimalloc hands emptied pages back to the OS 10 ms after they empty.
+/// The write path frees and allocates megabytes per request (encoded
+/// batches, WAL buffers), so at that delay each request faulted fresh,
+/// kernel-zeroed pages back in: a second's delay halved ingest's page
+/// faults (265,000 -> 143,000 for 1,000,000 rows) and cut its CPU by
+/// 9-12 %. `MIMALLOC_PURGE_DELAY` in the environment still decides.
+fn keep_freed_pages_a_while() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets an integer option of the allocator this binary links;
+        // mimalloc allows it at any time.
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 1000) };
+    }
+}
+
 use clap::{Parser, Subcommand};
 use halite::api::{self, AppState};
 use halite::catalog::CreateTable;
@@ -705,6 +729,7 @@ fn run_client(command: Command) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    keep_freed_pages_a_while();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Produce {
