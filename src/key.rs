@@ -594,13 +594,7 @@ impl KeySchema {
         key: &'k [u8],
         mut each: impl FnMut(&str, FieldRef<'k>),
     ) -> Result<Option<u32>, Error> {
-        if key.len() != self.key_len() {
-            return Err(invalid(format!(
-                "key is {} bytes, the schema's keys are {}",
-                key.len(),
-                self.key_len()
-            )));
-        }
+        self.check_len(key)?;
         let bucket = self.salt_bucket(key);
         let mut at = self.prefix_len();
         for f in &self.fields {
@@ -610,6 +604,17 @@ impl KeySchema {
             each(&f.name, decode_field(f, bytes)?);
         }
         Ok(bucket)
+    }
+
+    fn check_len(&self, key: &[u8]) -> Result<(), Error> {
+        if key.len() != self.key_len() {
+            return Err(invalid(format!(
+                "key is {} bytes, the schema's keys are {}",
+                key.len(),
+                self.key_len()
+            )));
+        }
+        Ok(())
     }
 
     /// Where field `index` lies in a key of this schema (fields are of
@@ -625,13 +630,7 @@ impl KeySchema {
 
     /// Field `index` of `key` alone.
     pub fn decode_field_at<'k>(&self, key: &'k [u8], index: usize) -> Result<FieldRef<'k>, Error> {
-        if key.len() != self.key_len() {
-            return Err(invalid(format!(
-                "key is {} bytes, the schema's keys are {}",
-                key.len(),
-                self.key_len()
-            )));
-        }
+        self.check_len(key)?;
         decode_field(&self.fields[index], &key[self.field_range(index)])
     }
 
