@@ -102,7 +102,7 @@ fn main() {
     let mut services = Vec::new();
     for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
         let mut server = service::Server::start(kind, dir);
-        report.commands.push(server.command.clone());
+        report.commands.push(server.command());
         let ingest = service::ingest(&server, &bodies, rows);
         print_ingest(kind, &ingest);
         server.restart_untraced();

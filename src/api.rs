@@ -882,7 +882,6 @@ fn json_bytes(body: Vec<u8>) -> Response {
         .into_response()
 }
 
-/// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
 /// Closes a page's list (`out` holds `{"<list>":[…`) with its continuation
 /// and buckets scanned.
 fn end_page(
@@ -903,6 +902,7 @@ fn end_page(
     json_bytes(out)
 }
 
+/// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
 fn page_answer(
     schema: &KeySchema,
     rows: &[Row],

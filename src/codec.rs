@@ -54,23 +54,11 @@ pub fn bytes_equal(a: &[u8], b: &[u8]) -> bool {
 /// cost more than the comparison (10-15 % of ingest CPU).
 #[inline]
 pub fn compare_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        let x = u64::from_be_bytes(a[i..i + 8].try_into().expect("8 bytes"));
-        let y = u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        if x != y {
-            return x.cmp(&y);
-        }
-        i += 8;
+    let shared = common_prefix_len(a, b);
+    match (a.get(shared), b.get(shared)) {
+        (Some(x), Some(y)) => x.cmp(y),
+        _ => a.len().cmp(&b.len()),
     }
-    while i < n {
-        if a[i] != b[i] {
-            return a[i].cmp(&b[i]);
-        }
-        i += 1;
-    }
-    a.len().cmp(&b.len())
 }
 
 /// A cursor over a byte slice whose every read is checked. Errors carry the

@@ -61,7 +61,6 @@ pub struct Server {
     pub pid: u32,
     pub addr: String,
     pub dir: PathBuf,
-    pub command: String,
     trace_log: PathBuf,
 }
 
@@ -133,7 +132,6 @@ impl Server {
             pid,
             addr,
             dir,
-            command: args.join(" "),
             args,
             trace_log,
         };
@@ -224,6 +222,11 @@ impl Server {
             Kind::Victoria => 0,
         };
         (all - wal, wal)
+    }
+
+    /// The server's command line, as run.
+    pub fn command(&self) -> String {
+        self.args.join(" ")
     }
 
     /// Stops the server and starts it again on the same data and address,
