@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::catalog::TableDescriptor;
 use crate::cell::{CellKind, EntryBatch, MAX_QUALIFIER_LEN};
+use crate::codec::{bytes_equal, compare_bytes};
 use crate::key::{FieldEncoding, FieldRef, KeyField};
 use crate::value::Value;
 use line_protocol::{LineParser, ParsedLine, Point, Precision};
@@ -319,7 +320,7 @@ impl<'t> PointEncoder<'t> {
         }
         let region = table
             .regions
-            .partition_point(|r| r.start.as_slice() <= self.key.as_slice())
+            .partition_point(|r| compare_bytes(&r.start, &self.key).is_le())
             .saturating_sub(1);
         let batch = &mut self.batches[region];
         for &i in &self.order {
@@ -347,7 +348,7 @@ impl<'t> PointEncoder<'t> {
         }
         let mut from = 0;
         for (i, &end) in self.order_name_ends.iter().enumerate() {
-            if self.order_names[from..end] != *point.field(i).0.as_bytes() {
+            if !bytes_equal(&self.order_names[from..end], point.field(i).0.as_bytes()) {
                 return false;
             }
             from = end;

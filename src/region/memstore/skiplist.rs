@@ -1,0 +1,258 @@
+//! The MemStore's ordered index of row mutations: a skiplist with one writer
+//! at a time and any number of lock-free readers (LevelDB's design), whose
+//! nodes live in the MemStore's arena and are freed with it, never alone.
+//!
+//! Writers insert through a [`Splice`], RocksDB's trick for batches: it
+//! keeps the last insert's neighbours at every level, so a key that lands
+//! next to the previous one costs a comparison or two instead of a search
+//! from the top. Batches are inserted in key order for that reason.
+//!
+//! Readers follow `next` pointers with acquire loads; a writer fills a node
+//! completely before a release store links it in, bottom level first, so a
+//! reader sees a node whole or not at all. Nothing is ever unlinked.
+
+use std::cmp::Ordering;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as AtomicOrdering};
+
+use super::RowNode;
+
+/// Levels of the tallest tower. With a quarter of the nodes reaching each
+/// next level, 12 levels keep searches logarithmic to about 16M rows.
+pub(super) const MAX_HEIGHT: usize = 12;
+
+/// A node: its key, then `height` next pointers, then (in the arena) the
+/// row and cell bytes the key points at.
+#[repr(C)]
+pub(super) struct Node {
+    pub(super) key: RowNode,
+    height: usize,
+    // `height` AtomicPtr<Node> follow the struct.
+}
+
+impl Node {
+    /// Bytes of a node with `height` levels.
+    pub(super) fn size(height: usize) -> usize {
+        std::mem::size_of::<Node>() + height * std::mem::size_of::<AtomicPtr<Node>>()
+    }
+
+    /// Writes a node with null links at `at`.
+    ///
+    /// # Safety
+    /// `at` must be aligned for `Node` and valid for writes of
+    /// `Node::size(height)` bytes that nothing else uses.
+    pub(super) unsafe fn init(at: *mut u8, key: RowNode, height: usize) -> *mut Node {
+        let node = at.cast::<Node>();
+        // SAFETY: the caller gives us `size(height)` writable, aligned bytes;
+        // the tower starts right after the struct, whose size is a multiple
+        // of the pointer alignment.
+        unsafe {
+            node.write(Node { key, height });
+            let tower = node.add(1).cast::<AtomicPtr<Node>>();
+            for level in 0..height {
+                tower.add(level).write(AtomicPtr::new(ptr::null_mut()));
+            }
+        }
+        node
+    }
+}
+
+/// The list. Its nodes are owned by the arena they were allocated in, which
+/// must outlive it.
+pub(super) struct SkipList {
+    head: [AtomicPtr<Node>; MAX_HEIGHT],
+    /// Levels in use; only grows.
+    height: AtomicUsize,
+}
+
+impl std::fmt::Debug for SkipList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkipList")
+            .field("height", &self.height.load(AtomicOrdering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SkipList {
+    fn default() -> Self {
+        SkipList {
+            head: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            height: AtomicUsize::new(1),
+        }
+    }
+}
+
+/// The neighbours of the last key inserted, at every level: `prev[l]` is
+/// below the key (null: the head), `next[l]` above it (null: the end).
+pub(super) struct Splice {
+    prev: [*const Node; MAX_HEIGHT],
+    next: [*const Node; MAX_HEIGHT],
+    /// Levels at which `prev`/`next` are valid; 0 before the first insert.
+    valid: usize,
+}
+
+impl Splice {
+    pub(super) fn new() -> Self {
+        Splice {
+            prev: [ptr::null(); MAX_HEIGHT],
+            next: [ptr::null(); MAX_HEIGHT],
+            valid: 0,
+        }
+    }
+}
+
+/// # Safety (for the helpers below)
+/// Every non-null node pointer handled here was linked into a list whose
+/// arena is alive for as long as the caller holds the list.
+#[inline]
+fn key_of<'n>(node: *const Node) -> &'n RowNode {
+    // SAFETY: see above; a linked node's key is never written again.
+    unsafe { &(*node).key }
+}
+
+impl SkipList {
+    pub(super) fn is_empty(&self) -> bool {
+        self.head[0].load(AtomicOrdering::Acquire).is_null()
+    }
+
+    /// The link of `node` (null: the head) at `level`.
+    #[inline]
+    fn link(&self, node: *const Node, level: usize) -> &AtomicPtr<Node> {
+        if node.is_null() {
+            return &self.head[level];
+        }
+        // SAFETY: `node` is a linked node (see `key_of`) with at least
+        // `level + 1` levels: it was reached at `level` or found as a
+        // neighbour there, and towers are written in full before linking.
+        unsafe {
+            debug_assert!(level < (*node).height);
+            &*node.add(1).cast::<AtomicPtr<Node>>().add(level)
+        }
+    }
+
+    #[inline]
+    fn next(&self, node: *const Node, level: usize) -> *const Node {
+        self.link(node, level).load(AtomicOrdering::Acquire)
+    }
+
+    /// The first node at or after `key` (strictly after, with `after`).
+    pub(super) fn seek(&self, key: &RowNode, after: bool) -> *const Node {
+        let mut x: *const Node = ptr::null();
+        let mut level = self.height.load(AtomicOrdering::Relaxed) - 1;
+        loop {
+            let next = self.next(x, level);
+            let before = !next.is_null()
+                && match key_of(next).cmp(key) {
+                    Ordering::Less => true,
+                    Ordering::Equal => after,
+                    Ordering::Greater => false,
+                };
+            if before {
+                x = next;
+            } else if level == 0 {
+                return next;
+            } else {
+                level -= 1;
+            }
+        }
+    }
+
+    /// The last node before `key` (before the end, with `None`); null when
+    /// there is none.
+    pub(super) fn last_before(&self, key: Option<&RowNode>) -> *const Node {
+        let mut x: *const Node = ptr::null();
+        let mut level = self.height.load(AtomicOrdering::Relaxed) - 1;
+        loop {
+            let next = self.next(x, level);
+            if !next.is_null() && key.is_none_or(|k| key_of(next) < k) {
+                x = next;
+            } else if level == 0 {
+                return x;
+            } else {
+                level -= 1;
+            }
+        }
+    }
+
+    /// The node after `node` in order; null at the end.
+    pub(super) fn successor(&self, node: *const Node) -> *const Node {
+        self.next(node, 0)
+    }
+
+    /// The key of a node returned by this list.
+    pub(super) fn key(&self, node: *const Node) -> &RowNode {
+        key_of(node)
+    }
+
+    /// Links `node` in (before any node with an equal key).
+    ///
+    /// # Safety
+    /// Only one thread inserts at a time (the MemStore's arena lock), the
+    /// splice was used with this list alone and nothing else inserted since,
+    /// and `node` came from [`Node::init`] in the list's arena and is not
+    /// linked yet.
+    pub(super) unsafe fn insert(&self, splice: &mut Splice, node: *mut Node) {
+        let key = key_of(node);
+        // SAFETY: `node` is ours until linked.
+        let node_height = unsafe { (*node).height };
+        let height = self.height.load(AtomicOrdering::Relaxed);
+        if node_height > height {
+            // Readers that see the new height find the head's empty links.
+            self.height.store(node_height, AtomicOrdering::Relaxed);
+        }
+        let list_height = height.max(node_height);
+        // Levels the last insert's splice does not know are the head's.
+        for level in splice.valid..list_height {
+            splice.prev[level] = ptr::null();
+            splice.next[level] = self.next(ptr::null(), level);
+        }
+        splice.valid = list_height;
+        // The lowest level whose neighbours still bracket the key: levels
+        // above it do too (neighbours nest), levels below are searched again
+        // starting from its `prev`.
+        let brackets = |level: usize| {
+            let (p, n) = (splice.prev[level], splice.next[level]);
+            (p.is_null() || key_of(p) < key) && (n.is_null() || key < key_of(n))
+        };
+        let mut from = 0;
+        while from < list_height && !brackets(from) {
+            from += 1;
+        }
+        let (mut x, top) = if from == list_height {
+            (ptr::null(), list_height)
+        } else {
+            (splice.prev[from], from)
+        };
+        for level in (0..top).rev() {
+            let mut next = self.next(x, level);
+            while !next.is_null() && key_of(next) < key {
+                x = next;
+                next = self.next(x, level);
+            }
+            splice.prev[level] = x;
+            splice.next[level] = next;
+        }
+        for level in 0..node_height {
+            let next = splice.next[level].cast_mut();
+            // Not yet published: no reader can see this store before the
+            // release below makes the node reachable.
+            self.link(node, level).store(next, AtomicOrdering::Relaxed);
+            self.link(splice.prev[level], level)
+                .store(node, AtomicOrdering::Release);
+            splice.prev[level] = node;
+        }
+    }
+}
+
+/// Tower heights: level `l` reached with probability 4^-l, from a
+/// xorshift generator the writer keeps under its lock.
+pub(super) fn random_height(state: &mut u64) -> usize {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    // Two bits per level: each pair of zero bits is one more level.
+    let height = 1 + (x.trailing_zeros() as usize / 2);
+    height.min(MAX_HEIGHT)
+}
