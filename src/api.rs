@@ -32,7 +32,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json_, json};
 
 use crate::catalog::{CreateTable, TableDescriptor, TableName, from_hex};
-use crate::cell::Row;
 use crate::clock::Clock;
 use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, ErrorKind};
@@ -41,7 +40,9 @@ use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder};
 use crate::key::{FieldRef, KeySchema};
 use crate::query::{AggFn, Query, SeriesAggregate};
-use crate::scan::{Columns, CompareOp, ContinuationToken, Filter, Get, Scan, TimeRange};
+use crate::scan::{
+    Columns, CompareOp, ContinuationToken, Filter, Get, RowCells, Scan, ScannedRow, TimeRange,
+};
 use crate::schema::FamilySpec;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
@@ -578,25 +579,25 @@ async fn compact_table(
 /// typed JSON when they are typed values, else `{"hex": …}`. Written by
 /// hand straight into the answer's buffer: rows are most of every answer,
 /// and going through serde costs several times as much per row.
-struct RowOut<'a> {
+struct RowOut<'a, R: RowCells> {
     schema: &'a KeySchema,
-    row: &'a Row,
+    row: &'a R,
 }
 
-impl RowOut<'_> {
+impl<R: RowCells> RowOut<'_, R> {
     fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"row\":\"");
-        push_hex(out, &self.row.key);
+        push_hex(out, self.row.key());
         out.extend_from_slice(b"\",\"key\":");
         let key_at = out.len();
         out.extend_from_slice(b"{\"bucket\":");
-        match self.schema.salt_bucket(&self.row.key) {
+        match self.schema.salt_bucket(self.row.key()) {
             Some(b) => push_u64(out, u64::from(b)),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"fields\":{");
         let mut first = true;
-        let decoded = self.schema.decode_each(&self.row.key, |name, v| {
+        let decoded = self.schema.decode_each(self.row.key(), |name, v| {
             if !first {
                 out.push(b',');
             }
@@ -615,18 +616,18 @@ impl RowOut<'_> {
             out.extend_from_slice(b"null");
         }
         out.extend_from_slice(b",\"cells\":[");
-        for (i, c) in self.row.cells.iter().enumerate() {
+        for (i, c) in self.row.cells().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"family\":");
-            push_bytes_as_str(out, &c.family);
+            push_bytes_as_str(out, c.family);
             out.extend_from_slice(b",\"qualifier\":");
-            push_bytes_as_str(out, &c.qualifier);
+            push_bytes_as_str(out, c.qualifier);
             out.extend_from_slice(b",\"timestamp\":");
             push_u64(out, c.timestamp);
             out.extend_from_slice(b",\"value\":");
-            push_value(out, &c.value);
+            push_value(out, c.value);
             out.push(b'}');
         }
         out.extend_from_slice(b"]}");
@@ -708,9 +709,9 @@ fn series_identity(
 /// limit continues in the next page. A row's time is its key's time field,
 /// or its newest cell's timestamp when the key has none; a field a row
 /// lacks is `null`.
-fn series_answer(
+fn series_answer<R: RowCells>(
     schema: &KeySchema,
-    rows: &[Row],
+    rows: &[R],
     continuation: Option<ContinuationToken>,
     buckets: Option<usize>,
 ) -> Response {
@@ -735,22 +736,22 @@ fn series_answer(
     // Per row: (its series in `idents`, its time field).
     let mut identities: Vec<(usize, Option<u64>)> = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        if i > 0 && same_series(&rows[i - 1].key, &row.key) {
-            let time = time_field.and_then(|t| match schema.decode_field_at(&row.key, t) {
+        if i > 0 && same_series(rows[i - 1].key(), row.key()) {
+            let time = time_field.and_then(|t| match schema.decode_field_at(row.key(), t) {
                 Ok(FieldRef::Uint(t)) => Some(t),
                 _ => None,
             });
             identities.push((idents.len() - 1, time));
             continue;
         }
-        let (ident, time) = series_identity(schema, time_field, &row.key);
+        let (ident, time) = series_identity(schema, time_field, row.key());
         if idents.last() != Some(&ident) {
             idents.push(ident);
         }
         identities.push((idents.len() - 1, time));
     }
     let mut out =
-        Vec::with_capacity(256 + rows.iter().map(|r| 24 + 20 * r.cells.len()).sum::<usize>());
+        Vec::with_capacity(256 + rows.iter().map(|r| 24 + 20 * r.cell_count()).sum::<usize>());
     out.extend_from_slice(b"{\"series\":[");
     let mut start = 0;
     while start < rows.len() {
@@ -768,8 +769,8 @@ fn series_answer(
         let mut columns: Vec<&[u8]> = Vec::new();
         for row in group {
             let mut next = 0;
-            for c in &row.cells {
-                let q = c.qualifier.as_ref();
+            for c in row.cells() {
+                let q = c.qualifier;
                 if columns.get(next).is_some_and(|known| bytes_equal(known, q)) {
                     next += 1;
                     continue;
@@ -799,22 +800,22 @@ fn series_answer(
                 out.push(b',');
             }
             out.push(b'[');
-            let time = key_time.or_else(|| row.cells.iter().map(|c| c.timestamp).max());
+            let time = key_time.or_else(|| row.cells().map(|c| c.timestamp).max());
             match time {
                 Some(t) => push_u64(&mut out, t),
                 None => out.extend_from_slice(b"null"),
             }
             // Cells are sorted by qualifier (newest version first), as
             // the columns are: one walk pairs them.
-            let mut cells = row.cells.iter().peekable();
+            let mut cells = row.cells().peekable();
             for column in &columns {
                 out.push(b',');
                 while cells
-                    .next_if(|c| compare_bytes(&c.qualifier, column).is_lt())
+                    .next_if(|c| compare_bytes(c.qualifier, column).is_lt())
                     .is_some()
                 {}
-                match cells.next_if(|c| bytes_equal(&c.qualifier, column)) {
-                    Some(c) => push_value(&mut out, &c.value),
+                match cells.next_if(|c| bytes_equal(c.qualifier, column)) {
+                    Some(c) => push_value(&mut out, c.value),
                     None => out.extend_from_slice(b"null"),
                 }
             }
@@ -903,14 +904,18 @@ fn end_page(
 }
 
 /// A page of rows: `{"rows": [...], "continuation": token|null[, "buckets_scanned": n]}`.
-fn page_answer(
+fn page_answer<R: RowCells>(
     schema: &KeySchema,
-    rows: &[Row],
+    rows: &[R],
     continuation: Option<ContinuationToken>,
     buckets: Option<usize>,
 ) -> Response {
-    let mut out =
-        Vec::with_capacity(256 + rows.iter().map(|r| 160 + 96 * r.cells.len()).sum::<usize>());
+    let mut out = Vec::with_capacity(
+        256 + rows
+            .iter()
+            .map(|r| 160 + 96 * r.cell_count())
+            .sum::<usize>(),
+    );
     out.extend_from_slice(b"{\"rows\":[");
     for (i, row) in rows.iter().enumerate() {
         if i > 0 {
@@ -1154,8 +1159,8 @@ async fn query(
     }
     let page = blocking_here(move || store.query(&name, &q)).await?;
     let answer = match req.shape {
-        Shape::Rows => page_answer,
-        Shape::Series => series_answer,
+        Shape::Rows => page_answer::<ScannedRow>,
+        Shape::Series => series_answer::<ScannedRow>,
     };
     Ok(answer(
         &schema,
@@ -1344,7 +1349,7 @@ pub async fn serve_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::Cell;
+    use crate::cell::{Cell, Row};
     use crate::key::FieldValue;
 
     #[test]

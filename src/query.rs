@@ -27,10 +27,12 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::cell::Row;
+use crate::codec::compare_bytes;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
-use crate::scan::{Columns, ContinuationToken, RowView, Scan, TimeRange, prefix_successor};
+use crate::scan::{
+    Columns, ContinuationToken, RowCells, RowView, Scan, ScannedRow, TimeRange, prefix_successor,
+};
 use crate::store::{Table, TableScanner};
 
 /// OpenTSDB's aggregators.
@@ -89,7 +91,7 @@ pub struct Query {
 /// One page of raw rows, in logical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueryPage {
-    pub rows: Vec<Row>,
+    pub rows: Vec<ScannedRow>,
     pub continuation: Option<ContinuationToken>,
     pub buckets_scanned: usize,
 }
@@ -381,12 +383,12 @@ fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
 }
 
 /// A batch of a bucket's rows, and whether the bucket is done.
-type Batch = Result<(Vec<Row>, bool)>;
+type Batch = Result<(Vec<ScannedRow>, bool)>;
 
 /// Reads one bucket's rows a batch at a time on the pool.
 struct BucketCursor {
     scanner: Arc<Mutex<TableScanner>>,
-    buf: VecDeque<Row>,
+    buf: VecDeque<ScannedRow>,
     inflight: Option<Receiver<Batch>>,
     done: bool,
     /// A query of one bucket reads it on the caller's thread: nothing to
@@ -401,16 +403,16 @@ const BATCH: usize = 256;
 fn read_batch(
     s: &mut TableScanner,
     filter: Option<&(usize, FieldEncoding, u64, u64)>,
-    rows: &mut Vec<Row>,
+    rows: &mut Vec<ScannedRow>,
 ) -> Result<bool> {
     loop {
-        match s.next_row()? {
+        match s.next_view()? {
             Some(row) => {
                 let keep = filter.is_none_or(|(at, enc, start, end)| {
-                    key_ts(&row.key, *at, enc).is_some_and(|t| t >= *start && t < *end)
+                    key_ts(row.key(), *at, enc).is_some_and(|t| t >= *start && t < *end)
                 });
                 if keep {
-                    rows.push(row);
+                    rows.push(row.to_scanned());
                     if rows.len() == BATCH {
                         return Ok(false);
                     }
@@ -582,7 +584,7 @@ impl QueryRows {
     }
 
     /// The next row in logical order, or `None` at the end or the limit.
-    pub fn next_row(&mut self) -> Result<Option<Row>> {
+    pub fn next_row(&mut self) -> Result<Option<ScannedRow>> {
         loop {
             if self.remaining == Some(0) {
                 return Ok(None);
@@ -597,13 +599,15 @@ impl QueryRows {
             if let Some(r) = self.remaining.as_mut() {
                 *r -= 1;
             }
-            self.last_key = Some(row.key[self.salt_len..].to_vec());
-            self.cells_returned += row.cells.len() as u64;
+            let last = self.last_key.get_or_insert_with(Vec::new);
+            last.clear();
+            last.extend_from_slice(&row.key()[self.salt_len..]);
+            self.cells_returned += row.cell_count() as u64;
             return Ok(Some(row));
         }
     }
 
-    fn pop_smallest(&mut self) -> Result<Option<Row>> {
+    fn pop_smallest(&mut self) -> Result<Option<ScannedRow>> {
         let mut best: Option<usize> = None;
         for i in 0..self.cursors.len() {
             self.cursors[i].fill(&self.pool, self.filter.clone())?;
@@ -613,8 +617,8 @@ impl QueryRows {
             let better = match best {
                 None => true,
                 Some(b) => {
-                    let cur = &self.cursors[b].buf[0].key[self.salt_len..];
-                    let o = row.key[self.salt_len..].cmp(cur);
+                    let cur = &self.cursors[b].buf[0].key()[self.salt_len..];
+                    let o = compare_bytes(&row.key()[self.salt_len..], cur);
                     if self.reverse { o.is_gt() } else { o.is_lt() }
                 }
             };

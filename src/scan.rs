@@ -359,15 +359,48 @@ impl Get {
     }
 }
 
-/// One resolved row in the scanner's reusable buffer.
-#[derive(Debug, Default)]
-struct RowBuf {
+/// A row readers answer from, whichever way it is held: an owned [`Row`]
+/// or a [`ScannedRow`].
+pub trait RowCells {
+    fn key(&self) -> &[u8];
+    fn cell_count(&self) -> usize;
+    /// Cell `i` (< `cell_count()`), in family, qualifier, newest-first order.
+    fn cell(&self, i: usize) -> CellView<'_>;
+    fn cells(&self) -> impl ExactSizeIterator<Item = CellView<'_>> + Clone {
+        (0..self.cell_count()).map(move |i| self.cell(i))
+    }
+}
+
+impl RowCells for Row {
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+    fn cell_count(&self) -> usize {
+        self.cells.len()
+    }
+    fn cell(&self, i: usize) -> CellView<'_> {
+        let c = &self.cells[i];
+        CellView {
+            family: &c.family,
+            qualifier: &c.qualifier,
+            timestamp: c.timestamp,
+            value: &c.value,
+        }
+    }
+}
+
+/// A resolved row in three buffers: its key, its cells' bytes and where
+/// each cell's parts lie in them. The scanner fills one over and over; a
+/// copy of it is a row that owns its bytes for three allocations, where a
+/// [`Row`] takes two more and a reference count per cell part.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScannedRow {
     key: Vec<u8>,
     bytes: Vec<u8>,
     cells: Vec<CellSpan>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct CellSpan {
     family: std::ops::Range<usize>,
     qualifier: std::ops::Range<usize>,
@@ -375,7 +408,7 @@ struct CellSpan {
     value: std::ops::Range<usize>,
 }
 
-impl RowBuf {
+impl ScannedRow {
     fn clear(&mut self) {
         self.key.clear();
         self.bytes.clear();
@@ -391,13 +424,30 @@ impl RowBuf {
     /// Like `put`, reusing the last cell's family when it is the same.
     fn put_family(&mut self, family: &[u8]) -> std::ops::Range<usize> {
         match self.cells.last() {
-            Some(c) if self.bytes[c.family.clone()] == *family => c.family.clone(),
+            Some(c) if bytes_equal(&self.bytes[c.family.clone()], family) => c.family.clone(),
             _ => self.put(family),
         }
     }
 
-    fn view(&self) -> RowView<'_> {
+    pub fn view(&self) -> RowView<'_> {
         RowView { buf: self }
+    }
+
+    /// The row as a [`Row`].
+    pub fn to_row(&self) -> Row {
+        self.view().to_row()
+    }
+}
+
+impl RowCells for ScannedRow {
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+    fn cell_count(&self) -> usize {
+        self.cells.len()
+    }
+    fn cell(&self, i: usize) -> CellView<'_> {
+        self.view().cell(i)
     }
 }
 
@@ -405,10 +455,10 @@ impl RowBuf {
 /// rows this way costs no allocation per cell.
 #[derive(Debug, Clone, Copy)]
 pub struct RowView<'a> {
-    buf: &'a RowBuf,
+    buf: &'a ScannedRow,
 }
 
-/// A cell borrowed from a [`RowView`].
+/// A cell borrowed from a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CellView<'a> {
     pub family: &'a [u8],
@@ -430,14 +480,25 @@ impl<'a> RowView<'a> {
         self.buf.cells.is_empty()
     }
 
-    pub fn cells(&self) -> impl ExactSizeIterator<Item = CellView<'a>> + 'a {
+    fn cell(&self, i: usize) -> CellView<'a> {
         let buf = self.buf;
-        buf.cells.iter().map(move |c| CellView {
+        let c = &buf.cells[i];
+        CellView {
             family: &buf.bytes[c.family.clone()],
             qualifier: &buf.bytes[c.qualifier.clone()],
             timestamp: c.timestamp,
             value: &buf.bytes[c.value.clone()],
-        })
+        }
+    }
+
+    pub fn cells(&self) -> impl ExactSizeIterator<Item = CellView<'a>> + 'a {
+        let view = *self;
+        (0..self.len()).map(move |i| view.cell(i))
+    }
+
+    /// A copy that owns its bytes.
+    pub fn to_scanned(&self) -> ScannedRow {
+        self.buf.clone()
     }
 
     /// An owned copy: one allocation for all cell bytes, which the cells
@@ -474,7 +535,7 @@ pub struct RowScanner {
     reverse_bound: Option<Vec<u8>>,
     started: bool,
     done: bool,
-    row: RowBuf,
+    row: ScannedRow,
 }
 
 /// Resolves the column groups of one row into cells.
@@ -525,7 +586,7 @@ impl RowScanner {
             remaining: scan.limit,
             started: false,
             done: empty || scan.limit == Some(0),
-            row: RowBuf::default(),
+            row: ScannedRow::default(),
         })
     }
 
@@ -687,7 +748,7 @@ impl RowScanner {
 }
 
 impl Assembler {
-    fn emit_group(&mut self, family_delete: Option<u64>, out: &mut RowBuf) {
+    fn emit_group(&mut self, family_delete: Option<u64>, out: &mut ScannedRow) {
         if self.group.entries.is_empty() {
             return;
         }
@@ -697,7 +758,11 @@ impl Assembler {
             return;
         }
         // Consecutive groups are mostly of one family: look it up on change.
-        if self.family.as_ref().is_none_or(|f| f.name != g.family) {
+        if self
+            .family
+            .as_ref()
+            .is_none_or(|f| !bytes_equal(&f.name, &g.family))
+        {
             self.family = self.families.get(&g.family).cloned();
         }
         let Some(family) = self.family.as_ref() else {
@@ -747,7 +812,7 @@ impl Assembler {
         self.group.clear();
     }
 
-    fn row_passes(&self, row: &RowBuf) -> bool {
+    fn row_passes(&self, row: &ScannedRow) -> bool {
         self.filters.iter().all(|f| match f {
             Filter::SingleColumnValue {
                 family,

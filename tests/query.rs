@@ -13,6 +13,7 @@ use halite::key::{FieldValue, KeySchema};
 use halite::query::{AggFn, Aggregate, Query};
 use halite::region::RegionOptions;
 use halite::region::wal::WalOptions;
+use halite::scan::RowCells;
 use halite::store::{Store, StoreOptions};
 use halite::value::{Value, numeric};
 
@@ -137,8 +138,8 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
     let page = store.query(&name, &q).expect("query");
     assert_eq!(page.buckets_scanned, 16);
     let want: Vec<Vec<u8>> = oracle.keys().cloned().collect();
-    assert_eq!(unsalted(page.rows.iter().map(|r| r.key.clone())), want);
-    assert!(page.rows.iter().all(|r| r.cells.len() == 3));
+    assert_eq!(unsalted(page.rows.iter().map(|r| r.key().to_vec())), want);
+    assert!(page.rows.iter().all(|r| r.cell_count() == 3));
 
     // Reverse.
     let rev = store
@@ -152,7 +153,10 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
         .expect("reverse");
     let mut want_rev = want.clone();
     want_rev.reverse();
-    assert_eq!(unsalted(rev.rows.into_iter().map(|r| r.key)), want_rev);
+    assert_eq!(
+        unsalted(rev.rows.into_iter().map(|r| r.key().to_vec())),
+        want_rev
+    );
 
     // Offset + limit, then pages of 77 with tokens, both directions.
     let window = store
@@ -166,7 +170,7 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
         )
         .expect("window");
     assert_eq!(
-        unsalted(window.rows.into_iter().map(|r| r.key)),
+        unsalted(window.rows.into_iter().map(|r| r.key().to_vec())),
         want[100..150].to_vec()
     );
     for reverse in [false, true] {
@@ -179,7 +183,7 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
         let mut pages = 0;
         loop {
             let page = store.query(&name, &page_q).expect("page");
-            all.extend(unsalted(page.rows.into_iter().map(|r| r.key)));
+            all.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
             pages += 1;
             match page.continuation {
                 Some(t) => page_q.continuation = Some(t.encode()),
@@ -208,7 +212,7 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
     let mut page_q = old_end.clone();
     loop {
         let page = store.query(&name, &page_q).expect("page");
-        got.extend(unsalted(page.rows.into_iter().map(|r| r.key)));
+        got.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
         match page.continuation {
             Some(t) => page_q.continuation = Some(t.encode()),
             None => break,
@@ -240,11 +244,11 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
         .rows
         .iter()
         .map(|r| {
-            assert_eq!(r.cells.len(), 1);
-            assert_eq!(r.cells[0].qualifier.as_ref(), b"usage_idle");
+            assert_eq!(r.cell_count(), 1);
+            assert_eq!(r.cell(0).qualifier, b"usage_idle");
             (
-                r.cells[0].timestamp,
-                numeric(&r.cells[0].value).expect("number"),
+                r.cell(0).timestamp,
+                numeric(r.cell(0).value).expect("number"),
             )
         })
         .collect();
@@ -404,7 +408,7 @@ fn series_queries_skip_files_by_rowprefix_bloom() {
         assert!(
             page.rows
                 .iter()
-                .all(|r| numeric(&r.cells[0].value) == Some(h as f64))
+                .all(|r| numeric(r.cell(0).value) == Some(h as f64))
         );
     }
     let got = skipped();
@@ -448,7 +452,10 @@ fn queries_leave_out_store_files_older_than_their_time_range() {
         .filter(|(_, (_, ts, _))| *ts >= recent)
         .map(|(k, _)| k.clone())
         .collect();
-    assert_eq!(unsalted(page.rows.into_iter().map(|r| r.key)), want);
+    assert_eq!(
+        unsalted(page.rows.into_iter().map(|r| r.key().to_vec())),
+        want
+    );
     assert!(skipped() > before, "no older file was left out");
     // Aggregates over the same range agree, and leave files out too.
     let before = skipped();

@@ -26,9 +26,9 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::cell::Row;
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
 use crate::query::{AggFn, SeriesAggregate};
+use crate::scan::RowCells;
 use crate::value::Value;
 
 /// Cells per record batch: big enough to amortise the per-batch framing,
@@ -156,10 +156,10 @@ impl RowBatches {
         self.cells
     }
 
-    pub fn push(&mut self, row: &Row) {
-        let decoded = self.key.decode(&row.key).ok();
-        for cell in &row.cells {
-            self.row.append_value(&row.key);
+    pub fn push(&mut self, row: &impl RowCells) {
+        let decoded = self.key.decode(row.key()).ok();
+        for cell in row.cells() {
+            self.row.append_value(row.key());
             if let Some(b) = self.bucket.as_mut() {
                 match decoded.as_ref().and_then(|d| d.bucket) {
                     Some(x) => b.append_value(x as u16),
@@ -175,11 +175,11 @@ impl RowBatches {
                 );
             }
             self.family
-                .append_value(String::from_utf8_lossy(&cell.family));
+                .append_value(String::from_utf8_lossy(cell.family));
             self.qualifier
-                .append_value(String::from_utf8_lossy(&cell.qualifier));
+                .append_value(String::from_utf8_lossy(cell.qualifier));
             self.timestamp.append_value(cell.timestamp as i64);
-            let value = Value::decode(&cell.value);
+            let value = Value::decode(cell.value);
             match &value {
                 Some(Value::Float(v)) => self.float.append_value(*v),
                 _ => self.float.append_null(),
@@ -201,7 +201,7 @@ impl RowBatches {
                 _ => self.string.append_null(),
             }
             match &value {
-                None => self.bytes.append_value(&cell.value),
+                None => self.bytes.append_value(cell.value),
                 Some(_) => self.bytes.append_null(),
             }
             self.cells += 1;

@@ -19,11 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::arrow::{BATCH_CELLS, RowBatches, row_schema};
 use super::{ApiError, ApiResult, RowOut};
-use crate::cell::Row;
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
 use crate::query::QueryRows;
-use crate::scan::ContinuationToken;
+use crate::scan::{ContinuationToken, RowCells, ScannedRow};
 use crate::store::TableScanner;
 
 pub const NDJSON: &str = "application/x-ndjson";
@@ -58,13 +57,13 @@ impl Format {
 
 /// Rows in answer order, then whether the answer was cut short.
 pub trait RowSource: Send + 'static {
-    fn next_row(&mut self) -> Result<Option<Row>>;
+    fn next_row(&mut self) -> Result<Option<ScannedRow>>;
     fn continuation(&mut self) -> Result<Option<ContinuationToken>>;
 }
 
 impl RowSource for TableScanner {
-    fn next_row(&mut self) -> Result<Option<Row>> {
-        TableScanner::next_row(self)
+    fn next_row(&mut self) -> Result<Option<ScannedRow>> {
+        Ok(self.next_view()?.map(|v| v.to_scanned()))
     }
     fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
         TableScanner::continuation(self)
@@ -91,9 +90,9 @@ impl Drop for CountedScan {
 }
 
 impl RowSource for CountedScan {
-    fn next_row(&mut self) -> Result<Option<Row>> {
-        let row = self.scanner.next_row()?;
-        self.cells += row.as_ref().map_or(0, |r| r.cells.len() as u64);
+    fn next_row(&mut self) -> Result<Option<ScannedRow>> {
+        let row = self.scanner.next_view()?.map(|v| v.to_scanned());
+        self.cells += row.as_ref().map_or(0, |r| r.cell_count() as u64);
         Ok(row)
     }
     fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
@@ -102,7 +101,7 @@ impl RowSource for CountedScan {
 }
 
 impl RowSource for QueryRows {
-    fn next_row(&mut self) -> Result<Option<Row>> {
+    fn next_row(&mut self) -> Result<Option<ScannedRow>> {
         QueryRows::next_row(self)
     }
     fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
