@@ -66,8 +66,7 @@ fn main() {
             {
                 continue;
             }
-            let mut server = service::Server::start(kind, dir);
-            let ingest = service::ingest(&server, &bodies, rows);
+            let (mut server, ingest) = service::ingest_measured(kind, dir, &bodies, rows);
             print_ingest(kind, &ingest);
             server.restart_untraced();
             server.settle();
@@ -101,9 +100,8 @@ fn main() {
     let window = service::Window::new(rows);
     let mut services = Vec::new();
     for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
-        let mut server = service::Server::start(kind, dir);
+        let (mut server, ingest) = service::ingest_measured(kind, dir, &bodies, rows);
         report.commands.push(server.command());
-        let ingest = service::ingest(&server, &bodies, rows);
         print_ingest(kind, &ingest);
         server.restart_untraced();
         let settle = Instant::now();
@@ -160,9 +158,10 @@ fn main() {
 
 fn print_ingest(kind: Kind, ingest: &service::IngestFigures) {
     println!(
-        "ingest {} rows_per_s={:.0} server_cpu_us_per_row={:.2} peak_rss_mib={:.0}",
+        "ingest {} rows_per_s={:.0} traced_rows_per_s={:.0} server_cpu_us_per_row={:.2} peak_rss_mib={:.0}",
         kind.name(),
         ingest.rows_per_s,
+        ingest.traced_rows_per_s,
         ingest.server_cpu_us_per_row,
         ingest.peak_rss_mib
     );

@@ -264,12 +264,15 @@ impl Report {
              starts, from {} keep-alive connections, to each server on loopback with a fresh \
              data directory. Each acknowledges as it ships: halite SYNC_WAL (the WAL synced \
              before the answer), InfluxDB after its WAL fsync, VictoriaMetrics from memory \
-             (synced on a timer). Sync calls are counted with `strace -f --seccomp-bpf` during \
-             the ingest; halite's WAL syncs run on io_uring, which strace cannot see, so its \
-             own count (`halite_wal_syncs_total`) is shown beside. strace stays attached for \
-             the ingest only: each server is then stopped and started again untraced on the \
-             same data, because a traced process pays on every thread wake-up (halite's q1 \
-             took twice as long under strace). Data on disk is measured after each system \
+             (synced on a timer). Each system ingests twice, each time on a fresh data \
+             directory: first untraced, which gives the rate, the server's CPU and its peak \
+             RSS; then under `strace -f --seccomp-bpf`, which counts the sync calls (its rate \
+             is shown too, as \"rows/s traced\"). A traced process pays on every thread \
+             wake-up, not only on the calls strace counts, so rates taken under it are not \
+             the system's own. halite's WAL syncs run on io_uring, which strace cannot see, so \
+             its own count (`halite_wal_syncs_total`) is shown beside. After the traced pass \
+             each server is stopped and started again untraced on the same data for settling \
+             and queries (halite's q1 took twice as long under strace). Data on disk is measured after each system \
              settled (halite: flush and major compaction on request; \
              InfluxDB and VictoriaMetrics: their own snapshots and merges, watched until the \
              directory stopped changing), as allocated blocks; WAL files are shown apart.\n\n",
@@ -289,6 +292,7 @@ impl Report {
                 vec![
                     r.kind.name().to_string(),
                     fmt_int(r.ingest.rows_per_s),
+                    fmt_int(r.ingest.traced_rows_per_s),
                     format!("{:.2}", r.ingest.server_cpu_us_per_row),
                     format!("{:.0}", r.ingest.peak_rss_mib),
                     syncs,
@@ -303,6 +307,7 @@ impl Report {
             &[
                 "system",
                 "rows/s",
+                "rows/s traced",
                 "server CPU µs/row",
                 "peak RSS MiB",
                 "syncs during ingest",

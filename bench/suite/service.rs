@@ -75,7 +75,9 @@ fn free_port() -> u16 {
 const TRACED: &str = "trace=fsync,fdatasync,sync_file_range,syncfs,msync";
 
 impl Server {
-    pub fn start(kind: Kind, root: &Path) -> Server {
+    /// Starts a system on a fresh data directory under `root`, under strace
+    /// counting its sync calls when `traced`.
+    pub fn start(kind: Kind, root: &Path, traced: bool) -> Server {
         let dir = root.join(kind.name());
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("data dir");
@@ -115,20 +117,28 @@ impl Server {
             ],
         };
         let trace_log = dir.join("syncs.strace");
-        let tracer = Command::new("strace")
-            .args(["-f", "--seccomp-bpf", "-ttt", "-e", TRACED, "-o"])
-            .arg(&trace_log)
-            .arg("--")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("strace: install Debian's strace (make bench does)");
-        wait_ready(&addr, kind.ready_path(), kind.name());
-        let pid = traced_child(tracer.id());
+        let (process, pid) = if traced {
+            let tracer = Command::new("strace")
+                .args(["-f", "--seccomp-bpf", "-ttt", "-e", TRACED, "-o"])
+                .arg(&trace_log)
+                .arg("--")
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("strace: install Debian's strace (make bench does)");
+            wait_ready(&addr, kind.ready_path(), kind.name());
+            let pid = traced_child(tracer.id());
+            (tracer, pid)
+        } else {
+            let child = spawn(&args, kind);
+            wait_ready(&addr, kind.ready_path(), kind.name());
+            let pid = child.id();
+            (child, pid)
+        };
         let server = Server {
             kind,
-            process: tracer,
+            process,
             pid,
             addr,
             dir,
@@ -233,13 +243,7 @@ impl Server {
     /// without strace.
     pub fn restart_untraced(&mut self) {
         self.halt();
-        let (program, args) = self.args.split_first().expect("a command");
-        self.process = Command::new(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("restart {}: {e}", self.kind.name()));
+        self.process = spawn(&self.args, self.kind);
         self.pid = self.process.id();
         wait_ready(&self.addr, self.kind.ready_path(), self.kind.name());
     }
@@ -263,6 +267,17 @@ impl Server {
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
         let _ = self.process.wait();
     }
+}
+
+/// The server alone, untraced.
+fn spawn(args: &[String], kind: Kind) -> Child {
+    let (program, args) = args.split_first().expect("a command");
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", kind.name()))
 }
 
 /// The pid strace started.
@@ -348,13 +363,39 @@ pub struct IngestFigures {
     pub server_cpu_us_per_row: f64,
     pub peak_rss_mib: f64,
     pub batches: usize,
-    /// Sync system calls during the ingest.
+    /// Sync system calls during the ingest (in the traced pass).
     pub sync_calls: u64,
+    /// Rows per second of the traced pass, which counted the syncs.
+    pub traced_rows_per_s: f64,
     /// WAL syncs the server counted itself (halite's io_uring syncs).
     pub own_wal_syncs: Option<u64>,
 }
 
-pub fn ingest(server: &Server, bodies: &[Vec<u8>], rows: u64) -> IngestFigures {
+/// Ingests twice on fresh data: untraced for the rate, CPU and memory
+/// (strace slows a process on every thread wake-up, not only on the calls
+/// it counts), then under strace for the sync counts. Returns the traced
+/// server, holding the data, with the figures of both passes.
+pub fn ingest_measured(
+    kind: Kind,
+    root: &Path,
+    bodies: &[Vec<u8>],
+    rows: u64,
+) -> (Server, IngestFigures) {
+    let plain = Server::start(kind, root, false);
+    let untraced = ingest(&plain, bodies, rows);
+    plain.stop();
+    let server = Server::start(kind, root, true);
+    let traced = ingest(&server, bodies, rows);
+    let figures = IngestFigures {
+        sync_calls: traced.sync_calls,
+        own_wal_syncs: traced.own_wal_syncs,
+        traced_rows_per_s: traced.rows_per_s,
+        ..untraced
+    };
+    (server, figures)
+}
+
+fn ingest(server: &Server, bodies: &[Vec<u8>], rows: u64) -> IngestFigures {
     let epoch = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -392,6 +433,7 @@ pub fn ingest(server: &Server, bodies: &[Vec<u8>], rows: u64) -> IngestFigures {
         peak_rss_mib: status_mib(server.pid, "VmHWM:"),
         batches: bodies.len(),
         sync_calls: server.syncs_between(from, to),
+        traced_rows_per_s: rows as f64 / secs,
         own_wal_syncs: wal_before.map(|b| server.halite_wal_syncs() - b),
     }
 }
