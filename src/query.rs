@@ -27,7 +27,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::compare_bytes;
+use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
 use crate::scan::{
@@ -798,7 +798,9 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                     let mut at = 0;
                     identity.iter().all(|r| {
                         let part = &key[r.clone()];
-                        let same = series.get(at..at + part.len()) == Some(part);
+                        let same = series
+                            .get(at..at + part.len())
+                            .is_some_and(|known| bytes_equal(known, part));
                         at += part.len();
                         same
                     })

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
-use crate::codec::bytes_equal;
+use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, Result};
 use crate::schema::FamilyDescriptor;
 use merge::Merge;
@@ -111,11 +111,11 @@ impl Columns {
     }
     pub fn wants(&self, family: &[u8], qualifier: &[u8]) -> bool {
         self.is_all()
-            || self.families.iter().any(|f| f == family)
+            || self.families.iter().any(|f| bytes_equal(f, family))
             || self
                 .columns
                 .iter()
-                .any(|(f, q)| f == family && q == qualifier)
+                .any(|(f, q)| bytes_equal(q, qualifier) && bytes_equal(f, family))
     }
 
     /// The qualifiers of `family` this selection reads, when it names
@@ -664,7 +664,11 @@ impl RowScanner {
             return Ok(false);
         }
         let row = crate::cell::row_of(self.merge.key());
-        if self.stop.as_deref().is_some_and(|s| row >= s) {
+        if self
+            .stop
+            .as_deref()
+            .is_some_and(|s| compare_bytes(row, s).is_ge())
+        {
             return Ok(false);
         }
         self.row.clear();
