@@ -163,20 +163,29 @@ async fn blocking_here<T: Send + 'static>(
     if tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread
     {
-        // A panic answers 500, as one on the blocking pool would, instead
-        // of taking the connection down.
-        tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "the query failed inside the server; see its log".to_string(),
-                )
-            })?
-            .map_err(ApiError::from)
+        tokio::task::block_in_place(|| run_here(f))
     } else {
         blocking(f).await
     }
+}
+
+/// Runs `f` right here, on the runtime's worker, for work bounded to a few
+/// milliseconds ([`crate::query::reads_one_series_page`]): `block_in_place` still
+/// wakes another thread to take over this worker and switches back: q1
+/// (100 points of one series) took 306-324 us that way against 220-285 us
+/// run here, in paired runs. Meanwhile the
+/// other workers steal this one's queued tasks. A panic answers 500, as one
+/// on the blocking pool would, instead of taking the connection down.
+fn run_here<T>(f: impl FnOnce() -> Result<T, Error>) -> ApiResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the query failed inside the server; see its log".to_string(),
+            )
+        })?
+        .map_err(ApiError::from)
 }
 
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
@@ -1157,7 +1166,11 @@ async fn query(
         })
         .await;
     }
-    let page = blocking_here(move || store.query(&name, &q)).await?;
+    let page = if crate::query::reads_one_series_page(&schema, &q, MAX_PAGE) {
+        run_here(|| store.query(&name, &q))?
+    } else {
+        blocking_here(move || store.query(&name, &q)).await?
+    };
     let answer = match req.shape {
         Shape::Rows => page_answer::<ScannedRow>,
         Shape::Series => series_answer::<ScannedRow>,
