@@ -170,12 +170,12 @@ async fn blocking_here<T: Send + 'static>(
 }
 
 /// Runs `f` right here, on the runtime's worker, for work bounded to a few
-/// milliseconds ([`crate::query::reads_one_series_page`]): `block_in_place` still
-/// wakes another thread to take over this worker and switches back: q1
-/// (100 points of one series) took 306-324 us that way against 220-285 us
-/// run here, in paired runs. Meanwhile the
-/// other workers steal this one's queued tasks. A panic answers 500, as one
-/// on the blocking pool would, instead of taking the connection down.
+/// milliseconds ([`crate::query::reads_one_series_page`]). `block_in_place`
+/// still wakes another thread to take over this worker and switches back:
+/// q1 (100 points of one series) took 306-324 us that way against 220-285
+/// us run here, in paired runs. Meanwhile the other workers steal this
+/// one's queued tasks. A panic answers 500, as one on the blocking pool
+/// would, instead of taking the connection down.
 fn run_here<T>(f: impl FnOnce() -> Result<T, Error>) -> ApiResult<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .map_err(|_| {

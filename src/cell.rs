@@ -207,10 +207,7 @@ pub fn row_of(key: &[u8]) -> &[u8] {
 pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
     match (split_key(a), split_key(b)) {
         (Some(ka), Some(kb)) => compare_bytes(ka.0, kb.0)
-            .then_with(|| compare_bytes(ka.1, kb.1))
-            .then_with(|| compare_bytes(ka.2, kb.2))
-            .then_with(|| kb.3.cmp(&ka.3))
-            .then_with(|| (ka.4 & KIND_MASK).cmp(&(kb.4 & KIND_MASK))),
+            .then_with(|| compare_after_row((ka.1, ka.2, ka.3, ka.4), (kb.1, kb.2, kb.3, kb.4))),
         _ => a.cmp(b),
     }
 }
@@ -221,17 +218,28 @@ pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
 #[inline]
 pub fn compare_keys_after_row(a: &[u8], b: &[u8]) -> Ordering {
     match (split_after_row(a), split_after_row(b)) {
-        (Some(ka), Some(kb)) => compare_bytes(ka.0, kb.0)
-            .then_with(|| compare_bytes(ka.1, kb.1))
-            .then_with(|| kb.2.cmp(&ka.2))
-            .then_with(|| (ka.3 & KIND_MASK).cmp(&(kb.3 & KIND_MASK))),
+        (Some(ka), Some(kb)) => compare_after_row(ka, kb),
         _ => a.cmp(b),
     }
 }
 
-/// (family, qualifier, timestamp, kind byte) of what follows a key's row.
+/// (family, qualifier, timestamp, kind byte): a key without its row.
+type AfterRow<'a> = (&'a [u8], &'a [u8], u64, u8);
+
+/// The order of two keys of one row: family, qualifier, timestamp newest
+/// first, then kind.
 #[inline]
-fn split_after_row(rest: &[u8]) -> Option<(&[u8], &[u8], u64, u8)> {
+fn compare_after_row(a: AfterRow<'_>, b: AfterRow<'_>) -> Ordering {
+    compare_bytes(a.0, b.0)
+        .then_with(|| compare_bytes(a.1, b.1))
+        .then_with(|| b.2.cmp(&a.2))
+        .then_with(|| (a.3 & KIND_MASK).cmp(&(b.3 & KIND_MASK)))
+}
+
+/// What follows a key's row, split; `None` when it does not hold a family,
+/// a timestamp and a kind byte.
+#[inline]
+fn split_after_row(rest: &[u8]) -> Option<AfterRow<'_>> {
     let fam_len = *rest.first()? as usize;
     let qual_at = 1 + fam_len;
     let ts_at = rest.len().checked_sub(9)?;
@@ -257,22 +265,9 @@ pub(crate) fn split_key(key: &[u8]) -> Option<KeyFields<'_>> {
     if key.len() < KEY_OVERHEAD {
         return None;
     }
-    let row_len = u16::from_be_bytes([key[0], key[1]]) as usize;
-    let fam_at = 2 + row_len;
-    let fam_len = *key.get(fam_at)? as usize;
-    let qual_at = fam_at + 1 + fam_len;
-    let ts_at = key.len() - 9;
-    if qual_at > ts_at {
-        return None;
-    }
-    let ts = u64::from_be_bytes(key[ts_at..ts_at + 8].try_into().ok()?);
-    Some((
-        &key[2..fam_at],
-        &key[fam_at + 1..qual_at],
-        &key[qual_at..ts_at],
-        ts,
-        key[key.len() - 1],
-    ))
+    let row_end = 2 + u16::from_be_bytes([key[0], key[1]]) as usize;
+    let (family, qualifier, ts, kind) = split_after_row(key.get(row_end..)?)?;
+    Some((&key[2..row_end], family, qualifier, ts, kind))
 }
 
 /// Whether two keys name the same (row, family, qualifier).

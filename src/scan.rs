@@ -432,11 +432,6 @@ impl ScannedRow {
     pub fn view(&self) -> RowView<'_> {
         RowView { buf: self }
     }
-
-    /// The row as a [`Row`].
-    pub fn to_row(&self) -> Row {
-        self.view().to_row()
-    }
 }
 
 impl RowCells for ScannedRow {

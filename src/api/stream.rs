@@ -91,7 +91,7 @@ impl Drop for CountedScan {
 
 impl RowSource for CountedScan {
     fn next_row(&mut self) -> Result<Option<ScannedRow>> {
-        let row = self.scanner.next_view()?.map(|v| v.to_scanned());
+        let row = RowSource::next_row(&mut self.scanner)?;
         self.cells += row.as_ref().map_or(0, |r| r.cell_count() as u64);
         Ok(row)
     }
