@@ -31,7 +31,7 @@ use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
 use crate::scan::{
-    Columns, ContinuationToken, RowCells, RowView, Scan, ScannedRow, TimeRange, prefix_successor,
+    CellSink, Columns, ContinuationToken, RowCells, Scan, ScannedRow, TimeRange, prefix_successor,
 };
 use crate::store::{Table, TableScanner};
 
@@ -131,7 +131,16 @@ impl Partial {
     }
 
     fn add(&mut self, ts: u64, v: f64) {
-        self.combine(&Partial::new(ts, v));
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.sum += v;
+        self.count += 1;
+        if ts < self.first.0 {
+            self.first = (ts, v);
+        }
+        if ts > self.last.0 {
+            self.last = (ts, v);
+        }
     }
 
     pub fn combine(&mut self, o: &Partial) {
@@ -685,26 +694,91 @@ pub fn run(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<QueryPa
 /// A bucket's partials of one series: by field, then window.
 type FieldPartials = BTreeMap<Vec<u8>, BTreeMap<Option<u64>, Partial>>;
 
-/// Adds a row's numeric cells (at `ts`, window `w`) to its series' partials.
-fn add_cells(fields: &mut FieldPartials, row: &RowView<'_>, ts: u64, w: Option<u64>) {
-    for c in row.cells() {
-        let Some(v) = crate::value::numeric(c.value) else {
-            continue;
-        };
-        match fields.get_mut(c.qualifier) {
-            Some(windows) => {
-                windows
-                    .entry(w)
-                    .and_modify(|p| p.add(ts, v))
-                    .or_insert_with(|| Partial::new(ts, v));
-            }
-            None => {
-                fields.insert(
-                    c.qualifier.to_vec(),
-                    BTreeMap::from([(w, Partial::new(ts, v))]),
-                );
+/// The partials of the series being read. A bucket's rows come series by
+/// series, and a series' rows window by window, so each field keeps its
+/// open window apart and touches its map only when the window closes; the
+/// fields are found by where the row's previous cell's field was, since
+/// rows of a series mostly name the same columns in the same order.
+struct SeriesAcc {
+    series: Vec<u8>,
+    fields: Vec<FieldAcc>,
+}
+
+struct FieldAcc {
+    qualifier: Vec<u8>,
+    open: Option<(Option<u64>, Partial)>,
+    closed: BTreeMap<Option<u64>, Partial>,
+}
+
+impl FieldAcc {
+    fn add(&mut self, w: Option<u64>, ts: u64, v: f64) {
+        match &mut self.open {
+            Some((open, p)) if *open == w => p.add(ts, v),
+            open => {
+                if let Some((w, p)) = open.replace((w, Partial::new(ts, v))) {
+                    close_window(&mut self.closed, w, p);
+                }
             }
         }
+    }
+
+    fn into_windows(mut self) -> BTreeMap<Option<u64>, Partial> {
+        if let Some((w, p)) = self.open.take() {
+            close_window(&mut self.closed, w, p);
+        }
+        self.closed
+    }
+}
+
+fn close_window(closed: &mut BTreeMap<Option<u64>, Partial>, w: Option<u64>, p: Partial) {
+    closed
+        .entry(w)
+        .and_modify(|known| known.combine(&p))
+        .or_insert(p);
+}
+
+impl SeriesAcc {
+    fn new(series: Vec<u8>) -> Self {
+        SeriesAcc {
+            series,
+            fields: Vec::new(),
+        }
+    }
+
+    /// Adds a value of `field` at `ts` (window `w`). `hint` is where the
+    /// field after the row's previous one is: rows of a series mostly name
+    /// the same columns in the same order.
+    fn add(&mut self, hint: &mut usize, field: &[u8], w: Option<u64>, ts: u64, v: f64) {
+        let at = match self.fields.get(*hint) {
+            Some(f) if bytes_equal(&f.qualifier, field) => *hint,
+            _ => match self
+                .fields
+                .iter()
+                .position(|f| bytes_equal(&f.qualifier, field))
+            {
+                Some(at) => at,
+                None => {
+                    self.fields.push(FieldAcc {
+                        qualifier: field.to_vec(),
+                        open: None,
+                        closed: BTreeMap::new(),
+                    });
+                    self.fields.len() - 1
+                }
+            },
+        };
+        self.fields[at].add(w, ts, v);
+        *hint = at + 1;
+    }
+
+    /// Adds the series' partials to a bucket's.
+    fn finish_into(self, partials: &mut BucketPartials) {
+        let fields: FieldPartials = self
+            .fields
+            .into_iter()
+            .map(|f| (f.qualifier.clone(), f.into_windows()))
+            .collect();
+        merge_series(partials, self.series, fields);
     }
 }
 
@@ -722,6 +796,81 @@ fn merge_series(partials: &mut BucketPartials, series: Vec<u8>, fields: FieldPar
                     known.entry(w).and_modify(|k| k.combine(&p)).or_insert(p);
                 }
             }
+        }
+    }
+}
+
+/// Folds a bucket's cells into partials as the scan resolves them.
+struct BucketAgg<'a> {
+    /// Where the series identity's parts are in a row key.
+    identity: &'a [std::ops::Range<usize>],
+    ts_at: usize,
+    ts_enc: &'a FieldEncoding,
+    start_ms: u64,
+    end_ms: u64,
+    window: Option<u64>,
+    partials: BucketPartials,
+    /// The series of the rows being read: a bucket's rows come series by
+    /// series, so its partials are looked up in `partials` only when the
+    /// series changes, not per row.
+    current: Option<SeriesAcc>,
+    /// The time and window of the row being read; `None` when the row is
+    /// outside the query's time.
+    row: Option<(u64, Option<u64>)>,
+    /// Where the row's next field likely is in `current`.
+    hint: usize,
+}
+
+impl BucketAgg<'_> {
+    fn finish(mut self) -> BucketPartials {
+        if let Some(acc) = self.current.take() {
+            acc.finish_into(&mut self.partials);
+        }
+        self.partials
+    }
+}
+
+impl CellSink for BucketAgg<'_> {
+    fn start_row(&mut self, key: &[u8]) {
+        self.row = None;
+        self.hint = 0;
+        let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
+            return;
+        };
+        if ts < self.start_ms || ts >= self.end_ms {
+            return;
+        }
+        self.row = Some((ts, self.window.map(|w| ts - ts % w)));
+        let same_series = self.current.as_ref().is_some_and(|acc| {
+            let mut at = 0;
+            self.identity.iter().all(|r| {
+                let part = &key[r.clone()];
+                let same = acc
+                    .series
+                    .get(at..at + part.len())
+                    .is_some_and(|known| bytes_equal(known, part));
+                at += part.len();
+                same
+            })
+        });
+        if !same_series {
+            if let Some(acc) = self.current.take() {
+                acc.finish_into(&mut self.partials);
+            }
+            let mut series = Vec::new();
+            for r in self.identity {
+                series.extend_from_slice(&key[r.clone()]);
+            }
+            self.current = Some(SeriesAcc::new(series));
+        }
+    }
+
+    fn cell(&mut self, _family: &[u8], qualifier: &[u8], _timestamp: u64, value: &[u8]) {
+        let (Some((ts, w)), Some(acc)) = (self.row, self.current.as_mut()) else {
+            return;
+        };
+        if let Some(v) = crate::value::numeric(value) {
+            acc.add(&mut self.hint, qualifier, w, ts, v);
         }
     }
 }
@@ -756,12 +905,16 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         .ok_or_else(|| Error::InvalidInput("aggregation needs a timestamp key field".into()))?;
     // Series identity: the bytes of every field that is not time or a
     // uniquifier, in key order.
-    let mut identity = Vec::new();
+    let mut identity: Vec<std::ops::Range<usize>> = Vec::new();
     let mut at = schema.prefix_len();
     for f in &schema.fields {
         let w = f.encoding.width();
         if f.encoding.is_identity() {
-            identity.push(at..at + w);
+            // Adjacent parts are one range: one comparison per row.
+            match identity.last_mut() {
+                Some(last) if last.end == at => last.end = at + w,
+                _ => identity.push(at..at + w),
+            }
         }
         at += w;
     }
@@ -798,53 +951,23 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         let table = table.clone();
         let columns = columns.clone();
         let job: Job = Box::new(move || {
-            // series → field → window: looked up by borrowed bytes, so a
-            // cell costs no allocation once its series and field exist.
-            let mut partials: BucketPartials = BTreeMap::new();
-            // The series of the rows being read: a bucket's rows come series
-            // by series, so its partials are looked up in `partials` only
-            // when the series changes, not per row.
-            let mut current: Option<(Vec<u8>, FieldPartials)> = None;
-            let mut add_row = |row: RowView<'_>| {
-                let key = row.key();
-                let Some(ts) = key_ts(key, ts_at, &ts_enc) else {
-                    return;
-                };
-                if ts < start_ms || ts >= end_ms {
-                    return;
-                }
-                let same_series = current.as_ref().is_some_and(|(series, _)| {
-                    let mut at = 0;
-                    identity.iter().all(|r| {
-                        let part = &key[r.clone()];
-                        let same = series
-                            .get(at..at + part.len())
-                            .is_some_and(|known| bytes_equal(known, part));
-                        at += part.len();
-                        same
-                    })
-                });
-                if !same_series {
-                    if let Some((series, fields)) = current.take() {
-                        merge_series(&mut partials, series, fields);
-                    }
-                    let mut series = Vec::new();
-                    for r in &identity {
-                        series.extend_from_slice(&key[r.clone()]);
-                    }
-                    current = Some((series, BTreeMap::new()));
-                }
-                if let Some((_, fields)) = current.as_mut() {
-                    add_cells(fields, &row, ts, window.map(|w| ts - ts % w));
-                }
+            let mut agg = BucketAgg {
+                identity: &identity,
+                ts_at,
+                ts_enc: &ts_enc,
+                start_ms,
+                end_ms,
+                window,
+                partials: BTreeMap::new(),
+                current: None,
+                row: None,
+                hint: 0,
             };
-            let scan_range = |start: Vec<u8>,
-                              stop: Option<Vec<u8>>,
-                              limit: Option<usize>,
-                              time_range: TimeRange,
-                              f: &mut dyn FnMut(RowView<'_>)|
-             -> Result<()> {
-                let mut scanner = TableScanner::new(
+            let open = |start: Vec<u8>,
+                        stop: Option<Vec<u8>>,
+                        limit: Option<usize>,
+                        time_range: TimeRange| {
+                TableScanner::new(
                     table.clone(),
                     Scan {
                         start: Some(start),
@@ -854,54 +977,34 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                         limit,
                         ..Scan::new()
                     },
-                )?;
-                while let Some(row) = scanner.next_view()? {
-                    f(row);
-                }
-                Ok(())
+                )
             };
-            let outcome = if skip_scan {
-                let mut pos = Some(scan.start.clone().unwrap_or_default());
-                let mut result = Ok(());
+            let mut read = || -> Result<()> {
+                let start = scan.start.clone().unwrap_or_default();
+                if !skip_scan {
+                    return open(start, scan.stop.clone(), None, time_range)?.scan_cells(&mut agg);
+                }
+                let mut pos = Some(start);
                 while let Some(at) = pos.take() {
-                    let mut series_prefix = None;
                     // Finding the next series reads its first row whatever
                     // its time: a time range here could read a whole series
                     // that has no points in it.
-                    if let Err(e) = scan_range(
-                        at,
-                        scan.stop.clone(),
-                        Some(1),
-                        TimeRange::default(),
-                        &mut |row: RowView<'_>| {
-                            series_prefix = row.key().get(..ts_at).map(<[u8]>::to_vec);
-                        },
-                    ) {
-                        result = Err(e);
+                    let mut first = open(at, scan.stop.clone(), Some(1), TimeRange::default())?;
+                    let Some(prefix) = first
+                        .next_view()?
+                        .and_then(|row| row.key().get(..ts_at).map(<[u8]>::to_vec))
+                    else {
                         break;
-                    }
-                    let Some(prefix) = series_prefix else { break };
+                    };
                     let (lo, hi) = time_window(&prefix, &ts_enc, start_ms, end_ms);
-                    if let Err(e) = scan_range(lo, hi, None, time_range, &mut add_row) {
-                        result = Err(e);
-                        break;
-                    }
+                    open(lo, hi, None, time_range)?.scan_cells(&mut agg)?;
                     pos = prefix_successor(&prefix)
                         .filter(|n| scan.stop.as_ref().is_none_or(|s| n < s));
                 }
-                result
-            } else {
-                scan_range(
-                    scan.start.clone().unwrap_or_default(),
-                    scan.stop.clone(),
-                    None,
-                    time_range,
-                    &mut add_row,
-                )
+                Ok(())
             };
-            if let Some((series, fields)) = current.take() {
-                merge_series(&mut partials, series, fields);
-            }
+            let outcome = read();
+            let partials = agg.finish();
             let flat = outcome.map(|()| {
                 let mut flat: BTreeMap<AggKey, Partial> = BTreeMap::new();
                 for (series, fields) in partials {

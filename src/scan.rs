@@ -517,6 +517,40 @@ impl<'a> RowView<'a> {
     }
 }
 
+/// Where a scan's resolved cells go, row by row: a row buffer, or a
+/// reader that folds cells as they come (aggregates) and so never builds
+/// rows it would only take apart again.
+pub trait CellSink {
+    /// The cells that follow, until the next call, are of `row`.
+    fn start_row(&mut self, row: &[u8]);
+    fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]);
+}
+
+impl CellSink for ScannedRow {
+    fn start_row(&mut self, _row: &[u8]) {}
+
+    fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]) {
+        // Versions of one column share its family and qualifier bytes, and
+        // the columns of a row mostly one family.
+        let (family, qualifier) = match self.cells.last() {
+            Some(c)
+                if bytes_equal(&self.bytes[c.qualifier.clone()], qualifier)
+                    && bytes_equal(&self.bytes[c.family.clone()], family) =>
+            {
+                (c.family.clone(), c.qualifier.clone())
+            }
+            _ => (self.put_family(family), self.put(qualifier)),
+        };
+        let value = self.put(value);
+        self.cells.push(CellSpan {
+            family,
+            qualifier,
+            timestamp,
+            value,
+        });
+    }
+}
+
 /// Streams the rows of a scan from a consistent snapshot.
 pub struct RowScanner {
     merge: Merge,
@@ -547,6 +581,9 @@ struct Assembler {
     family: Option<FamilyDescriptor>,
     /// Where a skip over unwanted columns goes (reused buffer).
     skip_target: Vec<u8>,
+    /// The family of the row's entries being read (reused buffer): its
+    /// family delete applies until the family changes.
+    row_family: Vec<u8>,
 }
 
 impl RowScanner {
@@ -572,6 +609,7 @@ impl RowScanner {
                 survivors: Vec::new(),
                 family: None,
                 skip_target: Vec::new(),
+                row_family: Vec::new(),
             },
             reverse_bound: stop.clone(),
             start,
@@ -650,6 +688,16 @@ impl RowScanner {
     }
 
     fn next_row_forward(&mut self) -> Result<bool> {
+        if !self.next_row_key_forward()? {
+            return Ok(false);
+        }
+        self.read_row()?;
+        Ok(true)
+    }
+
+    /// Clears `self.row` and puts the next row's key in it, if the scan
+    /// has one more row.
+    fn next_row_key_forward(&mut self) -> Result<bool> {
         if !self.started {
             self.started = true;
             let seek = first_key_of_row(self.start.as_deref().unwrap_or(&[]));
@@ -668,8 +716,34 @@ impl RowScanner {
         }
         self.row.clear();
         self.row.key.extend_from_slice(row);
-        self.read_row()?;
         Ok(true)
+    }
+
+    /// Streams the rest of the scan's cells to `sink` without building
+    /// rows. A scan that pages (offset, limit), runs in reverse or filters
+    /// whole rows is read as rows first: those need the whole row.
+    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<()> {
+        let by_rows = self.reverse
+            || self.to_skip > 0
+            || self.remaining.is_some()
+            || self.assembler.has_row_filter();
+        if by_rows {
+            while let Some(row) = self.next_view()? {
+                feed_row(&row, sink);
+            }
+            return Ok(());
+        }
+        while !self.done {
+            if !self.next_row_key_forward()? {
+                self.done = true;
+                break;
+            }
+            let key = std::mem::take(&mut self.row.key);
+            let read = read_row_into(&mut self.merge, &mut self.assembler, &key, sink);
+            self.row.key = key;
+            read?;
+        }
+        Ok(())
     }
 
     fn next_row_reverse(&mut self) -> Result<bool> {
@@ -690,26 +764,57 @@ impl RowScanner {
     /// Consumes every entry of the row in `self.row.key` from the merge and
     /// resolves it into `self.row`.
     fn read_row(&mut self) -> Result<()> {
-        let mut family_delete: Option<u64> = None;
-        let mut current_family: Vec<u8> = Vec::new();
-        let a = &mut self.assembler;
-        let out = &mut self.row;
-        a.group.clear();
-        while self.merge.valid() {
-            let key = self.merge.key();
-            let Some(k) = KeyRef::parse(key) else {
-                return Err(Error::InvalidInput("malformed key in merge".into()));
-            };
-            if !bytes_equal(k.row, &out.key) {
-                break;
+        // The key moves out for the read so the row can take the cells.
+        let key = std::mem::take(&mut self.row.key);
+        let read = read_row_into(&mut self.merge, &mut self.assembler, &key, &mut self.row);
+        self.row.key = key;
+        read?;
+        if !self.assembler.row_passes(&self.row) {
+            self.row.cells.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Hands a row's cells to `sink`.
+pub fn feed_row<S: CellSink>(row: &RowView<'_>, sink: &mut S) {
+    sink.start_row(row.key());
+    for c in row.cells() {
+        sink.cell(c.family, c.qualifier, c.timestamp, c.value);
+    }
+}
+
+/// Consumes every entry of `row` from the merge and resolves it into
+/// `sink`.
+fn read_row_into<S: CellSink>(
+    merge: &mut Merge,
+    a: &mut Assembler,
+    row: &[u8],
+    sink: &mut S,
+) -> Result<()> {
+    let mut family_delete: Option<u64> = None;
+    a.group.clear();
+    a.row_family.clear();
+    sink.start_row(row);
+    while merge.valid() {
+        let key = merge.key();
+        let Some(k) = KeyRef::parse(key) else {
+            return Err(Error::InvalidInput("malformed key in merge".into()));
+        };
+        if !bytes_equal(k.row, row) {
+            break;
+        }
+        if !a.group.matches(&k) {
+            a.emit_group(family_delete, sink);
+            if !bytes_equal(k.family, &a.row_family) {
+                a.row_family.clear();
+                a.row_family.extend_from_slice(k.family);
+                family_delete = None;
             }
-            if !a.group.matches(&k) {
-                a.emit_group(family_delete, out);
-                if !bytes_equal(k.family, &current_family) {
-                    current_family.clear();
-                    current_family.extend_from_slice(k.family);
-                    family_delete = None;
-                }
+            // The same column as the group before (of the row before,
+            // mostly): whether it is wanted or skipped is the column's
+            // alone, so what was decided then stands.
+            if !a.group.restart_same_column(&k) {
                 // A column the scan does not want is skipped whole, up to
                 // the next one it wants: its versions cannot change the
                 // answer. (The empty qualifier is never skipped: family
@@ -721,33 +826,29 @@ impl RowScanner {
                         .next_wanted_key(&mut a.skip_target, k.row, k.family, k.qualifier)
                 {
                     a.group.clear();
-                    self.merge.skip_to(&a.skip_target)?;
+                    merge.skip_to(&a.skip_target)?;
                     continue;
                 }
                 a.group.start(&k, wanted);
             }
-            if k.kind == CellKind::DeleteFamily {
-                family_delete = family_delete.max(Some(k.timestamp));
-            }
-            let value = if k.kind == CellKind::Put && a.group.wanted {
-                self.merge.value()
-            } else {
-                &[]
-            };
-            a.group
-                .push(k.timestamp, k.kind, self.merge.ttl_ms(), value);
-            self.merge.advance()?;
         }
-        a.emit_group(family_delete, out);
-        if !a.row_passes(out) {
-            out.cells.clear();
+        if k.kind == CellKind::DeleteFamily {
+            family_delete = family_delete.max(Some(k.timestamp));
         }
-        Ok(())
+        let value = if k.kind == CellKind::Put && a.group.wanted {
+            merge.value()
+        } else {
+            &[]
+        };
+        a.group.push(k.timestamp, k.kind, merge.ttl_ms(), value);
+        merge.advance()?;
     }
+    a.emit_group(family_delete, sink);
+    Ok(())
 }
 
 impl Assembler {
-    fn emit_group(&mut self, family_delete: Option<u64>, out: &mut ScannedRow) {
+    fn emit_group<S: CellSink>(&mut self, family_delete: Option<u64>, sink: &mut S) {
         if self.group.entries.is_empty() {
             return;
         }
@@ -776,7 +877,6 @@ impl Assembler {
             &mut self.survivors,
         );
         let mut n = 0;
-        let mut names: Option<(std::ops::Range<usize>, std::ops::Range<usize>)> = None;
         for &i in &self.survivors {
             let e = &g.entries[i];
             if !self.time_range.contains(e.timestamp) {
@@ -795,20 +895,15 @@ impl Assembler {
                 continue;
             }
             n += 1;
-            // Versions of one column share its family and qualifier bytes,
-            // and the columns of a row mostly one family.
-            let (family, qualifier) = names
-                .get_or_insert_with(|| (out.put_family(&g.family), out.put(&g.qualifier)))
-                .clone();
-            let value = out.put(value);
-            out.cells.push(CellSpan {
-                family,
-                qualifier,
-                timestamp: e.timestamp,
-                value,
-            });
+            sink.cell(&g.family, &g.qualifier, e.timestamp, value);
         }
         self.group.clear();
+    }
+
+    fn has_row_filter(&self) -> bool {
+        self.filters
+            .iter()
+            .any(|f| matches!(f, Filter::SingleColumnValue { .. }))
     }
 
     fn row_passes(&self, row: &ScannedRow) -> bool {

@@ -32,7 +32,7 @@ use crate::region::maintenance::Maintenance;
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
-use crate::scan::{ContinuationToken, Get, RowScanner, RowView, Scan, ScanPage};
+use crate::scan::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan, ScanPage};
 use crate::schema::FamilySpec;
 
 /// Store settings.
@@ -1269,6 +1269,26 @@ impl TableScanner {
         Ok(self.next_view()?.map(|v| v.to_row()))
     }
 
+    /// Streams the rest of the scan's cells to `sink` without building
+    /// rows (see [`RowScanner::scan_cells`]).
+    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<()> {
+        if self.to_skip > 0 || self.remaining.is_some() {
+            while let Some(row) = self.next_view()? {
+                crate::scan::feed_row(&row, sink);
+            }
+            return Ok(());
+        }
+        loop {
+            if self.current.is_none() && !self.open_next()? {
+                return Ok(());
+            }
+            if let Some(scanner) = self.current.as_mut() {
+                scanner.scan_cells(sink)?;
+            }
+            self.current = None;
+        }
+    }
+
     /// The next row, borrowed until the next call: no allocation per cell.
     pub fn next_view(&mut self) -> Result<Option<RowView<'_>>> {
         if self.remaining == Some(0) {
@@ -1292,14 +1312,18 @@ impl TableScanner {
                 self.to_skip -= 1;
                 continue;
             }
+            let view = self.current.as_ref().and_then(|c| c.current_view());
             if let Some(r) = self.remaining.as_mut() {
                 *r -= 1;
-            }
-            let view = self.current.as_ref().and_then(|c| c.current_view());
-            if let Some(v) = &view {
-                let last = self.last_key.get_or_insert_with(Vec::new);
-                last.clear();
-                last.extend_from_slice(v.key());
+                // Only a scan the limit cut short continues, from its last
+                // row: kept then, not copied for every row.
+                if *r == 0
+                    && let Some(v) = &view
+                {
+                    let last = self.last_key.get_or_insert_with(Vec::new);
+                    last.clear();
+                    last.extend_from_slice(v.key());
+                }
             }
             return Ok(view);
         }

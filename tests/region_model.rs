@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::{Cell, CellKind, Row, RowMutation};
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::{Columns, CompareOp, Filter, Get, Scan, TimeRange};
+use halite::scan::{CellSink, Columns, CompareOp, Filter, Get, Scan, TimeRange};
 use halite::schema::{BloomType, Compression, Durability, FamilyDescriptor};
 use proptest::prelude::*;
 
@@ -389,6 +389,19 @@ fn check(h: &Harness, oracle: &Oracle, step: usize) -> Result<(), TestCaseError>
             .map_err(|e| TestCaseError::fail(format!("scan {qi}: {e}")))?;
         let want = oracle.scan(q, now);
         prop_assert_eq!(&got.rows, &want, "step {} query {} {:?}", step, qi, q);
+        // Cells streamed without building rows are the rows' cells.
+        let mut streamed = RowsOfCells::default();
+        region
+            .scanner(q)
+            .and_then(|mut s| s.scan_cells(&mut streamed))
+            .map_err(|e| TestCaseError::fail(format!("scan_cells {qi}: {e}")))?;
+        prop_assert_eq!(
+            &streamed.rows(),
+            &want,
+            "step {} query {} streamed as cells",
+            step,
+            qi
+        );
         // Paging with continuation tokens yields the same rows as one scan.
         let mut paged = Vec::new();
         let mut page_scan = Scan {
@@ -447,6 +460,42 @@ fn check(h: &Harness, oracle: &Oracle, step: usize) -> Result<(), TestCaseError>
         }
     }
     Ok(())
+}
+
+/// Rebuilds rows from a stream of cells; a row whose cells all resolved
+/// away (deleted, expired, filtered) is no row.
+#[derive(Default)]
+struct RowsOfCells {
+    rows: Vec<Row>,
+}
+
+impl RowsOfCells {
+    fn rows(&self) -> Vec<Row> {
+        self.rows
+            .iter()
+            .filter(|r| !r.cells.is_empty())
+            .cloned()
+            .collect()
+    }
+}
+
+impl CellSink for RowsOfCells {
+    fn start_row(&mut self, row: &[u8]) {
+        self.rows.push(Row {
+            key: row.to_vec(),
+            cells: Vec::new(),
+        });
+    }
+
+    fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]) {
+        let row = self.rows.last_mut().expect("a cell comes after its row");
+        row.cells.push(Cell {
+            family: family.to_vec().into(),
+            qualifier: qualifier.to_vec().into(),
+            timestamp,
+            value: value.to_vec().into(),
+        });
+    }
 }
 
 trait NowMs {
