@@ -78,10 +78,10 @@ fn main() {
     }
 
     // 1. Disk limit.
-    let disk_rows = disk::run(dir, 5);
+    let disk_rows = disk::run(dir, 3);
     report
         .commands
-        .push(disk::fio_command(dir, 65536, 5).join(" "));
+        .push(disk::fio_command(dir, 65536, 3).join(" "));
     report.disk(&disk_rows);
 
     // 2. Storage engine, entry for entry.

@@ -521,7 +521,8 @@ impl<'a> RowView<'a> {
 /// reader that folds cells as they come (aggregates) and so never builds
 /// rows it would only take apart again.
 pub trait CellSink {
-    /// The cells that follow, until the next call, are of `row`.
+    /// The cells that follow, until the next call, are of `row` (none,
+    /// when every cell of the row resolved away).
     fn start_row(&mut self, row: &[u8]);
     fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]);
 }

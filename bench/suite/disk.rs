@@ -110,14 +110,33 @@ fn wal(dir: &Path, batch: usize, secs: u64, in_flight: usize) -> (f64, f64, f64,
     )
 }
 
-pub fn run(dir: &Path, secs: u64) -> Vec<DiskRow> {
+/// Means of two runs' figures.
+fn mean2(a: (f64, f64, f64), b: (f64, f64, f64)) -> (f64, f64, f64) {
+    ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0, (a.2 + b.2) / 2.0)
+}
+
+/// Each batch size: fio and the one-in-flight WAL take turns, fio, WAL,
+/// WAL, fio, `turn_secs` each, and each figure is the mean of its two
+/// turns. This disk's fdatasync latency wanders (fio gave 17-22 MB/s at
+/// 4 KiB from one run to the next); taking turns this way weighs a steady
+/// drift on both alike, where one run after the other weighed it on the
+/// ratio.
+pub fn run(dir: &Path, turn_secs: u64) -> Vec<DiskRow> {
     BATCHES
         .iter()
         .map(|&batch| {
-            let (fio_mb_s, fio_syncs_s, fio_sync_p50_us) = fio(dir, batch, secs);
-            let (wal_mb_s, wal_syncs_s, _, backend) = wal(&dir.join("wal"), batch, secs, 1);
+            let wal_turn = || {
+                let (mb_s, syncs_s, _, backend) = wal(&dir.join("wal"), batch, turn_secs, 1);
+                ((mb_s, syncs_s, 0.0), backend)
+            };
+            let fio_a = fio(dir, batch, turn_secs);
+            let (wal_a, backend) = wal_turn();
+            let (wal_b, _) = wal_turn();
+            let fio_b = fio(dir, batch, turn_secs);
+            let (fio_mb_s, fio_syncs_s, fio_sync_p50_us) = mean2(fio_a, fio_b);
+            let (wal_mb_s, wal_syncs_s, _) = mean2(wal_a, wal_b);
             let (wal_pipelined_mb_s, _, wal_pipelined_bytes_per_sync, _) =
-                wal(&dir.join("wal"), batch, secs, 8);
+                wal(&dir.join("wal"), batch, 2 * turn_secs, 8);
             let row = DiskRow {
                 batch,
                 fio_mb_s,
@@ -130,7 +149,11 @@ pub fn run(dir: &Path, secs: u64) -> Vec<DiskRow> {
                 backend,
             };
             println!(
-                "disk batch={batch} fio_mb_s={fio_mb_s:.1} wal_mb_s={wal_mb_s:.1} ratio={:.2} wal_pipelined_mb_s={wal_pipelined_mb_s:.1}",
+                "disk batch={batch} fio_mb_s={fio_mb_s:.1} ({:.1}, {:.1}) wal_mb_s={wal_mb_s:.1} ({:.1}, {:.1}) ratio={:.2} wal_pipelined_mb_s={wal_pipelined_mb_s:.1}",
+                fio_a.0,
+                fio_b.0,
+                wal_a.0,
+                wal_b.0,
                 wal_mb_s / fio_mb_s
             );
             row
