@@ -805,17 +805,19 @@ fn read_row_into<S: CellSink>(
         if !bytes_equal(k.row, row) {
             break;
         }
-        if !a.group.matches(&k) {
+        let same_column = a.group.is_column(&k);
+        if !same_column || a.group.entries.is_empty() {
             a.emit_group(family_delete, sink);
             if !bytes_equal(k.family, &a.row_family) {
                 a.row_family.clear();
                 a.row_family.extend_from_slice(k.family);
                 family_delete = None;
             }
-            // The same column as the group before (of the row before,
-            // mostly): whether it is wanted or skipped is the column's
-            // alone, so what was decided then stands.
-            if !a.group.restart_same_column(&k) {
+            // The column of the group before, again (the same column of the
+            // next row, mostly): whether it is wanted or skipped is the
+            // column's alone, so what was decided then stands, and the
+            // group, emptied by `emit_group`, takes its entries.
+            if !same_column {
                 // A column the scan does not want is skipped whole, up to
                 // the next one it wants: its versions cannot change the
                 // answer. (The empty qualifier is never skipped: family

@@ -269,7 +269,8 @@ impl Merge {
             self.heap.swap(0, last);
             self.heap.pop();
         }
-        if !self.heap.is_empty() {
+        // One source left (a compacted region, mostly): nothing to reorder.
+        if self.heap.len() > 1 {
             self.sift_down(0);
         }
         Ok(())

@@ -126,17 +126,6 @@ impl ColumnGroup {
         bytes_equal(&self.family, key.family) && bytes_equal(&self.qualifier, key.qualifier)
     }
 
-    /// Starts a group for `key`'s column when it is the column of the
-    /// group before (the same column of the next row, mostly): its
-    /// `wanted` stands. False, and nothing changed, for any other column.
-    pub fn restart_same_column(&mut self, key: &KeyRef<'_>) -> bool {
-        if !self.is_column(key) {
-            return false;
-        }
-        self.clear();
-        true
-    }
-
     pub fn start(&mut self, key: &KeyRef<'_>, wanted: bool) {
         if !bytes_equal(&self.family, key.family) {
             self.family.clear();
