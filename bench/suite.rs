@@ -70,7 +70,9 @@ fn main() {
             print_ingest(kind, &ingest);
             server.restart_untraced();
             server.settle();
-            let q = service::queries(&server, &window);
+            let q = service::queries(&[&server], &window)
+                .pop()
+                .expect("one server's figures");
             print_queries(kind, &q);
             server.stop();
         }
@@ -95,10 +97,11 @@ fn main() {
     report.commands.extend(rocks.commands.iter().cloned());
     report.engine(entries, &rocks.figures, &ours);
 
-    // 3 and 4. Services: ingest, settle, measure, query; one at a time.
+    // 3. Services: ingest, settle, measure; one at a time.
     let bodies = service::bodies(rows);
     let window = service::Window::new(rows);
-    let mut services = Vec::new();
+    let mut servers = Vec::new();
+    let mut measured = Vec::new();
     for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
         let (mut server, ingest) = service::ingest_measured(kind, dir, &bodies, rows);
         report.commands.push(server.command());
@@ -114,15 +117,29 @@ fn main() {
             wal as f64 / 1048576.0,
             settle.elapsed().as_secs_f64()
         );
-        let queries = service::queries(&server, &window);
+        // Stopped while the next system ingests, which runs alone.
+        server.pause();
+        servers.push(server);
+        measured.push((kind, ingest, data, wal));
+    }
+    // 4. Queries, the systems up together and taking turns (see
+    // `service::queries`).
+    for server in &mut servers {
+        server.restart_untraced();
+    }
+    let figures = service::queries(&servers.iter().collect::<Vec<_>>(), &window);
+    for server in servers {
+        server.stop();
+    }
+    let mut services = Vec::new();
+    for ((kind, ingest, data_bytes, wal_bytes), queries) in measured.into_iter().zip(figures) {
         print_queries(kind, &queries);
         report.commands.extend(queries.commands.iter().cloned());
-        server.stop();
         services.push(report::ServiceRun {
             kind,
             ingest,
-            data_bytes: data,
-            wal_bytes: wal,
+            data_bytes,
+            wal_bytes,
             queries,
         });
     }

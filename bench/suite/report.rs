@@ -351,7 +351,11 @@ impl Report {
              rows); q3 = max(usage_user) per host over the last hour, all 100 hosts. Each as \
              its system's own query language over HTTP on a keep-alive connection (commands \
              below), 300/200/50 times after 5 unmeasured; answers checked (100 points, 3,600 \
-             values, 100 hosts) and q3's compared across the three systems (equal). halite \
+             values, 100 hosts) and q3's compared across the three systems (equal). Each server \
+             is stopped after it settled while the next system ingests alone; for the queries \
+             the three are started again, untraced, and take turns: each query runs in 10 rounds, each system \
+             a tenth of its runs per round (in turn forward, then backward), so a drift in this \
+             VM's speed falls on all of them alike rather than on whichever ran then. halite \
              answers q1 and q2 in its series shape (`\"shape\": \"series\"`: columns and one \
              array of values per timestamp, as InfluxDB's and Prometheus' answers are laid \
              out) rather than its default one object per row with the row key in hex and \

@@ -252,8 +252,17 @@ impl Server {
         self.halt();
     }
 
-    /// SIGTERM, and SIGKILL if it has not exited in 30 s.
+    /// Stops the server until [`Server::restart_untraced`].
+    pub fn pause(&mut self) {
+        self.halt();
+    }
+
+    /// SIGTERM, and SIGKILL if it has not exited in 30 s; nothing if it
+    /// has exited already (its pid may be another process's by now).
     fn halt(&mut self) {
+        if let Ok(Some(_)) = self.process.try_wait() {
+            return;
+        }
         // SAFETY: signalling a process this benchmark started.
         unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -471,32 +480,31 @@ type Request = (String, String, String);
 /// A check of an answer that returns the number of values it holds.
 type Check = dyn Fn(&serde_json::Value) -> usize;
 
-fn time_query(
-    addr: &str,
+/// Latencies (µs) of `runs` requests on `conn`, after checking that the
+/// answer holds `expect` values when `first` is still empty (it then keeps
+/// that answer).
+fn time_runs(
+    conn: &mut Conn,
     (method, path, body): &Request,
     runs: usize,
     expect: usize,
     check: &Check,
-) -> (f64, f64, serde_json::Value) {
-    let mut conn = Conn::open(addr);
+    first: &mut serde_json::Value,
+) -> Vec<f64> {
     let mut lat = Vec::with_capacity(runs);
-    let mut first = serde_json::Value::Null;
-    for i in 0..runs + 5 {
+    for _ in 0..runs {
         let t = Instant::now();
         let (status, out) = conn.call(method, path, "application/json", body.as_bytes());
         let us = t.elapsed().as_secs_f64() * 1e6;
         assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&out));
-        if i == 0 {
-            first = serde_json::from_slice(&out).expect("json answer");
-            let got = check(&first);
+        if first.is_null() {
+            *first = serde_json::from_slice(&out).expect("json answer");
+            let got = check(first);
             assert_eq!(got, expect, "{path} answered {got} values: {first}");
         }
-        if i >= 5 {
-            lat.push(us);
-        }
+        lat.push(us);
     }
-    let (p50, p99) = percentiles(lat);
-    (p50, p99, first)
+    lat
 }
 
 /// Values in series-shaped answers (InfluxDB's, halite's `"shape":
@@ -511,10 +519,15 @@ fn series_values(series: &[serde_json::Value]) -> usize {
         .sum()
 }
 
-pub fn queries(server: &Server, w: &Window) -> QueryFigures {
+/// A system's three queries, as sent, and how to count an answer's values.
+struct QuerySet {
+    requests: [Request; 3],
+    count: Box<Check>,
+}
+
+fn query_set(server: &Server, w: &Window) -> QuerySet {
     let last = w.last_ms;
     let hour = w.hour_after_ms();
-    let series_fields = CPU_FIELDS.len();
     let (q1, q2, q3): (Request, Request, Request) = match server.kind {
         Kind::Halite => {
             let post = |body: String| ("POST".to_string(), "/api/v1/query".to_string(), body);
@@ -598,10 +611,67 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
             }),
         }
     };
-    let (q1_p50, q1_p99, _) = time_query(&server.addr, &q1, 300, 100, &count);
-    let (q2_p50, q2_p99, _) = time_query(&server.addr, &q2, 200, 360 * series_fields, &count);
-    let (q3_p50, q3_p99, answer) = time_query(&server.addr, &q3, 50, HOSTS as usize, &count);
-    let q3_answer = max_per_host(kind, &answer);
+    QuerySet {
+        requests: [q1, q2, q3],
+        count: Box::new(count),
+    }
+}
+
+/// Runs of each query per system, and the rounds they are split into.
+const QUERY_RUNS: [usize; 3] = [300, 200, 50];
+const QUERY_ROUNDS: usize = 10;
+
+/// Times q1, q2 and q3 on every server, taking turns: each query runs in
+/// rounds, every server a slice of its runs per round, in forward order on
+/// even rounds and backward on odd ones. This machine's speed drifts over
+/// seconds (neighbours on the host); systems timed one after another carried
+/// that drift into their ratios, systems timed in turns share it.
+pub fn queries(servers: &[&Server], w: &Window) -> Vec<QueryFigures> {
+    let sets: Vec<QuerySet> = servers.iter().map(|s| query_set(s, w)).collect();
+    let mut conns: Vec<Conn> = servers.iter().map(|s| Conn::open(&s.addr)).collect();
+    let expect = [100, 360 * CPU_FIELDS.len(), HOSTS as usize];
+    let mut figures: Vec<[(f64, f64); 3]> = vec![[(0.0, 0.0); 3]; servers.len()];
+    let mut q3_answers = vec![serde_json::Value::Null; servers.len()];
+    for q in 0..3 {
+        let mut lat: Vec<Vec<f64>> = vec![Vec::new(); servers.len()];
+        let mut first = vec![serde_json::Value::Null; servers.len()];
+        // Warm-up, untimed: caches and connections.
+        for (i, set) in sets.iter().enumerate() {
+            time_runs(
+                &mut conns[i],
+                &set.requests[q],
+                5,
+                expect[q],
+                &*set.count,
+                &mut first[i],
+            );
+        }
+        for round in 0..QUERY_ROUNDS {
+            let per_round = QUERY_RUNS[q].div_ceil(QUERY_ROUNDS);
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..servers.len()).collect()
+            } else {
+                (0..servers.len()).rev().collect()
+            };
+            for i in order {
+                let set = &sets[i];
+                lat[i].extend(time_runs(
+                    &mut conns[i],
+                    &set.requests[q],
+                    per_round,
+                    expect[q],
+                    &*set.count,
+                    &mut first[i],
+                ));
+            }
+        }
+        for (i, l) in lat.into_iter().enumerate() {
+            figures[i][q] = percentiles(l);
+        }
+        if q == 2 {
+            q3_answers = first;
+        }
+    }
     let show = |(m, p, b): &Request| {
         if b.is_empty() {
             format!("{m} {p}")
@@ -609,13 +679,22 @@ pub fn queries(server: &Server, w: &Window) -> QueryFigures {
             format!("{m} {p} {b}")
         }
     };
-    QueryFigures {
-        q1: (q1_p50, q1_p99),
-        q2: (q2_p50, q2_p99),
-        q3: (q3_p50, q3_p99),
-        q3_answer,
-        commands: [show(&q1), show(&q2), show(&q3)],
-    }
+    servers
+        .iter()
+        .zip(sets.iter().zip(figures))
+        .zip(q3_answers)
+        .map(|((server, (set, [q1, q2, q3])), answer)| QueryFigures {
+            q1,
+            q2,
+            q3,
+            q3_answer: max_per_host(server.kind, &answer),
+            commands: [
+                show(&set.requests[0]),
+                show(&set.requests[1]),
+                show(&set.requests[2]),
+            ],
+        })
+        .collect()
 }
 
 fn max_per_host(kind: Kind, answer: &serde_json::Value) -> BTreeMap<String, f64> {
