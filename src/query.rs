@@ -819,6 +819,24 @@ struct BucketAgg<'a> {
     row: Option<(u64, Option<u64>)>,
     /// Where the row's next field likely is in `current`.
     hint: usize,
+    /// A skip scan: the rows read are one series' time window at a time,
+    /// and the scan stops where a seek beats reading on.
+    skip: Option<SkipScan>,
+}
+
+/// Where a bucket's skip scan stands.
+#[derive(Default)]
+struct SkipScan {
+    /// The series (key prefix up to the time field) of the last row read,
+    /// once a row was read.
+    series: Option<Vec<u8>>,
+    /// Whether `current` holds `series`' partials yet.
+    series_open: bool,
+    /// Where to read on when the scan stopped: the start of `series`' time
+    /// window, when rows before it came first; else after `series`.
+    seek_to: Option<Vec<u8>>,
+    /// A key too short to hold a time field: the skip scan cannot go on.
+    broken: bool,
 }
 
 impl BucketAgg<'_> {
@@ -831,26 +849,55 @@ impl BucketAgg<'_> {
 }
 
 impl CellSink for BucketAgg<'_> {
-    fn start_row(&mut self, key: &[u8]) {
+    fn start_row(&mut self, key: &[u8]) -> bool {
         self.row = None;
         self.hint = 0;
+        // In a skip scan a series is its key prefix up to the time field
+        // (every field before it is identity, the salt one per bucket).
+        let mut same_series = None;
+        if let Some(skip) = self.skip.as_mut() {
+            let Some(prefix) = key.get(..self.ts_at) else {
+                skip.broken = true;
+                return false;
+            };
+            if !skip
+                .series
+                .as_deref()
+                .is_some_and(|known| bytes_equal(known, prefix))
+            {
+                let series = skip.series.get_or_insert_with(Vec::new);
+                series.clear();
+                series.extend_from_slice(prefix);
+                skip.series_open = false;
+                let (lo, _) = time_window(prefix, self.ts_enc, self.start_ms, self.end_ms);
+                if compare_bytes(key, &lo).is_lt() {
+                    skip.seek_to = Some(lo);
+                    return false;
+                }
+            }
+            same_series = Some(skip.series_open);
+        }
         let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
-            return;
+            return true;
         };
         if ts < self.start_ms || ts >= self.end_ms {
-            return;
+            // A skip scan is at or after the series' window here, so past
+            // it: the rest of the series is left by a seek.
+            return self.skip.is_none();
         }
         self.row = Some((ts, self.window.map(|w| ts - ts % w)));
-        let same_series = self.current.as_ref().is_some_and(|acc| {
-            let mut at = 0;
-            self.identity.iter().all(|r| {
-                let part = &key[r.clone()];
-                let same = acc
-                    .series
-                    .get(at..at + part.len())
-                    .is_some_and(|known| bytes_equal(known, part));
-                at += part.len();
-                same
+        let same_series = same_series.unwrap_or_else(|| {
+            self.current.as_ref().is_some_and(|acc| {
+                let mut at = 0;
+                self.identity.iter().all(|r| {
+                    let part = &key[r.clone()];
+                    let same = acc
+                        .series
+                        .get(at..at + part.len())
+                        .is_some_and(|known| bytes_equal(known, part));
+                    at += part.len();
+                    same
+                })
             })
         });
         if !same_series {
@@ -862,7 +909,11 @@ impl CellSink for BucketAgg<'_> {
                 series.extend_from_slice(&key[r.clone()]);
             }
             self.current = Some(SeriesAcc::new(series));
+            if let Some(skip) = self.skip.as_mut() {
+                skip.series_open = true;
+            }
         }
+        true
     }
 
     fn cell(&mut self, _family: &[u8], qualifier: &[u8], _timestamp: u64, value: &[u8]) {
@@ -962,6 +1013,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                 current: None,
                 row: None,
                 hint: 0,
+                skip: None,
             };
             let open = |start: Vec<u8>,
                         stop: Option<Vec<u8>>,
@@ -982,24 +1034,29 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             let mut read = || -> Result<()> {
                 let start = scan.start.clone().unwrap_or_default();
                 if !skip_scan {
-                    return open(start, scan.stop.clone(), None, time_range)?.scan_cells(&mut agg);
+                    open(start, scan.stop.clone(), None, time_range)?.scan_cells(&mut agg)?;
+                    return Ok(());
                 }
+                // Each series' time window is read, and the scan stops at
+                // the first row outside it: a new scanner goes on from the
+                // window's start when newer rows came first (reversed
+                // timestamps), else from the next series.
+                agg.skip = Some(SkipScan::default());
                 let mut pos = Some(start);
                 while let Some(at) = pos.take() {
-                    // Finding the next series reads its first row whatever
-                    // its time: a time range here could read a whole series
-                    // that has no points in it.
-                    let mut first = open(at, scan.stop.clone(), Some(1), TimeRange::default())?;
-                    let Some(prefix) = first
-                        .next_view()?
-                        .and_then(|row| row.key().get(..ts_at).map(<[u8]>::to_vec))
-                    else {
+                    let ran_out =
+                        open(at, scan.stop.clone(), None, time_range)?.scan_cells(&mut agg)?;
+                    let Some(skip) = agg.skip.as_mut() else {
                         break;
                     };
-                    let (lo, hi) = time_window(&prefix, &ts_enc, start_ms, end_ms);
-                    open(lo, hi, None, time_range)?.scan_cells(&mut agg)?;
-                    pos = prefix_successor(&prefix)
-                        .filter(|n| scan.stop.as_ref().is_none_or(|s| n < s));
+                    if ran_out || skip.broken {
+                        break;
+                    }
+                    pos = match skip.seek_to.take() {
+                        Some(lo) => Some(lo),
+                        None => skip.series.as_deref().and_then(prefix_successor),
+                    }
+                    .filter(|n| scan.stop.as_ref().is_none_or(|s| n < s));
                 }
                 Ok(())
             };

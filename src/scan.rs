@@ -522,13 +522,16 @@ impl<'a> RowView<'a> {
 /// rows it would only take apart again.
 pub trait CellSink {
     /// The cells that follow, until the next call, are of `row` (none,
-    /// when every cell of the row resolved away).
-    fn start_row(&mut self, row: &[u8]);
+    /// when every cell of the row resolved away). False ends the scan
+    /// here, before the row.
+    fn start_row(&mut self, row: &[u8]) -> bool;
     fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]);
 }
 
 impl CellSink for ScannedRow {
-    fn start_row(&mut self, _row: &[u8]) {}
+    fn start_row(&mut self, _row: &[u8]) -> bool {
+        true
+    }
 
     fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]) {
         // Versions of one column share its family and qualifier bytes, and
@@ -721,18 +724,22 @@ impl RowScanner {
     }
 
     /// Streams the rest of the scan's cells to `sink` without building
-    /// rows. A scan that pages (offset, limit), runs in reverse or filters
-    /// whole rows is read as rows first: those need the whole row.
-    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<()> {
+    /// rows; false when the sink ended it. A scan that pages (offset,
+    /// limit), runs in reverse or filters whole rows is read as rows
+    /// first: those need the whole row.
+    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<bool> {
         let by_rows = self.reverse
             || self.to_skip > 0
             || self.remaining.is_some()
             || self.assembler.has_row_filter();
         if by_rows {
             while let Some(row) = self.next_view()? {
-                feed_row(&row, sink);
+                if !feed_row(&row, sink) {
+                    self.done = true;
+                    return Ok(false);
+                }
             }
-            return Ok(());
+            return Ok(true);
         }
         while !self.done {
             if !self.next_row_key_forward()? {
@@ -742,9 +749,12 @@ impl RowScanner {
             let key = std::mem::take(&mut self.row.key);
             let read = read_row_into(&mut self.merge, &mut self.assembler, &key, sink);
             self.row.key = key;
-            read?;
+            if !read? {
+                self.done = true;
+                return Ok(false);
+            }
         }
-        Ok(())
+        Ok(true)
     }
 
     fn next_row_reverse(&mut self) -> Result<bool> {
@@ -769,7 +779,7 @@ impl RowScanner {
         let key = std::mem::take(&mut self.row.key);
         let read = read_row_into(&mut self.merge, &mut self.assembler, &key, &mut self.row);
         self.row.key = key;
-        read?;
+        read?; // A row buffer takes every row.
         if !self.assembler.row_passes(&self.row) {
             self.row.cells.clear();
         }
@@ -777,26 +787,31 @@ impl RowScanner {
     }
 }
 
-/// Hands a row's cells to `sink`.
-pub fn feed_row<S: CellSink>(row: &RowView<'_>, sink: &mut S) {
-    sink.start_row(row.key());
+/// Hands a row's cells to `sink`; false when the sink ended the scan.
+pub fn feed_row<S: CellSink>(row: &RowView<'_>, sink: &mut S) -> bool {
+    if !sink.start_row(row.key()) {
+        return false;
+    }
     for c in row.cells() {
         sink.cell(c.family, c.qualifier, c.timestamp, c.value);
     }
+    true
 }
 
 /// Consumes every entry of `row` from the merge and resolves it into
-/// `sink`.
+/// `sink`; false, with nothing consumed, when the sink ends the scan.
 fn read_row_into<S: CellSink>(
     merge: &mut Merge,
     a: &mut Assembler,
     row: &[u8],
     sink: &mut S,
-) -> Result<()> {
+) -> Result<bool> {
     let mut family_delete: Option<u64> = None;
     a.group.clear();
     a.row_family.clear();
-    sink.start_row(row);
+    if !sink.start_row(row) {
+        return Ok(false);
+    }
     while merge.valid() {
         let key = merge.key();
         let Some(k) = KeyRef::parse(key) else {
@@ -847,7 +862,7 @@ fn read_row_into<S: CellSink>(
         merge.advance()?;
     }
     a.emit_group(family_delete, sink);
-    Ok(())
+    Ok(true)
 }
 
 impl Assembler {

@@ -1270,22 +1270,31 @@ impl TableScanner {
     }
 
     /// Streams the rest of the scan's cells to `sink` without building
-    /// rows (see [`RowScanner::scan_cells`]).
-    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<()> {
+    /// rows (see [`RowScanner::scan_cells`]); false when the sink ended it.
+    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<bool> {
         if self.to_skip > 0 || self.remaining.is_some() {
             while let Some(row) = self.next_view()? {
-                crate::scan::feed_row(&row, sink);
+                if !crate::scan::feed_row(&row, sink) {
+                    self.current = None;
+                    self.pending.clear();
+                    return Ok(false);
+                }
             }
-            return Ok(());
+            return Ok(true);
         }
         loop {
             if self.current.is_none() && !self.open_next()? {
-                return Ok(());
+                return Ok(true);
             }
-            if let Some(scanner) = self.current.as_mut() {
-                scanner.scan_cells(sink)?;
-            }
+            let ran_out = match self.current.as_mut() {
+                Some(scanner) => scanner.scan_cells(sink)?,
+                None => true,
+            };
             self.current = None;
+            if !ran_out {
+                self.pending.clear();
+                return Ok(false);
+            }
         }
     }
 

@@ -49,6 +49,10 @@ fn open(dir: &std::path::Path) -> Store {
 }
 
 fn table(name: &str, salt_from: &str) -> CreateTable {
+    table_with_time(name, salt_from, "reversed_timestamp")
+}
+
+fn table_with_time(name: &str, salt_from: &str, time_type: &str) -> CreateTable {
     serde_json::from_str(&format!(
         r#"{{
           "name": "{name}",
@@ -57,7 +61,7 @@ fn table(name: &str, salt_from: &str) -> CreateTable {
             "fields": [
               {{ "name": "metric", "type": "string", "width": 8 }},
               {{ "name": "host", "type": "string", "width": 12 }},
-              {{ "name": "ts", "type": "reversed_timestamp" }}
+              {{ "name": "ts", "type": "{time_type}" }}
             ],
             "salt": {{ "buckets": 16, "from": "{salt_from}" }}
           }}
@@ -275,12 +279,26 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
     store.close().expect("close");
 }
 
+/// Aggregates over a window in the middle of the data (each series' newest
+/// rows come before it in key order, reversed timestamps) and over one
+/// reaching the newest point (each series' first row is in it).
 fn check_aggregates(store: &Store, name: &TableName, oracle: &Oracle) {
-    let (start, end) = (T0 + 50_000, T0 + 450_000);
+    check_aggregates_over(store, name, oracle, T0 + 50_000, Some(T0 + 450_000));
+    check_aggregates_over(store, name, oracle, T0 + 320_000, None);
+}
+
+fn check_aggregates_over(
+    store: &Store,
+    name: &TableName,
+    oracle: &Oracle,
+    start: u64,
+    end_ms: Option<u64>,
+) {
+    let end = end_ms.unwrap_or(u64::MAX);
     let q = Query {
         series: series(None),
         start_ms: Some(start),
-        end_ms: Some(end),
+        end_ms,
         fields: vec!["usage_user".into()],
         aggregate: Some(Aggregate {
             functions: vec![
@@ -352,6 +370,13 @@ fn aggregates_pushed_into_buckets_equal_the_oracle() {
     let oracle_b = load(&store, &b);
     assert_eq!(oracle, oracle_b, "same data, other salt");
     check_aggregates(&store, &b, &oracle_b);
+    // Ascending time: a series' window starts after its oldest rows.
+    let c = TableName::parse("ascending").expect("name");
+    store
+        .create_table(&table_with_time("ascending", "series", "timestamp"))
+        .expect("create");
+    let oracle_c = load(&store, &c);
+    check_aggregates(&store, &c, &oracle_c);
     store.close().expect("close");
 }
 

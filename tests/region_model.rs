@@ -480,11 +480,12 @@ impl RowsOfCells {
 }
 
 impl CellSink for RowsOfCells {
-    fn start_row(&mut self, row: &[u8]) {
+    fn start_row(&mut self, row: &[u8]) -> bool {
         self.rows.push(Row {
             key: row.to_vec(),
             cells: Vec::new(),
         });
+        true
     }
 
     fn cell(&mut self, family: &[u8], qualifier: &[u8], timestamp: u64, value: &[u8]) {
