@@ -118,7 +118,7 @@ fn main() {
             settle.elapsed().as_secs_f64()
         );
         // Stopped while the next system ingests, which runs alone.
-        server.pause();
+        server.halt();
         servers.push(server);
         measured.push((kind, ingest, data, wal));
     }

@@ -131,16 +131,7 @@ impl Partial {
     }
 
     fn add(&mut self, ts: u64, v: f64) {
-        self.min = self.min.min(v);
-        self.max = self.max.max(v);
-        self.sum += v;
-        self.count += 1;
-        if ts < self.first.0 {
-            self.first = (ts, v);
-        }
-        if ts > self.last.0 {
-            self.last = (ts, v);
-        }
+        self.combine(&Partial::new(ts, v));
     }
 
     pub fn combine(&mut self, o: &Partial) {
@@ -722,11 +713,12 @@ impl FieldAcc {
         }
     }
 
-    fn into_windows(mut self) -> BTreeMap<Option<u64>, Partial> {
+    /// The field's qualifier and its partials by window.
+    fn finish(mut self) -> (Vec<u8>, BTreeMap<Option<u64>, Partial>) {
         if let Some((w, p)) = self.open.take() {
             close_window(&mut self.closed, w, p);
         }
-        self.closed
+        (self.qualifier, self.closed)
     }
 }
 
@@ -773,11 +765,7 @@ impl SeriesAcc {
 
     /// Adds the series' partials to a bucket's.
     fn finish_into(self, partials: &mut BucketPartials) {
-        let fields: FieldPartials = self
-            .fields
-            .into_iter()
-            .map(|f| (f.qualifier.clone(), f.into_windows()))
-            .collect();
+        let fields: FieldPartials = self.fields.into_iter().map(FieldAcc::finish).collect();
         merge_series(partials, self.series, fields);
     }
 }
@@ -1015,10 +1003,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                 hint: 0,
                 skip: None,
             };
-            let open = |start: Vec<u8>,
-                        stop: Option<Vec<u8>>,
-                        limit: Option<usize>,
-                        time_range: TimeRange| {
+            let open = |start: Vec<u8>, stop: Option<Vec<u8>>| {
                 TableScanner::new(
                     table.clone(),
                     Scan {
@@ -1026,7 +1011,6 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                         stop,
                         columns: columns.clone(),
                         time_range,
-                        limit,
                         ..Scan::new()
                     },
                 )
@@ -1034,7 +1018,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             let mut read = || -> Result<()> {
                 let start = scan.start.clone().unwrap_or_default();
                 if !skip_scan {
-                    open(start, scan.stop.clone(), None, time_range)?.scan_cells(&mut agg)?;
+                    open(start, scan.stop.clone())?.scan_cells(&mut agg)?;
                     return Ok(());
                 }
                 // Each series' time window is read, and the scan stops at
@@ -1044,8 +1028,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                 agg.skip = Some(SkipScan::default());
                 let mut pos = Some(start);
                 while let Some(at) = pos.take() {
-                    let ran_out =
-                        open(at, scan.stop.clone(), None, time_range)?.scan_cells(&mut agg)?;
+                    let ran_out = open(at, scan.stop.clone())?.scan_cells(&mut agg)?;
                     let Some(skip) = agg.skip.as_mut() else {
                         break;
                     };

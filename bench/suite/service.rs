@@ -252,14 +252,10 @@ impl Server {
         self.halt();
     }
 
-    /// Stops the server until [`Server::restart_untraced`].
-    pub fn pause(&mut self) {
-        self.halt();
-    }
-
     /// SIGTERM, and SIGKILL if it has not exited in 30 s; nothing if it
-    /// has exited already (its pid may be another process's by now).
-    fn halt(&mut self) {
+    /// has exited already (its pid may be another process's by now). The
+    /// server stays stopped until [`Server::restart_untraced`].
+    pub fn halt(&mut self) {
         if let Ok(Some(_)) = self.process.try_wait() {
             return;
         }
