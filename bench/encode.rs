@@ -86,7 +86,7 @@ fn main() {
             enc.reserve_for_bytes(chunk.iter().map(String::len).sum());
             for l in chunk {
                 let bad = enc
-                    .add_body(Format::Line, l.as_bytes(), Precision::Milliseconds, 0)
+                    .add_body(Format::Line, l.as_bytes(), Some(Precision::Milliseconds), 0)
                     .expect("body");
                 assert!(bad.is_empty());
             }
@@ -100,7 +100,12 @@ fn main() {
         for body in &bodies {
             let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
             let bad = enc
-                .add_body(Format::Line, body.as_bytes(), Precision::Milliseconds, 0)
+                .add_body(
+                    Format::Line,
+                    body.as_bytes(),
+                    Some(Precision::Milliseconds),
+                    0,
+                )
                 .expect("body");
             assert!(bad.is_empty());
             std::hint::black_box(enc.finish());
@@ -127,7 +132,7 @@ fn memstore_insert(lines: &[String]) {
                 .add_body(
                     Format::Line,
                     c.concat().as_bytes(),
-                    Precision::Milliseconds,
+                    Some(Precision::Milliseconds),
                     0,
                 )
                 .expect("body");

@@ -250,6 +250,7 @@ fn main() {
         aggregate: Some(Aggregate {
             functions: vec![AggFn::Max],
             downsample_ms: None,
+            downsample: None,
         }),
         ..Query::default()
     };
@@ -258,7 +259,7 @@ fn main() {
         for _ in 0..15 {
             let t = Instant::now();
             let out = query::aggregate(table.clone(), pool, &q).expect("aggregate");
-            assert_eq!(out.len(), HOSTS as usize);
+            assert_eq!(out.aggregates.len(), HOSTS as usize);
             best = best.min(t.elapsed().as_secs_f64());
         }
         best

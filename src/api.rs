@@ -16,6 +16,7 @@
 
 mod arrow;
 mod stream;
+mod token;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +25,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query as UrlQuery, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -38,16 +39,17 @@ use crate::error::{Error, ErrorKind};
 use crate::ingest::kafka::IngestStats;
 use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder};
-use crate::key::{FieldRef, KeySchema};
+use crate::key::{FieldEncoding, FieldRef, KeySchema, TimeUnit};
 use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::scan::{
-    Columns, CompareOp, ContinuationToken, Filter, Get, RowCells, Scan, ScannedRow, TimeRange,
+    Columns, CompareOp, Filter, Get, Operand, RowCells, Scan, ScannedRow, TimeRange,
 };
 use crate::schema::FamilySpec;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 use crate::value::Value;
 use stream::{Format, RowSource};
+use token::{PageKind, PageScope};
 
 /// What the handlers share.
 pub struct AppState {
@@ -84,6 +86,26 @@ impl ApiError {
     }
     fn bad(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+    }
+}
+
+/// Query parameters, read strictly: an unknown or malformed one is a 400
+/// in the documented JSON shape (axum's own `Query` answers plain text).
+struct Params<T>(T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S>
+    for Params<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(Params)
+            .map_err(|e| ApiError::bad(format!("query parameters: {e}")))
     }
 }
 
@@ -250,6 +272,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/write", post(write))
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -257,6 +281,28 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
+}
+
+async fn unknown_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no route `{}`; the routes are listed in docs/api.md",
+            crate::codec::quote_prefix(uri.path())
+        ),
+    )
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "`{}` does not take {method}; see docs/api.md for its methods",
+            crate::codec::quote_prefix(uri.path())
+        ),
+    )
 }
 
 /// Content types each kind of body is accepted in. Clients that send no
@@ -487,13 +533,14 @@ async fn drop_namespace(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListTables {
     namespace: Option<String>,
 }
 
 async fn list_tables(
     State(s): State<Arc<AppState>>,
-    UrlQuery(q): UrlQuery<ListTables>,
+    Params(q): Params<ListTables>,
 ) -> Json<Vec<TableDescriptor>> {
     Json(s.store.catalog().tables(q.namespace.as_deref()))
 }
@@ -677,22 +724,13 @@ enum Shape {
 
 /// The key fields of `row` other than its time field, as a JSON object
 /// (`null` when the key does not decode), and the time field's value.
-fn series_identity(
-    schema: &KeySchema,
-    time_field: Option<usize>,
-    key: &[u8],
-) -> (Vec<u8>, Option<u64>) {
+fn series_identity(schema: &KeySchema, key: &[u8]) -> Vec<u8> {
     let mut ident = Vec::with_capacity(64);
     ident.push(b'{');
-    let mut time = None;
     let mut index = 0;
     let mut first = true;
     let decoded = schema.decode_each(key, |name, v| {
-        if Some(index) == time_field {
-            if let FieldRef::Uint(t) = v {
-                time = Some(t);
-            }
-        } else {
+        if schema.fields[index].encoding.is_identity() {
             if !first {
                 ident.push(b',');
             }
@@ -707,10 +745,10 @@ fn series_identity(
         index += 1;
     });
     if decoded.is_err() {
-        return (b"null".to_vec(), None);
+        return b"null".to_vec();
     }
     ident.push(b'}');
-    (ident, time)
+    ident
 }
 
 /// Rows as series (see [`Shape::Series`]). Rows come in logical key
@@ -721,43 +759,61 @@ fn series_identity(
 fn series_answer<R: RowCells>(
     schema: &KeySchema,
     rows: &[R],
-    continuation: Option<ContinuationToken>,
+    continuation: Option<String>,
     buckets: Option<usize>,
 ) -> Response {
     let time_field = schema.fields.iter().position(|f| f.encoding.is_time());
-    // Rows of one series differ in their time field alone: its identity is
-    // decoded once per run of keys whose other field bytes are equal (the
-    // salt follows from them), and each row's time from its field alone.
-    let fields_from = schema.prefix_len();
-    let time_bytes = time_field.map_or(schema.key_len()..schema.key_len(), |t| {
-        schema.field_range(t)
-    });
+    // A uniquifier is no part of the series: it is a column beside time.
+    let uniquifier = schema
+        .fields
+        .iter()
+        .position(|f| matches!(f.encoding, FieldEncoding::Uniquifier { .. }));
+    // Rows of one series differ in their time field (and uniquifier) alone:
+    // its identity is decoded once per run of keys whose identity field
+    // bytes are equal (the salt follows from them), and each row's time
+    // from its field alone.
+    let mut identity_bytes: Vec<std::ops::Range<usize>> = Vec::new();
+    for i in 0..schema.fields.len() {
+        if !schema.fields[i].encoding.is_identity() {
+            continue;
+        }
+        let r = schema.field_range(i);
+        // Adjacent fields compare as one range.
+        match identity_bytes.last_mut() {
+            Some(last) if last.end == r.start => last.end = r.end,
+            _ => identity_bytes.push(r),
+        }
+    }
     let same_series = |a: &[u8], b: &[u8]| {
         a.len() == schema.key_len()
             && b.len() == schema.key_len()
-            && bytes_equal(
-                &a[fields_from..time_bytes.start],
-                &b[fields_from..time_bytes.start],
-            )
-            && bytes_equal(&a[time_bytes.end..], &b[time_bytes.end..])
+            && identity_bytes
+                .iter()
+                .all(|r| bytes_equal(&a[r.clone()], &b[r.clone()]))
+    };
+    let uint_at = |key: &[u8], field: Option<usize>| {
+        field.and_then(|f| match schema.decode_field_at(key, f) {
+            Ok(FieldRef::Uint(t)) => Some(t),
+            _ => None,
+        })
     };
     let mut idents: Vec<Vec<u8>> = Vec::new();
-    // Per row: (its series in `idents`, its time field).
-    let mut identities: Vec<(usize, Option<u64>)> = Vec::with_capacity(rows.len());
+    // Per row: (its series in `idents`, its time field, its uniquifier).
+    let mut identities: Vec<(usize, Option<u64>, Option<u64>)> = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
+        let (time, uniq) = (
+            uint_at(row.key(), time_field),
+            uint_at(row.key(), uniquifier),
+        );
         if i > 0 && same_series(rows[i - 1].key(), row.key()) {
-            let time = time_field.and_then(|t| match schema.decode_field_at(row.key(), t) {
-                Ok(FieldRef::Uint(t)) => Some(t),
-                _ => None,
-            });
-            identities.push((idents.len() - 1, time));
+            identities.push((idents.len() - 1, time, uniq));
             continue;
         }
-        let (ident, time) = series_identity(schema, time_field, row.key());
+        let ident = series_identity(schema, row.key());
         if idents.last() != Some(&ident) {
             idents.push(ident);
         }
-        identities.push((idents.len() - 1, time));
+        identities.push((idents.len() - 1, time, uniq));
     }
     let mut out =
         Vec::with_capacity(256 + rows.iter().map(|r| 24 + 20 * r.cell_count()).sum::<usize>());
@@ -769,7 +825,7 @@ fn series_answer<R: RowCells>(
         let end = start
             + identities[start..]
                 .iter()
-                .take_while(|(s, _)| *s == series)
+                .take_while(|(s, _, _)| *s == series)
                 .count();
         let group = &rows[start..end];
         // The series' fields in order. A row's cells are sorted by field,
@@ -799,12 +855,17 @@ fn series_answer<R: RowCells>(
         out.extend_from_slice(b"{\"key\":");
         out.extend_from_slice(ident);
         out.extend_from_slice(b",\"columns\":[\"time\"");
+        if let Some(u) = uniquifier {
+            out.push(b',');
+            push_str(&mut out, &schema.fields[u].name);
+        }
         for c in &columns {
             out.push(b',');
             push_bytes_as_str(&mut out, c);
         }
         out.extend_from_slice(b"],\"values\":[");
-        for (n, (row, (_, key_time))) in group.iter().zip(&identities[start..end]).enumerate() {
+        for (n, (row, (_, key_time, uniq))) in group.iter().zip(&identities[start..end]).enumerate()
+        {
             if n > 0 {
                 out.push(b',');
             }
@@ -813,6 +874,13 @@ fn series_answer<R: RowCells>(
             match time {
                 Some(t) => push_u64(&mut out, t),
                 None => out.extend_from_slice(b"null"),
+            }
+            if uniquifier.is_some() {
+                out.push(b',');
+                match uniq {
+                    Some(u) => push_u64(&mut out, *u),
+                    None => out.extend_from_slice(b"null"),
+                }
             }
             // Cells are sorted by qualifier (newest version first), as
             // the columns are: one walk pairs them.
@@ -894,14 +962,10 @@ fn json_bytes(body: Vec<u8>) -> Response {
 
 /// Closes a page's list (`out` holds `{"<list>":[…`) with its continuation
 /// and buckets scanned.
-fn end_page(
-    mut out: Vec<u8>,
-    continuation: Option<ContinuationToken>,
-    buckets: Option<usize>,
-) -> Response {
+fn end_page(mut out: Vec<u8>, continuation: Option<String>, buckets: Option<usize>) -> Response {
     out.extend_from_slice(b"],\"continuation\":");
     match continuation {
-        Some(t) => push_str(&mut out, &t.encode()),
+        Some(t) => push_str(&mut out, &t),
         None => out.extend_from_slice(b"null"),
     }
     if let Some(b) = buckets {
@@ -916,7 +980,7 @@ fn end_page(
 fn page_answer<R: RowCells>(
     schema: &KeySchema,
     rows: &[R],
-    continuation: Option<ContinuationToken>,
+    continuation: Option<String>,
     buckets: Option<usize>,
 ) -> Response {
     let mut out = Vec::with_capacity(
@@ -935,21 +999,50 @@ fn page_answer<R: RowCells>(
     end_page(out, continuation, buckets)
 }
 
+/// HBase's Get: `columns` (`family:qualifier` or a whole `family`,
+/// comma-separated), a time range `[min_ts, max_ts)` of cell versions,
+/// and `max_versions`.
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct GetParams {
+    columns: Option<String>,
+    min_ts: Option<u64>,
+    max_ts: Option<u64>,
     max_versions: Option<u32>,
 }
 
 async fn get_row(
     State(s): State<Arc<AppState>>,
     Path((t, row)): Path<(String, String)>,
-    UrlQuery(p): UrlQuery<GetParams>,
+    Params(p): Params<GetParams>,
 ) -> ApiResult<Response> {
     let name = table_name(&t)?;
     let key = from_hex(&row).map_err(|e| ApiError::bad(format!("row must be hex: {e}")))?;
     let store = s.store.clone();
-    let schema = store.catalog().table(&name)?.key;
+    let desc = store.catalog().table(&name)?;
+    let schema = desc.key;
+    let mut columns = Columns::all();
+    for c in p.columns.iter().flat_map(|c| c.split(',')) {
+        let (family, qualifier) = match c.split_once(':') {
+            Some((f, q)) => (f, Some(q)),
+            None => (c, None),
+        };
+        if !desc.families.iter().any(|f| f.name == family) {
+            return Err(Error::UnknownFamily(family.to_string()).into());
+        }
+        match qualifier {
+            Some(q) => columns
+                .columns
+                .push((family.as_bytes().to_vec(), q.as_bytes().to_vec())),
+            None => columns.families.push(family.as_bytes().to_vec()),
+        }
+    }
     let get = Get {
+        columns,
+        time_range: TimeRange {
+            min: p.min_ts.unwrap_or(0),
+            max: p.max_ts.unwrap_or(u64::MAX),
+        },
         max_versions: p.max_versions.unwrap_or(1),
         ..Get::new(key)
     };
@@ -996,12 +1089,20 @@ struct ScanReq {
     continuation: Option<String>,
 }
 
+/// HBase's ValueFilter (every cell compared) or, with `column`, its
+/// SingleColumnValueFilter (rows kept by one column's newest value).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ValueFilterReq {
-    op: String,
-    /// Compared as typed float bytes when a number, raw UTF-8 when a string.
-    value: Json_,
+    op: CompareOp,
+    /// Typed: a number, string, boolean or `{"hex": "…"}` (see [`Operand`]).
+    value: Operand,
+    /// `family:qualifier`: filter rows on this column instead of cells.
+    column: Option<String>,
+    /// With `column`: drop rows without the column (HBase's default keeps
+    /// them).
+    #[serde(default)]
+    filter_if_missing: bool,
 }
 
 /// Largest page a scan or query returns in one JSON (or paged Arrow) answer.
@@ -1023,13 +1124,14 @@ fn answer_limit(format: Format, asked: Option<usize>) -> Option<usize> {
 /// (the fuzz target of the HTTP scan request parser calls this).
 pub fn parse_scan_request(body: &[u8]) -> Result<Scan, String> {
     let req: ScanReq = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let scan = to_scan(req).map_err(|e| e.message)?;
+    let table = TableName::parse("fuzz").map_err(|e| e.to_string())?;
+    let scan = to_scan(req, &PageScope::new(PageKind::Scan, &table)).map_err(|e| e.message)?;
     scan.validate().map_err(|e| e.to_string())?;
     scan.bounds().map_err(|e| e.to_string())?;
     Ok(scan)
 }
 
-fn to_scan(r: ScanReq) -> ApiResult<Scan> {
+fn to_scan(r: ScanReq, scope: &PageScope) -> ApiResult<Scan> {
     let hex_opt = |s: &Option<String>, what: &str| -> ApiResult<Option<Vec<u8>>> {
         s.as_deref()
             .map(|h| from_hex(h).map_err(|e| ApiError::bad(format!("{what} must be hex: {e}"))))
@@ -1039,37 +1141,32 @@ fn to_scan(r: ScanReq) -> ApiResult<Scan> {
     if let Some(p) = &r.column_prefix {
         filters.push(Filter::ColumnPrefix(p.clone().into_bytes()));
     }
-    if let Some(v) = &r.value_filter {
-        let op = match v.op.as_str() {
-            "<" => CompareOp::Less,
-            "<=" => CompareOp::LessOrEqual,
-            "=" | "==" => CompareOp::Equal,
-            "!=" => CompareOp::NotEqual,
-            ">=" => CompareOp::GreaterOrEqual,
-            ">" => CompareOp::Greater,
-            other => {
-                return Err(ApiError::bad(format!(
-                    "unknown comparison `{other}`; use <, <=, =, !=, >=, >"
-                )));
+    if let Some(v) = r.value_filter {
+        filters.push(match v.column {
+            Some(c) => {
+                let (family, qualifier) = split_column(&c)?;
+                Filter::SingleColumnValue {
+                    family,
+                    qualifier,
+                    op: v.op,
+                    operand: v.value,
+                    filter_if_missing: v.filter_if_missing,
+                }
             }
-        };
-        let value = match &v.value {
-            Json_::String(s) => s.clone().into_bytes(),
-            Json_::Number(n) => Value::Float(n.as_f64().unwrap_or(0.0)).encode(),
-            other => {
-                return Err(ApiError::bad(format!(
-                    "value filter needs a string or number, got {other}"
-                )));
+            None if v.filter_if_missing => {
+                return Err(ApiError::bad(
+                    "value_filter.filter_if_missing needs a `column` to look for",
+                ));
             }
-        };
-        filters.push(Filter::Value { op, value });
+            None => Filter::Value {
+                op: v.op,
+                operand: v.value,
+            },
+        });
     }
     let mut columns = Vec::new();
     for c in &r.columns {
-        let (f, q) = c
-            .split_once(':')
-            .ok_or_else(|| ApiError::bad(format!("column `{c}` must be family:qualifier")))?;
-        columns.push((f.as_bytes().to_vec(), q.as_bytes().to_vec()));
+        columns.push(split_column(c)?);
     }
     Ok(Scan {
         start: hex_opt(&r.start, "start")?,
@@ -1091,9 +1188,20 @@ fn to_scan(r: ScanReq) -> ApiResult<Scan> {
         continuation: r
             .continuation
             .as_deref()
-            .map(ContinuationToken::decode)
+            .map(|t| scope.decode(t))
             .transpose()?,
     })
+}
+
+/// `family:qualifier` as bytes.
+fn split_column(c: &str) -> ApiResult<(Vec<u8>, Vec<u8>)> {
+    let (f, q) = c.split_once(':').ok_or_else(|| {
+        ApiError::bad(format!(
+            "column `{}` must be family:qualifier",
+            crate::codec::quote_prefix(c)
+        ))
+    })?;
+    Ok((f.as_bytes().to_vec(), q.as_bytes().to_vec()))
 }
 
 async fn scan_table(
@@ -1106,12 +1214,13 @@ async fn scan_table(
     let req: ScanReq = json_body(body)?;
     let format = Format::from_headers(&headers);
     let paged = req.limit.is_some();
-    let mut scan = to_scan(req)?;
+    let scope = PageScope::new(PageKind::Scan, &name);
+    let mut scan = to_scan(req, &scope)?;
     scan.limit = answer_limit(format, scan.limit);
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
     if format != Format::Json {
-        return stream::stream_rows(format, schema, paged, move || {
+        return stream::stream_rows(format, schema, paged, scope, move || {
             Ok(
                 Box::new(stream::CountedScan::new(store.scanner(&name, &scan)?))
                     as Box<dyn RowSource>,
@@ -1122,7 +1231,12 @@ async fn scan_table(
     let page = blocking(move || store.scan(&name, &scan)).await?;
     metrics::counter!("halite_scan_cells_returned_total")
         .increment(page.rows.iter().map(|r| r.cells.len() as u64).sum());
-    Ok(page_answer(&schema, &page.rows, page.continuation, None))
+    Ok(page_answer(
+        &schema,
+        &page.rows,
+        page.continuation.map(|t| scope.encode(&t)),
+        None,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -1147,7 +1261,23 @@ async fn query(
     let format = Format::from_headers(&headers);
     let mut q = req.query;
     let paged = q.limit.is_some();
-    q.limit = answer_limit(format, q.limit);
+    let scope = PageScope::new(
+        match q.aggregate {
+            Some(_) => PageKind::Aggregates,
+            None => PageKind::Rows,
+        },
+        &name,
+    );
+    // The client's token names this request's kind and table; the engine
+    // gets back its own position.
+    if let Some(t) = &q.continuation {
+        q.continuation = Some(scope.decode(t)?.encode());
+    }
+    // Aggregates are computed whole, so an answer holds all of them unless
+    // a limit asks for pages (each with a token to the next).
+    if q.aggregate.is_none() {
+        q.limit = answer_limit(format, q.limit);
+    }
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
     if req.shape == Shape::Series && (format != Format::Json || q.aggregate.is_some()) {
@@ -1157,11 +1287,18 @@ async fn query(
         ));
     }
     if let Some(agg) = q.aggregate.clone() {
-        let out = blocking_here(move || store.aggregate(&name, &q)).await?;
-        return aggregate_answer(format, &schema, &agg.functions, &out);
+        let page = blocking_here(move || store.aggregate(&name, &q)).await?;
+        let continuation = page.continuation.map(|t| scope.encode(&t));
+        return aggregate_answer(
+            format,
+            &schema,
+            &agg.functions,
+            &page.aggregates,
+            continuation,
+        );
     }
     if format != Format::Json {
-        return stream::stream_rows(format, schema, paged, move || {
+        return stream::stream_rows(format, schema, paged, scope, move || {
             Ok(Box::new(store.query_rows(&name, &q)?) as Box<dyn RowSource>)
         })
         .await;
@@ -1178,14 +1315,15 @@ async fn query(
     Ok(answer(
         &schema,
         &page.rows,
-        page.continuation,
+        page.continuation.map(|t| scope.encode(&t)),
         Some(page.buckets_scanned),
     ))
 }
 
 /// One aggregate as JSON: `{"series": {field: value}, "field", "window_ms",
-/// "values": {"max": …}}`.
-struct AggregateOut<'a>(&'a SeriesAggregate);
+/// "values": {"max": …}}`; the window's key names the table's time unit
+/// (`window_ns` for an ns table).
+struct AggregateOut<'a>(&'a SeriesAggregate, TimeUnit);
 
 impl Serialize for AggregateOut<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -1204,17 +1342,27 @@ impl Serialize for AggregateOut<'_> {
         let mut m = s.serialize_map(Some(4))?;
         m.serialize_entry("series", &Pairs(&a.series, |k: &String| k.as_str()))?;
         m.serialize_entry("field", &a.field)?;
-        m.serialize_entry("window_ms", &a.window_ms)?;
+        let window = match self.1 {
+            TimeUnit::Seconds => "window_s",
+            TimeUnit::Milliseconds => "window_ms",
+            TimeUnit::Microseconds => "window_us",
+            TimeUnit::Nanoseconds => "window_ns",
+        };
+        m.serialize_entry(window, &a.window)?;
         m.serialize_entry("values", &Pairs(&a.values, |f: &AggFn| arrow::agg_name(*f)))?;
         m.end()
     }
 }
 
+/// Aggregates as JSON `{"aggregates": [...], "continuation": token|null}`,
+/// NDJSON (one a line, then a `{"aggregates": n, "continuation": …}`
+/// trailer) or one Arrow batch (its token in the schema metadata).
 fn aggregate_answer(
     format: Format,
     key: &KeySchema,
     functions: &[AggFn],
     out: &[SeriesAggregate],
+    continuation: Option<String>,
 ) -> ApiResult<Response> {
     let internal = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e);
     match format {
@@ -1222,24 +1370,42 @@ fn aggregate_answer(
             #[derive(Serialize)]
             struct All<'a> {
                 aggregates: Vec<AggregateOut<'a>>,
+                continuation: Option<String>,
             }
             Ok(Json(All {
-                aggregates: out.iter().map(AggregateOut).collect(),
+                aggregates: out.iter().map(|a| AggregateOut(a, key.time_unit)).collect(),
+                continuation,
             })
             .into_response())
         }
         Format::NdJson => {
             let mut body = Vec::new();
             for a in out {
-                serde_json::to_writer(&mut body, &AggregateOut(a))
+                serde_json::to_writer(&mut body, &AggregateOut(a, key.time_unit))
                     .map_err(|e| internal(e.to_string()))?;
                 body.push(b'\n');
             }
+            serde_json::to_writer(
+                &mut body,
+                &json!({"aggregates": out.len(), "continuation": continuation}),
+            )
+            .map_err(|e| internal(e.to_string()))?;
+            body.push(b'\n');
             Ok(([(header::CONTENT_TYPE, stream::NDJSON)], body).into_response())
         }
         Format::Arrow => {
-            let batch =
+            let mut batch =
                 arrow::aggregate_batch(key, functions, out).map_err(|e| internal(e.to_string()))?;
+            if let Some(t) = continuation {
+                let schema = batch
+                    .schema()
+                    .as_ref()
+                    .clone()
+                    .with_metadata([(stream::CONTINUATION_METADATA.to_string(), t)].into());
+                batch = batch
+                    .with_schema(Arc::new(schema))
+                    .map_err(|e| internal(e.to_string()))?;
+            }
             let mut body = Vec::new();
             let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut body, &batch.schema())
                 .map_err(|e| internal(e.to_string()))?;
@@ -1265,6 +1431,7 @@ async fn ingest_status(State(s): State<Arc<AppState>>) -> ApiResult<Response> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WriteParams {
     table: String,
     precision: Option<String>,
@@ -1275,16 +1442,19 @@ struct WriteParams {
 /// get 400 with their numbers and reasons, and the good ones are written.
 async fn write(
     State(s): State<Arc<AppState>>,
-    UrlQuery(p): UrlQuery<WriteParams>,
+    Params(p): Params<WriteParams>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let name = table_name(&p.table)?;
     let precision = match p.precision.as_deref() {
-        None => Precision::default(),
-        Some(x) => Precision::parse(x).ok_or_else(|| {
-            ApiError::bad(format!("unknown precision `{x}`; use ns, us, ms or s"))
-        })?,
+        None => None,
+        Some(x) => Some(Precision::parse(x).ok_or_else(|| {
+            ApiError::bad(format!(
+                "unknown precision `{}`; use ns, us, ms or s",
+                crate::codec::quote_prefix(x)
+            ))
+        })?),
     };
     let bytes = body_bytes(body)?;
     let desc = s.store.catalog().table(&name)?;
@@ -1301,6 +1471,7 @@ async fn write(
     let (written, errors) = match format {
         ingest::Format::Line => {
             let store = s.store.clone();
+            let precision = precision.unwrap_or_default();
             let done = blocking(move || ingest::write_lines(&store, &desc, &bytes, precision, now))
                 .await?;
             (done.rows, done.rejected)

@@ -90,19 +90,7 @@ mod hex_bytes {
     }
 }
 
-pub fn from_hex(s: &str) -> std::result::Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
-        return Err(format!("hex string has odd length: `{s}`"));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            s.get(i..i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("not hex: `{s}`"))
-        })
-        .collect()
-}
+pub use crate::codec::from_hex;
 
 /// One region of a table: rows in `[start, end)`; an empty `end` is the end
 /// of the table.

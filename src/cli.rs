@@ -272,9 +272,17 @@ fn aggregates_table(aggs: &[Value]) -> String {
             }
         }
     }
+    // `window_ms`, or `window_ns` and so on: the table's time unit.
+    let window = aggs
+        .iter()
+        .filter_map(Value::as_object)
+        .flat_map(|m| m.keys())
+        .find(|k| k.starts_with("window_"))
+        .cloned()
+        .unwrap_or_else(|| "window_ms".into());
     let mut header = series_cols.clone();
     header.push("field".into());
-    header.push("window_ms".into());
+    header.push(window.clone());
     header.extend(fn_cols.iter().cloned());
     let rows: Vec<Vec<String>> = aggs
         .iter()
@@ -284,7 +292,7 @@ fn aggregates_table(aggs: &[Value]) -> String {
                 .map(|k| scalar(&a["series"][k]))
                 .collect();
             line.push(scalar(&a["field"]));
-            line.push(scalar(&a["window_ms"]));
+            line.push(scalar(&a[window.as_str()]));
             line.extend(fn_cols.iter().map(|f| scalar(&a["values"][f])));
             line
         })

@@ -188,6 +188,36 @@ pub fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Bytes from hex digits (either case).
+pub fn from_hex(s: &str) -> Result<Vec<u8>, String> {
+    if s.len() % 2 != 0 {
+        return Err(format!("hex string has odd length: `{}`", quote_prefix(s)));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("not hex: `{}`", quote_prefix(s)))
+        })
+        .collect()
+}
+
+/// Longest prefix of a user's input an error message quotes.
+pub const QUOTED_CHARS: usize = 64;
+
+/// At most the first [`QUOTED_CHARS`] characters of `s`, marked when cut:
+/// what an error quotes of a user's input, so a huge value does not come
+/// back whole (twice, in a partial write's message and its list).
+pub fn quote_prefix(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => std::borrow::Cow::Borrowed(s),
+        Some((cut, _)) => {
+            std::borrow::Cow::Owned(format!("{}… ({} bytes in all)", &s[..cut], s.len()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,7 @@ pub fn line_protocol(data: &[u8]) {
         }
     }
     if let Ok(mut enc) = PointEncoder::new(table(), 1 << 16) {
-        let _ = enc.add_body(Format::Line, data, Precision::Nanoseconds, 1);
+        let _ = enc.add_body(Format::Line, data, Some(Precision::Nanoseconds), 1);
         let rows = enc.finish();
         assert!(rows.cells() >= rows.rows());
     }
@@ -55,7 +55,7 @@ pub fn line_protocol(data: &[u8]) {
 /// JSON points through the point encoder.
 pub fn json_points(data: &[u8]) {
     if let Ok(mut enc) = PointEncoder::new(table(), 1 << 16) {
-        let _ = enc.add_body(Format::Json, data, Precision::Milliseconds, 1);
+        let _ = enc.add_body(Format::Json, data, Some(Precision::Milliseconds), 1);
     }
 }
 

@@ -12,6 +12,8 @@ pub mod line_protocol;
 pub mod produce;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
@@ -90,6 +92,42 @@ pub struct PointEncoder<'t> {
     /// land straight in their region's batch (no routing copy later).
     batches: Vec<EntryBatch>,
     rows: usize,
+    /// Number (line, or place in a JSON array) of the point being added,
+    /// for errors that name another point.
+    point_number: usize,
+    /// Index of the next point of the Kafka message being added.
+    message_index: u64,
+    /// Keys written by this body, by point number, while its timestamps
+    /// are finer than the table's unit: two points that only the dropped
+    /// digits told apart are refused rather than merged.
+    seen: Option<HashMap<Vec<u8>, (usize, bool)>>,
+    uniquifiers: Uniquifiers,
+}
+
+/// Where the numbers of a key's uniquifier field come from when a point
+/// carries no tag of that name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Uniquifiers {
+    /// A process-wide sequence that starts at the wall clock's nanoseconds
+    /// (DESIGN's "nanotime"): every point gets a number no other point of
+    /// this process, or of an earlier one, got.
+    #[default]
+    Sequence,
+    /// From a Kafka message's place: partition (12 bits), offset (low 36
+    /// bits) and the point's index in the message (16 bits), so a message
+    /// read again gives its points the same numbers, and a replay after a
+    /// crash rewrites them instead of adding copies.
+    Message { partition: i32, offset: i64 },
+}
+
+/// The next number of [`Uniquifiers::Sequence`].
+fn next_in_sequence() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    NEXT.fetch_max(now_ns, Ordering::Relaxed);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Rows encoded for a table, split by its regions as they were when the
@@ -143,19 +181,43 @@ impl<'t> PointEncoder<'t> {
             parser: LineParser::default(),
             batches: table.regions.iter().map(|_| EntryBatch::new()).collect(),
             rows: 0,
+            point_number: 0,
+            message_index: 0,
+            seen: None,
+            uniquifiers: Uniquifiers::default(),
         })
+    }
+
+    /// Where uniquifier numbers come from for the points added next; a
+    /// Kafka message's place starts its points' indexes at 0.
+    pub fn set_uniquifiers(&mut self, u: Uniquifiers) {
+        self.uniquifiers = u;
+        self.message_index = 0;
+    }
+
+    /// The keys this encoder remembers for [`PointEncoder::add`]'s check of
+    /// points merged by their time unit, to hand on to the encoder of the
+    /// next piece of one body.
+    pub fn take_seen(&mut self) -> Option<HashMap<Vec<u8>, (usize, bool)>> {
+        self.seen.take()
+    }
+
+    pub fn set_seen(&mut self, seen: Option<HashMap<Vec<u8>, (usize, bool)>>) {
+        self.seen = seen;
     }
 
     /// Adds every point of `body` (an HTTP write, a Kafka message). A body
     /// that cannot be read at all (not UTF-8, not JSON points) is an error;
     /// otherwise the good points are added and the bad ones come back with
     /// their number (line, or place in a JSON array) and reason, in order.
-    /// JSON timestamps are milliseconds; `precision` is line protocol's.
+    /// Timestamps are in `precision` when given, else in each format's
+    /// own default: nanoseconds for line protocol (as InfluxDB), and
+    /// milliseconds for JSON.
     pub fn add_body(
         &mut self,
         format: Format,
         body: &[u8],
-        precision: Precision,
+        precision: Option<Precision>,
         now_ms: u64,
     ) -> Result<Vec<(usize, String)>, String> {
         let mut errors = Vec::new();
@@ -163,18 +225,17 @@ impl<'t> PointEncoder<'t> {
             Format::Line => {
                 let text = std::str::from_utf8(body)
                     .map_err(|e| format!("line protocol must be UTF-8: {e}"))?;
-                errors = self.add_lines(text, precision, now_ms);
+                errors = self.add_lines(text, precision.unwrap_or_default(), now_ms);
             }
             Format::Json => {
                 let points: JsonPoints = serde_json::from_slice(body)
                     .map_err(|e| format!("body is not JSON points: {e}"))?;
                 let points = points.into_vec();
                 self.reserve(points.len());
+                let precision = precision.unwrap_or(Precision::Milliseconds);
                 for (i, jp) in points.iter().enumerate() {
-                    if let Err(e) = jp
-                        .to_point()
-                        .and_then(|p| self.add(&p, Precision::Milliseconds, now_ms))
-                    {
+                    self.point_number = i + 1;
+                    if let Err(e) = jp.to_point().and_then(|p| self.add(&p, precision, now_ms)) {
                         errors.push((i + 1, e));
                     }
                 }
@@ -201,6 +262,7 @@ impl<'t> PointEncoder<'t> {
         // `add` borrows the encoder.
         let mut parser = std::mem::take(&mut self.parser);
         for (number, line) in line_protocol::lines(text) {
+            self.point_number = number;
             let outcome = parser
                 .parse(line)
                 .and_then(|point| self.add(&point, precision, now_ms));
@@ -248,12 +310,19 @@ impl<'t> PointEncoder<'t> {
         now_ms: u64,
     ) -> Result<(), String> {
         let table = self.table;
-        let ts = match point.timestamp() {
+        let unit = table.key.time_unit;
+        let (time, exact) = match point.timestamp() {
             Some(t) => precision
-                .to_ms(t)
+                .to_unit(t, unit)
                 .ok_or_else(|| format!("timestamp {t} is before 1970 or out of range"))?,
-            None => now_ms,
+            None => Precision::Milliseconds
+                .to_unit(now_ms as i64, unit)
+                .ok_or("the clock is out of range")?,
         };
+        // Cell versions are milliseconds whatever the key's unit.
+        let ts = unit
+            .to_ms_floor(time)
+            .ok_or_else(|| format!("timestamp {time}{} is out of range", unit.name()))?;
         for (k, _) in point.tags() {
             if !table.key.fields.iter().any(|f| f.name == k) {
                 return Err(format!(
@@ -295,13 +364,39 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
+        let uniquifier = match table.key.fields.iter().find(|f| {
+            matches!(f.encoding, FieldEncoding::Uniquifier { .. })
+                && !point.tags().any(|(k, _)| k == f.name)
+        }) {
+            Some(f) => Some(self.next_uniquifier(f)?),
+            None => None,
+        };
         table
             .key
-            .encode_with(&mut self.key, |_, f| key_field_value(table, f, point, ts))
+            .encode_with(&mut self.key, |_, f| {
+                key_field_value(table, f, point, time, uniquifier)
+            })
             .map_err(|e| match e {
                 crate::error::Error::InvalidInput(reason) => reason,
                 other => other.to_string(),
             })?;
+        if precision.unit().per_second() > unit.per_second() {
+            let seen = self.seen.get_or_insert_with(HashMap::new);
+            match seen.get(&self.key) {
+                Some(&(earlier, earlier_exact)) if !(exact && earlier_exact) => {
+                    return Err(format!(
+                        "point {} has the time of point {earlier} once cut to table `{}`'s time unit ({}): \
+                         it would replace that point; keep both by creating the table with a finer time_unit",
+                        self.point_number,
+                        table.name,
+                        unit.name()
+                    ));
+                }
+                _ => {
+                    seen.insert(self.key.clone(), (self.point_number, exact));
+                }
+            }
+        }
         // Cells in key order (by field name; stable, so of two fields with
         // one name the later stays later): the MemStore then finds the row
         // sorted instead of sorting it by whole cell keys.
@@ -340,6 +435,33 @@ impl<'t> PointEncoder<'t> {
         Ok(())
     }
 
+    /// The uniquifier of a point that carries none.
+    fn next_uniquifier(&mut self, f: &KeyField) -> Result<u64, String> {
+        if f.encoding.width() != 8 {
+            return Err(format!(
+                "point has no tag `{}`: halite numbers only 8-byte uniquifiers itself, and this one is {} bytes",
+                f.name,
+                f.encoding.width()
+            ));
+        }
+        Ok(match self.uniquifiers {
+            Uniquifiers::Sequence => next_in_sequence(),
+            Uniquifiers::Message { partition, offset } => {
+                let index = self.message_index;
+                if index >= 1 << 16 {
+                    return Err(format!(
+                        "a message holds at most 65,536 points for a table with a uniquifier (`{}`)",
+                        f.name
+                    ));
+                }
+                self.message_index += 1;
+                ((partition as u64 & 0xfff) << 52)
+                    | ((offset as u64 & ((1 << 36) - 1)) << 16)
+                    | index
+            }
+        })
+    }
+
     /// Whether `point` has the field names, in the same order, of the point
     /// `order` was worked out for.
     fn same_names_as_last(&self, point: &impl PointFields) -> bool {
@@ -364,14 +486,16 @@ impl<'t> PointEncoder<'t> {
     }
 }
 
-/// The value of key field `f` for a point: the point's time for timestamp
-/// fields, the measurement for `metric`/`measurement` without a tag of
-/// that name, else the tag.
+/// The value of key field `f` for a point: the point's time (in the
+/// table's unit) for timestamp fields, the measurement for
+/// `metric`/`measurement` without a tag of that name, the number given for
+/// a uniquifier without a tag, else the tag.
 fn key_field_value<'p>(
     table: &TableDescriptor,
     f: &KeyField,
     point: &'p impl PointFields,
     ts: u64,
+    uniquifier: Option<u64>,
 ) -> Result<FieldRef<'p>, crate::error::Error> {
     let bad = crate::error::Error::InvalidInput;
     let tag = point.tags().find(|(k, _)| *k == f.name).map(|(_, v)| v);
@@ -389,7 +513,7 @@ fn key_field_value<'p>(
                 ))
             })?)
         }
-        (FieldEncoding::Uniquifier { .. }, None) => FieldRef::Uint(0),
+        (FieldEncoding::Uniquifier { .. }, None) => FieldRef::Uint(uniquifier.unwrap_or(0)),
         (_, None) => {
             return Err(bad(format!(
                 "point has no tag `{}`, a key field of table `{}`",
@@ -511,6 +635,7 @@ pub fn write_lines(
     let mut out = LinesWritten::default();
     let mut pending = Vec::new();
     let mut lines_before = 0;
+    let mut seen = None;
     let mut rest = text;
     while !rest.is_empty() {
         let cut = if rest.len() <= WRITE_PIECE_BYTES {
@@ -523,7 +648,9 @@ pub fn write_lines(
         rest = after;
         let mut encoder =
             PointEncoder::new(table, store.max_value_size()).map_err(WriteLinesError::Table)?;
+        encoder.set_seen(seen.take());
         let errors = encoder.add_lines(piece, precision, now_ms);
+        seen = encoder.take_seen();
         out.rejected.extend(
             errors
                 .into_iter()
@@ -650,5 +777,46 @@ mod tests {
                 (b"user".to_vec(), 1000, Value::Float(1.5)),
             ]
         );
+    }
+
+    #[test]
+    fn uniquifiers_number_points_again_the_same_for_a_message_read_twice() {
+        let mut t = table();
+        t.key.fields.push(crate::key::KeyField {
+            name: "seq".into(),
+            encoding: FieldEncoding::Uniquifier { width: 8 },
+        });
+        let keys = |partition: i32, offset: i64| {
+            let mut enc = PointEncoder::new(&t, 1 << 10).expect("encoder");
+            enc.set_uniquifiers(Uniquifiers::Message { partition, offset });
+            let errors = enc
+                .add_body(
+                    Format::Line,
+                    b"cpu,host=h1 v=1 1000\ncpu,host=h1 v=2 1000\n",
+                    None,
+                    0,
+                )
+                .expect("body");
+            assert!(errors.is_empty(), "{errors:?}");
+            let batch = enc.finish().into_batch();
+            (0..batch.rows())
+                .map(|i| batch.row_key(i).expect("key").to_vec())
+                .collect::<Vec<_>>()
+        };
+        let first = keys(3, 41);
+        assert_eq!(first.len(), 2, "same-time points of one message stay apart");
+        assert_ne!(first[0], first[1]);
+        assert_eq!(keys(3, 41), first, "a replayed message rewrites its points");
+        assert!(keys(3, 42).iter().all(|k| !first.contains(k)));
+        assert!(keys(4, 41).iter().all(|k| !first.contains(k)));
+        // HTTP writes draw from the sequence: never the same number twice.
+        let mut enc = PointEncoder::new(&t, 1 << 10).expect("encoder");
+        for _ in 0..2 {
+            enc.add_body(Format::Line, b"cpu,host=h1 v=1 1000\n", None, 0)
+                .expect("body");
+        }
+        let batch = enc.finish().into_batch();
+        assert_eq!(batch.rows(), 2);
+        assert_ne!(batch.row_key(0), batch.row_key(1));
     }
 }

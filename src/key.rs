@@ -9,7 +9,8 @@
 //!   `host` before the timestamp keeps a series contiguous.
 //! - **Encodings** make byte order equal logical order: fixed-width strings
 //!   padded with zero bytes (so "a" < "ab" < "b", and "02" < "10"), big-endian
-//!   unsigned integers, timestamps (epoch ms, big-endian), reversed
+//!   unsigned integers, timestamps (epoch time in the table's unit, ms by
+//!   default, big-endian), reversed
 //!   timestamps (`u64::MAX - ts`, newest first) and uniquifiers.
 //! - **Salt** spreads writes over `buckets` pre-split regions: the series
 //!   identity by default (OpenTSDB: one series stays in one bucket), or the
@@ -35,9 +36,10 @@ pub enum FieldEncoding {
     String { width: usize },
     /// Unsigned integer in `width` bytes (1, 2, 4 or 8), big-endian.
     Uint { width: usize },
-    /// Epoch milliseconds, 8 bytes big-endian: oldest first.
+    /// Epoch time in the schema's [`TimeUnit`] (ms by default), 8 bytes
+    /// big-endian: oldest first.
     Timestamp,
-    /// `u64::MAX - epoch ms`, 8 bytes big-endian: newest first.
+    /// `u64::MAX - epoch time`, 8 bytes big-endian: newest first.
     ReversedTimestamp,
     /// A number that makes otherwise equal keys distinct (a sequence or
     /// nanotime suffix), `width` bytes big-endian.
@@ -188,6 +190,84 @@ pub struct KeySchema {
     /// Bytes of MD5 put before the fields (hashed-key mode); 0 for none.
     #[serde(default)]
     pub md5_prefix: usize,
+    /// What one step of the time fields is: `s`, `ms` (the default), `us`
+    /// or `ns`. Points keep every distinct time the unit holds; cell
+    /// versions stay in milliseconds (TTL and the region clock use them).
+    #[serde(default, skip_serializing_if = "TimeUnit::is_default")]
+    pub time_unit: TimeUnit,
+}
+
+/// The unit of a table's time fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum TimeUnit {
+    #[serde(rename = "s")]
+    Seconds,
+    #[default]
+    #[serde(rename = "ms")]
+    Milliseconds,
+    #[serde(rename = "us")]
+    Microseconds,
+    #[serde(rename = "ns")]
+    Nanoseconds,
+}
+
+impl TimeUnit {
+    fn is_default(&self) -> bool {
+        *self == TimeUnit::Milliseconds
+    }
+
+    /// Steps of this unit in a second.
+    pub fn per_second(self) -> u64 {
+        match self {
+            TimeUnit::Seconds => 1,
+            TimeUnit::Milliseconds => 1_000,
+            TimeUnit::Microseconds => 1_000_000,
+            TimeUnit::Nanoseconds => 1_000_000_000,
+        }
+    }
+
+    /// `s`, `ms`, `us` or `ns`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Seconds => "s",
+            TimeUnit::Milliseconds => "ms",
+            TimeUnit::Microseconds => "us",
+            TimeUnit::Nanoseconds => "ns",
+        }
+    }
+
+    /// `t` (in this unit) in whole epoch milliseconds, rounded down; `None`
+    /// past the u64 range (seconds beyond year 584 million).
+    pub fn to_ms_floor(self, t: u64) -> Option<u64> {
+        match self {
+            TimeUnit::Seconds => t.checked_mul(1_000),
+            TimeUnit::Milliseconds => Some(t),
+            TimeUnit::Microseconds => Some(t / 1_000),
+            TimeUnit::Nanoseconds => Some(t / 1_000_000),
+        }
+    }
+
+    /// Like [`TimeUnit::to_ms_floor`] but rounded up, and saturating: an
+    /// exclusive end that still lets every time below `t` in.
+    pub fn to_ms_ceil(self, t: u64) -> u64 {
+        match self {
+            TimeUnit::Seconds => t.saturating_mul(1_000),
+            TimeUnit::Milliseconds => t,
+            TimeUnit::Microseconds => t.div_ceil(1_000),
+            TimeUnit::Nanoseconds => t.div_ceil(1_000_000),
+        }
+    }
+
+    /// The first time of this unit at or after `ms` epoch milliseconds,
+    /// saturating (so an open end stays open).
+    pub fn from_ms_ceil(self, ms: u64) -> u64 {
+        match self {
+            TimeUnit::Seconds => ms.div_ceil(1_000),
+            TimeUnit::Milliseconds => ms,
+            TimeUnit::Microseconds => ms.saturating_mul(1_000),
+            TimeUnit::Nanoseconds => ms.saturating_mul(1_000_000),
+        }
+    }
 }
 
 /// A field value.
@@ -285,6 +365,25 @@ impl KeySchema {
         }
         if self.md5_prefix > 16 {
             return Err(invalid("md5_prefix is at most 16 bytes".into()));
+        }
+        if self.time_unit != TimeUnit::Milliseconds
+            && !self.fields.iter().any(|f| f.encoding.is_time())
+        {
+            return Err(invalid(format!(
+                "time_unit `{}` needs a timestamp or reversed_timestamp key field",
+                self.time_unit.name()
+            )));
+        }
+        let uniquifiers = self
+            .fields
+            .iter()
+            .filter(|f| matches!(f.encoding, FieldEncoding::Uniquifier { .. }))
+            .count();
+        if uniquifiers > 1 {
+            return Err(invalid(
+                "a key has at most one uniquifier field: one number already makes equal keys distinct"
+                    .into(),
+            ));
         }
         if let Some(s) = &self.salt {
             if !(s.width == 1 || s.width == 2) {

@@ -29,9 +29,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, Result};
-use crate::key::{FieldEncoding, FieldValue, KeySchema};
+use crate::key::{FieldEncoding, FieldValue, KeySchema, TimeUnit};
 use crate::scan::{
-    CellSink, Columns, ContinuationToken, RowCells, Scan, ScannedRow, TimeRange, prefix_successor,
+    CellSink, Columns, CompareOp, ContinuationToken, Filter, Operand, RowCells, Scan, ScannedRow,
+    TimeRange, prefix_successor,
 };
 use crate::store::{Table, TableScanner};
 
@@ -55,6 +56,41 @@ pub struct Aggregate {
     /// Window length in ms; absent: one window over the whole range.
     #[serde(default)]
     pub downsample_ms: Option<u64>,
+    /// Window length in the table's time unit (instead of `downsample_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downsample: Option<u64>,
+}
+
+impl Aggregate {
+    /// The window length in `unit`, from whichever of the two was given.
+    fn window(&self, unit: TimeUnit) -> Result<Option<u64>> {
+        let window = match (self.downsample, self.downsample_ms) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidInput(
+                    "give downsample (in the table's time unit) or downsample_ms, not both".into(),
+                ));
+            }
+            (Some(w), None) => Some(w),
+            (None, Some(ms)) => {
+                let w = unit.from_ms_ceil(ms);
+                if unit.to_ms_floor(w) != Some(ms) {
+                    return Err(Error::InvalidInput(format!(
+                        "downsample_ms {ms} is not a whole number of the table's {}: give downsample in {}",
+                        unit.name(),
+                        unit.name()
+                    )));
+                }
+                Some(w)
+            }
+            (None, None) => None,
+        };
+        if window == Some(0) {
+            return Err(Error::InvalidInput(
+                "the downsample window must be at least 1".into(),
+            ));
+        }
+        Ok(window)
+    }
 }
 
 /// A logical query. `Default` is every row of the table, oldest key first.
@@ -64,11 +100,17 @@ pub struct Query {
     /// Values of leading key fields, in key order (`[["metric","cpu"],["host","h1"]]`).
     #[serde(default)]
     pub series: Vec<(String, FieldValue)>,
-    /// Time range `[start_ms, end_ms)` on the key's timestamp field.
+    /// Time range `[start_ms, end_ms)` on the key's timestamp field, in
+    /// epoch milliseconds...
     #[serde(default)]
     pub start_ms: Option<u64>,
     #[serde(default)]
     pub end_ms: Option<u64>,
+    /// ...or `[start, end)` in the table's time unit (ns for an ns table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<u64>,
     /// Column family; the table's first when absent.
     #[serde(default)]
     pub family: Option<String>,
@@ -86,6 +128,22 @@ pub struct Query {
     pub continuation: Option<String>,
     #[serde(default)]
     pub aggregate: Option<Aggregate>,
+    /// Keep only values (or, with `field`, rows) that compare true.
+    #[serde(default)]
+    pub value_filter: Option<ValueFilter>,
+}
+
+/// A value predicate of a query, compared typed (see [`Operand`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueFilter {
+    pub op: CompareOp,
+    pub value: Operand,
+    /// Keep the rows whose value of this field compares true, with all
+    /// their asked fields (`usage_user > 90`, and the row's other fields);
+    /// without it, keep each field value that compares true on its own.
+    #[serde(default)]
+    pub field: Option<String>,
 }
 
 /// One page of raw rows, in logical order.
@@ -101,8 +159,9 @@ pub struct QueryPage {
 pub struct SeriesAggregate {
     pub series: Vec<(String, FieldValue)>,
     pub field: String,
-    /// Start of the downsample window, when downsampling.
-    pub window_ms: Option<u64>,
+    /// Start of the downsample window (in the table's time unit), when
+    /// downsampling.
+    pub window: Option<u64>,
     pub values: Vec<(AggFn, f64)>,
 }
 
@@ -217,8 +276,10 @@ struct Plan {
     /// Offset of the timestamp field in the key, when rows must be filtered
     /// on it (it does not follow the series fields directly).
     ts_filter: Option<(usize, FieldEncoding)>,
+    /// `[start, end)` in `unit`, the table's.
     start: u64,
     end: u64,
+    unit: TimeUnit,
 }
 
 impl Plan {
@@ -233,9 +294,10 @@ impl Plan {
     /// rows as the key's timestamp field — and lets scans leave out store
     /// files entirely older than the range without opening them.
     fn cell_time_range(&self) -> TimeRange {
+        // Cell versions are the key's time in whole milliseconds.
         TimeRange {
-            min: self.start,
-            max: self.end,
+            min: self.unit.to_ms_floor(self.start).unwrap_or(u64::MAX),
+            max: self.unit.to_ms_ceil(self.end),
         }
     }
 }
@@ -286,8 +348,9 @@ fn time_window(
     }
 }
 
-/// The query's family (the table's first by default) and column selection.
-fn query_columns(table: &Table, q: &Query) -> Result<Columns> {
+/// The query's family (the table's first by default), column selection
+/// and value filter.
+fn query_columns(table: &Table, q: &Query) -> Result<(Columns, Vec<Filter>)> {
     let family = q
         .family
         .clone()
@@ -296,7 +359,36 @@ fn query_columns(table: &Table, q: &Query) -> Result<Columns> {
     if !table.desc.families.iter().any(|f| f.name == family) {
         return Err(Error::UnknownFamily(family));
     }
-    Ok(if q.fields.is_empty() {
+    let filters = match &q.value_filter {
+        None => Vec::new(),
+        Some(ValueFilter {
+            op,
+            value,
+            field: None,
+        }) => vec![Filter::Value {
+            op: *op,
+            operand: value.clone(),
+        }],
+        Some(ValueFilter {
+            op,
+            value,
+            field: Some(field),
+        }) => {
+            if !q.fields.is_empty() && !q.fields.contains(field) {
+                return Err(Error::InvalidInput(format!(
+                    "value_filter.field `{field}` must be one of the query's fields, or leave `fields` empty"
+                )));
+            }
+            vec![Filter::SingleColumnValue {
+                family: family.clone().into_bytes(),
+                qualifier: field.clone().into_bytes(),
+                op: *op,
+                operand: value.clone(),
+                filter_if_missing: true,
+            }]
+        }
+    };
+    let columns = if q.fields.is_empty() {
         Columns {
             families: vec![family.into_bytes()],
             columns: vec![],
@@ -310,7 +402,8 @@ fn query_columns(table: &Table, q: &Query) -> Result<Columns> {
                 .map(|f| (family.clone().into_bytes(), f.clone().into_bytes()))
                 .collect(),
         }
-    })
+    };
+    Ok((columns, filters))
 }
 
 fn key_ts(key: &[u8], at: usize, enc: &FieldEncoding) -> Option<u64> {
@@ -358,8 +451,20 @@ fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
         }
     }
     let lead = schema.encode_leading(&values)?;
-    let start = q.start_ms.unwrap_or(0);
-    let end = q.end_ms.unwrap_or(u64::MAX);
+    let unit = schema.time_unit;
+    let either = |t: Option<u64>, ms: Option<u64>, name: &str| match (t, ms) {
+        (Some(_), Some(_)) => Err(Error::InvalidInput(format!(
+            "give {name} (in the table's time unit) or {name}_ms, not both"
+        ))),
+        (Some(t), None) => Ok(Some(t)),
+        (None, ms) => Ok(ms.map(|ms| unit.from_ms_ceil(ms))),
+    };
+    let (q_start, q_end) = (
+        either(q.start, q.start_ms, "start")?,
+        either(q.end, q.end_ms, "end")?,
+    );
+    let start = q_start.unwrap_or(0);
+    let end = q_end.unwrap_or(u64::MAX);
     if start > end {
         return Err(Error::InvalidInput(format!(
             "time range is inverted: start {start} > end {end}"
@@ -378,10 +483,10 @@ fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             if start < end {
                 (lo, hi) = time_window(&lead, &enc, start, end);
             }
-        } else if q.start_ms.is_some() || q.end_ms.is_some() {
+        } else if q_start.is_some() || q_end.is_some() {
             ts_filter = Some((at, enc));
         }
-    } else if q.start_ms.is_some() || q.end_ms.is_some() {
+    } else if q_start.is_some() || q_end.is_some() {
         return Err(Error::InvalidInput(
             "the table's key has no timestamp field: drop the time range".into(),
         ));
@@ -396,6 +501,7 @@ fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
         ts_filter,
         start,
         end,
+        unit,
     })
 }
 
@@ -527,7 +633,7 @@ impl QueryRows {
             }
             None => None,
         };
-        let columns = query_columns(&table, q)?;
+        let (columns, filters) = query_columns(&table, q)?;
         // Each bucket needs at most offset + limit rows — counted after the
         // timestamp filter, so with a filter the scanners cannot stop early on
         // their own (the merge still reads only a batch ahead per bucket).
@@ -566,6 +672,7 @@ impl QueryRows {
                 start: Some(start),
                 stop,
                 columns: columns.clone(),
+                filters: filters.clone(),
                 time_range: p.cell_time_range(),
                 limit: need,
                 reverse: q.reverse,
@@ -794,8 +901,9 @@ struct BucketAgg<'a> {
     identity: &'a [std::ops::Range<usize>],
     ts_at: usize,
     ts_enc: &'a FieldEncoding,
-    start_ms: u64,
-    end_ms: u64,
+    /// `[start, end)` in the table's time unit.
+    start: u64,
+    end: u64,
     window: Option<u64>,
     partials: BucketPartials,
     /// The series of the rows being read: a bucket's rows come series by
@@ -857,7 +965,7 @@ impl CellSink for BucketAgg<'_> {
                 series.clear();
                 series.extend_from_slice(prefix);
                 skip.series_open = false;
-                let (lo, _) = time_window(prefix, self.ts_enc, self.start_ms, self.end_ms);
+                let (lo, _) = time_window(prefix, self.ts_enc, self.start, self.end);
                 if compare_bytes(key, &lo).is_lt() {
                     skip.seek_to = Some(lo);
                     return false;
@@ -868,7 +976,7 @@ impl CellSink for BucketAgg<'_> {
         let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
             return true;
         };
-        if ts < self.start_ms || ts >= self.end_ms {
+        if ts < self.start || ts >= self.end {
             // A skip scan is at or after the series' window here, so past
             // it: the rest of the series is left by a seek.
             return self.skip.is_none();
@@ -922,7 +1030,15 @@ type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
 type BucketPartials = BTreeMap<Vec<u8>, FieldPartials>;
 
 /// Runs an aggregated query: partials per bucket in parallel, combined.
-pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<SeriesAggregate>> {
+/// One page of aggregates, in (series, field, window) order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregatePage {
+    pub aggregates: Vec<SeriesAggregate>,
+    /// Where the next page starts, when `limit` cut this one short.
+    pub continuation: Option<ContinuationToken>,
+}
+
+pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<AggregatePage> {
     let agg = q
         .aggregate
         .clone()
@@ -932,11 +1048,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             "aggregate needs at least one function".into(),
         ));
     }
-    if agg.downsample_ms == Some(0) {
-        return Err(Error::InvalidInput(
-            "downsample_ms must be at least 1".into(),
-        ));
-    }
+    let window = agg.window(table.desc.key.time_unit)?;
     let schema = table.desc.key.clone();
     let p = plan(&schema, q)?;
     p.record_buckets();
@@ -957,6 +1069,17 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         }
         at += w;
     }
+    let identity_len: usize = identity.iter().map(|r| r.len()).sum();
+    let after = match &q.continuation {
+        Some(t) => Some(
+            decode_agg_key(&ContinuationToken::decode(t)?.row, identity_len).ok_or_else(|| {
+                Error::InvalidInput(
+                    "continuation token is not one of this aggregate query's".into(),
+                )
+            })?,
+        ),
+        None => None,
+    };
     // Skip scan: when fields sit between the query's series and the
     // timestamp (all hosts of a metric, say), each series is found, its time
     // window read directly, and the scan jumps to the next series — instead
@@ -967,7 +1090,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
             .iter()
             .take_while(|f| !f.encoding.is_time())
             .all(|f| f.encoding.is_identity());
-    let columns = query_columns(&table, q)?;
+    let (columns, filters) = query_columns(&table, q)?;
     let mut waits = Vec::new();
     for &b in &p.buckets {
         let salt = schema.salt_bytes(b);
@@ -985,17 +1108,18 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         let (tx, rx) = bounded(1);
         let identity = identity.clone();
         let ts_enc = ts_enc.clone();
-        let (start_ms, end_ms, window) = (p.start, p.end, agg.downsample_ms);
+        let (start, end) = (p.start, p.end);
         let time_range = p.cell_time_range();
         let table = table.clone();
         let columns = columns.clone();
+        let filters = filters.clone();
         let job: Job = Box::new(move || {
             let mut agg = BucketAgg {
                 identity: &identity,
                 ts_at,
                 ts_enc: &ts_enc,
-                start_ms,
-                end_ms,
+                start,
+                end,
                 window,
                 partials: BTreeMap::new(),
                 current: None,
@@ -1010,6 +1134,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
                         start: Some(start),
                         stop,
                         columns: columns.clone(),
+                        filters: filters.clone(),
                         time_range,
                         ..Scan::new()
                     },
@@ -1086,18 +1211,66 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Vec<S
         })
         .map(|f| f.name.as_str())
         .collect();
-    let out = all
-        .into_iter()
-        .skip(q.offset)
-        .take(q.limit.unwrap_or(usize::MAX))
-        .map(|((series, field, window), p)| SeriesAggregate {
-            series: decode_identity(&schema, &names, &series),
-            field: String::from_utf8_lossy(&field).into_owned(),
-            window_ms: window,
+    let after = match after {
+        Some(k) => std::ops::Bound::Excluded(k),
+        None => std::ops::Bound::Unbounded,
+    };
+    let mut rest = all
+        .range((after, std::ops::Bound::Unbounded))
+        .skip(q.offset);
+    let mut aggregates = Vec::new();
+    let mut last = None;
+    for ((series, field, window), p) in rest.by_ref().take(q.limit.unwrap_or(usize::MAX)) {
+        aggregates.push(SeriesAggregate {
+            series: decode_identity(&schema, &names, series),
+            field: String::from_utf8_lossy(field).into_owned(),
+            window: *window,
             values: agg.functions.iter().map(|f| (*f, p.value(*f))).collect(),
-        })
-        .collect();
-    Ok(out)
+        });
+        last = Some((series, field, window));
+    }
+    let continuation = match (rest.next(), last) {
+        (Some(_), Some(last)) => Some(ContinuationToken {
+            row: encode_agg_key(last),
+            reverse: false,
+        }),
+        _ => None,
+    };
+    Ok(AggregatePage {
+        aggregates,
+        continuation,
+    })
+}
+
+/// An aggregate's place in the answer's order, as a continuation token
+/// carries it: the series identity (fixed width for a table), the field's
+/// length (u16 BE) and name, then the window (1 and 8 bytes BE, or 0).
+fn encode_agg_key((series, field, window): (&Vec<u8>, &Vec<u8>, &Option<u64>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(series.len() + field.len() + 11);
+    out.extend_from_slice(series);
+    out.extend_from_slice(&(field.len() as u16).to_be_bytes());
+    out.extend_from_slice(field);
+    match window {
+        Some(w) => {
+            out.push(1);
+            out.extend_from_slice(&w.to_be_bytes());
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+fn decode_agg_key(bytes: &[u8], identity_len: usize) -> Option<AggKey> {
+    let series = bytes.get(..identity_len)?.to_vec();
+    let rest = &bytes[identity_len..];
+    let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+    let field = rest.get(2..2 + len)?.to_vec();
+    let window = match rest.get(2 + len..)? {
+        [0] => None,
+        [1, w @ ..] => Some(u64::from_be_bytes(w.try_into().ok()?)),
+        _ => return None,
+    };
+    Some((series, field, window))
 }
 
 fn decode_identity(schema: &KeySchema, names: &[&str], bytes: &[u8]) -> Vec<(String, FieldValue)> {

@@ -9,7 +9,6 @@
 pub mod merge;
 pub mod resolve;
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -44,37 +43,16 @@ impl TimeRange {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompareOp {
-    Less,
-    LessOrEqual,
-    Equal,
-    NotEqual,
-    GreaterOrEqual,
-    Greater,
-}
-
-impl CompareOp {
-    pub fn test(self, actual: &[u8], operand: &[u8]) -> bool {
-        let o = actual.cmp(operand);
-        match self {
-            CompareOp::Less => o == Ordering::Less,
-            CompareOp::LessOrEqual => o != Ordering::Greater,
-            CompareOp::Equal => o == Ordering::Equal,
-            CompareOp::NotEqual => o != Ordering::Equal,
-            CompareOp::GreaterOrEqual => o != Ordering::Less,
-            CompareOp::Greater => o == Ordering::Greater,
-        }
-    }
-}
+pub use crate::value::{CompareOp, Operand};
 
 /// Filters, all of which must pass (HBase's FilterList MUST_PASS_ALL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Filter {
     /// Keep cells whose qualifier starts with the prefix.
     ColumnPrefix(Vec<u8>),
-    /// Keep cells whose value compares true (HBase ValueFilter).
-    Value { op: CompareOp, value: Vec<u8> },
+    /// Keep cells whose value compares true (HBase ValueFilter), typed
+    /// as [`Operand`] says.
+    Value { op: CompareOp, operand: Operand },
     /// Keep rows whose newest value of one column compares true (HBase
     /// SingleColumnValueFilter). Rows without the column pass unless
     /// `filter_if_missing`.
@@ -82,7 +60,7 @@ pub enum Filter {
         family: Vec<u8>,
         qualifier: Vec<u8>,
         op: CompareOp,
-        value: Vec<u8>,
+        operand: Operand,
         filter_if_missing: bool,
     },
 }
@@ -906,7 +884,7 @@ impl Assembler {
             let value = g.value(e);
             let pass = self.filters.iter().all(|f| match f {
                 Filter::ColumnPrefix(p) => g.qualifier.starts_with(p),
-                Filter::Value { op, value: operand } => op.test(value, operand),
+                Filter::Value { op, operand } => operand.passes(*op, value),
                 Filter::SingleColumnValue { .. } => true,
             });
             if !pass {
@@ -930,14 +908,14 @@ impl Assembler {
                 family,
                 qualifier,
                 op,
-                value,
+                operand,
                 filter_if_missing,
             } => match row
                 .view()
                 .cells()
                 .find(|c| c.family == family.as_slice() && c.qualifier == qualifier.as_slice())
             {
-                Some(c) => op.test(c.value, value),
+                Some(c) => operand.passes(*op, c.value),
                 None => !filter_if_missing,
             },
             _ => true,

@@ -26,7 +26,7 @@ use crate::cell::{EntryBatch, Row, RowMutation};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::query::{Query, QueryPage, QueryPool, QueryRows, SeriesAggregate};
+use crate::query::{AggregatePage, Query, QueryPage, QueryPool, QueryRows};
 use crate::region::block_cache::BlockCache;
 use crate::region::maintenance::Maintenance;
 use crate::region::wal::record::Origin;
@@ -988,7 +988,7 @@ impl Store {
     }
 
     /// A logical series query with aggregation pushed into the bucket scans.
-    pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<Vec<SeriesAggregate>> {
+    pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<AggregatePage> {
         crate::query::aggregate(self.table(name)?, &self.pool, q)
     }
 

@@ -205,11 +205,14 @@ fn ndjson_streams_whole_answers_and_pages_with_a_trailer() {
         NDJSON,
         &json!({"table": "cpu", "series": [["metric", "cpu"]], "aggregate": {"functions": ["max"]}}),
     );
-    let lines: Vec<Value> = r
+    let mut lines: Vec<Value> = r
         .text()
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect();
+    // The last line is a trailer: how many, and no continuation (no limit).
+    let trailer = lines.pop().expect("trailer");
+    assert_eq!(trailer, json!({"aggregates": HOSTS, "continuation": null}));
     assert_eq!(lines.len(), HOSTS as usize);
     for l in &lines {
         let h = l["series"]["host"].as_str().expect("host");

@@ -354,7 +354,7 @@ fn an_unfinished_write_does_not_hold_up_the_flush_a_later_write_waits_for() {
         enc.add_body(
             halite::ingest::Format::Line,
             body.as_bytes(),
-            halite::ingest::line_protocol::Precision::Nanoseconds,
+            Some(halite::ingest::line_protocol::Precision::Milliseconds),
             1,
         )
         .expect("encode");

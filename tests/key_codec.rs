@@ -5,7 +5,7 @@
 
 use std::cmp::Ordering;
 
-use halite::key::{FieldEncoding, FieldValue, KeyField, KeySchema, Salt, SaltFrom};
+use halite::key::{FieldEncoding, FieldValue, KeyField, KeySchema, Salt, SaltFrom, TimeUnit};
 use proptest::prelude::*;
 
 fn field(name: &str, encoding: FieldEncoding) -> KeyField {
@@ -32,6 +32,7 @@ fn schemas() -> Vec<KeySchema> {
             fields: base.clone(),
             salt: None,
             md5_prefix: 0,
+            time_unit: TimeUnit::default(),
         },
         KeySchema {
             fields: base.clone(),
@@ -41,6 +42,7 @@ fn schemas() -> Vec<KeySchema> {
                 from: SaltFrom::Series,
             }),
             md5_prefix: 0,
+            time_unit: TimeUnit::default(),
         },
         KeySchema {
             fields: ints.clone(),
@@ -50,11 +52,13 @@ fn schemas() -> Vec<KeySchema> {
                 from: SaltFrom::Timestamp,
             }),
             md5_prefix: 0,
+            time_unit: TimeUnit::default(),
         },
         KeySchema {
             fields: ints,
             salt: None,
             md5_prefix: 0,
+            time_unit: TimeUnit::default(),
         },
     ]
 }
@@ -145,6 +149,7 @@ fn padding_orders_like_the_seed_articles_say() {
         fields: vec![field("id", FieldEncoding::String { width: 4 })],
         salt: None,
         md5_prefix: 0,
+        time_unit: TimeUnit::default(),
     };
     let enc = |v: &str| {
         s.encode_ordered(&[FieldValue::Str(v.into())])

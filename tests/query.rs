@@ -311,10 +311,11 @@ fn check_aggregates_over(
                 AggFn::Sum,
             ],
             downsample_ms: Some(100_000),
+            downsample: None,
         }),
         ..Query::default()
     };
-    let got = store.aggregate(name, &q).expect("aggregate");
+    let got = store.aggregate(name, &q).expect("aggregate").aggregates;
     // Oracle: per host and 100 s window over [start, end).
     let mut want: BTreeMap<(u64, u64), Vec<(u64, f64)>> = BTreeMap::new();
     for (h, ts, v) in oracle.values() {
@@ -327,7 +328,7 @@ fn check_aggregates_over(
     assert_eq!(got.len(), want.len());
     for (g, ((h, w), pts)) in got.iter().zip(&want) {
         assert_eq!(g.series[1].1, FieldValue::Str(format!("host_{h:02}")));
-        assert_eq!(g.window_ms, Some(*w));
+        assert_eq!(g.window, Some(*w));
         assert_eq!(g.field, "usage_user");
         let vals: Vec<f64> = pts.iter().map(|p| p.1).collect();
         let first = pts.iter().min_by_key(|p| p.0).expect("points").1;
@@ -491,13 +492,247 @@ fn queries_leave_out_store_files_older_than_their_time_range() {
                 aggregate: Some(Aggregate {
                     functions: vec![AggFn::Count],
                     downsample_ms: None,
+                    downsample: None,
                 }),
                 ..q
             },
         )
         .expect("aggregate");
-    let counted: f64 = agg.iter().map(|a| a.values[0].1).sum();
+    let counted: f64 = agg.aggregates.iter().map(|a| a.values[0].1).sum();
     assert_eq!(counted as usize, want.len() * FIELDS.len());
     assert!(skipped() > before);
     store.close().expect("close");
+}
+
+/// A cell value of the filter test: the model knows it as a number (every
+/// integer here is below 2^53, so f64 holds it exactly), a string or a bool.
+#[derive(Debug, Clone)]
+enum Typed {
+    Num(Value),
+    Str(String),
+    Bool(bool),
+}
+
+impl Typed {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Typed::Num(v) => v.encode(),
+            Typed::Str(s) => Value::Str(s.clone()).encode(),
+            Typed::Bool(b) => Value::Bool(*b).encode(),
+        }
+    }
+}
+
+fn arb_typed() -> impl proptest::strategy::Strategy<Value = Typed> {
+    use proptest::prelude::*;
+    prop_oneof![
+        prop::sample::select(vec![
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -5.0,
+            -0.0,
+            0.0,
+            5.0,
+            50.0,
+            99.5
+        ])
+        .prop_map(|f| Typed::Num(Value::Float(f))),
+        (-100.0f64..100.0).prop_map(|f| Typed::Num(Value::Float(f))),
+        (-100i64..100).prop_map(|i| Typed::Num(Value::Int(i))),
+        (0u64..100).prop_map(|u| Typed::Num(Value::Uint(u))),
+        "[a-c]{0,2}".prop_map(Typed::Str),
+        any::<bool>().prop_map(Typed::Bool),
+    ]
+}
+
+fn arb_operand() -> impl proptest::strategy::Strategy<Value = halite::scan::Operand> {
+    use halite::scan::Operand;
+    use proptest::prelude::*;
+    prop_oneof![
+        prop::sample::select(vec![-5.0, 0.0, 5.0, 50.0]).prop_map(Operand::Float),
+        (-100.0f64..100.0).prop_map(Operand::Float),
+        (-100i64..100).prop_map(Operand::Int),
+        (0u64..100).prop_map(Operand::Uint),
+        "[a-c]{0,2}".prop_map(Operand::Str),
+        any::<bool>().prop_map(Operand::Bool),
+    ]
+}
+
+/// The plain model: numbers by value, strings by text, bools false < true;
+/// NaN is unordered (only `!=` holds); another kind never passes.
+fn model_passes(
+    op: halite::scan::CompareOp,
+    cell: &Typed,
+    operand: &halite::scan::Operand,
+) -> bool {
+    use halite::scan::{CompareOp, Operand};
+    use std::cmp::Ordering;
+    let number = |v: &Value| v.as_f64();
+    let order = match (cell, operand) {
+        (Typed::Num(v), Operand::Float(x)) => number(v).map(|a| a.partial_cmp(x)),
+        (Typed::Num(v), Operand::Int(x)) => number(v).map(|a| a.partial_cmp(&(*x as f64))),
+        (Typed::Num(v), Operand::Uint(x)) => number(v).map(|a| a.partial_cmp(&(*x as f64))),
+        (Typed::Str(s), Operand::Str(x)) => Some(Some(s.cmp(x))),
+        (Typed::Bool(b), Operand::Bool(x)) => Some(Some(b.cmp(x))),
+        _ => None,
+    };
+    match order {
+        None => false,
+        Some(None) => op == CompareOp::NotEqual,
+        Some(Some(o)) => match op {
+            CompareOp::Less => o == Ordering::Less,
+            CompareOp::LessOrEqual => o != Ordering::Greater,
+            CompareOp::Equal => o == Ordering::Equal,
+            CompareOp::NotEqual => o != Ordering::Equal,
+            CompareOp::GreaterOrEqual => o != Ordering::Less,
+            CompareOp::Greater => o == Ordering::Greater,
+        },
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+
+    /// Value filters compare typed values, in raw scans (cell and row
+    /// filters) and in series queries (raw rows, rows by one field, and
+    /// aggregates), from MemStores and store files alike.
+    #[test]
+    fn value_filters_agree_with_a_model_in_scans_and_queries(
+        values in proptest::collection::vec((arb_typed(), arb_typed()), 24),
+        operands in proptest::collection::vec(arb_operand(), 3),
+    ) {
+        use halite::query::ValueFilter;
+        use halite::scan::{CompareOp, Filter, Scan};
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path());
+        let name = TableName::parse("vf").expect("name");
+        store.create_table(&table("vf", "series")).expect("create");
+        let schema: KeySchema = store.table(&name).expect("table").desc.key.clone();
+        // Rows: 3 hosts x 8 times; fields `a` and `b`.
+        let mut model: BTreeMap<Vec<u8>, (u64, [Typed; 2])> = BTreeMap::new();
+        for (i, (a, b)) in values.iter().enumerate() {
+            let (h, ts) = (i as u64 % 3, T0 + (i as u64 / 3) * 1000);
+            let key = cpu_key(&schema, h, ts);
+            let m = RowMutation::new(key.clone())
+                .put("f", "a", ts, a.encode())
+                .put("f", "b", ts, b.encode());
+            store.write(&name, vec![m], None).expect("write");
+            model.insert(key[1..].to_vec(), (h, [a.clone(), b.clone()]));
+            if i == values.len() / 2 {
+                store.flush_all().expect("flush");
+            }
+        }
+        let ops = [
+            CompareOp::Less,
+            CompareOp::LessOrEqual,
+            CompareOp::Equal,
+            CompareOp::NotEqual,
+            CompareOp::GreaterOrEqual,
+            CompareOp::Greater,
+        ];
+        for operand in &operands {
+            for op in ops {
+                // Cells that pass, as (unsalted row, qualifier).
+                let want_cells: Vec<(Vec<u8>, Vec<u8>)> = model
+                    .iter()
+                    .flat_map(|(k, (_, v))| {
+                        [("a", &v[0]), ("b", &v[1])]
+                            .into_iter()
+                            .filter(|(_, t)| model_passes(op, t, operand))
+                            .map(|(q, _)| (k.clone(), q.as_bytes().to_vec()))
+                    })
+                    .collect();
+                let cells_of = |rows: Vec<(Vec<u8>, Vec<Vec<u8>>)>| -> Vec<(Vec<u8>, Vec<u8>)> {
+                    let mut out: Vec<_> = rows
+                        .into_iter()
+                        .flat_map(|(k, qs)| qs.into_iter().map(move |q| (k[1..].to_vec(), q)))
+                        .collect();
+                    out.sort();
+                    out
+                };
+                let scan = store
+                    .scan(&name, &Scan {
+                        filters: vec![Filter::Value { op, operand: operand.clone() }],
+                        ..Scan::new()
+                    })
+                    .expect("scan");
+                let got = cells_of(
+                    scan.rows
+                        .iter()
+                        .map(|r| (r.key.clone(), r.cells.iter().map(|c| c.qualifier.to_vec()).collect()))
+                        .collect(),
+                );
+                proptest::prop_assert_eq!(&got, &want_cells, "scan cells {} {:?}", op.as_str(), operand);
+
+                let q = Query {
+                    series: series(None),
+                    value_filter: Some(ValueFilter { op, value: operand.clone(), field: None }),
+                    ..Query::default()
+                };
+                let page = store.query(&name, &q).expect("query");
+                let got = cells_of(
+                    page.rows
+                        .iter()
+                        .map(|r| {
+                            (r.key().to_vec(), (0..r.cell_count()).map(|i| r.cell(i).qualifier.to_vec()).collect())
+                        })
+                        .collect(),
+                );
+                proptest::prop_assert_eq!(&got, &want_cells, "query cells {} {:?}", op.as_str(), operand);
+
+                // Rows by field `a`: the whole row when `a` passes.
+                let want_rows: Vec<Vec<u8>> = model
+                    .iter()
+                    .filter(|(_, (_, v))| model_passes(op, &v[0], operand))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let by_field = Query {
+                    value_filter: Some(ValueFilter { op, value: operand.clone(), field: Some("a".into()) }),
+                    ..q.clone()
+                };
+                let page = store.query(&name, &by_field).expect("query rows");
+                proptest::prop_assert!(page.rows.iter().all(|r| r.cell_count() == 2));
+                let got: Vec<Vec<u8>> = page.rows.iter().map(|r| r.key()[1..].to_vec()).collect();
+                proptest::prop_assert_eq!(&got, &want_rows, "query rows {} {:?}", op.as_str(), operand);
+                let scan_rows = store
+                    .scan(&name, &Scan {
+                        filters: vec![Filter::SingleColumnValue {
+                            family: b"f".to_vec(),
+                            qualifier: b"a".to_vec(),
+                            op,
+                            operand: operand.clone(),
+                            filter_if_missing: true,
+                        }],
+                        ..Scan::new()
+                    })
+                    .expect("scan rows");
+                let mut got: Vec<Vec<u8>> = scan_rows.rows.iter().map(|r| r.key[1..].to_vec()).collect();
+                got.sort();
+                proptest::prop_assert_eq!(&got, &want_rows, "scan rows {} {:?}", op.as_str(), operand);
+
+                // Aggregates count the numeric values that pass, per host.
+                let agg = store
+                    .aggregate(&name, &Query {
+                        aggregate: Some(Aggregate { functions: vec![AggFn::Count], downsample_ms: None, downsample: None }),
+                        ..q.clone()
+                    })
+                    .expect("aggregate");
+                let mut got: BTreeMap<(String, String), u64> = BTreeMap::new();
+                for a in &agg.aggregates {
+                    let host = match &a.series[1].1 { FieldValue::Str(s) => s.clone(), other => panic!("{other:?}") };
+                    got.insert((host, a.field.clone()), a.values[0].1 as u64);
+                }
+                let mut want: BTreeMap<(String, String), u64> = BTreeMap::new();
+                for (h, v) in model.values() {
+                    for (q, t) in [("a", &v[0]), ("b", &v[1])] {
+                        if matches!(t, Typed::Num(_)) && model_passes(op, t, operand) {
+                            *want.entry((format!("host_{h:02}"), q.to_string())).or_default() += 1;
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(&got, &want, "aggregate {} {:?}", op.as_str(), operand);
+            }
+        }
+    }
 }

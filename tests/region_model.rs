@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::{Cell, CellKind, Row, RowMutation};
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::{CellSink, Columns, CompareOp, Filter, Get, Scan, TimeRange};
+use halite::scan::{CellSink, Columns, CompareOp, Filter, Get, Operand, Scan, TimeRange};
 use halite::schema::{BloomType, Compression, Durability, FamilyDescriptor};
 use proptest::prelude::*;
 
@@ -213,7 +213,7 @@ impl Oracle {
                 }
                 let pass = scan.filters.iter().all(|f| match f {
                     Filter::ColumnPrefix(p) => qual.starts_with(p),
-                    Filter::Value { op, value: v } => op.test(&value, v),
+                    Filter::Value { op, operand } => operand.passes(*op, &value),
                     _ => true,
                 });
                 if pass {
@@ -232,13 +232,13 @@ impl Oracle {
                 family,
                 qualifier,
                 op,
-                value,
+                operand,
                 filter_if_missing,
             } => match cells
                 .iter()
                 .find(|c| c.family == family && c.qualifier == qualifier)
             {
-                Some(c) => op.test(&c.value, value),
+                Some(c) => operand.passes(*op, &c.value),
                 None => !filter_if_missing,
             },
             _ => true,
@@ -358,7 +358,7 @@ fn queries() -> Vec<Scan> {
         Scan {
             filters: vec![Filter::Value {
                 op: CompareOp::GreaterOrEqual,
-                value: vec![128],
+                operand: Operand::Bytes(vec![128]),
             }],
             ..Scan::new()
         },
@@ -367,7 +367,7 @@ fn queries() -> Vec<Scan> {
                 family: b"b".to_vec(),
                 qualifier: b"q1".to_vec(),
                 op: CompareOp::Less,
-                value: vec![100],
+                operand: Operand::Bytes(vec![100]),
                 filter_if_missing: true,
             }],
             ..Scan::new()

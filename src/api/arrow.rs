@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `row` | binary: the whole row key |
 //! | `bucket` | uint16, only for salted tables |
-//! | one per key field | utf8 (string), timestamp[ms, UTC] (timestamps), uint64 (integers, uniquifiers); null when the key does not decode |
+//! | one per key field | utf8 (string), timestamp[unit, UTC] (timestamps, in the table's time unit), uint64 (integers, uniquifiers); null when the key does not decode |
 //! | `family`, `qualifier` | utf8 |
 //! | `timestamp` | timestamp[ms, UTC]: the cell's version |
 //! | `value_float`, `value_int`, `value_uint`, `value_bool`, `value_string` | the typed value; exactly one is set |
@@ -23,10 +23,13 @@ use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
     TimestampMillisecondBuilder, UInt16Builder, UInt64Builder,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{
+    ArrayRef, RecordBatch, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampNanosecondArray, TimestampSecondArray,
+};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::key::{FieldEncoding, FieldValue, KeySchema};
+use crate::key::{self, FieldEncoding, FieldValue, KeySchema};
 use crate::query::{AggFn, SeriesAggregate};
 use crate::scan::RowCells;
 use crate::value::Value;
@@ -37,40 +40,80 @@ pub const BATCH_CELLS: usize = 8192;
 
 const UTC: &str = "UTC";
 
+/// Cell versions: epoch milliseconds.
 fn time_type() -> DataType {
-    DataType::Timestamp(TimeUnit::Millisecond, Some(UTC.into()))
+    time_type_in(key::TimeUnit::Milliseconds)
 }
 
-fn field_type(enc: &FieldEncoding) -> DataType {
+/// Key time fields and aggregate windows: the table's unit.
+fn time_type_in(unit: key::TimeUnit) -> DataType {
+    DataType::Timestamp(arrow_unit(unit), Some(UTC.into()))
+}
+
+fn arrow_unit(unit: key::TimeUnit) -> TimeUnit {
+    match unit {
+        key::TimeUnit::Seconds => TimeUnit::Second,
+        key::TimeUnit::Milliseconds => TimeUnit::Millisecond,
+        key::TimeUnit::Microseconds => TimeUnit::Microsecond,
+        key::TimeUnit::Nanoseconds => TimeUnit::Nanosecond,
+    }
+}
+
+/// A timestamp column of `unit`; times past i64 (Arrow's range) are null.
+fn time_array(times: Vec<Option<u64>>, unit: key::TimeUnit) -> ArrayRef {
+    let times = times
+        .into_iter()
+        .map(|t| t.and_then(|t| i64::try_from(t).ok()));
+    match unit {
+        key::TimeUnit::Seconds => {
+            Arc::new(TimestampSecondArray::from_iter(times).with_timezone(UTC))
+        }
+        key::TimeUnit::Milliseconds => {
+            Arc::new(TimestampMillisecondArray::from_iter(times).with_timezone(UTC))
+        }
+        key::TimeUnit::Microseconds => {
+            Arc::new(TimestampMicrosecondArray::from_iter(times).with_timezone(UTC))
+        }
+        key::TimeUnit::Nanoseconds => {
+            Arc::new(TimestampNanosecondArray::from_iter(times).with_timezone(UTC))
+        }
+    }
+}
+
+fn field_type(enc: &FieldEncoding, unit: key::TimeUnit) -> DataType {
     match enc {
         FieldEncoding::String { .. } => DataType::Utf8,
-        FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp => time_type(),
+        FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp => time_type_in(unit),
         FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. } => DataType::UInt64,
     }
 }
 
 enum KeyColumn {
     Str(StringBuilder),
-    Time(TimestampMillisecondBuilder),
+    Time(Vec<Option<u64>>, key::TimeUnit),
     Uint(UInt64Builder),
 }
 
 impl KeyColumn {
-    fn new(enc: &FieldEncoding) -> Self {
-        match field_type(enc) {
-            DataType::Utf8 => KeyColumn::Str(StringBuilder::new()),
-            DataType::UInt64 => KeyColumn::Uint(UInt64Builder::new()),
-            _ => KeyColumn::Time(TimestampMillisecondBuilder::new().with_timezone(UTC)),
+    fn new(enc: &FieldEncoding, unit: key::TimeUnit) -> Self {
+        match enc {
+            FieldEncoding::String { .. } => KeyColumn::Str(StringBuilder::new()),
+            FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. } => {
+                KeyColumn::Uint(UInt64Builder::new())
+            }
+            FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp => {
+                KeyColumn::Time(Vec::new(), unit)
+            }
         }
     }
 
     fn push(&mut self, v: Option<&FieldValue>) {
         match (self, v) {
             (KeyColumn::Str(b), Some(FieldValue::Str(s))) => b.append_value(s),
-            (KeyColumn::Time(b), Some(FieldValue::Uint(u))) => b.append_value(*u as i64),
+            (KeyColumn::Time(b, _), Some(FieldValue::Uint(u))) => b.push(Some(*u)),
             (KeyColumn::Uint(b), Some(FieldValue::Uint(u))) => b.append_value(*u),
             (KeyColumn::Str(b), _) => b.append_null(),
-            (KeyColumn::Time(b), _) => b.append_null(),
+            (KeyColumn::Time(b, _), _) => b.push(None),
             (KeyColumn::Uint(b), _) => b.append_null(),
         }
     }
@@ -78,7 +121,7 @@ impl KeyColumn {
     fn finish(&mut self) -> ArrayRef {
         match self {
             KeyColumn::Str(b) => Arc::new(b.finish()),
-            KeyColumn::Time(b) => Arc::new(b.finish()),
+            KeyColumn::Time(b, unit) => time_array(std::mem::take(b), *unit),
             KeyColumn::Uint(b) => Arc::new(b.finish()),
         }
     }
@@ -91,7 +134,11 @@ pub fn row_schema(key: &KeySchema) -> Schema {
         fields.push(Field::new("bucket", DataType::UInt16, true));
     }
     for f in &key.fields {
-        fields.push(Field::new(&f.name, field_type(&f.encoding), true));
+        fields.push(Field::new(
+            &f.name,
+            field_type(&f.encoding, key.time_unit),
+            true,
+        ));
     }
     fields.extend([
         Field::new("family", DataType::Utf8, false),
@@ -136,7 +183,7 @@ impl RowBatches {
             fields: key
                 .fields
                 .iter()
-                .map(|f| KeyColumn::new(&f.encoding))
+                .map(|f| KeyColumn::new(&f.encoding, key.time_unit))
                 .collect(),
             family: StringBuilder::new(),
             qualifier: StringBuilder::new(),
@@ -243,29 +290,30 @@ pub fn aggregate_batch(
         .collect();
     let mut fields: Vec<Field> = identity
         .iter()
-        .map(|f| Field::new(&f.name, field_type(&f.encoding), true))
+        .map(|f| Field::new(&f.name, field_type(&f.encoding, key.time_unit), true))
         .collect();
     fields.push(Field::new("field", DataType::Utf8, false));
-    fields.push(Field::new("window_start", time_type(), true));
+    fields.push(Field::new(
+        "window_start",
+        time_type_in(key.time_unit),
+        true,
+    ));
     for f in functions {
         fields.push(Field::new(agg_name(*f), DataType::Float64, true));
     }
     let mut series_cols: Vec<KeyColumn> = identity
         .iter()
-        .map(|f| KeyColumn::new(&f.encoding))
+        .map(|f| KeyColumn::new(&f.encoding, key.time_unit))
         .collect();
     let mut field = StringBuilder::new();
-    let mut window = TimestampMillisecondBuilder::new().with_timezone(UTC);
+    let mut window = Vec::with_capacity(aggregates.len());
     let mut values: Vec<Float64Builder> = functions.iter().map(|_| Float64Builder::new()).collect();
     for a in aggregates {
         for (col, f) in series_cols.iter_mut().zip(&identity) {
             col.push(a.series.iter().find(|(n, _)| *n == f.name).map(|(_, v)| v));
         }
         field.append_value(&a.field);
-        match a.window_ms {
-            Some(w) => window.append_value(w as i64),
-            None => window.append_null(),
-        }
+        window.push(a.window);
         for (b, f) in values.iter_mut().zip(functions) {
             match a.values.iter().find(|(g, _)| g == f) {
                 Some((_, v)) => b.append_value(*v),
@@ -275,7 +323,7 @@ pub fn aggregate_batch(
     }
     let mut columns: Vec<ArrayRef> = series_cols.iter_mut().map(KeyColumn::finish).collect();
     columns.push(Arc::new(field.finish()));
-    columns.push(Arc::new(window.finish()));
+    columns.push(time_array(window, key.time_unit));
     columns.extend(values.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }

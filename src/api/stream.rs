@@ -23,6 +23,8 @@ use crate::error::{Error, Result};
 use crate::key::KeySchema;
 use crate::query::QueryRows;
 use crate::scan::{ContinuationToken, RowCells, ScannedRow};
+
+use super::token::PageScope;
 use crate::store::TableScanner;
 
 pub const NDJSON: &str = "application/x-ndjson";
@@ -186,7 +188,12 @@ struct Trailer {
     continuation: Option<String>,
 }
 
-fn write_ndjson(source: &mut dyn RowSource, key: &KeySchema, w: &mut ChunkWriter) -> Result<()> {
+fn write_ndjson(
+    source: &mut dyn RowSource,
+    key: &KeySchema,
+    scope: &PageScope,
+    w: &mut ChunkWriter,
+) -> Result<()> {
     let mut rows = 0u64;
     while let Some(row) = source.next_row()? {
         RowOut {
@@ -198,7 +205,7 @@ fn write_ndjson(source: &mut dyn RowSource, key: &KeySchema, w: &mut ChunkWriter
         w.send_if_full().map_err(io_error)?;
         rows += 1;
     }
-    let continuation = source.continuation()?.map(|t| t.encode());
+    let continuation = source.continuation()?.map(|t| scope.encode(&t));
     serde_json::to_writer(&mut *w, &Trailer { rows, continuation })
         .map_err(|e| Error::Internal(format!("writing the answer: {e}")))?;
     w.write_all(b"\n").map_err(io_error)?;
@@ -212,6 +219,7 @@ fn write_arrow(
     source: &mut dyn RowSource,
     key: &KeySchema,
     paged: bool,
+    scope: &PageScope,
     w: &mut ChunkWriter,
 ) -> Result<()> {
     let mut schema = row_schema(key);
@@ -223,7 +231,8 @@ fn write_arrow(
             page.push(row);
         }
         if let Some(t) = source.continuation()? {
-            schema = schema.with_metadata([(CONTINUATION_METADATA.to_string(), t.encode())].into());
+            schema = schema
+                .with_metadata([(CONTINUATION_METADATA.to_string(), scope.encode(&t))].into());
         }
     }
     let schema = std::sync::Arc::new(schema);
@@ -261,6 +270,7 @@ pub async fn stream_rows(
     format: Format,
     key: KeySchema,
     paged: bool,
+    scope: PageScope,
     open: impl FnOnce() -> Result<Box<dyn RowSource>> + Send + 'static,
 ) -> ApiResult<Response> {
     let (tx, rx) = mpsc::channel::<Chunk>(CHUNKS_QUEUED);
@@ -272,8 +282,8 @@ pub async fn stream_rows(
             started: Some(started_tx),
         };
         let outcome = open().and_then(|mut source| match format {
-            Format::Arrow => write_arrow(&mut *source, &key, paged, &mut w),
-            _ => write_ndjson(&mut *source, &key, &mut w),
+            Format::Arrow => write_arrow(&mut *source, &key, paged, &scope, &mut w),
+            _ => write_ndjson(&mut *source, &key, &scope, &mut w),
         });
         let Err(e) = outcome else { return };
         let Some(e) = w.fail_early(e) else { return };

@@ -33,7 +33,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Deserialize;
 
 use super::line_protocol::Precision;
-use super::{Format, PointEncoder};
+use super::{Format, PointEncoder, Uniquifiers};
 use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::config::{ByteSize, Dur};
@@ -50,15 +50,10 @@ pub struct TopicConfig {
     pub table: String,
     #[serde(default)]
     pub format: Format,
-    /// Timestamp precision of line protocol: ns (default), us, ms or s.
-    #[serde(default = "TopicConfig::ns")]
-    pub precision: String,
-}
-
-impl TopicConfig {
-    fn ns() -> String {
-        "ns".into()
-    }
+    /// Timestamp precision of the messages: ns, us, ms or s; by default
+    /// ns for line protocol and ms for JSON points.
+    #[serde(default)]
+    pub precision: Option<String>,
 }
 
 /// `[kafka]`: the consumer group and its topics.
@@ -688,7 +683,7 @@ struct TopicRoute {
     topic: String,
     table: TableName,
     format: Format,
-    precision: Precision,
+    precision: Option<Precision>,
 }
 
 /// The running pipeline; [`KafkaIngest::stop`] drains it.
@@ -717,8 +712,14 @@ impl KafkaIngest {
                     "{e}; create the table (or list it under [[tables]]) first"
                 ))
             })?;
-            let precision = Precision::parse(&t.precision)
-                .ok_or_else(|| bad(format!("unknown precision `{}`", t.precision)))?;
+            let precision = t
+                .precision
+                .as_deref()
+                .map(|p| {
+                    Precision::parse(p)
+                        .ok_or_else(|| bad(format!("unknown precision `{p}`; use ns, us, ms or s")))
+                })
+                .transpose()?;
             routes.insert(
                 t.topic.clone(),
                 Arc::new(TopicRoute {
@@ -1344,6 +1345,10 @@ fn submit_batch(
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
     encoder.reserve_for_bytes(batch.bytes());
     for (offset, payload) in batch.iter() {
+        encoder.set_uniquifiers(Uniquifiers::Message {
+            partition: batch.partition,
+            offset,
+        });
         if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
             bad.push((offset, payload, reason));
         }

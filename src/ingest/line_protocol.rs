@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 
+use crate::key::TimeUnit;
 use crate::value::Value;
 
 /// One point.
@@ -53,16 +54,28 @@ impl Precision {
         })
     }
 
-    /// Epoch milliseconds of a timestamp in this precision; `None` before
-    /// 1970 or past the u64 range.
-    pub fn to_ms(self, ts: i64) -> Option<u64> {
-        let ms = match self {
-            Precision::Nanoseconds => ts.div_euclid(1_000_000),
-            Precision::Microseconds => ts.div_euclid(1_000),
-            Precision::Milliseconds => ts,
-            Precision::Seconds => ts.checked_mul(1000)?,
-        };
-        u64::try_from(ms).ok()
+    /// The unit of the same resolution.
+    pub fn unit(self) -> TimeUnit {
+        match self {
+            Precision::Nanoseconds => TimeUnit::Nanoseconds,
+            Precision::Microseconds => TimeUnit::Microseconds,
+            Precision::Milliseconds => TimeUnit::Milliseconds,
+            Precision::Seconds => TimeUnit::Seconds,
+        }
+    }
+
+    /// A timestamp in this precision as a time in `unit`, and whether it
+    /// was exact (no finer digits dropped); `None` before 1970 or past the
+    /// u64 range.
+    pub fn to_unit(self, ts: i64, unit: TimeUnit) -> Option<(u64, bool)> {
+        let ts = u64::try_from(ts).ok()?;
+        let (from, to) = (self.unit().per_second(), unit.per_second());
+        if from >= to {
+            let step = from / to;
+            Some((ts / step, ts % step == 0))
+        } else {
+            Some((ts.checked_mul(to / from)?, true))
+        }
     }
 }
 
@@ -587,12 +600,29 @@ mod tests {
     }
 
     #[test]
-    fn precisions_convert_to_milliseconds() {
+    fn precisions_convert_to_table_units() {
+        let ms = TimeUnit::Milliseconds;
         assert_eq!(
-            Precision::Nanoseconds.to_ms(1_700_000_000_123_456_789),
-            Some(1_700_000_000_123)
+            Precision::Nanoseconds.to_unit(1_700_000_000_123_456_789, ms),
+            Some((1_700_000_000_123, false))
         );
-        assert_eq!(Precision::Seconds.to_ms(2), Some(2000));
-        assert_eq!(Precision::Milliseconds.to_ms(-1), None);
+        assert_eq!(
+            Precision::Nanoseconds.to_unit(1_700_000_000_123_000_000, ms),
+            Some((1_700_000_000_123, true))
+        );
+        assert_eq!(
+            Precision::Nanoseconds.to_unit(1_700_000_000_123_456_789, TimeUnit::Nanoseconds),
+            Some((1_700_000_000_123_456_789, true))
+        );
+        assert_eq!(Precision::Seconds.to_unit(2, ms), Some((2000, true)));
+        assert_eq!(
+            Precision::Seconds.to_unit(2, TimeUnit::Nanoseconds),
+            Some((2_000_000_000, true))
+        );
+        assert_eq!(
+            Precision::Seconds.to_unit(i64::MAX, TimeUnit::Nanoseconds),
+            None
+        );
+        assert_eq!(Precision::Milliseconds.to_unit(-1, ms), None);
     }
 }

@@ -1,0 +1,464 @@
+//! Answers the HTTP API once got wrong, each checked over real HTTP against
+//! `halite serve`: value filters compare typed values; JSON writes read
+//! `precision`; distinct points stay distinct (a table's time unit, the
+//! uniquifier); a Get takes columns, a time range and versions; JSON
+//! aggregate answers are whole or paged with a token; a token works only
+//! for the request and table that issued it; every error is the
+//! documented JSON.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::http::{create_table, free_port, request};
+use common::server::{start, stop};
+use serde_json::{Value, json};
+
+fn post(addr: &str, path: &str, body: &Value) -> common::http::Response {
+    request(
+        addr,
+        "POST",
+        path,
+        Some("application/json"),
+        body.to_string().as_bytes(),
+    )
+    .expect("request")
+}
+
+fn write_lines(addr: &str, table: &str, query: &str, lines: &str) -> common::http::Response {
+    request(
+        addr,
+        "POST",
+        &format!("/api/v1/write?table={table}{query}"),
+        Some("text/plain"),
+        lines.as_bytes(),
+    )
+    .expect("write")
+}
+
+fn table(name: &str, time_type: &str, extra_fields: &[Value], unit: Option<&str>) -> Value {
+    let mut fields = vec![
+        json!({"name": "metric", "type": "string", "width": 8}),
+        json!({"name": "host", "type": "string", "width": 8}),
+        json!({"name": "ts", "type": time_type}),
+    ];
+    fields.extend(extra_fields.iter().cloned());
+    let mut key = json!({"fields": fields, "salt": {"buckets": 4}});
+    if let Some(u) = unit {
+        key["time_unit"] = json!(u);
+    }
+    json!({"name": name, "families": [{"name": "f", "versions": 3}], "key": key})
+}
+
+/// (time field of the key, qualifier) of every cell of an answer's rows.
+fn cells(answer: &Value) -> BTreeSet<(u64, String)> {
+    answer["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .flat_map(|r| {
+            let ts = r["key"]["fields"]["ts"].as_u64().expect("ts");
+            r["cells"]
+                .as_array()
+                .expect("cells")
+                .iter()
+                .map(move |c| (ts, c["qualifier"].as_str().expect("q").to_string()))
+        })
+        .collect()
+}
+
+fn set(items: &[(u64, &str)]) -> BTreeSet<(u64, String)> {
+    items.iter().map(|(t, q)| (*t, q.to_string())).collect()
+}
+
+const T1: u64 = 1_700_000_000_000;
+const T2: u64 = 1_700_000_001_000;
+
+#[test]
+fn value_filters_compare_typed_values_in_scans_and_queries() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(dir.path(), free_port(), &[]);
+    let a = s.addr.clone();
+    create_table(&a, &table("vf", "reversed_timestamp", &[], None));
+    let r = write_lines(
+        &a,
+        "vf",
+        "&precision=ms",
+        &format!(
+            "cpu,host=a v=-5.0,i=5i,s=\"idle\" {T1}\ncpu,host=a v=50.0,i=60i,s=\"busy\" {T2}\n"
+        ),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let scan = |filter: Value, columns: &[&str]| {
+        let r = post(
+            &a,
+            "/api/v1/tables/vf/scan",
+            &json!({"value_filter": filter, "columns": columns}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        cells(&r.json())
+    };
+    // Each of these was answered wrongly by the byte comparison.
+    assert_eq!(
+        scan(json!({"op": ">=", "value": 50.0}), &[]),
+        set(&[(T2, "i"), (T2, "v")]),
+        "-5.0 is not >= 50.0; 60 is"
+    );
+    assert_eq!(
+        scan(json!({"op": "<", "value": 0}), &[]),
+        set(&[(T1, "v")]),
+        "-5.0 < 0"
+    );
+    assert_eq!(
+        scan(json!({"op": ">=", "value": 50}), &["f:i"]),
+        set(&[(T2, "i")]),
+        "5 is not >= 50"
+    );
+    assert_eq!(
+        scan(json!({"op": "=", "value": "idle"}), &[]),
+        set(&[(T1, "s")]),
+        "a string equals itself"
+    );
+    // A row filter keeps whole rows by one column, HBase's
+    // SingleColumnValueFilter.
+    assert_eq!(
+        scan(json!({"op": ">", "value": 0, "column": "f:v"}), &[]),
+        set(&[(T2, "i"), (T2, "s"), (T2, "v")])
+    );
+    // A series query: values, and rows by one field.
+    let query = |filter: Value| {
+        let r = post(
+            &a,
+            "/api/v1/query",
+            &json!({"table": "vf", "series": [["metric", "cpu"]], "value_filter": filter}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        cells(&r.json())
+    };
+    assert_eq!(query(json!({"op": "<", "value": 0.0})), set(&[(T1, "v")]));
+    assert_eq!(
+        query(json!({"op": "<=", "value": -5, "field": "v"})),
+        set(&[(T1, "i"), (T1, "s"), (T1, "v")])
+    );
+    // Aggregates see only the values that pass.
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "vf", "series": [["metric", "cpu"]], "fields": ["v"],
+                "value_filter": {"op": ">", "value": -10}, "aggregate": {"functions": ["count", "min"]}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["aggregates"][0]["values"],
+        json!({"count": 2.0, "min": -5.0})
+    );
+    // A bad comparison names itself.
+    let r = post(
+        &a,
+        "/api/v1/tables/vf/scan",
+        &json!({"value_filter": {"op": "~", "value": 1}}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("unknown comparison"), "{}", r.text());
+    stop(s);
+}
+
+#[test]
+fn json_writes_read_precision_and_distinct_points_stay_distinct() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(dir.path(), free_port(), &[]);
+    let a = s.addr.clone();
+    create_table(&a, &table("ms", "timestamp", &[], None));
+    create_table(&a, &table("ns", "timestamp", &[], Some("ns")));
+    create_table(
+        &a,
+        &table(
+            "uq",
+            "timestamp",
+            &[json!({"name": "seq", "type": "uniquifier", "width": 8})],
+            None,
+        ),
+    );
+    let times = |table: &str| -> Vec<u64> {
+        let r = post(
+            &a,
+            "/api/v1/query",
+            &json!({"table": table, "series": [["metric", "cpu"]]}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r["key"]["fields"]["ts"].as_u64().expect("ts"))
+            .collect()
+    };
+
+    // JSON points in seconds, with precision=s: not 1970.
+    let r = request(
+        &a,
+        "POST",
+        "/api/v1/write?table=ms&precision=s",
+        Some("application/json"),
+        json!({"metric": "cpu", "tags": {"host": "a"}, "ts": 1_700_000_000, "fields": {"v": 1.0}})
+            .to_string()
+            .as_bytes(),
+    )
+    .expect("write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(times("ms"), vec![1_700_000_000_000]);
+
+    // An ns table keeps two points 500 ns apart.
+    let base = 1_700_000_000_000_000_000u64;
+    let r = write_lines(
+        &a,
+        "ns",
+        "",
+        &format!("cpu,host=a v=1 {base}\ncpu,host=a v=2 {}\n", base + 500),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(times("ns"), vec![base, base + 500]);
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "ns", "series": [["metric", "cpu"]], "start": base + 1, "end": base + 501}),
+    );
+    assert_eq!(
+        r.json()["rows"].as_array().expect("rows").len(),
+        1,
+        "{}",
+        r.text()
+    );
+
+    // A ms table refuses, by name, the second of two points in one write
+    // that only the cut digits told apart; the first stays.
+    let r = write_lines(
+        &a,
+        "ms",
+        "",
+        &format!("cpu,host=b v=1 {base}\ncpu,host=b v=2 {}\n", base + 500),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let body = r.json();
+    assert_eq!(body["written"], 1);
+    assert_eq!(body["rejected"][0]["line"], 2);
+    assert!(
+        body["rejected"][0]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("time_unit"),
+        "{body}"
+    );
+
+    // A uniquifier keeps same-time points apart, in one write and in two.
+    for _ in 0..2 {
+        let r = write_lines(
+            &a,
+            "uq",
+            "&precision=ms",
+            &format!("cpu,host=a v=1 {T1}\ncpu,host=a v=2 {T1}\n"),
+        );
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    assert_eq!(times("uq"), vec![T1; 4]);
+    // As series, the uniquifier is a column beside time, not a new series.
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "uq", "series": [["metric", "cpu"]], "shape": "series"}),
+    );
+    let series = r.json()["series"].clone();
+    assert_eq!(series.as_array().expect("series").len(), 1, "{series}");
+    assert_eq!(series[0]["columns"], json!(["time", "seq", "v"]));
+    assert_eq!(series[0]["values"].as_array().expect("values").len(), 4);
+    // ...and an explicit tag is used as given, so a retried write is idempotent.
+    for _ in 0..2 {
+        let r = write_lines(
+            &a,
+            "uq",
+            "&precision=ms",
+            &format!("cpu,host=c,seq=7 v=1 {T1}\n"),
+        );
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "uq", "series": [["metric", "cpu"], ["host", "c"]]}),
+    );
+    assert_eq!(r.json()["rows"].as_array().expect("rows").len(), 1);
+    stop(s);
+}
+
+#[test]
+fn gets_pages_tokens_and_errors_answer_as_documented() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(dir.path(), free_port(), &[]);
+    let a = s.addr.clone();
+    create_table(&a, &table("cpu", "reversed_timestamp", &[], None));
+    create_table(&a, &table("mem", "reversed_timestamp", &[], None));
+
+    // A key without time: one row per series, each point a version.
+    create_table(
+        &a,
+        &json!({"name": "dev", "families": [{"name": "f", "versions": 3}],
+                "key": {"fields": [{"name": "metric", "type": "string", "width": 8},
+                                   {"name": "host", "type": "string", "width": 8}]}}),
+    );
+    let r = write_lines(
+        &a,
+        "dev",
+        "&precision=ms",
+        &format!(
+            "cpu,host=a v=1 {T1}\ncpu,host=a v=2 {}\ncpu,host=a v=3,w=9 {}\n",
+            T1 + 10,
+            T1 + 20
+        ),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let scan = post(&a, "/api/v1/tables/dev/scan", &json!({}));
+    let row = scan.json()["rows"][0]["row"]
+        .as_str()
+        .expect("row")
+        .to_string();
+    let get = |query: &str| {
+        request(
+            &a,
+            "GET",
+            &format!("/api/v1/tables/dev/rows/{row}{query}"),
+            None,
+            b"",
+        )
+        .expect("get")
+    };
+    let versions = |r: &common::http::Response| -> Vec<(String, u64)> {
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["cells"]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .map(|c| {
+                (
+                    c["qualifier"].as_str().expect("q").to_string(),
+                    c["timestamp"].as_u64().expect("ts"),
+                )
+            })
+            .collect()
+    };
+    let v = |ts: u64| ("v".to_string(), ts);
+    let w = |ts: u64| ("w".to_string(), ts);
+    assert_eq!(versions(&get("")), vec![v(T1 + 20), w(T1 + 20)]);
+    assert_eq!(versions(&get("?columns=f:w")), vec![w(T1 + 20)]);
+    assert_eq!(
+        versions(&get("?columns=f:v&max_versions=3")),
+        vec![v(T1 + 20), v(T1 + 10), v(T1)]
+    );
+    assert_eq!(
+        versions(&get(&format!(
+            "?columns=f&max_versions=3&min_ts={}&max_ts={}",
+            T1 + 5,
+            T1 + 20
+        ))),
+        vec![v(T1 + 10)]
+    );
+    let r = get(&format!("?max_ts={T1}"));
+    assert_eq!(
+        r.status,
+        404,
+        "nothing before the first version: {}",
+        r.text()
+    );
+    let r = get("?colums=f:w");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .expect("msg")
+            .contains("colums")
+    );
+    let r = get("?columns=nope:w");
+    assert_eq!(r.status, 404, "{}", r.text());
+
+    // 10,500 one-point windows: a JSON aggregate answer holds them all, and
+    // pages of 4,000 cover them once each.
+    let mut lines = String::new();
+    for i in 0..10_500u64 {
+        lines.push_str(&format!("cpu,host=b v={i} {}\n", T1 + i));
+    }
+    assert_eq!(write_lines(&a, "mem", "&precision=ms", &lines).status, 204);
+    let agg = json!({"table": "mem", "series": [["metric", "cpu"]],
+                     "aggregate": {"functions": ["max"], "downsample_ms": 1}});
+    let r = post(&a, "/api/v1/query", &agg);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["aggregates"].as_array().expect("aggs").len(),
+        10_500
+    );
+    assert_eq!(r.json()["continuation"], Value::Null);
+    let mut windows = Vec::new();
+    let mut page = agg.clone();
+    page["limit"] = json!(4000);
+    let mut pages = 0;
+    let query_token = loop {
+        let r = post(&a, "/api/v1/query", &page);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body = r.json();
+        windows.extend(
+            body["aggregates"]
+                .as_array()
+                .expect("aggs")
+                .iter()
+                .map(|a| a["window_ms"].as_u64().expect("window")),
+        );
+        pages += 1;
+        match body["continuation"].as_str() {
+            Some(t) => page["continuation"] = json!(t),
+            None => break page["continuation"].as_str().expect("a token").to_string(),
+        }
+    };
+    assert_eq!(pages, 3);
+    assert_eq!(windows, (0..10_500).map(|i| T1 + i).collect::<Vec<_>>());
+
+    // A token is for the request and table that issued it.
+    let r = post(&a, "/api/v1/tables/mem/scan", &json!({"limit": 1}));
+    let scan_token = r.json()["continuation"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "mem", "series": [["metric", "cpu"]], "continuation": scan_token}),
+    );
+    assert_eq!(r.status, 400, "a scan's token in a query: {}", r.text());
+    assert!(r.text().contains("belongs to a scan"), "{}", r.text());
+    let r = post(
+        &a,
+        "/api/v1/tables/cpu/scan",
+        &json!({"continuation": scan_token}),
+    );
+    assert_eq!(r.status, 400, "another table's token: {}", r.text());
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "mem", "series": [["metric", "cpu"]], "continuation": query_token}),
+    );
+    assert_eq!(r.status, 400, "an aggregate's token for rows: {}", r.text());
+
+    // Errors are the documented JSON everywhere.
+    for (method, path, status) in [
+        ("GET", "/api/v1/nothing", 404),
+        ("DELETE", "/api/v1/query", 405),
+        ("POST", "/api/v1/write", 400),
+        ("POST", "/api/v1/write?table=cpu&precison=s", 400),
+    ] {
+        let r = request(&a, method, path, Some("text/plain"), b"cpu,host=a v=1").expect("req");
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+        assert!(
+            r.json()["error"]["message"].is_string(),
+            "{method} {path}: {}",
+            r.text()
+        );
+    }
+    stop(s);
+}
