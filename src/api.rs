@@ -226,8 +226,22 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
     let bytes = body_bytes(body)?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad(format!("request body is not valid JSON for this call: {e}")))
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes))
+        .map_err(|e| field_error("request body", e))
+}
+
+/// A body that does not read as the call's JSON, naming the field that
+/// was wrong (`limit: invalid type: string "5", expected usize`) and
+/// quoting at most a bounded part of what it held.
+fn field_error<E: std::fmt::Display>(what: &str, e: serde_path_to_error::Error<E>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.inner().to_string();
+    let inner = crate::codec::bounded(&inner, 240);
+    if path == "." {
+        ApiError::bad(format!("{what} is not valid for this call: {inner}"))
+    } else {
+        ApiError::bad(format!("{what}: field `{path}`: {inner}"))
+    }
 }
 
 /// The routes a monitoring system needs, on the API port and, when
@@ -1239,14 +1253,39 @@ async fn scan_table(
     ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueryReq {
-    table: String,
-    #[serde(default)]
-    shape: Shape,
-    #[serde(flatten)]
-    query: Query,
+/// A query request: `table`, `shape` and the [`Query`] itself. Read in
+/// two steps (not with `#[serde(flatten)]`, which loses the name of a
+/// field of the wrong type), so every error names its field.
+fn parse_query_request(bytes: &[u8]) -> ApiResult<(String, Shape, Query)> {
+    let mut v: Json_ = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad(format!(
+            "query is not JSON: {}",
+            crate::codec::bounded(&e.to_string(), 240)
+        ))
+    })?;
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad("a query is a JSON object"))?;
+    let table = match obj.remove("table") {
+        Some(Json_::String(t)) => t,
+        Some(_) => {
+            return Err(ApiError::bad(
+                "query: field `table` must be a string such as \"metrics:cpu\"",
+            ));
+        }
+        None => return Err(ApiError::bad("query: field `table` is missing")),
+    };
+    let shape = match obj.remove("shape") {
+        Some(shape) => serde_path_to_error::deserialize(shape).map_err(|e| {
+            ApiError::bad(format!(
+                "query: field `shape`: {}",
+                crate::codec::bounded(&e.inner().to_string(), 240)
+            ))
+        })?,
+        None => Shape::default(),
+    };
+    let query = serde_path_to_error::deserialize(v).map_err(|e| field_error("query", e))?;
+    Ok((table, shape, query))
 }
 
 async fn query(
@@ -1255,11 +1294,9 @@ async fn query(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let bytes = body_bytes(body)?;
-    let req: QueryReq = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad(format!("query is not valid: {e}")))?;
-    let name = table_name(&req.table)?;
+    let (table, shape, mut q) = parse_query_request(&bytes)?;
+    let name = table_name(&table)?;
     let format = Format::from_headers(&headers);
-    let mut q = req.query;
     let paged = q.limit.is_some();
     let scope = PageScope::new(
         match q.aggregate {
@@ -1280,7 +1317,7 @@ async fn query(
     }
     let store = s.store.clone();
     let schema = store.catalog().table(&name)?.key;
-    if req.shape == Shape::Series && (format != Format::Json || q.aggregate.is_some()) {
+    if shape == Shape::Series && (format != Format::Json || q.aggregate.is_some()) {
         return Err(ApiError::bad(
             "`shape: series` lays out raw rows in a JSON answer: drop it for aggregates \
              (they come per series already) and for NDJSON or Arrow answers",
@@ -1308,7 +1345,7 @@ async fn query(
     } else {
         blocking_here(move || store.query(&name, &q)).await?
     };
-    let answer = match req.shape {
+    let answer = match shape {
         Shape::Rows => page_answer::<ScannedRow>,
         Shape::Series => series_answer::<ScannedRow>,
     };

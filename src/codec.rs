@@ -218,6 +218,19 @@ pub fn quote_prefix(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `s` cut to at most `max` bytes (at a character boundary), marked when
+/// cut: for messages that may carry a user's input inside.
+pub fn bounded(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes in all)", &s[..cut], s.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::catalog::TableDescriptor;
 use crate::cell::{CellKind, EntryBatch, MAX_QUALIFIER_LEN};
-use crate::codec::{bytes_equal, compare_bytes};
+use crate::codec::{bytes_equal, compare_bytes, quote_prefix};
 use crate::key::{FieldEncoding, FieldRef, KeyField};
 use crate::value::Value;
 use line_protocol::{LineParser, ParsedLine, Point, Precision};
@@ -228,14 +228,34 @@ impl<'t> PointEncoder<'t> {
                 errors = self.add_lines(text, precision.unwrap_or_default(), now_ms);
             }
             Format::Json => {
-                let points: JsonPoints = serde_json::from_slice(body)
-                    .map_err(|e| format!("body is not JSON points: {e}"))?;
-                let points = points.into_vec();
+                let body: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+                    format!(
+                        "body is not JSON: {}",
+                        crate::codec::bounded(&e.to_string(), 240)
+                    )
+                })?;
+                // Each point of an array is read on its own: one that is
+                // wrong is refused by its number, the others are written.
+                let points = match body {
+                    serde_json::Value::Array(points) => points,
+                    point @ serde_json::Value::Object(_) => vec![point],
+                    _ => return Err("JSON points are an object or an array of objects".into()),
+                };
                 self.reserve(points.len());
                 let precision = precision.unwrap_or(Precision::Milliseconds);
-                for (i, jp) in points.iter().enumerate() {
+                for (i, point) in points.into_iter().enumerate() {
                     self.point_number = i + 1;
-                    if let Err(e) = jp.to_point().and_then(|p| self.add(&p, precision, now_ms)) {
+                    let outcome = serde_path_to_error::deserialize::<_, JsonPoint>(point)
+                        .map_err(|e| {
+                            let inner = e.inner().to_string();
+                            let inner = crate::codec::bounded(&inner, 240);
+                            match e.path().to_string().as_str() {
+                                "." => format!("not a point: {inner}"),
+                                path => format!("field `{path}`: {inner}"),
+                            }
+                        })
+                        .and_then(|jp| jp.to_point().and_then(|p| self.add(&p, precision, now_ms)));
+                    if let Err(e) = outcome {
                         errors.push((i + 1, e));
                     }
                 }
@@ -326,7 +346,8 @@ impl<'t> PointEncoder<'t> {
         for (k, _) in point.tags() {
             if !table.key.fields.iter().any(|f| f.name == k) {
                 return Err(format!(
-                    "tag `{k}` is not a key field of table `{}` (key fields: {})",
+                    "tag `{}` is not a key field of table `{}` (key fields: {})",
+                    quote_prefix(k),
                     table.name,
                     table
                         .key
@@ -508,8 +529,9 @@ fn key_field_value<'p>(
         (FieldEncoding::Uint { .. } | FieldEncoding::Uniquifier { .. }, Some(v)) => {
             FieldRef::Uint(v.parse().map_err(|_| {
                 bad(format!(
-                    "tag `{}` must be an unsigned integer, got `{v}`",
-                    f.name
+                    "tag `{}` must be an unsigned integer, got `{}`",
+                    f.name,
+                    quote_prefix(v)
                 ))
             })?)
         }
@@ -581,23 +603,6 @@ impl JsonPoint {
             fields,
             timestamp: self.ts,
         })
-    }
-}
-
-/// One JSON point or an array of them.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum JsonPoints {
-    One(JsonPoint),
-    Many(Vec<JsonPoint>),
-}
-
-impl JsonPoints {
-    pub fn into_vec(self) -> Vec<JsonPoint> {
-        match self {
-            JsonPoints::One(p) => vec![p],
-            JsonPoints::Many(v) => v,
-        }
     }
 }
 

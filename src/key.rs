@@ -27,6 +27,7 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::quote_prefix;
 use crate::error::Error;
 
 /// How a field is stored in the key.
@@ -471,17 +472,19 @@ impl KeySchema {
         let f = &self.fields[i];
         let wrong = |want: &str| {
             invalid(format!(
-                "key field `{}` needs {want}, got `{value}`",
-                f.name
+                "key field `{}` needs {want}, got `{}`",
+                f.name,
+                quote_prefix(&value.to_string())
             ))
         };
         match (&f.encoding, value) {
             (FieldEncoding::String { width }, FieldRef::Str(s)) => {
                 if s.len() > *width {
                     return Err(invalid(format!(
-                        "key field `{}` is {} bytes, longer than its width {width}: `{s}`",
+                        "key field `{}` is {} bytes, longer than its width {width}: `{}`",
                         f.name,
-                        s.len()
+                        s.len(),
+                        quote_prefix(s)
                     )));
                 }
                 if s.as_bytes().contains(&0) {

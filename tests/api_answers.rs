@@ -445,6 +445,52 @@ fn gets_pages_tokens_and_errors_answer_as_documented() {
     );
     assert_eq!(r.status, 400, "an aggregate's token for rows: {}", r.text());
 
+    // A field of the wrong type is named.
+    for (body, field) in [
+        (json!({"table": "mem", "limit": "5"}), "limit"),
+        (json!({"table": "mem", "start_ms": "x"}), "start_ms"),
+        (json!({"table": "mem", "series": "cpu"}), "series"),
+        (json!({"table": 5}), "table"),
+    ] {
+        let r = post(&a, "/api/v1/query", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let message = r.json()["error"]["message"]
+            .as_str()
+            .expect("message")
+            .to_string();
+        assert!(message.contains(&format!("`{field}`")), "{body}: {message}");
+    }
+    let r = post(&a, "/api/v1/tables/mem/scan", &json!({"reverse": "yes"}));
+    assert!(r.text().contains("`reverse`"), "{}", r.text());
+    // A huge bad value comes back as a bounded prefix, not whole.
+    let huge = "h".repeat(100 * 1024);
+    let r = write_lines(&a, "mem", "", &format!("cpu,host={huge} v=1 1\n"));
+    assert_eq!(r.status, 400, "{}", &r.text()[..200]);
+    assert!(r.body.len() < 2048, "{} bytes of answer", r.body.len());
+    // One bad JSON point is refused by its number; the others are written.
+    let r = request(
+        &a,
+        "POST",
+        "/api/v1/write?table=mem",
+        Some("application/json"),
+        json!([{"metric": "cpu", "tags": {"host": "j"}, "ts": T1, "fields": {"v": 1}},
+               {"metric": "cpu", "tags": {"host": "j"}, "ts": "soon", "fields": {"v": 2}}])
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("write");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let body = r.json();
+    assert_eq!(body["written"], 1, "{body}");
+    assert_eq!(body["rejected"][0]["line"], 2, "{body}");
+    assert!(
+        body["rejected"][0]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("`ts`"),
+        "{body}"
+    );
+
     // Errors are the documented JSON everywhere.
     for (method, path, status) in [
         ("GET", "/api/v1/nothing", 404),

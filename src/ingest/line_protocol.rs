@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 
+use crate::codec::quote_prefix;
 use crate::key::TimeUnit;
 use crate::value::Value;
 
@@ -318,13 +319,13 @@ impl LineParser {
             let (key_end, key_escaped) = scan(b, key_from, &KEY_END);
             let key = &line[key_from..key_end];
             if b.get(key_end) != Some(&b'=') {
-                return Err(format!("tag `{key}` has no value"));
+                return Err(format!("tag `{}` has no value", quote_prefix(key)));
             }
             let (value_end, value_escaped) = scan(b, key_end + 1, &COMMA_SPACE);
             if key.is_empty() || value_end == key_end + 1 {
                 return Err(format!(
                     "empty tag key or value in `{}`",
-                    &line[key_from..value_end]
+                    quote_prefix(&line[key_from..value_end])
                 ));
             }
             let k = self.span(line, key_from, key_end, key_escaped);
@@ -343,7 +344,7 @@ impl LineParser {
             let (key_end, key_escaped) = scan(b, key_from, &KEY_END);
             let key = &line[key_from..key_end];
             if b.get(key_end) != Some(&b'=') {
-                return Err(format!("field `{key}` has no value"));
+                return Err(format!("field `{}` has no value", quote_prefix(key)));
             }
             if key.is_empty() {
                 return Err("empty field key".into());
@@ -355,7 +356,8 @@ impl LineParser {
                     match b.get(i) {
                         None => {
                             return Err(format!(
-                                "field `{key}`: string value has no closing quote"
+                                "field `{}`: string value has no closing quote",
+                                quote_prefix(key)
                             ));
                         }
                         Some(b'\\') => i += 2,
@@ -369,7 +371,7 @@ impl LineParser {
             } else {
                 let (value_end, _) = scan(b, value_from, &COMMA_SPACE);
                 let value = parse_value(&line[value_from..value_end])
-                    .map_err(|e| format!("field `{key}`: {e}"))?;
+                    .map_err(|e| format!("field `{}`: {e}", quote_prefix(key)))?;
                 (value, value_end)
             };
             let k = self.span(line, key_from, key_end, key_escaped);
@@ -387,7 +389,12 @@ impl LineParser {
                     at = value_end;
                     break;
                 }
-                Some(_) => return Err(format!("unexpected text after field `{key}`")),
+                Some(_) => {
+                    return Err(format!(
+                        "unexpected text after field `{}`",
+                        quote_prefix(key)
+                    ));
+                }
             }
         }
         let rest = line[at..].trim_end();
@@ -480,13 +487,13 @@ fn parse_value(raw: &str) -> Result<Value, String> {
         return i
             .parse::<i64>()
             .map(Value::Int)
-            .map_err(|_| format!("`{raw}` is not an integer"));
+            .map_err(|_| format!("`{}` is not an integer", quote_prefix(raw)));
     }
     if let Some(u) = raw.strip_suffix('u') {
         return u
             .parse::<u64>()
             .map(Value::Uint)
-            .map_err(|_| format!("`{raw}` is not an unsigned integer"));
+            .map_err(|_| format!("`{}` is not an unsigned integer", quote_prefix(raw)));
     }
     match raw {
         "t" | "T" | "true" | "True" | "TRUE" => return Ok(Value::Bool(true)),
@@ -495,9 +502,9 @@ fn parse_value(raw: &str) -> Result<Value, String> {
     }
     let v: f64 = raw
         .parse()
-        .map_err(|_| format!("`{raw}` is not a number, string or boolean"))?;
+        .map_err(|_| format!("`{}` is not a number, string or boolean", quote_prefix(raw)))?;
     if !v.is_finite() {
-        return Err(format!("`{raw}` is not a finite number"));
+        return Err(format!("`{}` is not a finite number", quote_prefix(raw)));
     }
     Ok(Value::Float(v))
 }
