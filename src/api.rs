@@ -283,6 +283,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/tables/{table}/flush", post(flush_table))
         .route("/api/v1/tables/{table}/rows/{row}", get(get_row))
         .route("/api/v1/tables/{table}/scan", post(scan_table))
+        .route("/api/v1/tables/{table}/delete", post(delete_data))
         .route("/api/v1/write", post(write))
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
@@ -584,7 +585,10 @@ async fn describe_table(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AlterReq {
+    #[serde(default)]
     families: Vec<FamilySpec>,
+    /// `SKIP_WAL`, `ASYNC_WAL` or `SYNC_WAL`: HBase's ALTER DURABILITY.
+    durability: Option<crate::schema::Durability>,
 }
 
 async fn alter_table(
@@ -596,7 +600,7 @@ async fn alter_table(
     let req: AlterReq = json_body(body)?;
     let store = s.store.clone();
     Ok(Json(
-        blocking(move || store.alter_families(&name, &req.families)).await?,
+        blocking(move || store.alter(&name, &req.families, req.durability)).await?,
     ))
 }
 
@@ -1259,7 +1263,7 @@ async fn scan_table(
 fn parse_query_request(bytes: &[u8]) -> ApiResult<(String, Shape, Query)> {
     let mut v: Json_ = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad(format!(
-            "query is not JSON: {}",
+            "query is not valid JSON: {}",
             crate::codec::bounded(&e.to_string(), 240)
         ))
     })?;
@@ -1454,6 +1458,80 @@ fn aggregate_answer(
     }
 }
 
+/// HBase's Delete of one row: the whole row, a family, a column (every
+/// version at or before `timestamp`), or with `exact` one version.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RowDeleteReq {
+    /// Hex row key.
+    row: String,
+    family: Option<String>,
+    /// `family:qualifier`
+    column: Option<String>,
+    /// Versions at or before it (epoch ms); absent: the server's clock.
+    timestamp: Option<u64>,
+    /// Only the version at exactly `timestamp` (needs `column`).
+    #[serde(default)]
+    exact: bool,
+}
+
+fn row_delete(r: RowDeleteReq) -> ApiResult<crate::cell::RowMutation> {
+    let key = from_hex(&r.row).map_err(|e| ApiError::bad(format!("row must be hex: {e}")))?;
+    let m = crate::cell::RowMutation::new(key);
+    Ok(match (r.column, r.family, r.exact) {
+        (Some(_), Some(_), _) => {
+            return Err(ApiError::bad(
+                "give `column` (family:qualifier) or `family`, not both",
+            ));
+        }
+        (Some(c), None, true) => {
+            let (f, q) = split_column(&c)?;
+            let ts = r.timestamp.ok_or_else(|| {
+                ApiError::bad("`exact` deletes the version at `timestamp`: give it")
+            })?;
+            m.delete_version(f, q, ts)
+        }
+        (Some(c), None, false) => {
+            let (f, q) = split_column(&c)?;
+            m.delete_column(f, q, r.timestamp)
+        }
+        (None, Some(f), false) => m.delete_family(f, r.timestamp),
+        (None, None, false) => m.delete_row(r.timestamp),
+        (None, _, true) => return Err(ApiError::bad("`exact` needs a `column`")),
+    })
+}
+
+/// `POST /api/v1/tables/{t}/delete`: one row as HBase deletes it (`row`),
+/// or the points of series over a time range (`series`, `start_ms`/
+/// `end_ms` or `start`/`end`, `family`, `fields`, as a query names them).
+/// Durable like a write; answered with how many rows it reached.
+async fn delete_data(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let name = table_name(&t)?;
+    let bytes = body_bytes(body)?;
+    let v: Json_ = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad(format!(
+            "delete is not JSON: {}",
+            crate::codec::bounded(&e.to_string(), 240)
+        ))
+    })?;
+    let store = s.store.clone();
+    let deleted = if v.get("row").is_some() {
+        let req: RowDeleteReq =
+            serde_path_to_error::deserialize(v).map_err(|e| field_error("delete", e))?;
+        let m = row_delete(req)?;
+        blocking(move || store.write(&name, vec![m], None)).await?;
+        1
+    } else {
+        let q: Query = serde_path_to_error::deserialize(v).map_err(|e| field_error("delete", e))?;
+        blocking(move || store.delete_points(&name, &q)).await?
+    };
+    Ok(Json(json!({ "deleted_rows": deleted })).into_response())
+}
+
 /// The Kafka pipeline: counters since start and the offsets committed per
 /// partition (what is durable). 404 when Kafka ingestion is off.
 async fn ingest_status(State(s): State<Arc<AppState>>) -> ApiResult<Response> {
@@ -1472,6 +1550,9 @@ async fn ingest_status(State(s): State<Arc<AppState>>) -> ApiResult<Response> {
 struct WriteParams {
     table: String,
     precision: Option<String>,
+    /// Cell TTL of the written points, in milliseconds (capped at the
+    /// family's TTL when reading).
+    ttl_ms: Option<u64>,
 }
 
 /// Writes line protocol (or JSON points with `Content-Type:
@@ -1509,13 +1590,16 @@ async fn write(
         ingest::Format::Line => {
             let store = s.store.clone();
             let precision = precision.unwrap_or_default();
-            let done = blocking(move || ingest::write_lines(&store, &desc, &bytes, precision, now))
-                .await?;
+            let ttl = p.ttl_ms;
+            let done =
+                blocking(move || ingest::write_lines(&store, &desc, &bytes, precision, ttl, now))
+                    .await?;
             (done.rows, done.rejected)
         }
         ingest::Format::Json => {
             let mut encoder =
                 PointEncoder::new(&desc, s.store.max_value_size()).map_err(ApiError::bad)?;
+            encoder.set_ttl(p.ttl_ms);
             let errors = encoder
                 .add_body(format, &bytes, precision, now)
                 .map_err(ApiError::bad)?;

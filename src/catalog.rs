@@ -384,6 +384,17 @@ impl Catalog {
         name: &TableName,
         families: &[FamilySpec],
     ) -> Result<TableDescriptor> {
+        self.alter(name, families, None)
+    }
+
+    /// Changes family attributes, adds families and, when given, the
+    /// table's durability (HBase's `ALTER … DURABILITY`).
+    pub fn alter(
+        &self,
+        name: &TableName,
+        families: &[FamilySpec],
+        durability: Option<Durability>,
+    ) -> Result<TableDescriptor> {
         self.update(|d| {
             let t = d
                 .tables
@@ -398,6 +409,9 @@ impl Catalog {
                     Some(existing) => *existing = f,
                     None => t.families.push(f),
                 }
+            }
+            if let Some(durability) = durability {
+                t.durability = durability;
             }
             Ok(t.clone())
         })

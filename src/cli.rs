@@ -118,19 +118,128 @@ impl Client {
         })
     }
 
-    pub fn table_alter(&self, name: &str, families: &str) -> CliResult {
-        let families: Value = serde_json::from_str(families)
-            .map_err(|e| format!("families must be a JSON list: {e}"))?;
-        let body = json!({ "families": families }).to_string();
+    /// Changes families (a JSON list) and/or the durability.
+    pub fn table_alter(
+        &self,
+        name: &str,
+        families: Option<&str>,
+        durability: Option<&str>,
+    ) -> CliResult {
+        let mut body = json!({});
+        if let Some(f) = families {
+            body["families"] = serde_json::from_str(f)
+                .map_err(|e| format!("families must be a JSON list: {e}"))?;
+        }
+        if let Some(d) = durability {
+            body["durability"] = json!(d);
+        }
         let r = self.call(
             "PATCH",
             &format!("/api/v1/tables/{name}"),
             Some("application/json"),
-            body.as_bytes(),
+            body.to_string().as_bytes(),
         )?;
         self.finish(r, |t| {
-            format!("altered {}\n", t["name"].as_str().unwrap_or("?"))
+            format!(
+                "altered {} (durability {})\n",
+                t["name"].as_str().unwrap_or("?"),
+                t["durability"].as_str().unwrap_or("?")
+            )
         })
+    }
+
+    /// HBase's `flush`: every region's MemStore to store files.
+    pub fn table_flush(&self, name: &str) -> CliResult {
+        let r = self.call("POST", &format!("/api/v1/tables/{name}/flush"), None, b"")?;
+        self.finish(r, |_| format!("flushed {name}\n"))
+    }
+
+    /// HBase's `major_compact`.
+    pub fn table_compact(&self, name: &str) -> CliResult {
+        let r = self.call("POST", &format!("/api/v1/tables/{name}/compact"), None, b"")?;
+        self.finish(r, |_| format!("compacted {name}\n"))
+    }
+
+    pub fn namespace_list(&self) -> CliResult {
+        let r = self.call("GET", "/api/v1/namespaces", None, b"")?;
+        self.finish(r, |ns| {
+            let rows: Vec<Vec<String>> = ns
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|n| vec![scalar(n)])
+                .collect();
+            render(&["NAMESPACE"], &rows)
+        })
+    }
+
+    pub fn namespace_create(&self, name: &str) -> CliResult {
+        let body = json!({ "name": name }).to_string();
+        let r = self.call(
+            "POST",
+            "/api/v1/namespaces",
+            Some("application/json"),
+            body.as_bytes(),
+        )?;
+        self.finish(r, |_| format!("created namespace {name}\n"))
+    }
+
+    pub fn namespace_drop(&self, name: &str) -> CliResult {
+        let r = self.call("DELETE", &format!("/api/v1/namespaces/{name}"), None, b"")?;
+        self.finish(r, |_| format!("dropped namespace {name}\n"))
+    }
+
+    /// A delete (see `POST /api/v1/tables/{t}/delete`).
+    pub fn delete(&self, table: &str, spec: &Value) -> CliResult {
+        let r = self.call(
+            "POST",
+            &format!("/api/v1/tables/{table}/delete"),
+            Some("application/json"),
+            spec.to_string().as_bytes(),
+        )?;
+        self.finish(r, |d| format!("deleted {} row(s)\n", d["deleted_rows"]))
+    }
+
+    /// HBase's `count`: the rows a query selects, streamed as NDJSON and
+    /// counted from its trailer (nothing is held whole).
+    pub fn count(&self, spec: &Value) -> CliResult {
+        let r = crate::client::request_with(
+            &self.addr,
+            "POST",
+            "/api/v1/query",
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "application/x-ndjson"),
+            ],
+            spec.to_string().as_bytes(),
+        )
+        .map_err(|e| {
+            format!(
+                "cannot reach halite at {}: {e} (is `halite serve` running?)",
+                self.addr
+            )
+        })?;
+        if r.status >= 400 {
+            return self.finish(r, |_| String::new());
+        }
+        let text = r.text();
+        let last: Value = text
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or(Value::Null);
+        if !last["error"].is_null() {
+            return Err(format!("the count stopped: {}", last["error"]["message"]));
+        }
+        let rows = last["rows"]
+            .as_u64()
+            .ok_or_else(|| "the answer ended without its trailer".to_string())?;
+        if self.json {
+            println!("{}", json!({ "rows": rows }));
+        } else {
+            println!("{rows} row(s)");
+        }
+        Ok(())
     }
 
     pub fn table_drop(&self, name: &str) -> CliResult {
@@ -159,7 +268,7 @@ impl Client {
             None,
             b"",
         )?;
-        self.finish(r, |row| rows_table(std::slice::from_ref(row)))
+        self.finish(r, |row| rows_table(std::slice::from_ref(row), false))
     }
 
     pub fn scan(&self, table: &str, spec: &Value) -> CliResult {
@@ -169,7 +278,7 @@ impl Client {
             Some("application/json"),
             spec.to_string().as_bytes(),
         )?;
-        self.finish(r, page_table)
+        self.finish(r, |page| page_table(page, true))
     }
 
     pub fn query(&self, spec: &Value) -> CliResult {
@@ -181,7 +290,7 @@ impl Client {
         )?;
         self.finish(r, |answer| match answer["aggregates"].as_array() {
             Some(aggs) => aggregates_table(aggs),
-            None => page_table(answer),
+            None => page_table(answer, false),
         })
     }
 }
@@ -195,7 +304,7 @@ fn scalar(v: &Value) -> String {
 }
 
 /// Rows as a table: key fields, timestamp, then one column per qualifier.
-fn rows_table(rows: &[Value]) -> String {
+fn rows_table(rows: &[Value], show_bucket: bool) -> String {
     let mut key_cols: Vec<String> = Vec::new();
     let mut value_cols: Vec<String> = Vec::new();
     for r in rows {
@@ -213,11 +322,17 @@ fn rows_table(rows: &[Value]) -> String {
             }
         }
     }
+    // A salted table's raw rows come bucket by bucket: the bucket column
+    // says why the order restarts.
+    let salted = show_bucket && rows.iter().any(|r| r["key"]["bucket"].is_u64());
     let mut header: Vec<String> = if key_cols.is_empty() {
         vec!["ROW".into()]
     } else {
         key_cols.clone()
     };
+    if salted {
+        header.insert(0, "bucket".into());
+    }
     header.extend(value_cols.iter().cloned());
     let body: Vec<Vec<String>> = rows
         .iter()
@@ -230,6 +345,9 @@ fn rows_table(rows: &[Value]) -> String {
                     .map(|k| scalar(&r["key"]["fields"][k]))
                     .collect()
             };
+            if salted {
+                line.insert(0, scalar(&r["key"]["bucket"]));
+            }
             for q in &value_cols {
                 let v = r["cells"]
                     .as_array()
@@ -247,9 +365,11 @@ fn rows_table(rows: &[Value]) -> String {
     render(&header, &body)
 }
 
-fn page_table(page: &Value) -> String {
+/// A page of rows; `show_bucket` for raw scans, whose salted rows come
+/// bucket by bucket (queries merge them in logical order).
+fn page_table(page: &Value, show_bucket: bool) -> String {
     let rows = page["rows"].as_array().cloned().unwrap_or_default();
-    let mut out = rows_table(&rows);
+    let mut out = rows_table(&rows, show_bucket);
     out.push_str(&format!("({} row(s))\n", rows.len()));
     if let Some(t) = page["continuation"].as_str() {
         out.push_str(&format!("more: --continuation {t}\n"));

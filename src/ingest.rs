@@ -102,6 +102,11 @@ pub struct PointEncoder<'t> {
     /// digits told apart are refused rather than merged.
     seen: Option<HashMap<Vec<u8>, (usize, bool)>>,
     uniquifiers: Uniquifiers,
+    /// Cell TTL (ms) of the write's points: HBase's per-cell TTL, which
+    /// reads cap at the family's.
+    write_ttl: Option<u64>,
+    /// The cell TTL of the point being added: its own, else the write's.
+    point_ttl: Option<u64>,
 }
 
 /// Where the numbers of a key's uniquifier field come from when a point
@@ -185,7 +190,17 @@ impl<'t> PointEncoder<'t> {
             message_index: 0,
             seen: None,
             uniquifiers: Uniquifiers::default(),
+            write_ttl: None,
+            point_ttl: None,
         })
+    }
+
+    /// A cell TTL in milliseconds for the points added next (a JSON point's
+    /// own `ttl_ms` wins). Reads hide a cell once the shorter of it and its
+    /// family's TTL passed, so it never outlives the family's.
+    pub fn set_ttl(&mut self, ttl_ms: Option<u64>) {
+        self.write_ttl = ttl_ms;
+        self.point_ttl = ttl_ms;
     }
 
     /// Where uniquifier numbers come from for the points added next; a
@@ -254,11 +269,15 @@ impl<'t> PointEncoder<'t> {
                                 path => format!("field `{path}`: {inner}"),
                             }
                         })
-                        .and_then(|jp| jp.to_point().and_then(|p| self.add(&p, precision, now_ms)));
+                        .and_then(|jp| {
+                            self.point_ttl = jp.ttl_ms.or(self.write_ttl);
+                            jp.to_point().and_then(|p| self.add(&p, precision, now_ms))
+                        });
                     if let Err(e) = outcome {
                         errors.push((i + 1, e));
                     }
                 }
+                self.point_ttl = self.write_ttl;
             }
         }
         Ok(errors)
@@ -447,7 +466,7 @@ impl<'t> PointEncoder<'t> {
                 name.as_bytes(),
                 ts,
                 CellKind::Put,
-                None,
+                self.point_ttl,
                 |out| value.encode_into(out),
             );
         }
@@ -565,10 +584,14 @@ pub struct JsonPoint {
     pub metric: String,
     #[serde(default)]
     pub tags: std::collections::BTreeMap<String, String>,
-    /// Epoch milliseconds; absent means now.
+    /// In the write's precision (milliseconds by default); absent means
+    /// now.
     #[serde(default)]
     pub ts: Option<i64>,
     pub fields: serde_json::Map<String, serde_json::Value>,
+    /// The cells' TTL in milliseconds (capped at the family's).
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
 }
 
 impl JsonPoint {
@@ -633,6 +656,7 @@ pub fn write_lines(
     table: &TableDescriptor,
     body: &[u8],
     precision: Precision,
+    ttl_ms: Option<u64>,
     now_ms: u64,
 ) -> Result<LinesWritten, WriteLinesError> {
     let text = std::str::from_utf8(body).map_err(WriteLinesError::NotUtf8)?;
@@ -654,6 +678,7 @@ pub fn write_lines(
         let mut encoder =
             PointEncoder::new(table, store.max_value_size()).map_err(WriteLinesError::Table)?;
         encoder.set_seen(seen.take());
+        encoder.set_ttl(ttl_ms);
         let errors = encoder.add_lines(piece, precision, now_ms);
         seen = encoder.take_seen();
         out.rejected.extend(

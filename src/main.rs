@@ -75,12 +75,58 @@ enum TableCmd {
     Create { spec: PathBuf },
     /// Show a table's descriptor.
     Describe { name: String },
-    /// Change family attributes or add families: a JSON list of families.
-    Alter { name: String, families: String },
+    /// Change family attributes or add families (a JSON list of
+    /// families), and/or the durability.
+    Alter {
+        name: String,
+        families: Option<String>,
+        /// SKIP_WAL, ASYNC_WAL or SYNC_WAL (HBase's ALTER DURABILITY).
+        #[arg(long)]
+        durability: Option<String>,
+    },
     /// List tables.
     List,
     /// Drop a table and its data.
     Drop { name: String },
+    /// Flush every region's MemStore to store files (HBase's `flush`).
+    Flush { name: String },
+    /// Major-compact every region: deleted, expired and surplus cells go.
+    Compact { name: String },
+}
+
+#[derive(Subcommand)]
+enum NamespaceCmd {
+    /// List namespaces.
+    List,
+    /// Create a namespace.
+    Create { name: String },
+    /// Drop an empty namespace.
+    Drop { name: String },
+}
+
+/// A value filter on the command line: `--value-filter '>= 50'` (the value
+/// as JSON: `50`, `50.0`, `"idle"`, `true`; a bare word is a string).
+#[derive(clap::Args)]
+struct ValueFilterArgs {
+    /// Keep values that compare true: 'OP VALUE', OP one of < <= = != >= >.
+    #[arg(long)]
+    value_filter: Option<String>,
+}
+
+fn value_filter_json(spec: &str) -> Result<serde_json::Value, String> {
+    let spec = spec.trim();
+    let split = spec
+        .find(|c: char| !matches!(c, '<' | '>' | '=' | '!'))
+        .unwrap_or(spec.len());
+    let (op, value) = spec.split_at(split);
+    let value = value.trim();
+    if op.is_empty() || value.is_empty() {
+        return Err(format!(
+            "--value-filter takes 'OP VALUE' (say '>= 50'), got `{spec}`"
+        ));
+    }
+    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::json!(value));
+    Ok(serde_json::json!({ "op": op, "value": value }))
 }
 
 #[derive(Subcommand)]
@@ -103,15 +149,34 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Manage namespaces on a running server.
+    Namespace {
+        #[command(subcommand)]
+        cmd: NamespaceCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Read one row by its hex row key.
     Get {
         #[arg(long)]
         table: String,
         row: String,
+        /// `family:qualifier` or `family`, comma-separated.
+        #[arg(long)]
+        columns: Option<String>,
+        /// Cell versions at or after this (epoch ms).
+        #[arg(long)]
+        min_ts: Option<u64>,
+        /// Cell versions before this (epoch ms).
+        #[arg(long)]
+        max_ts: Option<u64>,
+        #[arg(long)]
+        max_versions: Option<u32>,
         #[command(flatten)]
         conn: Conn,
     },
-    /// A raw scan (row keys in hex).
+    /// A raw scan (row keys in hex; a salted table's rows come bucket by
+    /// bucket, and the bucket is shown).
     Scan {
         #[arg(long)]
         table: String,
@@ -121,12 +186,85 @@ enum Command {
         start: Option<String>,
         #[arg(long)]
         stop: Option<String>,
+        /// Families, comma-separated.
+        #[arg(long, default_value = "")]
+        families: String,
+        /// `family:qualifier`, comma-separated.
+        #[arg(long, default_value = "")]
+        columns: String,
+        #[arg(long)]
+        min_ts: Option<u64>,
+        #[arg(long)]
+        max_ts: Option<u64>,
+        #[arg(long)]
+        max_versions: Option<u32>,
+        /// Keep cells whose qualifier starts with this.
+        #[arg(long)]
+        column_prefix: Option<String>,
+        #[command(flatten)]
+        filter: ValueFilterArgs,
+        /// Filter whole rows by this column's value (`family:qualifier`).
+        #[arg(long)]
+        filter_column: Option<String>,
+        /// With --filter-column: drop rows without the column.
+        #[arg(long)]
+        filter_if_missing: bool,
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
         #[arg(long)]
         reverse: bool,
         #[arg(long)]
         continuation: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Delete one row (--row, optionally --family, --column, --timestamp,
+    /// --exact), or the points of series over a time range (--series,
+    /// --start, --end, optionally --fields).
+    Delete {
+        #[arg(long)]
+        table: String,
+        /// Hex row key.
+        #[arg(long)]
+        row: Option<String>,
+        #[arg(long)]
+        family: Option<String>,
+        /// `family:qualifier`.
+        #[arg(long)]
+        column: Option<String>,
+        /// Versions at or before this (epoch ms); the server's clock if absent.
+        #[arg(long)]
+        timestamp: Option<u64>,
+        /// Only the version at exactly --timestamp.
+        #[arg(long)]
+        exact: bool,
+        /// Leading key fields: metric=cpu,host=h1.
+        #[arg(long)]
+        series: Option<String>,
+        /// Start of the time range, epoch ms (inclusive).
+        #[arg(long)]
+        start: Option<u64>,
+        /// End of the time range, epoch ms (exclusive).
+        #[arg(long)]
+        end: Option<u64>,
+        /// Fields (qualifiers), comma-separated: only these are deleted.
+        #[arg(long, default_value = "")]
+        fields: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Count the rows of series (HBase's `count`): --series, --start, --end.
+    Count {
+        #[arg(long)]
+        table: String,
+        #[arg(long, default_value = "")]
+        series: String,
+        #[arg(long)]
+        start: Option<u64>,
+        #[arg(long)]
+        end: Option<u64>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -152,6 +290,12 @@ enum Command {
         /// Downsample window in ms (with --agg).
         #[arg(long)]
         downsample: Option<u64>,
+        #[command(flatten)]
+        filter: ValueFilterArgs,
+        /// Keep the rows whose value of this field passes --value-filter
+        /// (else each value is filtered on its own).
+        #[arg(long)]
+        filter_field: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
         #[arg(long, default_value_t = 0)]
@@ -692,21 +836,171 @@ fn run_client(command: Command) -> Result<(), String> {
             match cmd {
                 TableCmd::Create { spec } => c.table_create(&read_input(&spec)?),
                 TableCmd::Describe { name } => c.table_describe(&name),
-                TableCmd::Alter { name, families } => c.table_alter(&name, &families),
+                TableCmd::Alter {
+                    name,
+                    families,
+                    durability,
+                } => c.table_alter(&name, families.as_deref(), durability.as_deref()),
                 TableCmd::List => c.table_list(),
                 TableCmd::Drop { name } => c.table_drop(&name),
+                TableCmd::Flush { name } => c.table_flush(&name),
+                TableCmd::Compact { name } => c.table_compact(&name),
             }
         }
-        Command::Put { table, precision, lines, conn } => {
-            let body = if lines.is_empty() { read_input(std::path::Path::new("-"))? } else { lines.join("\n") };
+        Command::Namespace { cmd, conn } => {
+            let c = client(&conn);
+            match cmd {
+                NamespaceCmd::List => c.namespace_list(),
+                NamespaceCmd::Create { name } => c.namespace_create(&name),
+                NamespaceCmd::Drop { name } => c.namespace_drop(&name),
+            }
+        }
+        Command::Delete {
+            table,
+            row,
+            family,
+            column,
+            timestamp,
+            exact,
+            series,
+            start,
+            end,
+            fields,
+            conn,
+        } => {
+            let c = client(&conn);
+            let spec = match (row, series) {
+                (Some(_), Some(_)) => return Err("give --row or --series, not both".into()),
+                (Some(row), None) => serde_json::json!({
+                    "row": row, "family": family, "column": column, "timestamp": timestamp, "exact": exact,
+                }),
+                (None, Some(series)) => {
+                    if family.is_some() || column.is_some() || timestamp.is_some() || exact {
+                        return Err(
+                            "--family, --column, --timestamp and --exact go with --row".into()
+                        );
+                    }
+                    serde_json::json!({
+                        "series": series_values(&c, &table, &series)?,
+                        "start_ms": start, "end_ms": end,
+                        "fields": split_list(&fields),
+                    })
+                }
+                (None, None) => {
+                    return Err("give --row (one row) or --series (points of series)".into());
+                }
+            };
+            c.delete(&table, &spec)
+        }
+        Command::Count {
+            table,
+            series,
+            start,
+            end,
+            conn,
+        } => {
+            let c = client(&conn);
+            c.count(&serde_json::json!({
+                "table": table,
+                "series": series_values(&c, &table, &series)?,
+                "start_ms": start, "end_ms": end,
+            }))
+        }
+        Command::Put {
+            table,
+            precision,
+            lines,
+            conn,
+        } => {
+            let body = if lines.is_empty() {
+                read_input(std::path::Path::new("-"))?
+            } else {
+                lines.join("\n")
+            };
             client(&conn).put(&table, &precision, &body)
         }
-        Command::Get { table, row, conn } => client(&conn).get(&table, &row),
-        Command::Scan { table, prefix, start, stop, limit, reverse, continuation, conn } => client(&conn).scan(
-            &table,
-            &serde_json::json!({ "prefix": prefix, "start": start, "stop": stop, "limit": limit, "reverse": reverse, "continuation": continuation }),
-        ),
-        Command::Query { table, series, start, end, fields, agg, downsample, limit, offset, reverse, continuation, conn } => {
+        Command::Get {
+            table,
+            row,
+            columns,
+            min_ts,
+            max_ts,
+            max_versions,
+            conn,
+        } => {
+            let params: Vec<String> = [
+                columns.map(|c| format!("columns={c}")),
+                min_ts.map(|t| format!("min_ts={t}")),
+                max_ts.map(|t| format!("max_ts={t}")),
+                max_versions.map(|v| format!("max_versions={v}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let row = if params.is_empty() {
+                row
+            } else {
+                format!("{row}?{}", params.join("&"))
+            };
+            client(&conn).get(&table, &row)
+        }
+        Command::Scan {
+            table,
+            prefix,
+            start,
+            stop,
+            families,
+            columns,
+            min_ts,
+            max_ts,
+            max_versions,
+            column_prefix,
+            filter,
+            filter_column,
+            filter_if_missing,
+            limit,
+            offset,
+            reverse,
+            continuation,
+            conn,
+        } => {
+            let mut spec = serde_json::json!({
+                "prefix": prefix, "start": start, "stop": stop,
+                "families": split_list(&families), "columns": split_list(&columns),
+                "min_ts": min_ts, "max_ts": max_ts, "max_versions": max_versions,
+                "column_prefix": column_prefix,
+                "limit": limit, "offset": offset, "reverse": reverse, "continuation": continuation,
+            });
+            match (filter.value_filter, filter_column) {
+                (Some(f), column) => {
+                    let mut f = value_filter_json(&f)?;
+                    if let Some(c) = column {
+                        f["column"] = serde_json::json!(c);
+                        f["filter_if_missing"] = serde_json::json!(filter_if_missing);
+                    }
+                    spec["value_filter"] = f;
+                }
+                (None, Some(_)) => return Err("--filter-column needs --value-filter".into()),
+                (None, None) => {}
+            }
+            client(&conn).scan(&table, &spec)
+        }
+        Command::Query {
+            table,
+            series,
+            start,
+            end,
+            fields,
+            agg,
+            downsample,
+            filter,
+            filter_field,
+            limit,
+            offset,
+            reverse,
+            continuation,
+            conn,
+        } => {
             let c = client(&conn);
             let mut q = serde_json::json!({
                 "table": table,
@@ -715,9 +1009,21 @@ fn run_client(command: Command) -> Result<(), String> {
                 "fields": split_list(&fields),
                 "limit": limit, "offset": offset, "reverse": reverse, "continuation": continuation,
             });
+            match (filter.value_filter, filter_field) {
+                (Some(f), field) => {
+                    let mut f = value_filter_json(&f)?;
+                    if let Some(field) = field {
+                        f["field"] = serde_json::json!(field);
+                    }
+                    q["value_filter"] = f;
+                }
+                (None, Some(_)) => return Err("--filter-field needs --value-filter".into()),
+                (None, None) => {}
+            }
             let functions = split_list(&agg);
             if !functions.is_empty() {
-                q["aggregate"] = serde_json::json!({ "functions": functions, "downsample_ms": downsample });
+                q["aggregate"] =
+                    serde_json::json!({ "functions": functions, "downsample_ms": downsample });
             }
             c.query(&q)
         }

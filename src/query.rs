@@ -27,6 +27,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::cell::RowMutation;
 use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema, TimeUnit};
@@ -617,6 +618,28 @@ impl Drop for QueryRows {
 
 impl QueryRows {
     pub fn new(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<Self> {
+        let selection = query_columns(&table, q)?;
+        Self::with_selection(table, pool, q, selection)
+    }
+
+    /// The rows a delete of `q` reaches: with no family or fields named,
+    /// every family of them (a delete takes whole rows).
+    fn for_delete(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<Self> {
+        let (columns, filters) = query_columns(&table, q)?;
+        let columns = if q.family.is_none() && q.fields.is_empty() {
+            Columns::all()
+        } else {
+            columns
+        };
+        Self::with_selection(table, pool, q, (columns, filters))
+    }
+
+    fn with_selection(
+        table: Arc<Table>,
+        pool: Arc<QueryPool>,
+        q: &Query,
+        (columns, filters): (Columns, Vec<Filter>),
+    ) -> Result<Self> {
         let schema = &table.desc.key;
         let p = plan(schema, q)?;
         p.record_buckets();
@@ -633,7 +656,6 @@ impl QueryRows {
             }
             None => None,
         };
-        let (columns, filters) = query_columns(&table, q)?;
         // Each bucket needs at most offset + limit rows — counted after the
         // timestamp filter, so with a filter the scanners cannot stop early on
         // their own (the merge still reads only a batch ahead per bucket).
@@ -773,6 +795,58 @@ impl QueryRows {
             _ => None,
         })
     }
+}
+
+/// Deletes what `q` selects (series by leading key fields, a time range,
+/// optionally some fields of a family), handing the delete markers to
+/// `write` a chunk at a time; returns the rows reached. Each row gets a
+/// row delete (or, with fields, column deletes) at its newest cell's
+/// timestamp: what the rows held when the delete ran is hidden at once,
+/// and a version written later with a newer timestamp is not.
+pub fn delete(
+    table: Arc<Table>,
+    pool: Arc<QueryPool>,
+    q: &Query,
+    mut write: impl FnMut(Vec<RowMutation>) -> Result<()>,
+) -> Result<u64> {
+    if q.aggregate.is_some()
+        || q.value_filter.is_some()
+        || q.limit.is_some()
+        || q.offset != 0
+        || q.reverse
+        || q.continuation.is_some()
+    {
+        return Err(Error::InvalidInput(
+            "a delete takes series, a time range, family and fields: drop aggregate, value_filter, limit, offset, reverse and continuation".into(),
+        ));
+    }
+    const CHUNK: usize = 1000;
+    let mut rows = QueryRows::for_delete(table, pool, q)?;
+    let mut chunk = Vec::with_capacity(CHUNK);
+    let mut reached = 0;
+    while let Some(row) = rows.next_row()? {
+        reached += 1;
+        let mut m = RowMutation::new(row.key().to_vec());
+        if q.fields.is_empty() && q.family.is_none() {
+            let newest = row.cells().map(|c| c.timestamp).max().unwrap_or(0);
+            m = m.delete_row(Some(newest));
+        } else if q.fields.is_empty() {
+            let newest = row.cells().map(|c| c.timestamp).max().unwrap_or(0);
+            m = m.delete_family(q.family.clone().unwrap_or_default(), Some(newest));
+        } else {
+            for c in row.cells() {
+                m = m.delete_column(c.family.to_vec(), c.qualifier.to_vec(), Some(c.timestamp));
+            }
+        }
+        chunk.push(m);
+        if chunk.len() == CHUNK {
+            write(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)))?;
+        }
+    }
+    if !chunk.is_empty() {
+        write(chunk)?;
+    }
+    Ok(reached)
 }
 
 /// Runs a raw (non-aggregated) query page.

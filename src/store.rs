@@ -33,7 +33,7 @@ use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
 use crate::scan::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan, ScanPage};
-use crate::schema::FamilySpec;
+use crate::schema::{Durability, FamilySpec};
 
 /// Store settings.
 #[derive(Debug, Clone)]
@@ -507,9 +507,21 @@ impl Store {
         name: &TableName,
         families: &[FamilySpec],
     ) -> Result<TableDescriptor> {
+        self.alter(name, families, None)
+    }
+
+    /// Changes family attributes, adds families and, when given, the
+    /// table's durability; the regions reopen with the new descriptor
+    /// (writes in flight are routed again, as after a split).
+    pub fn alter(
+        &self,
+        name: &TableName,
+        families: &[FamilySpec],
+        durability: Option<Durability>,
+    ) -> Result<TableDescriptor> {
         let _ddl = self.ddl.lock();
         let old = self.table(name)?;
-        let desc = self.catalog.alter_families(name, families)?;
+        let desc = self.catalog.alter(name, families, durability)?;
         for r in old.regions() {
             r.close()?;
         }
@@ -980,6 +992,14 @@ impl Store {
     /// A logical query's rows one at a time, for answers that stream.
     pub fn query_rows(&self, name: &TableName, q: &Query) -> Result<QueryRows> {
         QueryRows::new(self.table(name)?, self.pool.clone(), q)
+    }
+
+    /// Deletes the points a query selects (see [`crate::query::delete`]),
+    /// durably as the table's writes are; returns the rows reached.
+    pub fn delete_points(&self, name: &TableName, q: &Query) -> Result<u64> {
+        crate::query::delete(self.table(name)?, self.pool.clone(), q, |rows| {
+            self.write(name, rows, None)
+        })
     }
 
     /// A logical series query (see [`crate::query`]): one page of rows.

@@ -508,3 +508,234 @@ fn gets_pages_tokens_and_errors_answer_as_documented() {
     }
     stop(s);
 }
+
+/// Bytes of store files under `dir`.
+fn store_file_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "sst") {
+                total += e.metadata().map_or(0, |m| m.len());
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn deletes_ttls_and_durability_reach_the_data_model() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = free_port();
+    let s = start(dir.path(), port, &[]);
+    let a = s.addr.clone();
+    create_table(&a, &table("cpu", "reversed_timestamp", &[], None));
+    let count = |series: Value, body: &Value| -> usize {
+        let mut q = body.clone();
+        q["table"] = json!("cpu");
+        q["series"] = series;
+        let r = post(&a, "/api/v1/query", &q);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["rows"].as_array().expect("rows").len()
+    };
+    let host = |h: &str| json!([["metric", "cpu"], ["host", h]]);
+    // 4 hosts x 2,000 points, two fields each.
+    let mut lines = String::new();
+    for h in 0..4 {
+        for i in 0..2000u64 {
+            lines.push_str(&format!(
+                "cpu,host=h{h} u={i}.5,s={}.25 {}\n",
+                i % 97,
+                T1 + i * 1000
+            ));
+        }
+    }
+    assert_eq!(write_lines(&a, "cpu", "&precision=ms", &lines).status, 204);
+    assert_eq!(post(&a, "/api/v1/tables/cpu/flush", &json!({})).status, 204);
+    let full = store_file_bytes(dir.path());
+
+    // One series over a time range: the rows go at once.
+    let r = post(
+        &a,
+        "/api/v1/tables/cpu/delete",
+        &json!({"series": host("h1"), "start_ms": T1 + 100_000, "end_ms": T1 + 600_000}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["deleted_rows"], 500);
+    assert_eq!(count(host("h1"), &json!({})), 1500);
+    assert_eq!(count(host("h0"), &json!({})), 2000);
+    // Only some fields: the rows keep the others.
+    let r = post(
+        &a,
+        "/api/v1/tables/cpu/delete",
+        &json!({"series": host("h2"), "fields": ["u"]}),
+    );
+    assert_eq!(r.json()["deleted_rows"], 2000, "{}", r.text());
+    assert_eq!(count(host("h2"), &json!({"fields": ["u"]})), 0);
+    assert_eq!(count(host("h2"), &json!({"fields": ["s"]})), 2000);
+    // Every series under a key prefix (the metric), over a time range.
+    let r = post(
+        &a,
+        "/api/v1/tables/cpu/delete",
+        &json!({"series": [["metric", "cpu"]], "start_ms": T1 + 1_000_000}),
+    );
+    assert_eq!(r.json()["deleted_rows"], 4000, "{}", r.text());
+    assert_eq!(count(host("h3"), &json!({})), 1000);
+    // One row as HBase deletes it.
+    let rows = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "cpu", "series": host("h3"), "limit": 1}),
+    )
+    .json();
+    let row = rows["rows"][0]["row"].as_str().expect("row").to_string();
+    let r = post(
+        &a,
+        "/api/v1/tables/cpu/delete",
+        &json!({"row": row, "column": "f:s"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = request(
+        &a,
+        "GET",
+        &format!("/api/v1/tables/cpu/rows/{row}"),
+        None,
+        b"",
+    )
+    .expect("get");
+    assert_eq!(r.json()["cells"].as_array().expect("cells").len(), 1);
+    let r = post(&a, "/api/v1/tables/cpu/delete", &json!({"row": row}));
+    assert_eq!(r.status, 200);
+    let r = request(
+        &a,
+        "GET",
+        &format!("/api/v1/tables/cpu/rows/{row}"),
+        None,
+        b"",
+    )
+    .expect("get");
+    assert_eq!(r.status, 404);
+    let r = post(
+        &a,
+        "/api/v1/tables/cpu/delete",
+        &json!({"series": host("h3"), "limit": 5}),
+    );
+    assert_eq!(r.status, 400, "a delete takes no limit: {}", r.text());
+
+    // Durable like a write: a restart keeps every delete.
+    stop(s);
+    let s = start(dir.path(), port, &[]);
+    let a = s.addr.clone();
+    let count = |series: Value| -> usize {
+        let r = post(
+            &a,
+            "/api/v1/query",
+            &json!({"table": "cpu", "series": series}),
+        );
+        r.json()["rows"].as_array().expect("rows").len()
+    };
+    assert_eq!(count(host("h1")), 500, "h1 after both deletes");
+    assert_eq!(count(host("h3")), 999);
+    // The next major compaction drops deleted cells from disk.
+    let r = request(&a, "POST", "/api/v1/tables/cpu/flush", None, b"").expect("flush");
+    assert_eq!(r.status, 204);
+    let before = store_file_bytes(dir.path());
+    let r = request(&a, "POST", "/api/v1/tables/cpu/compact", None, b"").expect("compact");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let after = store_file_bytes(dir.path());
+    assert!(
+        after * 2 < full && after < before,
+        "store files: {full} bytes written, {before} before compaction, {after} after"
+    );
+    assert_eq!(count(host("h0")), 1000);
+
+    // A cell TTL per write (parameter) and per point (JSON): hidden once
+    // passed, and never longer than the family's TTL.
+    create_table(
+        &a,
+        &json!({"name": "ttl", "families": [{"name": "f", "ttl": 2}],
+                "key": {"fields": [{"name": "metric", "type": "string", "width": 8},
+                                   {"name": "host", "type": "string", "width": 8},
+                                   {"name": "ts", "type": "reversed_timestamp"}]}}),
+    );
+    let now_rows = |h: &str| -> usize {
+        let r = post(
+            &a,
+            "/api/v1/query",
+            &json!({"table": "ttl", "series": [["metric", "cpu"], ["host", h]]}),
+        );
+        r.json()["rows"].as_array().expect("rows").len()
+    };
+    let write = |query: &str, ct: &str, body: &str| {
+        let r = request(
+            &a,
+            "POST",
+            &format!("/api/v1/write?table=ttl{query}"),
+            Some(ct),
+            body.as_bytes(),
+        )
+        .expect("write");
+        assert_eq!(r.status, 204, "{}", r.text());
+    };
+    write("&ttl_ms=300", "text/plain", "cpu,host=short v=1\n");
+    write(
+        "",
+        "application/json",
+        &json!({"metric": "cpu", "tags": {"host": "json"}, "fields": {"v": 1}, "ttl_ms": 300})
+            .to_string(),
+    );
+    write("&ttl_ms=3600000", "text/plain", "cpu,host=long v=1\n");
+    write("", "text/plain", "cpu,host=plain v=1\n");
+    assert_eq!(
+        (
+            now_rows("short"),
+            now_rows("json"),
+            now_rows("long"),
+            now_rows("plain")
+        ),
+        (1, 1, 1, 1)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(
+        (now_rows("short"), now_rows("json")),
+        (0, 0),
+        "past their cell TTL"
+    );
+    assert_eq!(now_rows("long"), 1);
+    std::thread::sleep(std::time::Duration::from_millis(1800));
+    assert_eq!(
+        (now_rows("long"), now_rows("plain")),
+        (0, 0),
+        "past the family's TTL"
+    );
+
+    // ALTER DURABILITY, kept across a restart.
+    let r = request(
+        &a,
+        "PATCH",
+        "/api/v1/tables/cpu",
+        Some("application/json"),
+        br#"{"durability": "ASYNC_WAL"}"#,
+    )
+    .expect("alter");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["durability"], "ASYNC_WAL");
+    assert_eq!(
+        write_lines(
+            &a,
+            "cpu",
+            "&precision=ms",
+            &format!("cpu,host=h9 u=1 {T1}\n")
+        )
+        .status,
+        204
+    );
+    stop(s);
+    let s = start(dir.path(), port, &[]);
+    let r = request(&s.addr, "GET", "/api/v1/tables/cpu", None, b"").expect("describe");
+    assert_eq!(r.json()["durability"], "ASYNC_WAL");
+    stop(s);
+}

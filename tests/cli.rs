@@ -146,6 +146,135 @@ fn client_verbs_talk_to_a_running_server() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("404"));
 
+    // Scan filters: a value filter on cells, and one on rows by a column.
+    let hot = ok(&halite(
+        &a,
+        &[
+            "scan",
+            "--table",
+            "sensors",
+            "--value-filter",
+            ">= 22",
+            "--columns",
+            "f:temp",
+        ],
+        None,
+    ));
+    assert!(
+        hot.contains("(2 row(s))") && hot.contains("bucket"),
+        "{hot}"
+    );
+    let by_ok = ok(&halite(
+        &a,
+        &[
+            "scan",
+            "--table",
+            "sensors",
+            "--value-filter",
+            "= true",
+            "--filter-column",
+            "f:ok",
+            "--filter-if-missing",
+        ],
+        None,
+    ));
+    assert!(
+        by_ok.contains("(1 row(s))") && by_ok.contains("21.5"),
+        "{by_ok}"
+    );
+    let q = ok(&halite(
+        &a,
+        &[
+            "query",
+            "--table",
+            "sensors",
+            "--value-filter",
+            "> 25",
+            "--filter-field",
+            "temp",
+        ],
+        None,
+    ));
+    assert!(q.contains("(1 row(s))") && q.contains("rome"), "{q}");
+    let got = ok(&halite(
+        &a,
+        &[
+            "get",
+            "--table",
+            "sensors",
+            &row_hex,
+            "--columns",
+            "f:temp",
+            "--max-versions",
+            "2",
+        ],
+        None,
+    ));
+    assert!(got.contains("30.0"), "{got}");
+    assert!(ok(&halite(&a, &["count", "--table", "sensors"], None)).contains("3 row(s)"));
+    assert!(
+        ok(&halite(
+            &a,
+            &["count", "--table", "sensors", "--series", "site=oslo"],
+            None
+        ))
+        .contains("2 row(s)")
+    );
+
+    // Deletes: points of a series over a time range, then one row.
+    let out = ok(&halite(
+        &a,
+        &[
+            "delete",
+            "--table",
+            "sensors",
+            "--series",
+            "site=oslo,sensor=7",
+            "--start",
+            "1700000030000",
+        ],
+        None,
+    ));
+    assert!(out.contains("deleted 1 row(s)"), "{out}");
+    assert!(
+        ok(&halite(
+            &a,
+            &["count", "--table", "sensors", "--series", "site=oslo"],
+            None
+        ))
+        .contains("1 row(s)")
+    );
+    let out = ok(&halite(
+        &a,
+        &["delete", "--table", "sensors", "--row", &row_hex],
+        None,
+    ));
+    assert!(out.contains("deleted 1 row(s)"), "{out}");
+    assert!(ok(&halite(&a, &["count", "--table", "sensors"], None)).contains("1 row(s)"));
+    assert!(
+        !halite(&a, &["delete", "--table", "sensors"], None)
+            .status
+            .success()
+    );
+
+    // Flush, major compaction, durability, namespaces.
+    assert!(ok(&halite(&a, &["table", "flush", "sensors"], None)).contains("flushed"));
+    assert!(ok(&halite(&a, &["table", "compact", "sensors"], None)).contains("compacted"));
+    let out = ok(&halite(
+        &a,
+        &["table", "alter", "sensors", "--durability", "ASYNC_WAL"],
+        None,
+    ));
+    assert!(out.contains("ASYNC_WAL"), "{out}");
+    assert!(ok(&halite(&a, &["namespace", "create", "plant"], None)).contains("created"));
+    let ns = ok(&halite(&a, &["namespace", "list"], None));
+    assert!(ns.contains("plant") && ns.contains("default"), "{ns}");
+    assert!(ok(&halite(&a, &["namespace", "drop", "plant"], None)).contains("dropped"));
+    let help = ok(&halite(&a, &["--help"], None));
+    for verb in ["delete", "count", "namespace", "scan", "query", "table"] {
+        assert!(help.contains(verb), "--help lists {verb}: {help}");
+    }
+
     assert!(ok(&halite(&a, &["table", "drop", "sensors"], None)).contains("dropped"));
     stop(s);
 }

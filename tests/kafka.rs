@@ -117,21 +117,58 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
             .map_err(|(e, _)| e)
             .expect("produce json");
     }
+    // Ten points of json_d, then a delete of three of them, then a delete
+    // that is wrong: one partition (one key), so in this order.
+    const T_D: u64 = 1_700_000_100_000;
+    let json_d = json!((0..10)
+        .map(|i| json!({"metric": "cpu", "tags": {"host": "json_d"}, "ts": T_D + i * 1000, "fields": {"usage_user": i}}))
+        .collect::<Vec<_>>())
+    .to_string();
+    let delete = json!({"delete": {"series": [["metric", "cpu"], ["host", "json_d"]],
+                                   "start_ms": T_D + 2000, "end_ms": T_D + 5000}})
+    .to_string();
+    let bad_delete = json!({"delete": {"series": "json_d"}}).to_string();
+    for payload in [&json_d, &delete, &bad_delete] {
+        producer
+            .send(
+                BaseRecord::<'_, str, str>::to("cpu_json")
+                    .key("json_d")
+                    .payload(payload),
+            )
+            .map_err(|(e, _)| e)
+            .expect("produce json_d");
+    }
     producer.flush(Duration::from_secs(30)).expect("flush");
 
     let s = wait_for(&srv.addr, "every message handled and committed", |s| {
-        committed_total(s, "cpu") == cpu_messages + 5 && committed_total(s, "cpu_json") == 3
+        committed_total(s, "cpu") == cpu_messages + 5 && committed_total(s, "cpu_json") == 6
     });
     // The good line of the 600 KB message lands; its bad lines are the
     // message's reason to be dead-lettered.
-    assert_eq!(s["points"], POINTS + 3, "{s}");
-    assert_eq!(s["bad_messages"], 7, "{s}");
-    assert_eq!(s["dead_lettered"], 7, "{s}");
+    assert_eq!(s["points"], POINTS + 3 + 10, "{s}");
+    assert_eq!(s["bad_messages"], 8, "{s}");
+    assert_eq!(s["dead_lettered"], 8, "{s}");
     assert_eq!(s["batches_failed"], 0, "{s}");
+    assert_eq!(s["deletes"], 1, "{s}");
+    let answer = query(
+        &srv.addr,
+        &json!({"table": "metrics:cpu", "series": [["metric", "cpu"], ["host", "json_d"]]}),
+    );
+    let left: Vec<u64> = answer["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["cells"][0]["value"].as_u64().expect("value"))
+        .collect();
+    assert_eq!(
+        left,
+        vec![9, 8, 7, 6, 5, 1, 0],
+        "the delete took points 2, 3 and 4"
+    );
 
     // Every point equals the oracle.
     let got = assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
-    assert_eq!(got.len() as u64, HOSTS * 10 + 3, "series x fields");
+    assert_eq!(got.len() as u64, HOSTS * 10 + 4, "series x fields");
     let steps = POINTS / HOSTS;
     assert_eq!(
         got[&("json_b".to_string(), "usage_user".to_string())]["max"].as_f64(),
@@ -177,7 +214,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     consumer.assign(&tpl).expect("assign");
     let mut dead = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while dead.len() < 7 && Instant::now() < deadline {
+    while dead.len() < 8 && Instant::now() < deadline {
         if let Some(m) = consumer.poll(Duration::from_millis(200)) {
             let m = m.expect("dead letter");
             let headers = m.headers().expect("headers");
@@ -202,9 +239,10 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
         .iter()
         .map(|p| (p.clone(), "cpu"))
         .chain(poison_json.iter().map(|p| (p.clone(), "cpu_json")))
+        .chain(std::iter::once((bad_delete.clone(), "cpu_json")))
         .collect();
     want.sort();
-    assert_eq!(dead.len(), 7, "{dead:?}");
+    assert_eq!(dead.len(), 8, "{dead:?}");
     for ((payload, reason, source), (want_payload, want_source)) in dead.iter().zip(&want) {
         assert_eq!(payload, want_payload);
         assert_eq!(source, want_source);
@@ -213,6 +251,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     assert!(dead.iter().any(|d| d.1.contains("width")), "{dead:?}");
     assert!(dead.iter().any(|d| d.1.contains("JSON")), "{dead:?}");
     assert!(dead.iter().any(|d| d.1.contains("finite")), "{dead:?}");
+    assert!(dead.iter().any(|d| d.1.contains("`series`")), "{dead:?}");
 
     // A clean stop commits; a restart resumes after it and replays nothing.
     server::stop(srv);

@@ -145,6 +145,8 @@ pub struct IngestStats {
     pub batches_failed: AtomicU64,
     pub commits: AtomicU64,
     pub pauses: AtomicU64,
+    /// Delete messages carried out.
+    pub deletes: AtomicU64,
     /// Last committed offset (the next to consume) per topic and partition.
     pub committed: Mutex<BTreeMap<PartitionKey, i64>>,
     /// Partitions started at the store's durable position, ahead of the
@@ -179,6 +181,7 @@ impl IngestStats {
             "batches_failed": n(&self.batches_failed),
             "commits": n(&self.commits),
             "pauses": n(&self.pauses),
+            "deletes": n(&self.deletes),
             "committed": committed,
             "resumed": resumed,
             "joined": self.joined.load(Ordering::Acquire),
@@ -306,6 +309,16 @@ impl OffsetTracker {
                     })
             })
             .collect()
+    }
+
+    /// Whether a batch of the partition that starts before `first` is
+    /// still being written (its points may not be readable yet).
+    fn sent_before(&self, p: &PartitionKey, first: i64) -> bool {
+        self.partitions.get(p).is_some_and(|po| {
+            po.in_flight
+                .range(..first)
+                .any(|(_, b)| b.1 == BatchState::Sent)
+        })
     }
 
     /// Batches of the partition still being written.
@@ -1233,13 +1246,6 @@ fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
                 state = BatchState::Failed;
             }
             Ok(()) => {
-                shared.stats.points.fetch_add(s.points, Ordering::Relaxed);
-                let labels = [
-                    ("topic", route.topic.clone()),
-                    ("table", route.table.to_string()),
-                ];
-                metrics::counter!("halite_kafka_points_total", &labels).increment(s.points);
-                metrics::counter!("halite_kafka_cells_total", &labels).increment(s.cells);
                 if state == BatchState::Done {
                     state = match durability {
                         Durability::SyncWal => BatchState::Done,
@@ -1258,6 +1264,17 @@ fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
                 }
             }
         }
+    }
+    // Points written before a delete message were waited for when it
+    // ran: a batch's points count once it did not fail.
+    if state != BatchState::Failed && s.points > 0 {
+        shared.stats.points.fetch_add(s.points, Ordering::Relaxed);
+        let labels = [
+            ("topic", route.topic.clone()),
+            ("table", route.table.to_string()),
+        ];
+        metrics::counter!("halite_kafka_points_total", &labels).increment(s.points);
+        metrics::counter!("halite_kafka_cells_total", &labels).increment(s.cells);
     }
     metrics::counter!("halite_kafka_messages_total", "topic" => route.topic.clone())
         .increment(s.messages);
@@ -1345,6 +1362,71 @@ fn submit_batch(
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
     encoder.reserve_for_bytes(batch.bytes());
     for (offset, payload) in batch.iter() {
+        if route.format == Format::Json
+            && let Some(delete) = delete_message(payload)
+        {
+            // A delete applies to every point before it in the partition
+            // and to none after: those before are made readable first.
+            let Ok(fresh) = PointEncoder::new(&desc, store.max_value_size()) else {
+                submitted.failed = true; // the table made one above
+                return submitted;
+            };
+            let before = std::mem::replace(&mut encoder, fresh).finish();
+            submitted.points += before.rows() as u64;
+            submitted.cells += before.cells() as u64;
+            let outcome = (if before.rows() > 0 {
+                store.write_encoded(&route.table, before, None)
+            } else {
+                Ok(())
+            })
+            .map_err(DeleteFailure::Store)
+            .and_then(|()| {
+                wait_for_batches_before(shared, &submitted.key, submitted.first);
+                delete.map_err(DeleteFailure::Bad).and_then(|q| {
+                    store
+                        .delete_points(&route.table, &q)
+                        .map_err(DeleteFailure::Store)
+                })
+            });
+            match outcome {
+                Ok(rows) => {
+                    shared.stats.deletes.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(topic = %route.topic, partition = batch.partition, offset, rows, "deleted points");
+                }
+                Err(DeleteFailure::Bad(reason)) => bad.push((
+                    offset,
+                    payload,
+                    BadMessage {
+                        kind: "bad_delete",
+                        reason,
+                    },
+                )),
+                Err(DeleteFailure::Store(e))
+                    if e.kind() == crate::error::ErrorKind::InvalidInput =>
+                {
+                    bad.push((
+                        offset,
+                        payload,
+                        BadMessage {
+                            kind: "bad_delete",
+                            reason: e.to_string(),
+                        },
+                    ))
+                }
+                Err(DeleteFailure::Store(e)) => {
+                    tracing::error!(
+                        topic = %route.topic,
+                        partition = batch.partition,
+                        offset,
+                        error = %e,
+                        "a delete failed; its partition's commits stop before it"
+                    );
+                    submitted.failed = true;
+                    return submitted;
+                }
+            }
+            continue;
+        }
         encoder.set_uniquifiers(Uniquifiers::Message {
             partition: batch.partition,
             offset,
@@ -1354,9 +1436,9 @@ fn submit_batch(
         }
     }
     let entries = encoder.finish();
-    submitted.points = entries.rows() as u64;
-    submitted.cells = entries.cells() as u64;
-    if submitted.points > 0 {
+    submitted.points += entries.rows() as u64;
+    submitted.cells += entries.cells() as u64;
+    if entries.rows() > 0 {
         // The record carries what is durable before it, so a restart can
         // resume there even if no Kafka commit said so.
         let origin = shared
@@ -1423,6 +1505,48 @@ fn submit_batch(
         submitted.failed = true;
     }
     submitted
+}
+
+/// Why a delete message was not carried out.
+enum DeleteFailure {
+    /// The message is wrong: it goes where bad messages go.
+    Bad(String),
+    /// The store failed (or refused what the message asks).
+    Store(crate::error::Error),
+}
+
+/// A JSON message `{"delete": {"series": [...], "start_ms": …, "end_ms": …,
+/// "fields": [...]}}` (what `POST …/delete` takes for points): `None` when
+/// the message is not a delete, else the query it deletes, or why it is
+/// wrong.
+fn delete_message(payload: &[u8]) -> Option<Result<crate::query::Query, String>> {
+    // Most messages are points: only one naming `delete` is read twice.
+    memchr::memmem::find(payload, b"\"delete\"")?;
+    let serde_json::Value::Object(mut top) = serde_json::from_slice(payload).ok()? else {
+        return None;
+    };
+    if top.len() != 1 {
+        return None;
+    }
+    let body = top.remove("delete")?;
+    Some(serde_path_to_error::deserialize(body).map_err(|e| {
+        let inner = crate::codec::bounded(&e.inner().to_string(), 240).into_owned();
+        match e.path().to_string().as_str() {
+            "." => format!("delete: {inner}"),
+            path => format!("delete: field `{path}`: {inner}"),
+        }
+    }))
+}
+
+/// Waits until every batch of the partition before `first` is written,
+/// so a delete at `first` or later sees their points.
+fn wait_for_batches_before(shared: &Shared, p: &PartitionKey, first: i64) {
+    let mut tracker = shared.tracker.lock();
+    while tracker.sent_before(p, first) {
+        shared
+            .batch_done
+            .wait_for(&mut tracker, Duration::from_millis(50));
+    }
 }
 
 /// Why a message is bad: `kind` is the metric label (`unreadable`: not
