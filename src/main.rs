@@ -370,7 +370,30 @@ enum Command {
     },
 }
 
+/// Holds SIGINT and SIGTERM pending until [`serve`] listens for them, so
+/// a Ctrl-C during start-up (WAL replay, a broker starting) stops the
+/// service cleanly once it can, instead of killing it half way and leaving
+/// its files (and the demo's broker) behind. Threads started meanwhile
+/// inherit the mask; the signal is taken by the thread that unblocks it.
+fn hold_stop_signals(hold: bool) {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use;
+    // pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let how = if hold {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    hold_stop_signals(true);
     halite::telemetry::init_logging(&config.log);
     let telemetry = match halite::telemetry::Telemetry::install() {
         Ok(t) => Some(Arc::new(t)),
@@ -422,6 +445,11 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Listening first, then taking the signals held since start-up.
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        hold_stop_signals(false);
         let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
         let addr = listener.local_addr()?;
         let metrics_listener = if config.server.metrics_listen.is_empty() {
@@ -448,10 +476,9 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         let ready = state.clone();
         let (stopping, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
             }
             // Readiness drops first, so load balancers stop sending; the
             // API still answers (503 on /readyz) while the consumer stops
@@ -467,7 +494,11 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let metrics_server = metrics_listener.map(|l| {
-            tokio::spawn(api::serve_metrics(l, state.clone(), shutdown(stopped.clone())))
+            tokio::spawn(api::serve_metrics(
+                l,
+                state.clone(),
+                shutdown(stopped.clone()),
+            ))
         });
         let served = api::serve(listener, state.clone(), shutdown(stopped)).await;
         if let Some(m) = metrics_server {
@@ -559,6 +590,7 @@ fn demo(
     points: u64,
     keep: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    hold_stop_signals(true);
     let tansu = tansu
         .or_else(|| std::env::var_os("HALITE_TANSU").map(PathBuf::from))
         .or_else(find_tansu)
@@ -617,13 +649,30 @@ impl DemoBroker {
     fn start(bin: &std::path::Path) -> Result<DemoBroker, Box<dyn std::error::Error>> {
         let port = halite::client::free_port()?;
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = std::process::Command::new(bin)
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new(bin);
+        command
             .args(["broker", "--listener-url", &url])
             .args(["--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            // Its own process group: a terminal's Ctrl-C reaches the
+            // service, which stops consuming while the broker is still
+            // there; the broker is stopped after it.
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe and touches only the child
+        // being exec'd; it dies with this thread if we are killed.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
         let broker = DemoBroker {

@@ -16,7 +16,7 @@
 //! cell. Each write carries its Kafka position into the WAL record
 //! ([`Origin`]).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -26,6 +26,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use parking_lot::{Condvar, Mutex};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError as KafkaErr, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaRespErr;
@@ -361,6 +362,15 @@ struct Shared {
     generation: AtomicU64,
     stats: Arc<IngestStats>,
     store: Arc<Store>,
+    /// The partitions this member holds, kept from the rebalance callbacks'
+    /// own lists: asking librdkafka (`assignment()`) from a callback run
+    /// while the consumer closes can wait forever (see `rebalance`).
+    assigned: Mutex<BTreeSet<PartitionKey>>,
+    /// The consumer is closing after its last commit: a revoke then has
+    /// nothing left to wait for or commit.
+    closing: AtomicBool,
+    /// librdkafka reported every broker down, and no message came since.
+    brokers_down: AtomicBool,
 }
 
 impl Shared {
@@ -494,6 +504,9 @@ struct IngestContext {
     shared: Arc<Shared>,
     /// Durable positions recovered from the store at start.
     recovered: HashMap<PartitionKey, i64>,
+    /// Whether the group rebalances cooperatively, read at the first
+    /// callback (an assignment, while the group is up) and kept.
+    cooperative: std::sync::OnceLock<bool>,
 }
 
 impl ClientContext for IngestContext {}
@@ -503,16 +516,26 @@ impl ConsumerContext for IngestContext {
     /// batches in flight are waited for and committed; when partitions
     /// come, each starts at the durable position recovered from the store
     /// where that is ahead of the group's committed offset.
+    ///
+    /// No request to the consumer group follows the (un)assign: when the
+    /// consumer closes with its brokers gone, the group terminates as soon
+    /// as the last unassign is handled, and a request queued in that
+    /// moment (`assignment()`, `rebalance_protocol()`) is dropped without
+    /// an answer, so its caller — this callback, inside the consumer's
+    /// drop — waited forever. What is held comes from the callbacks' own
+    /// partition lists instead.
     fn rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
-        let cooperative = matches!(
-            consumer.rebalance_protocol(),
-            RebalanceProtocol::Cooperative
-        );
+        let cooperative = *self.cooperative.get_or_init(|| {
+            matches!(
+                consumer.rebalance_protocol(),
+                RebalanceProtocol::Cooperative
+            )
+        });
         let partitions: Vec<String> = tpl
             .elements()
             .iter()
@@ -553,7 +576,29 @@ impl ConsumerContext for IngestContext {
         if let Err(e) = result {
             tracing::error!(error = %e, "applying the kafka rebalance failed");
         }
-        let assigned = consumer.assignment().map_or(0, |a| a.count());
+        let listed: Vec<PartitionKey> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let assigned = {
+            let mut held = self.shared.assigned.lock();
+            match err {
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                    if !cooperative {
+                        held.clear();
+                    }
+                    held.extend(listed);
+                }
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if cooperative => {
+                    for p in listed {
+                        held.remove(&p);
+                    }
+                }
+                _ => held.clear(),
+            }
+            held.len()
+        };
         let stats = &self.shared.stats;
         stats
             .assigned_partitions
@@ -576,6 +621,14 @@ impl IngestContext {
             .iter()
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
+        if self.shared.closing.load(Ordering::SeqCst) {
+            // The consumer drained and committed before it closed.
+            let mut tracker = self.shared.tracker.lock();
+            for p in &revoked {
+                tracker.partitions.remove(p);
+            }
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut tracker = self.shared.tracker.lock();
         while revoked.iter().any(|p| tracker.in_flight(p) > 0) && Instant::now() < deadline {
@@ -750,6 +803,9 @@ impl KafkaIngest {
             generation: AtomicU64::new(0),
             stats: stats.clone(),
             store: store.clone(),
+            assigned: Mutex::new(BTreeSet::new()),
+            closing: AtomicBool::new(false),
+            brokers_down: AtomicBool::new(false),
         });
         let mut client = ClientConfig::new();
         client
@@ -779,6 +835,7 @@ impl KafkaIngest {
         let consumer: BaseConsumer<IngestContext> = client.create_with_context(IngestContext {
             shared: shared.clone(),
             recovered,
+            cooperative: std::sync::OnceLock::new(),
         })?;
         let topics: Vec<&str> = config.topics.iter().map(|t| t.topic.as_str()).collect();
         consumer.subscribe(&topics)?;
@@ -888,10 +945,27 @@ impl Drop for KafkaIngest {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(h) = self.consumer.take() {
-            let _ = h.join();
+            // Draining waits for the writers (bounded by the store); past
+            // that, a consumer stuck in librdkafka must not hold up the
+            // shutdown forever: it is left behind, loudly.
+            let deadline = Instant::now() + STOP_DEADLINE;
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            } else {
+                tracing::error!(
+                    waited_s = STOP_DEADLINE.as_secs(),
+                    "the kafka consumer did not stop; leaving it (a restart resumes at the store's durable positions)"
+                );
+            }
         }
     }
 }
+
+/// How long a stop waits for the consumer to drain, commit and close.
+const STOP_DEADLINE: Duration = Duration::from_secs(8);
 
 struct ConsumerLoop {
     consumer: BaseConsumer<IngestContext>,
@@ -944,6 +1018,9 @@ impl ConsumerLoop {
             match polled {
                 Some(Ok(m)) => {
                     self.shared.stats.messages.fetch_add(1, Ordering::Relaxed);
+                    if self.shared.brokers_down.swap(false, Ordering::Relaxed) {
+                        tracing::info!("kafka brokers reachable again");
+                    }
                     let at = pending
                         .iter()
                         .position(|b| b.partition == m.partition() && b.topic.topic == m.topic());
@@ -969,6 +1046,17 @@ impl ConsumerLoop {
                             || pending[at].bytes() >= self.batch_bytes
                         {
                             ready.push_back(pending.swap_remove(at));
+                        }
+                    }
+                }
+                Some(Err(KafkaErr::MessageConsumption(RDKafkaErrorCode::AllBrokersDown))) => {
+                    // Once per outage, and quietly when stopping (the
+                    // broker may be stopping too).
+                    if !self.shared.brokers_down.swap(true, Ordering::Relaxed) {
+                        if self.stop.load(Ordering::SeqCst) {
+                            tracing::info!("kafka brokers are down while stopping");
+                        } else {
+                            tracing::warn!("every kafka broker is down; retrying");
                         }
                     }
                 }
@@ -1048,7 +1136,17 @@ impl ConsumerLoop {
                 }
             }
         }
-        self.shared.commit(&self.consumer, None);
+        // A commit waits for the group coordinator: with every broker down
+        // it could take a session timeout, and nothing is lost without it
+        // (a restart resumes at the store's durable positions).
+        if self.shared.brokers_down.load(Ordering::Relaxed) {
+            tracing::info!(
+                "kafka brokers are down: the last commit is left to the store's positions"
+            );
+        } else {
+            self.shared.commit(&self.consumer, None);
+        }
+        self.shared.closing.store(true, Ordering::SeqCst);
         self.consumer.unsubscribe();
     }
 
@@ -1082,9 +1180,10 @@ impl ConsumerLoop {
 
     /// Pauses or resumes every assigned partition; true when it did.
     fn set_paused(&self, paused: bool) -> bool {
-        let Ok(assignment) = self.consumer.assignment() else {
-            return false;
-        };
+        let mut assignment = TopicPartitionList::new();
+        for (topic, partition) in self.shared.assigned.lock().iter() {
+            assignment.add_partition(topic, *partition);
+        }
         let result = if paused {
             self.consumer.pause(&assignment)
         } else {
