@@ -1049,17 +1049,18 @@ impl ConsumerLoop {
                         }
                     }
                 }
-                Some(Err(KafkaErr::MessageConsumption(RDKafkaErrorCode::AllBrokersDown))) => {
-                    // Once per outage, and quietly when stopping (the
-                    // broker may be stopping too).
-                    if !self.shared.brokers_down.swap(true, Ordering::Relaxed) {
-                        if self.stop.load(Ordering::SeqCst) {
-                            tracing::info!("kafka brokers are down while stopping");
-                        } else {
-                            tracing::warn!("every kafka broker is down; retrying");
-                        }
+                // Once per outage, and quietly when stopping (the broker
+                // may be stopping too).
+                Some(Err(KafkaErr::MessageConsumption(RDKafkaErrorCode::AllBrokersDown)))
+                    if !self.shared.brokers_down.swap(true, Ordering::Relaxed) =>
+                {
+                    if self.stop.load(Ordering::SeqCst) {
+                        tracing::info!("kafka brokers are down while stopping");
+                    } else {
+                        tracing::warn!("every kafka broker is down; retrying");
                     }
                 }
+                Some(Err(KafkaErr::MessageConsumption(RDKafkaErrorCode::AllBrokersDown))) => {}
                 Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
                 None => {}
             }
