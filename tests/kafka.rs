@@ -267,6 +267,20 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     producer.flush(Duration::from_secs(30)).expect("flush");
     let s = wait_for(&srv.addr, "the late message", |s| s["points"] == 1);
     assert_eq!(s["messages"], 1, "only the new message was consumed: {s}");
+    // After the restart every partition shows its committed offset (not
+    // only those this process committed since) and its durable position.
+    let s = wait_for(&srv.addr, "the late message committed", |s| {
+        committed_total(s, "cpu") == cpu_messages + 6
+    });
+    assert_eq!(committed_total(&s, "cpu_json"), 6, "{s}");
+    let partitions = s["partitions"].as_array().expect("partitions");
+    assert_eq!(partitions.len(), 10, "{s}");
+    for p in partitions {
+        assert!(p["committed"].is_i64(), "{p}");
+        if p["topic"] == "cpu" {
+            assert!(p["durable"].as_i64() >= p["committed"].as_i64(), "{p}");
+        }
+    }
     server::stop(srv);
 }
 

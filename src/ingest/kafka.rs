@@ -148,8 +148,12 @@ pub struct IngestStats {
     pub pauses: AtomicU64,
     /// Delete messages carried out.
     pub deletes: AtomicU64,
-    /// Last committed offset (the next to consume) per topic and partition.
+    /// Last committed offset (the next to consume) per topic and partition:
+    /// the group's, read at start and at each assignment, then ours.
     pub committed: Mutex<BTreeMap<PartitionKey, i64>>,
+    /// Per topic and partition, the offset below which every message is
+    /// durable in the store: recovered at start, then as batches finish.
+    pub durable: Mutex<BTreeMap<PartitionKey, i64>>,
     /// Partitions started at the store's durable position, ahead of the
     /// group's committed offset, and where.
     pub resumed: Mutex<BTreeMap<PartitionKey, i64>>,
@@ -160,6 +164,15 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
+    /// Committed offsets read from the group (ours, if newer, stay).
+    fn record_committed(&self, offsets: impl Iterator<Item = (PartitionKey, i64)>) {
+        let mut known = self.committed.lock();
+        for (p, o) in offsets {
+            let at = known.entry(p).or_insert(o);
+            *at = (*at).max(o);
+        }
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let committed: Vec<serde_json::Value> = self
@@ -174,6 +187,21 @@ impl IngestStats {
             .iter()
             .map(|((t, p), o)| serde_json::json!({"topic": t, "partition": p, "offset": o}))
             .collect();
+        let partitions: Vec<serde_json::Value> = {
+            let committed = self.committed.lock();
+            let durable = self.durable.lock();
+            let keys: BTreeSet<&PartitionKey> = committed.keys().chain(durable.keys()).collect();
+            keys.into_iter()
+                .map(|k| {
+                    serde_json::json!({
+                        "topic": k.0,
+                        "partition": k.1,
+                        "committed": committed.get(k),
+                        "durable": durable.get(k),
+                    })
+                })
+                .collect()
+        };
         serde_json::json!({
             "messages": n(&self.messages),
             "points": n(&self.points),
@@ -184,6 +212,7 @@ impl IngestStats {
             "pauses": n(&self.pauses),
             "deletes": n(&self.deletes),
             "committed": committed,
+            "partitions": partitions,
             "resumed": resumed,
             "joined": self.joined.load(Ordering::Acquire),
             "assigned_partitions": n(&self.assigned_partitions),
@@ -442,6 +471,8 @@ impl Shared {
         if offsets.is_empty() {
             return;
         }
+        // Durable whether or not the commit gets through.
+        self.stats.durable.lock().extend(offsets.iter().cloned());
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), offset) in &offsets {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
@@ -656,9 +687,6 @@ impl IngestContext {
                 self.recovered.get(&p).map(|&o| (p, o))
             })
             .collect();
-        if ours.is_empty() {
-            return;
-        }
         let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
             Ok(c) => c,
             Err(e) => {
@@ -667,6 +695,20 @@ impl IngestContext {
                 return;
             }
         };
+        self.shared
+            .stats
+            .record_committed(
+                committed
+                    .elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(c) => Some(((e.topic().to_string(), e.partition()), c)),
+                        _ => None,
+                    }),
+            );
+        if ours.is_empty() {
+            return;
+        }
         for ((topic, partition), durable) in ours {
             let at = match committed
                 .find_partition(&topic, partition)
@@ -827,8 +869,13 @@ impl KafkaIngest {
                         reason: e.to_string(),
                     })?;
             for ((topic, partition), offset) in positions {
-                if topic == route.topic && config.resume_from_store {
-                    recovered.insert((topic, partition as i32), offset as i64);
+                if topic != route.topic {
+                    continue;
+                }
+                let key = (topic, partition as i32);
+                stats.durable.lock().insert(key.clone(), offset as i64);
+                if config.resume_from_store {
+                    recovered.insert(key, offset as i64);
                 }
             }
         }
@@ -982,7 +1029,45 @@ struct ConsumerLoop {
 }
 
 impl ConsumerLoop {
+    /// The group's committed offsets of every partition of the topics,
+    /// also those other members hold, for `/api/v1/ingest` (best effort:
+    /// the consumer goes on without them).
+    fn read_group_offsets(&self) {
+        let mut tpl = TopicPartitionList::new();
+        for topic in self.routes.keys() {
+            match self
+                .consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(2))
+            {
+                Ok(md) => {
+                    for t in md.topics() {
+                        for p in t.partitions() {
+                            tpl.add_partition(t.name(), p.id());
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(%topic, error = %e, "reading the topic's partitions failed");
+                }
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        match self.consumer.committed_offsets(tpl, Duration::from_secs(2)) {
+            Ok(c) => self
+                .shared
+                .stats
+                .record_committed(c.elements().iter().filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+                    _ => None,
+                })),
+            Err(e) => tracing::debug!(error = %e, "reading the group's committed offsets failed"),
+        }
+    }
+
     fn run(mut self) {
+        self.read_group_offsets();
         // Batches still filling, one per partition (a few dozen at most: a
         // scan beats hashing the topic name of every message)...
         let mut pending: Vec<Batch> = Vec::new();
