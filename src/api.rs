@@ -632,12 +632,19 @@ async fn each_region(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Flushes every region's MemStore to store files (HBase's `flush`).
+/// Flushes every region's MemStore to store files (HBase's `flush`); a
+/// region left with many files gets a minor compaction, as after a
+/// background flush.
 async fn flush_table(
     State(s): State<Arc<AppState>>,
     Path(t): Path<String>,
 ) -> ApiResult<StatusCode> {
-    each_region(&s, &t, |r| r.flush()).await
+    each_region(&s, &t, |r| {
+        r.flush()?;
+        r.request_compaction();
+        Ok(())
+    })
+    .await
 }
 
 /// Major compaction of every region (HBase's `major_compact`).

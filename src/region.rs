@@ -591,6 +591,12 @@ impl Region {
         outcome
     }
 
+    /// Asks for a minor compaction in the background; it runs when the
+    /// compaction policy finds files to merge.
+    pub fn request_compaction(&self) {
+        self.inner.request_compaction();
+    }
+
     /// Compacts now: a major compaction rewrites every family into one file
     /// and drops deleted, surplus and expired cells; a minor one merges the
     /// files the policy selects.

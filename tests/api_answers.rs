@@ -739,3 +739,40 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
     assert_eq!(r.json()["durability"], "ASYNC_WAL");
     stop(s);
 }
+
+#[test]
+fn a_flush_through_the_api_that_leaves_many_files_schedules_a_compaction() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(dir.path(), free_port(), &[]);
+    let a = s.addr.clone();
+    create_table(
+        &a,
+        &json!({"name": "fl", "families": [{"name": "f"}],
+                "key": {"fields": [{"name": "metric", "type": "string", "width": 8},
+                                   {"name": "host", "type": "string", "width": 8},
+                                   {"name": "ts", "type": "timestamp"}]}}),
+    );
+    for i in 0..4u64 {
+        let r = write_lines(&a, "fl", "&precision=ms", &format!("cpu,host=a v={i} {}\n", T1 + i));
+        assert_eq!(r.status, 204);
+        let r = request(&a, "POST", "/api/v1/tables/fl/flush", None, b"").expect("flush");
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    let compactions = || -> f64 {
+        let r = request(&a, "GET", "/metrics", None, b"").expect("metrics");
+        r.text()
+            .lines()
+            .find(|l| l.starts_with("halite_compactions_total{") && l.contains("default:fl"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while compactions() < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "four flushed files and no compaction");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let r = post(&a, "/api/v1/query", &json!({"table": "fl", "series": [["metric", "cpu"]]}));
+    assert_eq!(r.json()["rows"].as_array().expect("rows").len(), 4);
+    stop(s);
+}
