@@ -44,7 +44,7 @@ use halite::config::Config;
 use halite::ingest::Format;
 use halite::ingest::kafka::KafkaIngest;
 use halite::ingest::produce::{ProduceSpec, produce};
-use halite::store::{Splitter, Store, StoreOptions};
+use halite::store::{MemoryGuard, Splitter, Store, StoreOptions};
 use halite::tsbs;
 
 #[derive(Parser)]
@@ -413,6 +413,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     )?);
     ensure_tables(&store, &config.tables)?;
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
+    let memory_guard = MemoryGuard::start(&store)?;
     let kafka = if config.kafka.enabled() {
         let k = KafkaIngest::start(&config.kafka, store.clone(), clock.clone())?;
         tracing::info!(
@@ -513,6 +514,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     drop(runtime);
     drop(state);
     splitter.stop();
+    memory_guard.stop();
     let store = Arc::try_unwrap(store).map_err(|_| "store still in use at shutdown")?;
     store.close()?;
     tracing::info!("halite stopped cleanly");

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::{Mutex, RwLock};
@@ -858,38 +858,54 @@ impl Store {
     /// limit, flushing the largest ones (HBase blocks updates the same way):
     /// a slow disk then slows the producers instead of growing memory.
     fn wait_for_memory(&self) -> Result<()> {
-        let limit = self.options.global_memstore_bytes;
-        loop {
-            if self.memstore_bytes() <= limit {
-                return Ok(());
-            }
-            let regions: Vec<(usize, Arc<Region>)> = self
-                .tables
-                .read()
-                .values()
-                .flat_map(|t| t.regions.iter())
-                .map(|r| (r.memstore_bytes(), r.clone()))
-                .collect();
-            let mut total: usize = regions.iter().map(|(b, _)| b).sum();
-            if total <= limit {
-                return Ok(());
+        let mut waited: Option<Instant> = None;
+        let outcome = loop {
+            if !self.relieve_memory() {
+                break Ok(());
             }
             if self.closing.load(Ordering::SeqCst) {
-                return Err(Error::Closed);
+                break Err(Error::Closed);
             }
-            // Largest first, until what is left would be under 90 %.
-            let mut by_size = regions;
-            by_size.sort_by_key(|r| std::cmp::Reverse(r.0));
-            for (bytes, r) in &by_size {
-                if total <= limit / 10 * 9 {
-                    break;
-                }
-                r.request_flush();
-                total = total.saturating_sub(*bytes);
-            }
+            waited.get_or_insert_with(Instant::now);
             self.memory_waits.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(5));
+        };
+        if let Some(since) = waited {
+            metrics::histogram!("halite_memstore_blocked_seconds")
+                .record(since.elapsed().as_secs_f64());
         }
+        outcome
+    }
+
+    /// Whether all MemStores together are over the global limit; when they
+    /// are, the largest are asked to flush (until what is left would be
+    /// under 90 % of it).
+    pub fn relieve_memory(&self) -> bool {
+        let limit = self.options.global_memstore_bytes;
+        if self.memstore_bytes() <= limit {
+            return false;
+        }
+        let regions: Vec<(usize, Arc<Region>)> = self
+            .tables
+            .read()
+            .values()
+            .flat_map(|t| t.regions.iter())
+            .map(|r| (r.memstore_bytes(), r.clone()))
+            .collect();
+        let mut total: usize = regions.iter().map(|(b, _)| b).sum();
+        if total <= limit {
+            return false;
+        }
+        let mut by_size = regions;
+        by_size.sort_by_key(|r| std::cmp::Reverse(r.0));
+        for (bytes, r) in &by_size {
+            if total <= limit / 10 * 9 {
+                break;
+            }
+            r.request_flush();
+            total = total.saturating_sub(*bytes);
+        }
+        true
     }
 
     /// How many times writers waited for MemStores to flush under the
@@ -1359,35 +1375,38 @@ impl TableScanner {
     }
 }
 
-/// Checks region sizes every interval and splits the oversized ones, on a
-/// thread of its own. It holds the store weakly: it never keeps it open.
-pub struct Splitter {
+/// A chore of the store run every interval on a thread of its own. It
+/// holds the store weakly: it never keeps it open.
+pub struct Chore {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Splitter {
-    pub fn start(store: &Arc<Store>, every: Duration) -> std::io::Result<Splitter> {
+impl Chore {
+    pub fn start(
+        store: &Arc<Store>,
+        name: &str,
+        every: Duration,
+        chore: impl Fn(&Store) + Send + 'static,
+    ) -> std::io::Result<Chore> {
         let (stop, rx) = bounded::<()>(1);
         let store = Arc::downgrade(store);
         let thread = std::thread::Builder::new()
-            .name("halite-split".into())
+            .name(name.into())
             .spawn(move || {
                 while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = rx.recv_timeout(every)
                 {
                     let Some(store) = store.upgrade() else { return };
-                    if let Err(e) = store.split_oversized() {
-                        tracing::error!(error = %e, "region split failed; the region stays whole");
-                    }
+                    chore(&store);
                 }
             })?;
-        Ok(Splitter {
+        Ok(Chore {
             stop: Some(stop),
             thread: Some(thread),
         })
     }
 
-    /// Stops checking; waits for a split under way to finish.
+    /// Stops; waits for a run under way to finish.
     pub fn stop(mut self) {
         self.halt();
     }
@@ -1400,8 +1419,37 @@ impl Splitter {
     }
 }
 
-impl Drop for Splitter {
+impl Drop for Chore {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+/// Checks region sizes every interval and splits the oversized ones.
+pub struct Splitter;
+
+impl Splitter {
+    pub fn start(store: &Arc<Store>, every: Duration) -> std::io::Result<Chore> {
+        Chore::start(store, "halite-split", every, |store| {
+            if let Err(e) = store.split_oversized() {
+                tracing::error!(error = %e, "region split failed; the region stays whole");
+            }
+        })
+    }
+}
+
+/// Keeps all MemStores together under the global limit also while no
+/// write comes (writers enforce it only as they arrive): over it, the
+/// largest are flushed.
+pub struct MemoryGuard;
+
+impl MemoryGuard {
+    /// How often the MemStores are weighed.
+    pub const EVERY: Duration = Duration::from_millis(250);
+
+    pub fn start(store: &Arc<Store>) -> std::io::Result<Chore> {
+        Chore::start(store, "halite-memory", Self::EVERY, |store| {
+            store.relieve_memory();
+        })
     }
 }

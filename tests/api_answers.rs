@@ -753,7 +753,12 @@ fn a_flush_through_the_api_that_leaves_many_files_schedules_a_compaction() {
                                    {"name": "ts", "type": "timestamp"}]}}),
     );
     for i in 0..4u64 {
-        let r = write_lines(&a, "fl", "&precision=ms", &format!("cpu,host=a v={i} {}\n", T1 + i));
+        let r = write_lines(
+            &a,
+            "fl",
+            "&precision=ms",
+            &format!("cpu,host=a v={i} {}\n", T1 + i),
+        );
         assert_eq!(r.status, 204);
         let r = request(&a, "POST", "/api/v1/tables/fl/flush", None, b"").expect("flush");
         assert_eq!(r.status, 204, "{}", r.text());
@@ -769,10 +774,77 @@ fn a_flush_through_the_api_that_leaves_many_files_schedules_a_compaction() {
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     while compactions() < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "four flushed files and no compaction");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "four flushed files and no compaction"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let r = post(&a, "/api/v1/query", &json!({"table": "fl", "series": [["metric", "cpu"]]}));
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "fl", "series": [["metric", "cpu"]]}),
+    );
     assert_eq!(r.json()["rows"].as_array().expect("rows").len(), 4);
+    stop(s);
+}
+
+#[test]
+fn the_global_memstore_limit_holds_after_writes_stop() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(
+        dir.path(),
+        free_port(),
+        &[
+            "--set",
+            "region.flush_size=\"128KiB\"",
+            "--set",
+            "region.global_memstore_size=\"256KiB\"",
+        ],
+    );
+    let a = s.addr.clone();
+    let mut t = table("mem", "reversed_timestamp", &[], None);
+    t["key"]["salt"] = json!({"buckets": 16});
+    create_table(&a, &t);
+    let memstore = || -> f64 {
+        let r = request(&a, "GET", "/metrics", None, b"").expect("metrics");
+        r.text()
+            .lines()
+            .filter(|l| l.starts_with("halite_memstore_bytes{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // One write under 256 KiB of text (one piece, so the limit is checked
+    // once, before it) that leaves every region under its flush size and
+    // all of them together over the global limit; then nothing more.
+    let mut lines = String::new();
+    let mut i = 0u64;
+    while lines.len() < 200 * 1024 {
+        lines.push_str(&format!(
+            "cpu,host=h{} u={i}.5,s={i}.25,w={i} {}\n",
+            i % 64,
+            T1 + i
+        ));
+        i += 1;
+    }
+    assert_eq!(write_lines(&a, "mem", "&precision=ms", &lines).status, 204);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let bytes = memstore();
+        if bytes <= 256.0 * 1024.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "MemStores hold {bytes} bytes 10 s after the last write, over the 256 KiB limit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "mem", "series": [["metric", "cpu"]]}),
+    );
+    assert_eq!(r.json()["rows"].as_array().expect("rows").len() as u64, i);
     stop(s);
 }
