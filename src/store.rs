@@ -1135,6 +1135,13 @@ impl Store {
             .try_into()
             .map_err(|_| Error::Internal("a split makes two daughters".into()))?;
         metrics::counter!("halite_region_splits_total", "table" => name.to_string()).increment(1);
+        tracing::info!(
+            table = %name,
+            parent = id,
+            daughters = %format!("{} {}", a.id(), b.id()),
+            at = %at.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            "region split"
+        );
         Ok(Some([a, b]))
     }
 

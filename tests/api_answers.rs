@@ -848,3 +848,127 @@ fn the_global_memstore_limit_holds_after_writes_stop() {
     assert_eq!(r.json()["rows"].as_array().expect("rows").len() as u64, i);
     stop(s);
 }
+
+/// Makes `io_uring_setup` fail with ENOSYS in the child, as a container's
+/// seccomp profile does (Docker's default blocks it).
+fn block_io_uring(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    const IO_URING_SETUP: u32 = 425; // x86_64 and the generic table alike
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    // SAFETY: prctl only changes the child about to exec; the filter
+    // program is plain data that outlives the call.
+    unsafe {
+        cmd.pre_exec(|| {
+            let filter = [
+                // Load the syscall number (seccomp_data.nr, offset 0).
+                libc::sock_filter {
+                    code: LD_W_ABS,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                },
+                libc::sock_filter {
+                    code: JEQ_K,
+                    jt: 0,
+                    jf: 1,
+                    k: IO_URING_SETUP,
+                },
+                libc::sock_filter {
+                    code: RET_K,
+                    jt: 0,
+                    jf: 0,
+                    k: RET_ERRNO | libc::ENOSYS as u32,
+                },
+                libc::sock_filter {
+                    code: RET_K,
+                    jt: 0,
+                    jf: 0,
+                    k: RET_ALLOW,
+                },
+            ];
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, 2, &prog as *const libc::sock_fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn the_io_uring_fallback_and_region_splits_are_logged() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let log_path = dir.path().join("halite.log");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_halite"));
+    cmd.args(["serve", "--set"])
+        .arg(format!(
+            "data_dir=\"{}\"",
+            dir.path().join("data").display()
+        ))
+        .args(["--set", &format!("server.listen=\"{addr}\"")])
+        .args(["--set", "region.flush_size=\"64KiB\""])
+        .args(["--set", "region.global_memstore_size=\"64MiB\""])
+        .args(["--set", "region.max_size=\"64KiB\""])
+        .args(["--set", "region.split_check_interval=\"200ms\""])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log"));
+    block_io_uring(&mut cmd);
+    let mut child = cmd.spawn().expect("spawn halite serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while request(&addr, "GET", "/readyz", None, b"").map_or(true, |r| r.status != 200) {
+        assert!(std::time::Instant::now() < deadline, "not ready");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(log().contains("io_uring is unavailable"), "{}", log());
+    let metrics = request(&addr, "GET", "/metrics", None, b"")
+        .expect("metrics")
+        .text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("halite_wal_backend_info") && l.contains("backend=\"sync\"")),
+        "{metrics}"
+    );
+    // A region past max_size splits, and says so.
+    let t = table("big", "reversed_timestamp", &[], None);
+    let mut t = t;
+    t["key"]["salt"] = Value::Null;
+    create_table(&addr, &t);
+    let mut lines = String::new();
+    for i in 0..6000u64 {
+        lines.push_str(&format!(
+            "cpu,host=h{} u={i}.5,s=\"padding-{i:08}\" {}\n",
+            i % 50,
+            T1 + i
+        ));
+    }
+    assert_eq!(
+        write_lines(&addr, "big", "&precision=ms", &lines).status,
+        204
+    );
+    let r = request(&addr, "POST", "/api/v1/tables/big/flush", None, b"").expect("flush");
+    assert_eq!(r.status, 204);
+    while !log().contains("region split") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no split logged: {}",
+            log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().expect("wait").success(), "{}", log());
+}

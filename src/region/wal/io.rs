@@ -90,7 +90,11 @@ pub fn open_backend(
     if choice == IoBackendChoice::Auto {
         match uring::UringIo::new(depth, syncs.clone()) {
             Ok(io) => return Box::new(io),
-            Err(_unavailable) => {}
+            Err(unavailable) => tracing::warn!(
+                error = %unavailable,
+                "io_uring is unavailable here (an old kernel, or a seccomp filter): \
+                 the WAL writes with write + fdatasync instead"
+            ),
         }
     }
     let _ = (choice, depth);
