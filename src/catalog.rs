@@ -322,12 +322,9 @@ impl Catalog {
             }
         }
         self.update(|d| {
-            if !d.namespaces.contains(&req.name.namespace) {
-                return Err(Error::NotFound(format!(
-                    "no such namespace; create it first. namespace=`{}`",
-                    req.name.namespace
-                )));
-            }
+            // A table's namespace comes with it, whether the table is
+            // created from the config or through the API.
+            d.namespaces.insert(req.name.namespace.clone());
             let key = req.name.to_string();
             if d.tables.contains_key(&key) {
                 return Err(Error::Conflict(format!("table exists. table=`{key}`")));

@@ -569,9 +569,6 @@ fn verify(dir: &std::path::Path, json: bool) -> ExitCode {
 /// Creates the configured tables (and their namespaces) that do not exist.
 fn ensure_tables(store: &Store, tables: &[CreateTable]) -> Result<(), Box<dyn std::error::Error>> {
     for t in tables {
-        if !store.catalog().namespaces().contains(&t.name.namespace) {
-            store.catalog().create_namespace(&t.name.namespace)?;
-        }
         if store.catalog().table(&t.name).is_err() {
             store.create_table(t)?;
             tracing::info!(table = %t.name, "created table");

@@ -298,6 +298,18 @@ fn gets_pages_tokens_and_errors_answer_as_documented() {
     create_table(&a, &table("cpu", "reversed_timestamp", &[], None));
     create_table(&a, &table("mem", "reversed_timestamp", &[], None));
 
+    // A table's namespace comes with it, as from the config.
+    create_table(&a, &table("plant:temps", "timestamp", &[], None));
+    let ns = request(&a, "GET", "/api/v1/namespaces", None, b"").expect("namespaces");
+    assert!(
+        ns.json()
+            .as_array()
+            .expect("list")
+            .contains(&json!("plant")),
+        "{}",
+        ns.text()
+    );
+
     // A key without time: one row per series, each point a version.
     create_table(
         &a,
