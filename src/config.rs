@@ -190,6 +190,13 @@ pub struct WalConfig {
     pub async_sync_interval: Dur,
     /// Reuse flushed segments instead of deleting them (default true).
     pub recycle: bool,
+    /// Preallocated segments a shard keeps ready beside the live one (the
+    /// next one and flushed ones kept for reuse; default 1): flushed
+    /// segments past it are deleted.
+    pub spare_segments: usize,
+    /// A log idle this long with everything flushed gives its preallocated
+    /// space back (default 10s; "0s": never).
+    pub release_after_idle: Dur,
     /// Damage in the middle of the log at recovery: `strict` refuses to
     /// open (default), `stop_at_damage` recovers what precedes it.
     pub recovery: String,
@@ -267,6 +274,8 @@ impl Default for WalConfig {
             depth: d.depth,
             async_sync_interval: Dur(d.async_sync_interval),
             recycle: d.recycle,
+            spare_segments: d.spare_segments,
+            release_after_idle: Dur(d.release_after_idle),
             recovery: "strict".into(),
         }
     }
@@ -360,6 +369,12 @@ impl Config {
         if !matches!(self.wal.io.as_str(), "auto" | "sync") {
             return bad("wal.io", "must be `auto` or `sync`");
         }
+        if self.wal.spare_segments == 0 {
+            return bad(
+                "wal.spare_segments",
+                "must be at least 1: without a prepared segment every roll zero-fills one while writes wait",
+            );
+        }
         if !matches!(self.wal.recovery.as_str(), "strict" | "stop_at_damage") {
             return bad("wal.recovery", "must be `strict` or `stop_at_damage`");
         }
@@ -421,6 +436,8 @@ impl Config {
             depth: self.wal.depth,
             async_sync_interval: self.wal.async_sync_interval.0,
             recycle: self.wal.recycle,
+            spare_segments: self.wal.spare_segments,
+            release_after_idle: self.wal.release_after_idle.0,
             recovery: if self.wal.recovery == "stop_at_damage" {
                 WalRecovery::StopAtDamage
             } else {

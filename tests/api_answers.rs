@@ -984,3 +984,77 @@ fn the_io_uring_fallback_and_region_splits_are_logged() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().expect("wait").success(), "{}", log());
 }
+
+/// Bytes the files under `dir` take on disk (allocated blocks).
+fn du(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                total += e.metadata().map_or(0, |m| m.blocks() * 512);
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn a_settled_data_directory_holds_its_data_not_empty_wal_segments() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = start(
+        dir.path(),
+        free_port(),
+        &["--set", "wal.release_after_idle=\"300ms\""],
+    );
+    let a = s.addr.clone();
+    let settled = |what: &str, limit: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let (all, sst) = (du(dir.path()), store_file_bytes(dir.path()));
+            if all <= sst + limit {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {all} bytes on disk for {sst} bytes of store files"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    // Empty: a few KiB, not a preallocated segment or two per WAL shard.
+    settled("empty", 512 * 1024);
+    let mut t = table("cpu", "reversed_timestamp", &[], None);
+    t["key"]["salt"] = json!({"buckets": 8});
+    create_table(&a, &t);
+    for round in 0..4u64 {
+        let mut lines = String::new();
+        for i in 0..20_000u64 {
+            let n = round * 20_000 + i;
+            lines.push_str(&format!(
+                "cpu,host=h{} u={}.5,s={} {}\n",
+                n % 100,
+                n % 977,
+                n % 13,
+                T1 + n
+            ));
+        }
+        assert_eq!(write_lines(&a, "cpu", "&precision=ms", &lines).status, 204);
+    }
+    assert_eq!(post(&a, "/api/v1/tables/cpu/flush", &json!({})).status, 204);
+    let r = request(&a, "POST", "/api/v1/tables/cpu/compact", None, b"").expect("compact");
+    assert_eq!(r.status, 204);
+    // Flushed, compacted and idle: the store files and little else.
+    settled("after ingest, flush and compaction", 1024 * 1024);
+    let r = post(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "cpu", "series": [["metric", "cpu"]], "limit": 1}),
+    );
+    assert_eq!(r.status, 200);
+    stop(s);
+}

@@ -228,9 +228,11 @@ fn what_a_crash_leaves_is_a_note_and_the_command_exits_by_what_it_found() {
         .expect("segment");
     let len = std::fs::metadata(&live).expect("stat").len();
     let bytes = std::fs::read(&live).expect("read");
+    // The first end record: a recycled segment still holds stale records
+    // of its earlier life past its own end, stale end records among them.
     let end = bytes
         .windows(9)
-        .rposition(|w| w[8] == 2 && w[..4] == [0, 0, 0, 0])
+        .position(|w| w[8] == 2 && w[..4] == [0, 0, 0, 0])
         .expect("an end record");
     let mut cut = bytes.clone();
     cut[end..].fill(0);

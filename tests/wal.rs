@@ -148,8 +148,10 @@ fn segments_go_once_flushed(io: IoBackendChoice) {
     assert_eq!(wal.live_segments(), 1, "only the active segment is left");
     let logs = files_in(dir.path(), "log");
     assert_eq!(logs.len(), 1, "{logs:?}");
-    // At most two flushed segments are kept for reuse.
-    assert!(files_in(dir.path(), "free").len() <= 2);
+    // Kept ready beside the live one: at most `spare_segments` (1), the
+    // prepared next segment included.
+    let ready = files_in(dir.path(), "free").len() + files_in(dir.path(), "spare").len();
+    assert!(ready <= 1, "{ready} segments kept ready");
     wal.close();
     // Recycled segments hold stale records of other segment ids: nothing of
     // them may be replayed.
@@ -212,4 +214,72 @@ fn async_writes_are_synced_on_the_interval() {
         wal.stats().syncs.get() > syncs_before,
         "the async write was never synced"
     );
+}
+
+/// Bytes the directory's files take on disk (allocated blocks).
+fn disk_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.metadata().map_or(0, |m| m.blocks() * 512))
+        .sum()
+}
+
+#[test]
+fn an_idle_flushed_wal_gives_back_its_space_and_preallocates_again_when_written() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let opts = WalOptions {
+        release_after_idle: std::time::Duration::from_millis(200),
+        ..options(IoBackendChoice::Auto)
+    };
+    let wal = Wal::open(dir.path(), opts.clone()).expect("open");
+    let write = |wal: &Wal, seqs: std::ops::RangeInclusive<u64>| {
+        for seq in seqs {
+            wal.append(1, seq, record(1, seq, 500), true)
+                .expect("append")
+                .wait()
+                .expect("durable");
+        }
+    };
+    write(&wal, 1..=400);
+    // Not flushed: idle or not, the space stays (it holds the only copy).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(files_in(dir.path(), "log").len() > 1);
+    wal.mark_flushed(1, 400);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while disk_bytes(dir.path()) > 16 * 1024 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes still held: {:?}",
+            disk_bytes(dir.path()),
+            std::fs::read_dir(dir.path())
+                .expect("dir")
+                .flatten()
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(files_in(dir.path(), "log").len(), 1);
+    assert!(files_in(dir.path(), "free").is_empty() && files_in(dir.path(), "spare").is_empty());
+    // Written again: it goes on, preallocates again, and everything after
+    // the release replays after a reopen, once each.
+    write(&wal, 401..=600);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while disk_bytes(dir.path()) < 64 * 1024 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never preallocated again"
+        );
+        write(&wal, 0..=0);
+    }
+    wal.close();
+    let reopened = Wal::open(dir.path(), opts).expect("reopen");
+    let mut seen = Vec::new();
+    reopened
+        .replay(1, 400, |e| seen.push(e.first_seq))
+        .expect("replay");
+    seen.retain(|s| *s > 400);
+    assert_eq!(seen, (401..=600).collect::<Vec<_>>());
 }

@@ -278,7 +278,9 @@ impl Report {
              and queries (halite's q1 took twice as long under strace). Data on disk is measured after each system \
              settled (halite: flush and major compaction on request; \
              InfluxDB and VictoriaMetrics: their own snapshots and merges, watched until the \
-             directory stopped changing), as allocated blocks; WAL files are shown apart.\n\n",
+             directory stopped changing; halite also gives back its idle WAL's preallocated \
+             segments), as allocated blocks of the whole data directory, WAL included (its \
+             part is also shown apart).\n\n",
             fmt_int(rows as f64),
             fmt_int(values),
             service::BATCH_LINES,
@@ -317,7 +319,7 @@ impl Report {
                 "syncs per batch",
                 "data MiB",
                 "bytes per value",
-                "WAL MiB",
+                "of which WAL MiB",
             ],
             &body,
         ));

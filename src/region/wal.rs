@@ -91,6 +91,14 @@ pub struct WalOptions {
     pub async_sync_interval: Duration,
     /// Reuse flushed segments instead of deleting them (default on).
     pub recycle: bool,
+    /// Preallocated segments a shard keeps ready beside the live one: the
+    /// prepared next one and flushed ones kept for reuse (default 1).
+    /// Flushed segments past it are deleted.
+    pub spare_segments: usize,
+    /// A log idle this long with everything in it flushed gives its
+    /// preallocated space back: it goes on in a small segment, and
+    /// preallocates again once written to (default 10 s; zero: never).
+    pub release_after_idle: Duration,
     /// What recovery does with damage in the middle of the log.
     pub recovery: WalRecovery,
 }
@@ -119,6 +127,8 @@ impl Default for WalOptions {
             depth: 4,
             async_sync_interval: Duration::from_secs(1),
             recycle: true,
+            spare_segments: 1,
+            release_after_idle: Duration::from_secs(10),
             recovery: WalRecovery::Strict,
         }
     }
@@ -259,6 +269,18 @@ struct Segments {
     closed: Vec<ClosedSegment>,
     flushed: HashMap<u64, u64>,
     free: Vec<PathBuf>,
+    /// A next segment is prepared (or being prepared) beside the live one.
+    spare_ready: bool,
+}
+
+impl Segments {
+    /// Whether every edit of `max_seq` (region -> highest sequence id) is
+    /// in store files.
+    fn all_flushed(&self, max_seq: &HashMap<u64, u64>) -> bool {
+        max_seq
+            .iter()
+            .all(|(region, max)| self.flushed.get(region).is_some_and(|f| f >= max))
+    }
 }
 
 struct Shared {
@@ -280,7 +302,10 @@ impl Shared {
             closed,
             flushed,
             free,
+            spare_ready,
         } = &mut *segs;
+        let kept_ready = free.len() + usize::from(*spare_ready);
+        let mut room = self.options.spare_segments.saturating_sub(kept_ready);
         let mut keep = Vec::with_capacity(closed.len());
         for seg in closed.drain(..) {
             let done = seg
@@ -291,7 +316,8 @@ impl Shared {
                 keep.push(seg);
                 continue;
             }
-            if self.options.recycle && free.len() < 2 {
+            if self.options.recycle && room > 0 {
+                room -= 1;
                 let to = self.dir.join(format!("{:020}.free", seg.id));
                 if fs::rename(&seg.path, &to).is_ok() {
                     free.push(to);
@@ -365,6 +391,13 @@ impl Wal {
             }
         }
         ids.sort_unstable();
+        // The live segment and the spare take two; past the bound the rest
+        // go (an earlier run may have kept more, or had another bound).
+        free.sort();
+        while free.len() > options.spare_segments + 1 {
+            let surplus = free.remove(0);
+            fs::remove_file(&surplus).map_err(|e| WalError::io(&surplus, "remove surplus", e))?;
+        }
 
         let mut recovered = Vec::new();
         let mut closed = Vec::new();
@@ -409,6 +442,7 @@ impl Wal {
                 closed,
                 flushed: HashMap::new(),
                 free,
+                spare_ready: false,
             }),
             failed: Mutex::new(None),
             stats,
@@ -433,6 +467,8 @@ impl Wal {
             last_sync: Instant::now(),
             synced_to: SEGMENT_HEADER_LEN,
             claimed: SEGMENT_HEADER_LEN,
+            preallocated: true,
+            last_write: Instant::now(),
         };
         writer.prepare_spare();
         let thread = std::thread::Builder::new()
@@ -904,6 +940,11 @@ struct Writer {
     synced_to: u64,
     /// ...and the highest such offset written down in a sync point record.
     claimed: u64,
+    /// The live segment was preallocated (zero-filled to `segment_size`);
+    /// a segment begun after an idle release grows as it is written.
+    preallocated: bool,
+    /// When a batch was last submitted.
+    last_write: Instant,
 }
 
 /// How long the writer waits for a completion before looking for new
@@ -923,8 +964,14 @@ impl Writer {
                 if closing {
                     break;
                 }
+                let release = self.shared.options.release_after_idle;
                 let timeout = if self.unsynced {
                     interval.saturating_sub(self.last_sync.elapsed())
+                } else if self.preallocated && !release.is_zero() {
+                    // Looked at again until the flushes caught up.
+                    release
+                        .saturating_sub(self.last_write.elapsed())
+                        .max(Duration::from_millis(100))
                 } else {
                     Duration::from_secs(3600)
                 };
@@ -934,7 +981,11 @@ impl Writer {
                         pending_bytes += request_len(&r);
                         pending.push(r);
                     }
-                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Timeout) => {
+                        if let Err(e) = self.release_if_idle() {
+                            self.fail(e.to_string());
+                        }
+                    }
                 }
             }
             while !closing && pending_bytes < max_bytes {
@@ -983,6 +1034,21 @@ impl Writer {
                 }
             }
             return;
+        }
+        self.last_write = Instant::now();
+        if !self.preallocated {
+            // Written to again after an idle release: a segment is
+            // preallocated beside, and taken as soon as it is ready.
+            match &self.spare {
+                None => self.prepare_spare(),
+                Some(h) if h.is_finished() => {
+                    if let Err(e) = self.roll() {
+                        self.fail(e.to_string());
+                        return self.submit(requests);
+                    }
+                }
+                Some(_) => {}
+            }
         }
         let total: usize = requests.iter().map(request_len).sum();
         if self.offset + total as u64 + record::FRAME_HEADER_LEN as u64
@@ -1157,7 +1223,11 @@ impl Writer {
         let dir = self.shared.dir.clone();
         let id = self.seg_id + 1;
         let size = self.shared.options.segment_size;
-        let recycled = self.shared.segments.lock().free.pop();
+        let recycled = {
+            let mut segs = self.shared.segments.lock();
+            segs.spare_ready = true;
+            segs.free.pop()
+        };
         self.spare = std::thread::Builder::new()
             .name("halite-wal-prep".into())
             .spawn(move || prepare_segment(&dir, id, size, recycled))
@@ -1172,6 +1242,7 @@ impl Writer {
         }
         self.close_segment()?;
         let next = self.seg_id + 1;
+        self.shared.segments.lock().spare_ready = false;
         let file = loop {
             let prepared = match self.spare.take().map(|h| h.join()) {
                 Some(Ok(Ok(file))) => Ok(file),
@@ -1225,8 +1296,65 @@ impl Writer {
             .stats
             .segments_rolled
             .fetch_add(1, Ordering::Relaxed);
-        self.prepare_spare();
+        self.preallocated = true;
+        // A just-flushed segment feeds the next spare instead of a fresh
+        // zero-fill.
         self.shared.collect_garbage();
+        self.prepare_spare();
+        Ok(())
+    }
+
+    /// Gives back a quiet log's preallocated space: once nothing was
+    /// written for `release_after_idle` and every edit of the live segment
+    /// is flushed, the log goes on in a new segment that is not
+    /// preallocated, and the old one, the spare and the kept flushed
+    /// segments are deleted.
+    fn release_if_idle(&mut self) -> Result<(), WalError> {
+        let release = self.shared.options.release_after_idle;
+        if !self.preallocated
+            || release.is_zero()
+            || self.last_write.elapsed() < release
+            || self.failed().is_some()
+            || !self.inflight.is_empty()
+            || self.unsynced
+        {
+            return Ok(());
+        }
+        {
+            let segs = self.shared.segments.lock();
+            if !segs.closed.is_empty() || !segs.all_flushed(&self.seg_max_seq) {
+                return Ok(());
+            }
+        }
+        self.close_segment()?;
+        if let Some(h) = self.spare.take() {
+            let _ = h.join();
+        }
+        let next = self.seg_id + 1;
+        let dir = self.shared.dir.clone();
+        // The spare was prepared under the next id: this replaces it.
+        // (`prepare_segment` truncates it, not being a recycled one.)
+        let file = prepare_segment(&dir, next, SEGMENT_HEADER_LEN, None)?;
+        activate_segment(&dir, next)?;
+        let old = segment_path(&dir, self.seg_id);
+        let free = {
+            let mut segs = self.shared.segments.lock();
+            segs.spare_ready = false;
+            std::mem::take(&mut segs.free)
+        };
+        for path in free.iter().chain(std::iter::once(&old)) {
+            fs::remove_file(path).map_err(|e| WalError::io(path, "release segment", e))?;
+        }
+        fsync_dir(&dir)?;
+        self.seg_id = next;
+        self.file = Arc::new(file);
+        self.seg_path = Arc::from(segment_path(&dir, next));
+        self.offset = SEGMENT_HEADER_LEN;
+        self.synced_to = SEGMENT_HEADER_LEN;
+        self.claimed = SEGMENT_HEADER_LEN;
+        self.seg_max_seq.clear();
+        self.preallocated = false;
+        tracing::debug!(dir = %dir.display(), "idle WAL gave back its preallocated segments");
         Ok(())
     }
 
