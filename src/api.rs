@@ -1193,6 +1193,28 @@ fn to_scan(r: ScanReq, scope: &PageScope) -> ApiResult<Scan> {
     for c in &r.columns {
         columns.push(split_column(c)?);
     }
+    let selected = Columns {
+        families: r.families.iter().map(|f| f.clone().into_bytes()).collect(),
+        columns: columns.clone(),
+    };
+    // A row filter sees only the cells the scan returns: a column left out
+    // would pass (or drop) every row without a word.
+    for f in &filters {
+        if let Filter::SingleColumnValue {
+            family, qualifier, ..
+        } = f
+        {
+            let prefixed = r
+                .column_prefix
+                .as_ref()
+                .is_none_or(|p| qualifier.starts_with(p.as_bytes()));
+            if !selected.wants(family, qualifier) || !prefixed {
+                return Err(ApiError::bad(
+                    "value_filter.column must be among the columns the scan returns (its families, columns and column_prefix)",
+                ));
+            }
+        }
+    }
     Ok(Scan {
         start: hex_opt(&r.start, "start")?,
         stop: hex_opt(&r.stop, "stop")?,

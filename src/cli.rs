@@ -289,7 +289,13 @@ impl Client {
             spec.to_string().as_bytes(),
         )?;
         self.finish(r, |answer| match answer["aggregates"].as_array() {
-            Some(aggs) => aggregates_table(aggs),
+            Some(aggs) => {
+                let mut out = aggregates_table(aggs);
+                if let Some(t) = answer["continuation"].as_str() {
+                    out.push_str(&format!("more: --continuation {t}\n"));
+                }
+                out
+            }
             None => page_table(answer, false),
         })
     }

@@ -93,8 +93,10 @@ pub struct PointEncoder<'t> {
     batches: Vec<EntryBatch>,
     rows: usize,
     /// Number (line, or place in a JSON array) of the point being added,
-    /// for errors that name another point.
+    /// for errors that name another point...
     point_number: usize,
+    /// ...counted from here (the lines of a body's earlier pieces).
+    number_base: usize,
     /// Index of the next point of the Kafka message being added.
     message_index: u64,
     /// Keys written by this body, by point number, while its timestamps
@@ -118,11 +120,24 @@ pub enum Uniquifiers {
     /// this process, or of an earlier one, got.
     #[default]
     Sequence,
-    /// From a Kafka message's place: partition (12 bits), offset (low 36
-    /// bits) and the point's index in the message (16 bits), so a message
-    /// read again gives its points the same numbers, and a replay after a
-    /// crash rewrites them instead of adding copies.
-    Message { partition: i32, offset: i64 },
+    /// From a Kafka message's place: its topic and partition (12 bits of
+    /// their hash), offset (low 36 bits) and the point's index in the
+    /// message (16 bits), so a message read again gives its points the
+    /// same numbers, and a replay after a crash rewrites them instead of
+    /// adding copies. (Made by [`Uniquifiers::message`].)
+    Message { stream: u64, offset: i64 },
+}
+
+impl Uniquifiers {
+    pub fn message(topic: &str, partition: i32, offset: i64) -> Uniquifiers {
+        let mut key = Vec::with_capacity(topic.len() + 4);
+        key.extend_from_slice(topic.as_bytes());
+        key.extend_from_slice(&partition.to_be_bytes());
+        Uniquifiers::Message {
+            stream: xxhash_rust::xxh3::xxh3_64(&key) & 0xfff,
+            offset,
+        }
+    }
 }
 
 /// The next number of [`Uniquifiers::Sequence`].
@@ -187,6 +202,7 @@ impl<'t> PointEncoder<'t> {
             batches: table.regions.iter().map(|_| EntryBatch::new()).collect(),
             rows: 0,
             point_number: 0,
+            number_base: 0,
             message_index: 0,
             seen: None,
             uniquifiers: Uniquifiers::default(),
@@ -221,6 +237,12 @@ impl<'t> PointEncoder<'t> {
         self.seen = seen;
     }
 
+    /// Lines of the body before the text added next (a later piece of one
+    /// body), so errors naming two points number them in the whole body.
+    pub fn set_number_base(&mut self, lines_before: usize) {
+        self.number_base = lines_before;
+    }
+
     /// Adds every point of `body` (an HTTP write, a Kafka message). A body
     /// that cannot be read at all (not UTF-8, not JSON points) is an error;
     /// otherwise the good points are added and the bad ones come back with
@@ -236,6 +258,9 @@ impl<'t> PointEncoder<'t> {
         now_ms: u64,
     ) -> Result<Vec<(usize, String)>, String> {
         let mut errors = Vec::new();
+        // A body (an HTTP write, a Kafka message) is checked on its own
+        // for points that only cut time digits told apart.
+        self.seen = None;
         match format {
             Format::Line => {
                 let text = std::str::from_utf8(body)
@@ -421,19 +446,19 @@ impl<'t> PointEncoder<'t> {
                 other => other.to_string(),
             })?;
         if precision.unit().per_second() > unit.per_second() {
+            let number = self.number_base + self.point_number;
             let seen = self.seen.get_or_insert_with(HashMap::new);
             match seen.get(&self.key) {
                 Some(&(earlier, earlier_exact)) if !(exact && earlier_exact) => {
                     return Err(format!(
-                        "point {} has the time of point {earlier} once cut to table `{}`'s time unit ({}): \
+                        "point {number} has the time of point {earlier} once cut to table `{}`'s time unit ({}): \
                          it would replace that point; keep both by creating the table with a finer time_unit",
-                        self.point_number,
                         table.name,
                         unit.name()
                     ));
                 }
                 _ => {
-                    seen.insert(self.key.clone(), (self.point_number, exact));
+                    seen.insert(self.key.clone(), (number, exact));
                 }
             }
         }
@@ -486,7 +511,7 @@ impl<'t> PointEncoder<'t> {
         }
         Ok(match self.uniquifiers {
             Uniquifiers::Sequence => next_in_sequence(),
-            Uniquifiers::Message { partition, offset } => {
+            Uniquifiers::Message { stream, offset } => {
                 let index = self.message_index;
                 if index >= 1 << 16 {
                     return Err(format!(
@@ -495,9 +520,7 @@ impl<'t> PointEncoder<'t> {
                     ));
                 }
                 self.message_index += 1;
-                ((partition as u64 & 0xfff) << 52)
-                    | ((offset as u64 & ((1 << 36) - 1)) << 16)
-                    | index
+                (stream << 52) | ((offset as u64 & ((1 << 36) - 1)) << 16) | index
             }
         })
     }
@@ -678,6 +701,7 @@ pub fn write_lines(
         let mut encoder =
             PointEncoder::new(table, store.max_value_size()).map_err(WriteLinesError::Table)?;
         encoder.set_seen(seen.take());
+        encoder.set_number_base(lines_before);
         encoder.set_ttl(ttl_ms);
         let errors = encoder.add_lines(piece, precision, now_ms);
         seen = encoder.take_seen();
@@ -818,7 +842,7 @@ mod tests {
         });
         let keys = |partition: i32, offset: i64| {
             let mut enc = PointEncoder::new(&t, 1 << 10).expect("encoder");
-            enc.set_uniquifiers(Uniquifiers::Message { partition, offset });
+            enc.set_uniquifiers(Uniquifiers::message("cpu", partition, offset));
             let errors = enc
                 .add_body(
                     Format::Line,

@@ -113,6 +113,24 @@ struct ValueFilterArgs {
     value_filter: Option<String>,
 }
 
+impl ValueFilterArgs {
+    /// The request's `value_filter`, naming `target` (a scan's `column`, a
+    /// query's `field`) when one is given.
+    fn json(self, key: &str, target: Option<String>) -> Result<Option<serde_json::Value>, String> {
+        match (self.value_filter, target) {
+            (Some(f), target) => {
+                let mut f = value_filter_json(&f)?;
+                if let Some(t) = target {
+                    f[key] = serde_json::json!(t);
+                }
+                Ok(Some(f))
+            }
+            (None, Some(_)) => Err(format!("--filter-{key} needs --value-filter")),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
 fn value_filter_json(spec: &str) -> Result<serde_json::Value, String> {
     let spec = spec.trim();
     let split = spec
@@ -515,7 +533,23 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     drop(state);
     splitter.stop();
     memory_guard.stop();
-    let store = Arc::try_unwrap(store).map_err(|_| "store still in use at shutdown")?;
+    let store = match Arc::try_unwrap(store) {
+        Ok(store) => store,
+        Err(shared) => {
+            // Still held (by a Kafka consumer stuck past its stop deadline):
+            // what is in memory is made durable before the process goes.
+            let flushed = shared.flush_all().and_then(|()| shared.sync_wals());
+            return Err(match flushed {
+                Ok(()) => {
+                    "the store was still in use at shutdown; its MemStores were flushed".into()
+                }
+                Err(e) => format!(
+                    "the store was still in use at shutdown, and flushing its MemStores failed: {e}"
+                )
+                .into(),
+            });
+        }
+    };
     store.close()?;
     tracing::info!("halite stopped cleanly");
     Ok(())
@@ -866,6 +900,20 @@ fn series_values(c: &cli::Client, table: &str, series: &str) -> Result<serde_jso
     Ok(serde_json::Value::Array(out))
 }
 
+/// `s` percent-encoded for a query string (unreserved characters, `:`
+/// and `,` as they are).
+fn query_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:,".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn read_input(path: &std::path::Path) -> Result<String, String> {
     if path.as_os_str() == "-" {
         let mut s = String::new();
@@ -977,7 +1025,7 @@ fn run_client(command: Command) -> Result<(), String> {
             conn,
         } => {
             let params: Vec<String> = [
-                columns.map(|c| format!("columns={c}")),
+                columns.map(|c| format!("columns={}", query_value(&c))),
                 min_ts.map(|t| format!("min_ts={t}")),
                 max_ts.map(|t| format!("max_ts={t}")),
                 max_versions.map(|v| format!("max_versions={v}")),
@@ -1019,17 +1067,12 @@ fn run_client(command: Command) -> Result<(), String> {
                 "column_prefix": column_prefix,
                 "limit": limit, "offset": offset, "reverse": reverse, "continuation": continuation,
             });
-            match (filter.value_filter, filter_column) {
-                (Some(f), column) => {
-                    let mut f = value_filter_json(&f)?;
-                    if let Some(c) = column {
-                        f["column"] = serde_json::json!(c);
-                        f["filter_if_missing"] = serde_json::json!(filter_if_missing);
-                    }
-                    spec["value_filter"] = f;
+            if let Some(f) = filter.json("column", filter_column)? {
+                spec["value_filter"] = f;
+                if spec["value_filter"]["column"].is_string() {
+                    spec["value_filter"]["filter_if_missing"] =
+                        serde_json::json!(filter_if_missing);
                 }
-                (None, Some(_)) => return Err("--filter-column needs --value-filter".into()),
-                (None, None) => {}
             }
             client(&conn).scan(&table, &spec)
         }
@@ -1057,16 +1100,8 @@ fn run_client(command: Command) -> Result<(), String> {
                 "fields": split_list(&fields),
                 "limit": limit, "offset": offset, "reverse": reverse, "continuation": continuation,
             });
-            match (filter.value_filter, filter_field) {
-                (Some(f), field) => {
-                    let mut f = value_filter_json(&f)?;
-                    if let Some(field) = field {
-                        f["field"] = serde_json::json!(field);
-                    }
-                    q["value_filter"] = f;
-                }
-                (None, Some(_)) => return Err("--filter-field needs --value-filter".into()),
-                (None, None) => {}
+            if let Some(f) = filter.json("field", filter_field)? {
+                q["value_filter"] = f;
             }
             let functions = split_list(&agg);
             if !functions.is_empty() {

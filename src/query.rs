@@ -820,6 +820,13 @@ pub fn delete(
             "a delete takes series, a time range, family and fields: drop aggregate, value_filter, limit, offset, reverse and continuation".into(),
         ));
     }
+    let timed = q.start.is_some() || q.end.is_some() || q.start_ms.is_some() || q.end_ms.is_some();
+    if q.series.is_empty() && !timed {
+        return Err(Error::InvalidInput(
+            "a delete names series or a time range (or both); to empty a whole table, drop it"
+                .into(),
+        ));
+    }
     const CHUNK: usize = 1000;
     let mut rows = QueryRows::for_delete(table, pool, q)?;
     let mut chunk = Vec::with_capacity(CHUNK);
@@ -1318,11 +1325,11 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
 
 /// An aggregate's place in the answer's order, as a continuation token
 /// carries it: the series identity (fixed width for a table), the field's
-/// length (u16 BE) and name, then the window (1 and 8 bytes BE, or 0).
+/// length (u32 BE) and name, then the window (1 and 8 bytes BE, or 0).
 fn encode_agg_key((series, field, window): (&Vec<u8>, &Vec<u8>, &Option<u64>)) -> Vec<u8> {
     let mut out = Vec::with_capacity(series.len() + field.len() + 11);
     out.extend_from_slice(series);
-    out.extend_from_slice(&(field.len() as u16).to_be_bytes());
+    out.extend_from_slice(&(field.len() as u32).to_be_bytes());
     out.extend_from_slice(field);
     match window {
         Some(w) => {
@@ -1337,9 +1344,9 @@ fn encode_agg_key((series, field, window): (&Vec<u8>, &Vec<u8>, &Option<u64>)) -
 fn decode_agg_key(bytes: &[u8], identity_len: usize) -> Option<AggKey> {
     let series = bytes.get(..identity_len)?.to_vec();
     let rest = &bytes[identity_len..];
-    let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
-    let field = rest.get(2..2 + len)?.to_vec();
-    let window = match rest.get(2 + len..)? {
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let field = rest.get(4..4 + len)?.to_vec();
+    let window = match rest.get(4 + len..)? {
         [0] => None,
         [1, w @ ..] => Some(u64::from_be_bytes(w.try_into().ok()?)),
         _ => return None,

@@ -283,7 +283,7 @@ impl ContinuationToken {
     pub fn encode(&self) -> String {
         let mut bytes = vec![Self::VERSION, u8::from(self.reverse)];
         bytes.extend_from_slice(&self.row);
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        crate::codec::to_hex(&bytes)
     }
 
     pub fn decode(s: &str) -> Result<ContinuationToken> {

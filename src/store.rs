@@ -1139,7 +1139,7 @@ impl Store {
             table = %name,
             parent = id,
             daughters = %format!("{} {}", a.id(), b.id()),
-            at = %at.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            at = %crate::codec::to_hex(&at),
             "region split"
         );
         Ok(Some([a, b]))

@@ -276,10 +276,7 @@ impl Serialize for Operand {
             Operand::Bytes(b) => {
                 use serde::ser::SerializeMap;
                 let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry(
-                    "hex",
-                    &b.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                )?;
+                m.serialize_entry("hex", &crate::codec::to_hex(b))?;
                 m.end()
             }
         }

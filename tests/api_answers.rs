@@ -152,6 +152,14 @@ fn value_filters_compare_typed_values_in_scans_and_queries() {
         r.json()["aggregates"][0]["values"],
         json!({"count": 2.0, "min": -5.0})
     );
+    // A row filter on a column the scan does not return is refused, not
+    // silently passed.
+    let r = post(
+        &a,
+        "/api/v1/tables/vf/scan",
+        &json!({"value_filter": {"op": ">", "value": 0, "column": "f:v"}, "columns": ["f:i"]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
     // A bad comparison names itself.
     let r = post(
         &a,
@@ -248,6 +256,30 @@ fn json_writes_read_precision_and_distinct_points_stay_distinct() {
             .expect("reason")
             .contains("time_unit"),
         "{body}"
+    );
+
+    // Across the pieces of a large body too, naming lines in the whole body.
+    let mut big = format!("cpu,host=c v=0 {base}\n");
+    let mut lines = 1;
+    while big.len() < 300 * 1024 {
+        big.push_str(&format!(
+            "cpu,host=d v={lines} {}\n",
+            base + lines * 1_000_000
+        ));
+        lines += 1;
+    }
+    big.push_str(&format!("cpu,host=c v=1 {}\n", base + 7));
+    let r = write_lines(&a, "ms", "", &big);
+    assert_eq!(r.status, 400, "{}", &r.text()[..r.text().len().min(300)]);
+    let body = r.json();
+    assert_eq!(body["rejected"][0]["line"], lines + 1);
+    assert!(
+        body["rejected"][0]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("time of point 1 "),
+        "{}",
+        body["rejected"][0]
     );
 
     // A uniquifier keeps same-time points apart, in one write and in two.
@@ -636,6 +668,20 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
         &json!({"series": host("h3"), "limit": 5}),
     );
     assert_eq!(r.status, 400, "a delete takes no limit: {}", r.text());
+    for empty in [json!({}), json!({"series": []})] {
+        let r = post(&a, "/api/v1/tables/cpu/delete", &empty);
+        assert_eq!(
+            r.status,
+            400,
+            "an empty delete would empty the table: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        count(host("h0"), &json!({})),
+        1000,
+        "an empty delete changed nothing"
+    );
 
     // Durable like a write: a restart keeps every delete.
     stop(s);

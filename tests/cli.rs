@@ -105,6 +105,14 @@ fn client_verbs_talk_to_a_running_server() {
         None,
     ));
     assert!(agg.contains("oslo") && agg.contains("rome"), "{agg}");
+    let page = ok(&halite(
+        &a,
+        &[
+            "query", "--table", "sensors", "--agg", "count", "--limit", "1",
+        ],
+        None,
+    ));
+    assert!(page.contains("more: --continuation"), "{page}");
     let json = ok(&halite(
         &a,
         &[

@@ -8,7 +8,7 @@
 //! (`[1][reverse][row]`) carried neither kind nor table and are refused.
 
 use crate::catalog::TableName;
-use crate::codec::{from_hex, quote_prefix};
+use crate::codec::{from_hex, quote_prefix, to_hex};
 use crate::scan::ContinuationToken;
 
 use super::ApiError;
@@ -70,11 +70,7 @@ impl PageScope {
         bytes.push(u8::from(t.reverse));
         bytes.extend_from_slice(&self.table.to_be_bytes());
         bytes.extend_from_slice(&t.row);
-        let mut out = String::with_capacity(bytes.len() * 2);
-        for b in bytes {
-            out.push_str(&format!("{b:02x}"));
-        }
-        out
+        to_hex(&bytes)
     }
 
     /// The engine's position in `token`, if it was issued for this scope.

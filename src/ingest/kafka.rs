@@ -154,6 +154,8 @@ pub struct IngestStats {
     /// Per topic and partition, the offset below which every message is
     /// durable in the store: recovered at start, then as batches finish.
     pub durable: Mutex<BTreeMap<PartitionKey, i64>>,
+    /// Every partition of the topics seen (listed even before any offset).
+    pub known: Mutex<BTreeSet<PartitionKey>>,
     /// Partitions started at the store's durable position, ahead of the
     /// group's committed offset, and where.
     pub resumed: Mutex<BTreeMap<PartitionKey, i64>>,
@@ -164,12 +166,18 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
-    /// Committed offsets read from the group (ours, if newer, stay).
-    fn record_committed(&self, offsets: impl Iterator<Item = (PartitionKey, i64)>) {
-        let mut known = self.committed.lock();
-        for (p, o) in offsets {
-            let at = known.entry(p).or_insert(o);
-            *at = (*at).max(o);
+    /// The group's committed offsets as librdkafka answered them (ours, if
+    /// newer, stay); every partition listed is known, committed or not.
+    fn record_committed(&self, tpl: &TopicPartitionList) {
+        let mut committed = self.committed.lock();
+        let mut known = self.known.lock();
+        for e in tpl.elements() {
+            let p = (e.topic().to_string(), e.partition());
+            if let Offset::Offset(o) = e.offset() {
+                let at = committed.entry(p.clone()).or_insert(o);
+                *at = (*at).max(o);
+            }
+            known.insert(p);
         }
     }
 
@@ -190,7 +198,12 @@ impl IngestStats {
         let partitions: Vec<serde_json::Value> = {
             let committed = self.committed.lock();
             let durable = self.durable.lock();
-            let keys: BTreeSet<&PartitionKey> = committed.keys().chain(durable.keys()).collect();
+            let known = self.known.lock();
+            let keys: BTreeSet<&PartitionKey> = committed
+                .keys()
+                .chain(durable.keys())
+                .chain(known.iter())
+                .collect();
             keys.into_iter()
                 .map(|k| {
                     serde_json::json!({
@@ -695,17 +708,7 @@ impl IngestContext {
                 return;
             }
         };
-        self.shared
-            .stats
-            .record_committed(
-                committed
-                    .elements()
-                    .iter()
-                    .filter_map(|e| match e.offset() {
-                        Offset::Offset(c) => Some(((e.topic().to_string(), e.partition()), c)),
-                        _ => None,
-                    }),
-            );
+        self.shared.stats.record_committed(&committed);
         if ours.is_empty() {
             return;
         }
@@ -912,14 +915,17 @@ impl KafkaIngest {
         };
         let dead_letters = Arc::new(dead_letters);
         let writers = config.writers.max(1);
-        let (tx, rx) = bounded::<Batch>(writers);
+        // One queue per writer, and every batch of a partition to the same
+        // writer: a partition's batches are written in offset order (a
+        // later point of a key wins; a delete message sees what precedes
+        // it and nothing after).
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..writers).map(|_| bounded::<Batch>(1)).unzip();
         // Batches submitted and waiting to be durable; a bound, so a slow
         // disk stops the writers (and then the consumer) instead of piling
         // up batches.
         let (done_tx, done_rx) = bounded::<Submitted>(config.max_in_flight.max(1));
         let mut writer_threads = Vec::new();
-        for i in 0..writers {
-            let rx = rx.clone();
+        for (i, rx) in rxs.into_iter().enumerate() {
             let done_tx = done_tx.clone();
             let store = store.clone();
             let shared = shared.clone();
@@ -937,7 +943,6 @@ impl KafkaIngest {
                     })?,
             );
         }
-        drop(rx);
         drop(done_tx);
         {
             let store = store.clone();
@@ -958,7 +963,7 @@ impl KafkaIngest {
             consumer,
             shared,
             routes,
-            tx: Some(tx),
+            txs,
             writer_threads,
             stop: stop.clone(),
             batch_messages: config.batch_messages.max(1),
@@ -1018,7 +1023,8 @@ struct ConsumerLoop {
     consumer: BaseConsumer<IngestContext>,
     shared: Arc<Shared>,
     routes: HashMap<String, Arc<TopicRoute>>,
-    tx: Option<Sender<Batch>>,
+    /// One queue per writer; a partition's batches all go to one.
+    txs: Vec<Sender<Batch>>,
     writer_threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     batch_messages: usize,
@@ -1055,13 +1061,7 @@ impl ConsumerLoop {
             return;
         }
         match self.consumer.committed_offsets(tpl, Duration::from_secs(2)) {
-            Ok(c) => self
-                .shared
-                .stats
-                .record_committed(c.elements().iter().filter_map(|e| match e.offset() {
-                    Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
-                    _ => None,
-                })),
+            Ok(c) => self.shared.stats.record_committed(&c),
             Err(e) => tracing::debug!(error = %e, "reading the group's committed offsets failed"),
         }
     }
@@ -1081,13 +1081,24 @@ impl ConsumerLoop {
         let mut polls = 0u64;
         let mut last_commit = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            while let Some(b) = ready.pop_front() {
+            // Oldest first; a writer found busy takes nothing more this
+            // round, so no batch passes an earlier one of its partition.
+            let mut busy: Vec<usize> = Vec::new();
+            let mut i = 0;
+            while i < ready.len() {
+                let w = self.writer_of(&ready[i]);
+                if busy.contains(&w) {
+                    i += 1;
+                    continue;
+                }
+                let Some(b) = ready.remove(i) else { break };
                 let bytes = b.bytes();
-                match self.try_send(b) {
+                match self.try_send(b, w) {
                     None => buffered -= bytes,
                     Some(b) => {
-                        ready.push_front(b);
-                        break;
+                        ready.insert(i, b);
+                        busy.push(w);
+                        i += 1;
                     }
                 }
             }
@@ -1194,14 +1205,15 @@ impl ConsumerLoop {
             }
         }
         // Shutdown: what was fetched is written, then committed.
-        let tx = self.tx.take();
-        if let Some(tx) = &tx {
+        let txs = std::mem::take(&mut self.txs);
+        if !txs.is_empty() {
             for b in ready.into_iter().chain(pending) {
+                let w = self.writer_of_among(&b, txs.len());
                 self.track(&b);
-                let _ = tx.send(b);
+                let _ = txs[w].send(b);
             }
         }
-        drop(tx);
+        drop(txs);
         for w in std::mem::take(&mut self.writer_threads) {
             let _ = w.join();
         }
@@ -1245,9 +1257,21 @@ impl ConsumerLoop {
         }
     }
 
-    /// Hands a batch to the writers; gives it back when they are all busy.
-    fn try_send(&self, b: Batch) -> Option<Batch> {
-        let tx = self.tx.as_ref()?;
+    /// The writer of a batch's partition.
+    fn writer_of(&self, b: &Batch) -> usize {
+        self.writer_of_among(b, self.txs.len())
+    }
+
+    fn writer_of_among(&self, b: &Batch, writers: usize) -> usize {
+        let mut key = Vec::with_capacity(b.topic.topic.len() + 4);
+        key.extend_from_slice(b.topic.topic.as_bytes());
+        key.extend_from_slice(&b.partition.to_be_bytes());
+        (xxhash_rust::xxh3::xxh3_64(&key) % writers.max(1) as u64) as usize
+    }
+
+    /// Hands a batch to writer `w`; gives it back when that one is busy.
+    fn try_send(&self, b: Batch, w: usize) -> Option<Batch> {
+        let tx = self.txs.get(w)?;
         self.track(&b);
         match tx.try_send(b) {
             Ok(()) => None,
@@ -1573,6 +1597,15 @@ fn submit_batch(
                         .map_err(DeleteFailure::Store)
                 })
             });
+            // Durable through the delete, and the store told so: a restart
+            // then resumes after it instead of running it again over points
+            // written after it (their replay would write them at the same
+            // timestamps, which the markers hide).
+            let outcome = outcome.and_then(|rows| {
+                durable_through(store, &desc, route, batch.partition, offset + 1)
+                    .map(|()| rows)
+                    .map_err(DeleteFailure::Store)
+            });
             match outcome {
                 Ok(rows) => {
                     shared.stats.deletes.fetch_add(1, Ordering::Relaxed);
@@ -1612,10 +1645,7 @@ fn submit_batch(
             }
             continue;
         }
-        encoder.set_uniquifiers(Uniquifiers::Message {
-            partition: batch.partition,
-            offset,
-        });
+        encoder.set_uniquifiers(Uniquifiers::message(&route.topic, batch.partition, offset));
         if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
             bad.push((offset, payload, reason));
         }
@@ -1721,6 +1751,30 @@ fn delete_message(payload: &[u8]) -> Option<Result<crate::query::Query, String>>
             path => format!("delete: field `{path}`: {inner}"),
         }
     }))
+}
+
+/// Makes every write of the table durable as its durability says (a WAL
+/// sync for ASYNC_WAL, a flush for SKIP_WAL) and records in the store that
+/// the partition is durable below `durable_below`.
+fn durable_through(
+    store: &Store,
+    desc: &crate::catalog::TableDescriptor,
+    route: &TopicRoute,
+    partition: i32,
+    durable_below: i64,
+) -> crate::error::Result<()> {
+    match desc.durability {
+        Durability::SyncWal => {}
+        Durability::AsyncWal => store.sync_wals()?,
+        Durability::SkipWal => store.flush_table(&route.table)?,
+    }
+    let origin = Origin {
+        topic: route.topic.clone(),
+        partition: partition as u32,
+        durable_below: durable_below as u64,
+    };
+    let noted = store.submit_position(&route.table, origin)?;
+    store.wait(noted)
 }
 
 /// Waits until every batch of the partition before `first` is written,

@@ -971,7 +971,7 @@ impl Writer {
                     // Looked at again until the flushes caught up.
                     release
                         .saturating_sub(self.last_write.elapsed())
-                        .max(Duration::from_millis(100))
+                        .max(Duration::from_secs(1).min(release))
                 } else {
                     Duration::from_secs(3600)
                 };
@@ -1326,15 +1326,24 @@ impl Writer {
                 return Ok(());
             }
         }
-        self.close_segment()?;
         if let Some(h) = self.spare.take() {
             let _ = h.join();
         }
         let next = self.seg_id + 1;
         let dir = self.shared.dir.clone();
-        // The spare was prepared under the next id: this replaces it.
-        // (`prepare_segment` truncates it, not being a recycled one.)
-        let file = prepare_segment(&dir, next, SEGMENT_HEADER_LEN, None)?;
+        // The small segment first, under the spare's name (which it
+        // replaces: `prepare_segment` truncates a file it does not reuse).
+        // Housekeeping that fails costs nothing: the log goes on as it was.
+        let file = match prepare_segment(&dir, next, SEGMENT_HEADER_LEN, None) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not give an idle WAL's space back; trying later");
+                self.last_write = Instant::now();
+                self.prepare_spare();
+                return Ok(());
+            }
+        };
+        self.close_segment()?;
         activate_segment(&dir, next)?;
         let old = segment_path(&dir, self.seg_id);
         let free = {
@@ -1343,7 +1352,9 @@ impl Writer {
             std::mem::take(&mut segs.free)
         };
         for path in free.iter().chain(std::iter::once(&old)) {
-            fs::remove_file(path).map_err(|e| WalError::io(path, "release segment", e))?;
+            if let Err(e) = fs::remove_file(path) {
+                tracing::warn!(path = %path.display(), error = %e, "could not delete a flushed WAL segment");
+            }
         }
         fsync_dir(&dir)?;
         self.seg_id = next;
