@@ -225,7 +225,11 @@ impl Operand {
                 (BOOL, [b]) if *b <= 1 => Comparison::Ordered((*b == 1).cmp(v)),
                 _ => Comparison::Mismatch,
             },
-            Operand::Str(v) if tag == STR => Comparison::Ordered(rest.cmp(v.as_bytes())),
+            // Bytes tagged as a string that are not UTF-8 are no typed
+            // value (answers show them as hex): another kind.
+            Operand::Str(v) if tag == STR && std::str::from_utf8(rest).is_ok() => {
+                Comparison::Ordered(rest.cmp(v.as_bytes()))
+            }
             Operand::Str(_) => Comparison::Mismatch,
             Operand::Bytes(_) => unreachable!("compared above"),
         }
