@@ -129,6 +129,16 @@ fn sigint_to_the_demo_stops_it_cleanly_at_any_moment() {
             );
         };
         assert!(status.success(), "exit {status:?}: {}", log());
+        // The broker outlives the service now: no alarm about it at a
+        // plain Ctrl-C (once a warning per poll, "AllBrokersDown").
+        if !broker_first {
+            let err = std::fs::read_to_string(logs.path().join("err")).unwrap_or_default();
+            assert!(
+                !err.contains("AllBrokersDown") && !err.contains("broker is down"),
+                "{}",
+                log()
+            );
+        }
         for b in &brokers {
             assert!(!alive(*b), "the broker {b} outlived the demo: {}", log());
         }
