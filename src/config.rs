@@ -191,7 +191,7 @@ pub struct WalConfig {
     /// Reuse flushed segments instead of deleting them (default true).
     pub recycle: bool,
     /// Preallocated segments a shard keeps ready beside the live one (the
-    /// next one and flushed ones kept for reuse; default 1): flushed
+    /// next one and flushed ones kept for reuse; default 3): flushed
     /// segments past it are deleted.
     pub spare_segments: usize,
     /// A log idle this long with everything flushed gives its preallocated

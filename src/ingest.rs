@@ -129,12 +129,17 @@ pub enum Uniquifiers {
 }
 
 impl Uniquifiers {
-    pub fn message(topic: &str, partition: i32, offset: i64) -> Uniquifiers {
+    /// The 12 bits of a topic and partition in [`Uniquifiers::Message`].
+    pub fn stream(topic: &str, partition: i32) -> u64 {
         let mut key = Vec::with_capacity(topic.len() + 4);
         key.extend_from_slice(topic.as_bytes());
         key.extend_from_slice(&partition.to_be_bytes());
+        xxhash_rust::xxh3::xxh3_64(&key) & 0xfff
+    }
+
+    pub fn message(topic: &str, partition: i32, offset: i64) -> Uniquifiers {
         Uniquifiers::Message {
-            stream: xxhash_rust::xxh3::xxh3_64(&key) & 0xfff,
+            stream: Uniquifiers::stream(topic, partition),
             offset,
         }
     }

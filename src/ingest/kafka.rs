@@ -413,6 +413,22 @@ struct Shared {
     closing: AtomicBool,
     /// librdkafka reported every broker down, and no message came since.
     brokers_down: AtomicBool,
+    /// Per partition, which batch hands its rows to the store next, and
+    /// the decoded batches waiting for their turn (see [`writer_loop`]).
+    sequence: Mutex<HashMap<PartitionKey, PartitionSequence>>,
+}
+
+/// A partition's batches in the order they were consumed: the writers
+/// decode in parallel, but hand rows to the store in this order, so the
+/// WAL logs a partition in offset order (of two points with one key the
+/// later wins; a delete message sees every point before it and none
+/// after).
+#[derive(Default)]
+struct PartitionSequence {
+    /// The sequence number of the batch whose turn it is.
+    next: u64,
+    /// Batches decoded ahead of their turn, by sequence number.
+    parked: BTreeMap<u64, (Batch, Option<Decoded>)>,
 }
 
 impl Shared {
@@ -754,6 +770,8 @@ struct Batch {
     topic: Arc<TopicRoute>,
     partition: i32,
     generation: u64,
+    /// Its place among the partition's batches handed to the writers.
+    seq: u64,
     started: Instant,
     /// Every payload, back to back: one buffer per batch rather than one
     /// allocation per message.
@@ -851,6 +869,7 @@ impl KafkaIngest {
             assigned: Mutex::new(BTreeSet::new()),
             closing: AtomicBool::new(false),
             brokers_down: AtomicBool::new(false),
+            sequence: Mutex::new(HashMap::new()),
         });
         let mut client = ClientConfig::new();
         client
@@ -915,17 +934,14 @@ impl KafkaIngest {
         };
         let dead_letters = Arc::new(dead_letters);
         let writers = config.writers.max(1);
-        // One queue per writer, and every batch of a partition to the same
-        // writer: a partition's batches are written in offset order (a
-        // later point of a key wins; a delete message sees what precedes
-        // it and nothing after).
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..writers).map(|_| bounded::<Batch>(1)).unzip();
+        let (tx, rx) = bounded::<Batch>(writers);
         // Batches submitted and waiting to be durable; a bound, so a slow
         // disk stops the writers (and then the consumer) instead of piling
         // up batches.
         let (done_tx, done_rx) = bounded::<Submitted>(config.max_in_flight.max(1));
         let mut writer_threads = Vec::new();
-        for (i, rx) in rxs.into_iter().enumerate() {
+        for i in 0..writers {
+            let rx = rx.clone();
             let done_tx = done_tx.clone();
             let store = store.clone();
             let shared = shared.clone();
@@ -943,6 +959,7 @@ impl KafkaIngest {
                     })?,
             );
         }
+        drop(rx);
         drop(done_tx);
         {
             let store = store.clone();
@@ -963,7 +980,8 @@ impl KafkaIngest {
             consumer,
             shared,
             routes,
-            txs,
+            tx: Some(tx),
+            next_seq: HashMap::new(),
             writer_threads,
             stop: stop.clone(),
             batch_messages: config.batch_messages.max(1),
@@ -1023,8 +1041,9 @@ struct ConsumerLoop {
     consumer: BaseConsumer<IngestContext>,
     shared: Arc<Shared>,
     routes: HashMap<String, Arc<TopicRoute>>,
-    /// One queue per writer; a partition's batches all go to one.
-    txs: Vec<Sender<Batch>>,
+    tx: Option<Sender<Batch>>,
+    /// The sequence number the next batch of each partition gets.
+    next_seq: HashMap<PartitionKey, u64>,
     writer_threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     batch_messages: usize,
@@ -1081,24 +1100,13 @@ impl ConsumerLoop {
         let mut polls = 0u64;
         let mut last_commit = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            // Oldest first; a writer found busy takes nothing more this
-            // round, so no batch passes an earlier one of its partition.
-            let mut busy: Vec<usize> = Vec::new();
-            let mut i = 0;
-            while i < ready.len() {
-                let w = self.writer_of(&ready[i]);
-                if busy.contains(&w) {
-                    i += 1;
-                    continue;
-                }
-                let Some(b) = ready.remove(i) else { break };
+            while let Some(b) = ready.pop_front() {
                 let bytes = b.bytes();
-                match self.try_send(b, w) {
+                match self.try_send(b) {
                     None => buffered -= bytes,
                     Some(b) => {
-                        ready.insert(i, b);
-                        busy.push(w);
-                        i += 1;
+                        ready.push_front(b);
+                        break;
                     }
                 }
             }
@@ -1114,7 +1122,10 @@ impl ConsumerLoop {
             match polled {
                 Some(Ok(m)) => {
                     self.shared.stats.messages.fetch_add(1, Ordering::Relaxed);
-                    if self.shared.brokers_down.swap(false, Ordering::Relaxed) {
+                    // A load per message, a store only after an outage:
+                    // no write to a line the writers read on the hot path.
+                    if self.shared.brokers_down.load(Ordering::Relaxed) {
+                        self.shared.brokers_down.store(false, Ordering::Relaxed);
                         tracing::info!("kafka brokers reachable again");
                     }
                     let at = pending
@@ -1127,6 +1138,7 @@ impl ConsumerLoop {
                                 topic: route.clone(),
                                 partition: m.partition(),
                                 generation: self.shared.generation.load(Ordering::SeqCst),
+                                seq: 0,
                                 started: Instant::now(),
                                 payloads: Vec::new(),
                                 messages: Vec::with_capacity(self.batch_messages),
@@ -1205,15 +1217,18 @@ impl ConsumerLoop {
             }
         }
         // Shutdown: what was fetched is written, then committed.
-        let txs = std::mem::take(&mut self.txs);
-        if !txs.is_empty() {
-            for b in ready.into_iter().chain(pending) {
-                let w = self.writer_of_among(&b, txs.len());
+        let tx = self.tx.take();
+        if let Some(tx) = &tx {
+            let mut remaining: Vec<Batch> = ready.into_iter().chain(pending).collect();
+            for b in &mut remaining {
+                b.seq = self.take_seq(b);
+            }
+            for b in remaining {
                 self.track(&b);
-                let _ = txs[w].send(b);
+                let _ = tx.send(b);
             }
         }
-        drop(txs);
+        drop(tx);
         for w in std::mem::take(&mut self.writer_threads) {
             let _ = w.join();
         }
@@ -1257,29 +1272,33 @@ impl ConsumerLoop {
         }
     }
 
-    /// The writer of a batch's partition.
-    fn writer_of(&self, b: &Batch) -> usize {
-        self.writer_of_among(b, self.txs.len())
+    /// The next sequence number of a batch's partition.
+    fn take_seq(&mut self, b: &Batch) -> u64 {
+        let next = self
+            .next_seq
+            .entry((b.topic.topic.clone(), b.partition))
+            .or_insert(0);
+        *next += 1;
+        *next - 1
     }
 
-    fn writer_of_among(&self, b: &Batch, writers: usize) -> usize {
-        let mut key = Vec::with_capacity(b.topic.topic.len() + 4);
-        key.extend_from_slice(b.topic.topic.as_bytes());
-        key.extend_from_slice(&b.partition.to_be_bytes());
-        (xxhash_rust::xxh3::xxh3_64(&key) % writers.max(1) as u64) as usize
-    }
-
-    /// Hands a batch to writer `w`; gives it back when that one is busy.
-    fn try_send(&self, b: Batch, w: usize) -> Option<Batch> {
-        let tx = self.txs.get(w)?;
+    /// Hands a batch to the writers; gives it back when they are all busy.
+    fn try_send(&mut self, mut b: Batch) -> Option<Batch> {
+        self.tx.as_ref()?;
+        b.seq = self.take_seq(&b);
         self.track(&b);
-        match tx.try_send(b) {
+        let outcome = self.tx.as_ref()?.try_send(b);
+        match outcome {
             Ok(()) => None,
             Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
-                // Not sent after all: forget it until it is.
+                // Not sent after all: forget it (and its number) until it is.
+                let key = (b.topic.topic.clone(), b.partition);
+                if let Some(next) = self.next_seq.get_mut(&key) {
+                    *next -= 1;
+                }
                 if let Some(first) = b.first_offset() {
                     let mut t = self.shared.tracker.lock();
-                    if let Some(po) = t.partitions.get_mut(&(b.topic.topic.clone(), b.partition)) {
+                    if let Some(po) = t.partitions.get_mut(&key) {
                         po.in_flight.remove(&first);
                     }
                 }
@@ -1400,12 +1419,46 @@ fn writer_loop(
     dead_letters: &Option<DeadLetters>,
 ) {
     for batch in rx {
-        let submitted = submit_batch(&batch, store, shared, clock, dead_letters.as_ref());
-        drop(batch);
-        if let Err(crossbeam_channel::SendError(s)) = done.send(submitted) {
-            // The completion thread is gone (it never leaves before the
-            // writers): finish here.
-            finish_batch(s, store, shared);
+        // Decoded here, in parallel with the other writers...
+        let decoded = decode_ahead(&batch, store, clock);
+        let key = (batch.topic.topic.clone(), batch.partition);
+        let mut seq = batch.seq;
+        let mut job = Some((batch, decoded));
+        // ...and handed to the store in the partition's order: a batch
+        // decoded before its turn is parked, and the writer of the batch
+        // before it hands it on too.
+        loop {
+            {
+                let mut sequence = shared.sequence.lock();
+                let ps = sequence.entry(key.clone()).or_default();
+                if ps.next != seq {
+                    if let Some(j) = job.take() {
+                        ps.parked.insert(seq, j);
+                    }
+                    break;
+                }
+            }
+            let Some((batch, decoded)) = job.take() else {
+                break;
+            };
+            let submitted =
+                submit_batch(&batch, decoded, store, shared, clock, dead_letters.as_ref());
+            drop(batch);
+            if let Err(crossbeam_channel::SendError(s)) = done.send(submitted) {
+                // The completion thread is gone (it never leaves before the
+                // writers): finish here.
+                finish_batch(s, store, shared);
+            }
+            let mut sequence = shared.sequence.lock();
+            let ps = sequence.entry(key.clone()).or_default();
+            ps.next = seq + 1;
+            match ps.parked.remove(&ps.next) {
+                Some(next) => {
+                    seq = ps.next;
+                    job = Some(next);
+                }
+                None => break,
+            }
         }
     }
 }
@@ -1529,11 +1582,50 @@ fn note_drained_position(
     }
 }
 
-/// Decodes a batch and hands its points to the store; bad messages go to
-/// the dead-letter topic. What comes back waits for durability in
-/// [`finish_batch`].
+/// A batch's rows and bad messages, decoded ahead of its turn.
+struct Decoded {
+    desc: crate::catalog::TableDescriptor,
+    entries: super::EncodedRows,
+    /// Bad messages by their index in the batch.
+    bad: Vec<(usize, BadMessage)>,
+}
+
+/// Decodes a batch off the ordered path; `None` when it must be decoded
+/// in its turn: it may hold a delete message (which needs the points
+/// before it in the store first), or its table cannot take rows (the
+/// turn reports it).
+fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> Option<Decoded> {
+    let route = &batch.topic;
+    if route.format == Format::Json
+        && batch
+            .iter()
+            .any(|(_, p)| memchr::memmem::find(p, b"\"delete\"").is_some())
+    {
+        return None;
+    }
+    let desc = store.catalog().table(&route.table).ok()?;
+    let mut encoder = PointEncoder::new(&desc, store.max_value_size()).ok()?;
+    encoder.reserve_for_bytes(batch.bytes());
+    let stream = Uniquifiers::stream(&route.topic, batch.partition);
+    let now = clock.now_ms();
+    let mut bad = Vec::new();
+    for (i, (offset, payload)) in batch.iter().enumerate() {
+        encoder.set_uniquifiers(Uniquifiers::Message { stream, offset });
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+            bad.push((i, reason));
+        }
+    }
+    let entries = encoder.finish();
+    Some(Decoded { desc, entries, bad })
+}
+
+/// Hands a batch's points to the store (decoding them first unless
+/// `decoded` did), carrying out its delete messages in place; bad messages
+/// go to the dead-letter topic. What comes back waits for durability in
+/// [`finish_batch`]. Runs in the partition's order.
 fn submit_batch(
     batch: &Batch,
+    decoded: Option<Decoded>,
     store: &Store,
     shared: &Shared,
     clock: &dyn Clock,
@@ -1551,106 +1643,22 @@ fn submit_batch(
         cells: 0,
         failed: false,
     };
-    let desc = match store.catalog().table(&route.table) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
-            submitted.failed = true;
-            return submitted;
-        }
-    };
-    let now = clock.now_ms();
-    let mut encoder = match PointEncoder::new(&desc, store.max_value_size()) {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
-            submitted.failed = true;
-            return submitted;
-        }
-    };
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
-    encoder.reserve_for_bytes(batch.bytes());
-    for (offset, payload) in batch.iter() {
-        if route.format == Format::Json
-            && let Some(delete) = delete_message(payload)
-        {
-            // A delete applies to every point before it in the partition
-            // and to none after: those before are made readable first.
-            let Ok(fresh) = PointEncoder::new(&desc, store.max_value_size()) else {
-                submitted.failed = true; // the table made one above
-                return submitted;
-            };
-            let before = std::mem::replace(&mut encoder, fresh).finish();
-            submitted.points += before.rows() as u64;
-            submitted.cells += before.cells() as u64;
-            let outcome = (if before.rows() > 0 {
-                store.write_encoded(&route.table, before, None)
-            } else {
-                Ok(())
-            })
-            .map_err(DeleteFailure::Store)
-            .and_then(|()| {
-                wait_for_batches_before(shared, &submitted.key, submitted.first);
-                delete.map_err(DeleteFailure::Bad).and_then(|q| {
-                    store
-                        .delete_points(&route.table, &q)
-                        .map_err(DeleteFailure::Store)
-                })
-            });
-            // Durable through the delete, and the store told so: a restart
-            // then resumes after it instead of running it again over points
-            // written after it (their replay would write them at the same
-            // timestamps, which the markers hide).
-            let outcome = outcome.and_then(|rows| {
-                durable_through(store, &desc, route, batch.partition, offset + 1)
-                    .map(|()| rows)
-                    .map_err(DeleteFailure::Store)
-            });
-            match outcome {
-                Ok(rows) => {
-                    shared.stats.deletes.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(topic = %route.topic, partition = batch.partition, offset, rows, "deleted points");
-                }
-                Err(DeleteFailure::Bad(reason)) => bad.push((
-                    offset,
-                    payload,
-                    BadMessage {
-                        kind: "bad_delete",
-                        reason,
-                    },
-                )),
-                Err(DeleteFailure::Store(e))
-                    if e.kind() == crate::error::ErrorKind::InvalidInput =>
-                {
-                    bad.push((
-                        offset,
-                        payload,
-                        BadMessage {
-                            kind: "bad_delete",
-                            reason: e.to_string(),
-                        },
-                    ))
-                }
-                Err(DeleteFailure::Store(e)) => {
-                    tracing::error!(
-                        topic = %route.topic,
-                        partition = batch.partition,
-                        offset,
-                        error = %e,
-                        "a delete failed; its partition's commits stop before it"
-                    );
-                    submitted.failed = true;
-                    return submitted;
-                }
-            }
-            continue;
+    let (desc, entries) = match decoded {
+        Some(d) => {
+            let payloads: Vec<(i64, &[u8])> = batch.iter().collect();
+            bad.extend(
+                d.bad
+                    .into_iter()
+                    .map(|(i, b)| (payloads[i].0, payloads[i].1, b)),
+            );
+            (d.desc, d.entries)
         }
-        encoder.set_uniquifiers(Uniquifiers::message(&route.topic, batch.partition, offset));
-        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
-            bad.push((offset, payload, reason));
-        }
-    }
-    let entries = encoder.finish();
+        None => match decode_in_turn(batch, store, shared, clock, &mut submitted, &mut bad) {
+            Some(decoded) => decoded,
+            None => return submitted,
+        },
+    };
     submitted.points += entries.rows() as u64;
     submitted.cells += entries.cells() as u64;
     if entries.rows() > 0 {
@@ -1720,6 +1728,121 @@ fn submit_batch(
         submitted.failed = true;
     }
     submitted
+}
+
+/// Decodes a batch in its turn, carrying out its delete messages as they
+/// come (the points before one are written and made readable first);
+/// `None` when the batch failed (`submitted` says so).
+fn decode_in_turn<'b>(
+    batch: &'b Batch,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+    submitted: &mut Submitted,
+    bad: &mut Vec<(i64, &'b [u8], BadMessage)>,
+) -> Option<(crate::catalog::TableDescriptor, super::EncodedRows)> {
+    let route = &batch.topic;
+    let desc = match store.catalog().table(&route.table) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
+            submitted.failed = true;
+            return None;
+        }
+    };
+    let now = clock.now_ms();
+    let mut encoder = match PointEncoder::new(&desc, store.max_value_size()) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
+            submitted.failed = true;
+            return None;
+        }
+    };
+    encoder.reserve_for_bytes(batch.bytes());
+    let stream = Uniquifiers::stream(&route.topic, batch.partition);
+    for (offset, payload) in batch.iter() {
+        if route.format == Format::Json
+            && let Some(delete) = delete_message(payload)
+        {
+            // A delete applies to every point before it in the partition
+            // and to none after: those before are made readable first.
+            let Ok(fresh) = PointEncoder::new(&desc, store.max_value_size()) else {
+                submitted.failed = true; // the table made one above
+                return None;
+            };
+            let before = std::mem::replace(&mut encoder, fresh).finish();
+            submitted.points += before.rows() as u64;
+            submitted.cells += before.cells() as u64;
+            let outcome = (if before.rows() > 0 {
+                store.write_encoded(&route.table, before, None)
+            } else {
+                Ok(())
+            })
+            .map_err(DeleteFailure::Store)
+            .and_then(|()| {
+                wait_for_batches_before(shared, &submitted.key, submitted.first);
+                delete.map_err(DeleteFailure::Bad).and_then(|q| {
+                    store
+                        .delete_points(&route.table, &q)
+                        .map_err(DeleteFailure::Store)
+                })
+            });
+            // Durable through the delete, and the store told so: a restart
+            // then resumes after it instead of running it again over points
+            // written after it (their replay would write them at the same
+            // timestamps, which the markers hide).
+            let outcome = outcome.and_then(|rows| {
+                durable_through(store, &desc, route, batch.partition, offset + 1)
+                    .map(|()| rows)
+                    .map_err(DeleteFailure::Store)
+            });
+            match outcome {
+                Ok(rows) => {
+                    shared.stats.deletes.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(topic = %route.topic, partition = batch.partition, offset, rows, "deleted points");
+                }
+                Err(DeleteFailure::Bad(reason)) => bad.push((
+                    offset,
+                    payload,
+                    BadMessage {
+                        kind: "bad_delete",
+                        reason,
+                    },
+                )),
+                Err(DeleteFailure::Store(e))
+                    if e.kind() == crate::error::ErrorKind::InvalidInput =>
+                {
+                    bad.push((
+                        offset,
+                        payload,
+                        BadMessage {
+                            kind: "bad_delete",
+                            reason: e.to_string(),
+                        },
+                    ))
+                }
+                Err(DeleteFailure::Store(e)) => {
+                    tracing::error!(
+                        topic = %route.topic,
+                        partition = batch.partition,
+                        offset,
+                        error = %e,
+                        "a delete failed; its partition's commits stop before it"
+                    );
+                    submitted.failed = true;
+                    return None;
+                }
+            }
+            continue;
+        }
+        encoder.set_uniquifiers(Uniquifiers::Message { stream, offset });
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+            bad.push((offset, payload, reason));
+        }
+    }
+    let entries = encoder.finish();
+    Some((desc, entries))
 }
 
 /// Why a delete message was not carried out.

@@ -92,7 +92,7 @@ pub struct WalOptions {
     /// Reuse flushed segments instead of deleting them (default on).
     pub recycle: bool,
     /// Preallocated segments a shard keeps ready beside the live one: the
-    /// prepared next one and flushed ones kept for reuse (default 1).
+    /// prepared next one and flushed ones kept for reuse (default 3).
     /// Flushed segments past it are deleted.
     pub spare_segments: usize,
     /// A log idle this long with everything in it flushed gives its
@@ -127,7 +127,7 @@ impl Default for WalOptions {
             depth: 4,
             async_sync_interval: Duration::from_secs(1),
             recycle: true,
-            spare_segments: 1,
+            spare_segments: 3,
             release_after_idle: Duration::from_secs(10),
             recovery: WalRecovery::Strict,
         }
