@@ -13,10 +13,12 @@
 # `--set region.flush_on_close=false`, so a store whose data is still in its
 # WAL is not flushed by the first run). Threads that spin while they wait
 # make counts for queries fanned out over many buckets vary; compare those
-# over several runs. Needs valgrind and python3.
+# over several runs. HALITE_BIN names another build (say a copy of the
+# binary before a change, to count both in one sitting). Needs valgrind and
+# python3.
 set -euo pipefail
 data=$1 body=$2 n=$3 kind=${4:-query}
-bin=$(cd "$(dirname "$0")/.." && pwd)/target/release/halite
+bin=${HALITE_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release/halite}
 config=$(cd "$(dirname "$0")/.." && pwd)/configs/halite.toml
 port=18171
 [ -x "$bin" ] || { echo "build first: cargo build --release" >&2; exit 2; }

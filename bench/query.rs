@@ -27,7 +27,7 @@ use halite::catalog::TableName;
 use halite::clock::SystemClock;
 use halite::config::Config;
 use halite::query::{self, AggFn, Aggregate, Query, QueryPool};
-use halite::store::{Store, StoreOptions};
+use halite::store::Store;
 use halite::tsbs::{CPU_FIELDS, cpu_value};
 use support::{Conn, percentiles, process_cpu_secs};
 
@@ -233,12 +233,8 @@ fn main() {
         &[format!("data_dir=\"{}\"", dir_path.display())],
     )
     .expect("config");
-    let store = Store::open(
-        &dir_path,
-        StoreOptions::from_config(&config),
-        Arc::new(SystemClock),
-    )
-    .expect("store");
+    let store =
+        Store::open(&dir_path, config.store_options(), Arc::new(SystemClock)).expect("store");
     let table = store
         .table(&TableName::parse("metrics:cpu").expect("name"))
         .expect("table");

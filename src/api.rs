@@ -40,7 +40,7 @@ use crate::ingest::kafka::IngestStats;
 use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder};
 use crate::key::{FieldEncoding, FieldRef, KeySchema, TimeUnit};
-use crate::query::{AggFn, Query, SeriesAggregate};
+use crate::query::{AggFn, Query, QueryEngine, SeriesAggregate};
 use crate::scan::{
     Columns, CompareOp, Filter, Get, Operand, RowCells, Scan, ScannedRow, TimeRange,
 };
@@ -54,6 +54,8 @@ use token::{PageKind, PageScope};
 /// What the handlers share.
 pub struct AppState {
     pub store: Arc<Store>,
+    /// Logical queries over the store's tables.
+    pub queries: Arc<QueryEngine>,
     pub clock: Arc<dyn Clock>,
     pub ready: AtomicBool,
     /// Request bodies above this are refused with 413 (default 25 MiB).
@@ -1348,8 +1350,8 @@ async fn query(
     if q.aggregate.is_none() {
         q.limit = answer_limit(format, q.limit);
     }
-    let store = s.store.clone();
-    let schema = store.catalog().table(&name)?.key;
+    let queries = s.queries.clone();
+    let schema = s.store.catalog().table(&name)?.key;
     if shape == Shape::Series && (format != Format::Json || q.aggregate.is_some()) {
         return Err(ApiError::bad(
             "`shape: series` lays out raw rows in a JSON answer: drop it for aggregates \
@@ -1357,7 +1359,7 @@ async fn query(
         ));
     }
     if let Some(agg) = q.aggregate.clone() {
-        let page = blocking_here(move || store.aggregate(&name, &q)).await?;
+        let page = blocking_here(move || queries.aggregate(&name, &q)).await?;
         let continuation = page.continuation.map(|t| scope.encode(&t));
         return aggregate_answer(
             format,
@@ -1369,14 +1371,14 @@ async fn query(
     }
     if format != Format::Json {
         return stream::stream_rows(format, schema, paged, scope, move || {
-            Ok(Box::new(store.query_rows(&name, &q)?) as Box<dyn RowSource>)
+            Ok(Box::new(queries.query_rows(&name, &q)?) as Box<dyn RowSource>)
         })
         .await;
     }
     let page = if crate::query::reads_one_series_page(&schema, &q, MAX_PAGE) {
-        run_here(|| store.query(&name, &q))?
+        run_here(|| queries.query(&name, &q))?
     } else {
-        blocking_here(move || store.query(&name, &q)).await?
+        blocking_here(move || queries.query(&name, &q)).await?
     };
     let answer = match shape {
         Shape::Rows => page_answer::<ScannedRow>,
@@ -1556,7 +1558,8 @@ async fn delete_data(
         1
     } else {
         let q: Query = serde_path_to_error::deserialize(v).map_err(|e| field_error("delete", e))?;
-        blocking(move || store.delete_points(&name, &q)).await?
+        let queries = s.queries.clone();
+        blocking(move || queries.delete_points(&name, &q)).await?
     };
     Ok(Json(json!({ "deleted_rows": deleted })).into_response())
 }

@@ -12,10 +12,15 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod units;
+
+pub use units::{ByteSize, Dur};
+
 use crate::region::RegionOptions;
 use crate::region::compaction::CompactionOptions;
 use crate::region::wal::io::IoBackendChoice;
 use crate::region::wal::{WalOptions, WalRecovery};
+use crate::store::StoreOptions;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -31,78 +36,6 @@ pub enum ConfigError {
     BadOverride(String),
     #[error("invalid setting `{key}`: {why}")]
     Invalid { key: &'static str, why: String },
-}
-
-/// A byte size: `"64MiB"` or a number of bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteSize(pub u64);
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(ByteSize(n)),
-            Raw::S(s) => parse_size(&s)
-                .map(ByteSize)
-                .map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size like `64MiB`"))?;
-    let mult = match unit {
-        "" | "B" => 1,
-        "KiB" | "K" | "KB" => 1 << 10,
-        "MiB" | "M" | "MB" => 1 << 20,
-        "GiB" | "G" | "GB" => 1 << 30,
-        other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{s}`; use KiB, MiB or GiB"
-            ));
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
-
-/// A duration: `"250ms"`, `"1s"`, `"5m"`, `"1h"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        parse_duration(&s)
-            .map(Dur)
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration like `250ms`"))?;
-    Ok(match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => return Err(format!("`{s}` needs a unit: ms, s, m or h")),
-    })
 }
 
 /// The whole configuration.
@@ -424,6 +357,22 @@ impl Config {
         Ok(())
     }
 
+    /// The store's settings (the store takes no [`Config`], so it knows
+    /// nothing of files, overrides or the services beside it).
+    pub fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            shards: self.server.shards,
+            queue_depth: 64,
+            wal: self.wal_options(),
+            region: self.region_options(),
+            block_cache_bytes: self.cache.block_cache_size.0 as usize,
+            flush_threads: self.region.flush_threads,
+            compaction_threads: self.region.compaction_threads,
+            max_region_size: self.region.max_size.0,
+            global_memstore_bytes: self.region.global_memstore_size.0 as usize,
+        }
+    }
+
     pub fn wal_options(&self) -> WalOptions {
         WalOptions {
             segment_size: self.wal.segment_size.0,
@@ -525,15 +474,5 @@ mod tests {
         assert!(e.to_string().contains("nope"), "{e}");
         let e = Config::load(None, &["region.flush_age=\"5 parsecs\"".into()]).unwrap_err();
         assert!(e.to_string().contains("unit"), "{e}");
-    }
-
-    #[test]
-    fn sizes_and_durations_parse() {
-        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("12 furlongs").is_err());
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("10").is_err());
     }
 }

@@ -7,28 +7,13 @@
 
 use std::path::PathBuf;
 
+pub mod kind;
+
+pub use kind::ErrorKind;
+
 use crate::region::manifest::ManifestError;
 use crate::region::sst::SstError;
 use crate::region::wal::WalError;
-
-/// What a caller can do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The request is wrong; retrying it unchanged fails again.
-    InvalidInput,
-    /// The thing named does not exist (table, family).
-    NotFound,
-    /// The thing to create exists already, or is still in use.
-    Conflict,
-    /// Temporarily unable (overloaded, shutting down a writer); retry later.
-    Unavailable,
-    /// Data on disk failed a check; the named file needs attention.
-    Corruption,
-    /// The region or store was closed or stopped after a fatal I/O error.
-    Closed,
-    /// An I/O or internal failure that is neither of the above.
-    Internal,
-}
 
 /// The crate-wide error.
 #[derive(Debug, thiserror::Error)]

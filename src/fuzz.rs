@@ -96,7 +96,7 @@ pub fn wal_segment(data: &[u8]) {
 /// A store file: opened, checked and read from start to end; its blocks
 /// also as a frame and as a time-series block on their own.
 pub fn store_file(data: &[u8]) {
-    let _ = crate::region::sst::block::unframe(data, 1 << 20);
+    let _ = crate::region::sst::frame::unframe(data, 1 << 20);
     let _ = crate::region::sst::ts_block::decode(data, 1 << 20);
     let Ok(dir) = tempfile::tempdir() else { return };
     let path = dir.path().join("00000000000000000001.sst");

@@ -21,6 +21,7 @@ use crate::catalog::TableDescriptor;
 use crate::cell::{CellKind, EntryBatch, MAX_QUALIFIER_LEN};
 use crate::codec::{bytes_equal, compare_bytes, quote_prefix};
 use crate::key::{FieldEncoding, FieldRef, KeyField};
+use crate::table::RoutedRows;
 use crate::value::Value;
 use line_protocol::{LineParser, ParsedLine, Point, Precision};
 
@@ -153,38 +154,6 @@ fn next_in_sequence() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     NEXT.fetch_max(now_ns, Ordering::Relaxed);
     NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Rows encoded for a table, split by its regions as they were when the
-/// encoding started; the store checks the regions are still those (a
-/// split since sends the rows through its own routing).
-pub struct EncodedRows {
-    /// The ids of the table's regions, in key order.
-    pub region_ids: Vec<u64>,
-    /// One batch per region, in the same order; empty where no row fell.
-    pub batches: Vec<EntryBatch>,
-}
-
-impl EncodedRows {
-    pub fn rows(&self) -> usize {
-        self.batches.iter().map(EntryBatch::rows).sum()
-    }
-
-    /// Cells in all rows.
-    pub fn cells(&self) -> usize {
-        self.batches.iter().map(EntryBatch::len).sum()
-    }
-
-    /// Every row in one batch, region after region (key order of regions).
-    pub fn into_batch(self) -> EntryBatch {
-        let mut out = EntryBatch::new();
-        for b in &self.batches {
-            for i in 0..b.rows() {
-                out.push_row_from(b, i);
-            }
-        }
-        out
-    }
 }
 
 impl<'t> PointEncoder<'t> {
@@ -546,8 +515,8 @@ impl<'t> PointEncoder<'t> {
         true
     }
 
-    pub fn finish(self) -> EncodedRows {
-        EncodedRows {
+    pub fn finish(self) -> RoutedRows {
+        RoutedRows {
             region_ids: self.table.regions.iter().map(|r| r.id).collect(),
             batches: self.batches,
         }

@@ -45,6 +45,7 @@ pub mod region;
 pub mod scan;
 pub mod schema;
 pub mod store;
+pub mod table;
 pub mod telemetry;
 pub mod tsbs;
 pub mod value;

@@ -44,7 +44,8 @@ use halite::config::Config;
 use halite::ingest::Format;
 use halite::ingest::kafka::KafkaIngest;
 use halite::ingest::produce::{ProduceSpec, produce};
-use halite::store::{MemoryGuard, Splitter, Store, StoreOptions};
+use halite::query::QueryEngine;
+use halite::store::{MemoryGuard, Splitter, Store};
 use halite::tsbs;
 
 #[derive(Parser)]
@@ -426,14 +427,15 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let store = Arc::new(Store::open(
         &config.data_dir,
-        StoreOptions::from_config(&config),
+        config.store_options(),
         clock.clone(),
     )?);
     ensure_tables(&store, &config.tables)?;
+    let queries = Arc::new(QueryEngine::new(store.clone(), config.server.query_threads));
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let memory_guard = MemoryGuard::start(&store)?;
     let kafka = if config.kafka.enabled() {
-        let k = KafkaIngest::start(&config.kafka, store.clone(), clock.clone())?;
+        let k = KafkaIngest::start(&config.kafka, store.clone(), queries.clone(), clock.clone())?;
         tracing::info!(
             topics = %config
                 .kafka
@@ -452,6 +454,7 @@ fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     };
     let state = Arc::new(AppState {
         store: store.clone(),
+        queries: queries.clone(),
         clock,
         ready: false.into(),
         max_body: config.server.max_body.0 as usize,

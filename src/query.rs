@@ -19,6 +19,8 @@
 //! last per series, field and downsample window while it scans, and the
 //! merge combines the partials: raw points never leave the bucket scans.
 
+pub mod engine;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -35,7 +37,8 @@ use crate::scan::{
     CellSink, Columns, CompareOp, ContinuationToken, Filter, Operand, RowCells, Scan, ScannedRow,
     TimeRange, prefix_successor,
 };
-use crate::store::{Table, TableScanner};
+use crate::table::{Table, TableScanner};
+pub use engine::QueryEngine;
 
 /// OpenTSDB's aggregators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -24,16 +24,15 @@ use parking_lot::{Mutex, RwLock};
 use crate::catalog::{Catalog, CreateTable, TableDescriptor, TableName};
 use crate::cell::{EntryBatch, Row, RowMutation};
 use crate::clock::Clock;
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::query::{AggregatePage, Query, QueryPage, QueryPool, QueryRows};
 use crate::region::block_cache::BlockCache;
 use crate::region::maintenance::Maintenance;
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
-use crate::scan::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan, ScanPage};
+use crate::scan::{Get, Scan, ScanPage};
 use crate::schema::{Durability, FamilySpec};
+use crate::table::{RoutedRows, Table, TableScanner, region_index};
 
 /// Store settings.
 #[derive(Debug, Clone)]
@@ -45,9 +44,6 @@ pub struct StoreOptions {
     pub wal: WalOptions,
     pub region: RegionOptions,
     pub block_cache_bytes: usize,
-    /// Threads that run bucket scans of logical queries (default: two per
-    /// core).
-    pub query_threads: usize,
     /// Flush threads shared by all regions (default 2).
     pub flush_threads: usize,
     /// Compaction threads shared by all regions (default 1).
@@ -57,23 +53,6 @@ pub struct StoreOptions {
     /// All MemStores together: above this the largest flush and writers
     /// wait (default 1 GiB).
     pub global_memstore_bytes: usize,
-}
-
-impl StoreOptions {
-    pub fn from_config(c: &Config) -> Self {
-        StoreOptions {
-            shards: c.server.shards,
-            queue_depth: 64,
-            wal: c.wal_options(),
-            region: c.region_options(),
-            block_cache_bytes: c.cache.block_cache_size.0 as usize,
-            query_threads: c.server.query_threads,
-            flush_threads: c.region.flush_threads,
-            compaction_threads: c.region.compaction_threads,
-            max_region_size: c.region.max_size.0,
-            global_memstore_bytes: c.region.global_memstore_size.0 as usize,
-        }
-    }
 }
 
 /// A write handed to the shards by [`Store::submit_encoded`], not yet known
@@ -220,18 +199,6 @@ struct Shard {
     thread: Option<JoinHandle<()>>,
 }
 
-/// An open table: its descriptor and its regions in key order.
-pub struct Table {
-    pub desc: TableDescriptor,
-    regions: Vec<Arc<Region>>,
-}
-
-impl Table {
-    pub fn regions(&self) -> &[Arc<Region>] {
-        &self.regions
-    }
-}
-
 /// All tables of one server.
 pub struct Store {
     dir: PathBuf,
@@ -243,7 +210,6 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     /// Serialises table creation and removal with opening their regions.
     ddl: Mutex<()>,
-    pool: Arc<QueryPool>,
     maintenance: Arc<Maintenance>,
     /// Set by `close`: a closed region then means shutdown, not a split.
     closing: AtomicBool,
@@ -263,7 +229,6 @@ impl Store {
         clock: Arc<dyn Clock>,
     ) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
-        let options_query_threads = options.query_threads;
         let maintenance = Maintenance::new(options.flush_threads, options.compaction_threads)
             .map_err(|e| Error::io(&dir, "spawn flush and compaction threads", e))?;
         let catalog = Catalog::open(dir.join("catalog"))?;
@@ -294,7 +259,6 @@ impl Store {
             cache,
             clock,
             ddl: Mutex::new(()),
-            pool: Arc::new(QueryPool::new(options_query_threads)),
             maintenance,
             closing: AtomicBool::new(false),
             memory_waits: std::sync::atomic::AtomicU64::new(0),
@@ -585,7 +549,7 @@ impl Store {
     pub fn write_encoded(
         &self,
         name: &TableName,
-        rows: crate::ingest::EncodedRows,
+        rows: RoutedRows,
         origin: Option<Origin>,
     ) -> Result<()> {
         let pending = self.submit_encoded(name, rows, origin)?;
@@ -601,7 +565,7 @@ impl Store {
     pub fn submit_encoded(
         &self,
         name: &TableName,
-        rows: crate::ingest::EncodedRows,
+        rows: RoutedRows,
         origin: Option<Origin>,
     ) -> Result<PendingBatch> {
         self.wait_for_memory()?;
@@ -1005,29 +969,6 @@ impl Store {
         TableScanner::new(self.table(name)?, scan.clone())
     }
 
-    /// A logical query's rows one at a time, for answers that stream.
-    pub fn query_rows(&self, name: &TableName, q: &Query) -> Result<QueryRows> {
-        QueryRows::new(self.table(name)?, self.pool.clone(), q)
-    }
-
-    /// Deletes the points a query selects (see [`crate::query::delete`]),
-    /// durably as the table's writes are; returns the rows reached.
-    pub fn delete_points(&self, name: &TableName, q: &Query) -> Result<u64> {
-        crate::query::delete(self.table(name)?, self.pool.clone(), q, |rows| {
-            self.write(name, rows, None)
-        })
-    }
-
-    /// A logical series query (see [`crate::query`]): one page of rows.
-    pub fn query(&self, name: &TableName, q: &Query) -> Result<QueryPage> {
-        crate::query::run(self.table(name)?, self.pool.clone(), q)
-    }
-
-    /// A logical series query with aggregation pushed into the bucket scans.
-    pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<AggregatePage> {
-        crate::query::aggregate(self.table(name)?, &self.pool, q)
-    }
-
     /// Splits every region whose store files pass `max_region_size` (one
     /// split per region per call); returns how many split. Daughters are
     /// major-compacted right away, which drops the rows each holds of the
@@ -1189,14 +1130,6 @@ impl Drop for Store {
     }
 }
 
-fn region_index(table: &Table, row: &[u8]) -> usize {
-    table
-        .desc
-        .regions
-        .partition_point(|r| r.start.as_slice() <= row)
-        .saturating_sub(1)
-}
-
 fn shard_loop(rx: Receiver<WriteJob>) {
     for job in rx {
         let submitted = match &job.rows {
@@ -1212,173 +1145,6 @@ fn shard_loop(rx: Receiver<WriteJob>) {
             Err(e) => Submitted::Failed(e),
         };
         let _ = job.reply.send(outcome);
-    }
-}
-
-/// Streams a scan over a table's regions in key order (or reverse), one
-/// region scanner at a time, clipped to each region's range.
-pub struct TableScanner {
-    table: Arc<Table>,
-    scan: Scan,
-    /// Regions still to read, in scan order.
-    pending: Vec<usize>,
-    current: Option<RowScanner>,
-    to_skip: usize,
-    remaining: Option<usize>,
-    /// Key of the last row handed out (the continuation point).
-    last_key: Option<Vec<u8>>,
-}
-
-impl TableScanner {
-    pub fn new(table: Arc<Table>, scan: Scan) -> Result<Self> {
-        let (start, stop) = scan.bounds()?;
-        let mut pending: Vec<usize> = (0..table.regions.len())
-            .filter(|&i| {
-                let r = &table.desc.regions[i];
-                let before_stop = stop
-                    .as_ref()
-                    .is_none_or(|s| r.start.as_slice() < s.as_slice());
-                let after_start = start
-                    .as_ref()
-                    .is_none_or(|s| r.end.is_empty() || r.end.as_slice() > s.as_slice());
-                before_stop && after_start
-            })
-            .collect();
-        if !scan.reverse {
-            pending.reverse(); // popped from the back
-        }
-        Ok(TableScanner {
-            to_skip: scan.offset,
-            remaining: scan.limit,
-            table,
-            scan,
-            pending,
-            current: None,
-            last_key: None,
-        })
-    }
-
-    /// After the rows ran out: a token to continue after the last row when
-    /// the limit cut the answer short and rows remain.
-    pub fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
-        if self.remaining != Some(0) {
-            return Ok(None);
-        }
-        let Some(last) = self.last_key.take() else {
-            return Ok(None);
-        };
-        self.remaining = Some(1);
-        self.to_skip = 0;
-        let more = self.next_view()?.is_some();
-        self.remaining = Some(0);
-        Ok(more.then_some(ContinuationToken {
-            row: last,
-            reverse: self.scan.reverse,
-        }))
-    }
-
-    fn open_next(&mut self) -> Result<bool> {
-        let Some(i) = self.pending.pop() else {
-            return Ok(false);
-        };
-        let info = &self.table.desc.regions[i];
-        let mut scan = Scan {
-            offset: 0,
-            limit: None,
-            ..self.scan.clone()
-        };
-        // Clip to the region; the region scanner intersects with the scan's
-        // own bounds and its continuation token.
-        if scan
-            .start
-            .as_ref()
-            .is_none_or(|s| s.as_slice() < info.start.as_slice())
-        {
-            scan.start = Some(info.start.clone());
-        }
-        if !info.end.is_empty()
-            && scan
-                .stop
-                .as_ref()
-                .is_none_or(|s| s.as_slice() > info.end.as_slice())
-        {
-            scan.stop = Some(info.end.clone());
-        }
-        self.current = Some(self.table.regions[i].scanner(&scan)?);
-        Ok(true)
-    }
-
-    pub fn next_row(&mut self) -> Result<Option<Row>> {
-        Ok(self.next_view()?.map(|v| v.to_row()))
-    }
-
-    /// Streams the rest of the scan's cells to `sink` without building
-    /// rows (see [`RowScanner::scan_cells`]); false when the sink ended it.
-    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<bool> {
-        if self.to_skip > 0 || self.remaining.is_some() {
-            while let Some(row) = self.next_view()? {
-                if !crate::scan::feed_row(&row, sink) {
-                    self.current = None;
-                    self.pending.clear();
-                    return Ok(false);
-                }
-            }
-            return Ok(true);
-        }
-        loop {
-            if self.current.is_none() && !self.open_next()? {
-                return Ok(true);
-            }
-            let ran_out = match self.current.as_mut() {
-                Some(scanner) => scanner.scan_cells(sink)?,
-                None => true,
-            };
-            self.current = None;
-            if !ran_out {
-                self.pending.clear();
-                return Ok(false);
-            }
-        }
-    }
-
-    /// The next row, borrowed until the next call: no allocation per cell.
-    pub fn next_view(&mut self) -> Result<Option<RowView<'_>>> {
-        if self.remaining == Some(0) {
-            return Ok(None);
-        }
-        loop {
-            if self.current.is_none() && !self.open_next()? {
-                return Ok(None);
-            }
-            let has_row = self
-                .current
-                .as_mut()
-                .expect("opened above")
-                .next_view()?
-                .is_some();
-            if !has_row {
-                self.current = None;
-                continue;
-            }
-            if self.to_skip > 0 {
-                self.to_skip -= 1;
-                continue;
-            }
-            let view = self.current.as_ref().and_then(|c| c.current_view());
-            if let Some(r) = self.remaining.as_mut() {
-                *r -= 1;
-                // Only a scan the limit cut short continues, from its last
-                // row: kept then, not copied for every row.
-                if *r == 0
-                    && let Some(v) = &view
-                {
-                    let last = self.last_key.get_or_insert_with(Vec::new);
-                    last.clear();
-                    last.extend_from_slice(v.key());
-                }
-            }
-            return Ok(view);
-        }
     }
 }
 

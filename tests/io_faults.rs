@@ -48,7 +48,6 @@ fn options(io: IoBackendChoice, flush_on_close: bool) -> StoreOptions {
             ..RegionOptions::default()
         },
         block_cache_bytes: 8 << 20,
-        query_threads: 2,
         flush_threads: 1,
         compaction_threads: 1,
         max_region_size: 10 << 30,

@@ -10,7 +10,7 @@ use halite::catalog::{CreateTable, TableName};
 use halite::cell::RowMutation;
 use halite::clock::{Clock, ManualClock};
 use halite::key::{FieldValue, KeySchema};
-use halite::query::{AggFn, Aggregate, Query};
+use halite::query::{AggFn, Aggregate, AggregatePage, Query, QueryEngine, QueryPage};
 use halite::region::RegionOptions;
 use halite::region::wal::WalOptions;
 use halite::scan::RowCells;
@@ -22,8 +22,40 @@ const POINTS: u64 = 60;
 const FIELDS: [&str; 3] = ["usage_user", "usage_system", "usage_idle"];
 const T0: u64 = 1_000_000;
 
-fn open(dir: &std::path::Path) -> Store {
-    Store::open(
+/// The store and the query engine over it, wired as the service wires them.
+struct Db {
+    queries: QueryEngine,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        self.queries.store()
+    }
+}
+
+impl Db {
+    fn query(&self, name: &TableName, q: &Query) -> halite::Result<QueryPage> {
+        self.queries.query(name, q)
+    }
+
+    fn aggregate(&self, name: &TableName, q: &Query) -> halite::Result<AggregatePage> {
+        self.queries.aggregate(name, q)
+    }
+
+    fn close(self) -> halite::Result<()> {
+        let store = self.queries.store().clone();
+        drop(self);
+        match Arc::try_unwrap(store) {
+            Ok(store) => store.close(),
+            Err(_) => panic!("the store is still shared"),
+        }
+    }
+}
+
+fn open(dir: &std::path::Path) -> Db {
+    let store = Store::open(
         dir,
         StoreOptions {
             shards: 2,
@@ -37,7 +69,6 @@ fn open(dir: &std::path::Path) -> Store {
                 ..RegionOptions::default()
             },
             block_cache_bytes: 8 << 20,
-            query_threads: 4,
             flush_threads: 2,
             compaction_threads: 1,
             max_region_size: 10 << 30,
@@ -45,7 +76,10 @@ fn open(dir: &std::path::Path) -> Store {
         },
         Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
     )
-    .expect("open store")
+    .expect("open store");
+    Db {
+        queries: QueryEngine::new(Arc::new(store), 4),
+    }
 }
 
 fn table(name: &str, salt_from: &str) -> CreateTable {
@@ -282,13 +316,13 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
 /// Aggregates over a window in the middle of the data (each series' newest
 /// rows come before it in key order, reversed timestamps) and over one
 /// reaching the newest point (each series' first row is in it).
-fn check_aggregates(store: &Store, name: &TableName, oracle: &Oracle) {
+fn check_aggregates(store: &Db, name: &TableName, oracle: &Oracle) {
     check_aggregates_over(store, name, oracle, T0 + 50_000, Some(T0 + 450_000));
     check_aggregates_over(store, name, oracle, T0 + 320_000, None);
 }
 
 fn check_aggregates_over(
-    store: &Store,
+    store: &Db,
     name: &TableName,
     oracle: &Oracle,
     start: u64,

@@ -26,7 +26,6 @@ fn options() -> StoreOptions {
             ..RegionOptions::default()
         },
         block_cache_bytes: 8 << 20,
-        query_threads: 4,
         flush_threads: 2,
         compaction_threads: 1,
         max_region_size: 10 << 30,

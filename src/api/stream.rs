@@ -25,7 +25,7 @@ use crate::query::QueryRows;
 use crate::scan::{ContinuationToken, RowCells, ScannedRow};
 
 use super::token::PageScope;
-use crate::store::TableScanner;
+use crate::table::TableScanner;
 
 pub const NDJSON: &str = "application/x-ndjson";
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";

@@ -37,7 +37,8 @@ use super::line_protocol::Precision;
 use super::{Format, PointEncoder, Uniquifiers};
 use crate::catalog::TableName;
 use crate::clock::Clock;
-use crate::config::{ByteSize, Dur};
+use crate::config::units::{ByteSize, Dur};
+use crate::query::QueryEngine;
 use crate::region::wal::record::Origin;
 use crate::schema::Durability;
 use crate::store::{PendingBatch, Store};
@@ -404,6 +405,8 @@ struct Shared {
     generation: AtomicU64,
     stats: Arc<IngestStats>,
     store: Arc<Store>,
+    /// Runs the deletes that messages ask for.
+    queries: Arc<QueryEngine>,
     /// The partitions this member holds, kept from the rebalance callbacks'
     /// own lists: asking librdkafka (`assignment()`) from a callback run
     /// while the consumer closes can wait forever (see `rebalance`).
@@ -827,6 +830,7 @@ impl KafkaIngest {
     pub fn start(
         config: &KafkaConfig,
         store: Arc<Store>,
+        queries: Arc<QueryEngine>,
         clock: Arc<dyn Clock>,
     ) -> Result<KafkaIngest, KafkaError> {
         let mut routes = HashMap::new();
@@ -866,6 +870,7 @@ impl KafkaIngest {
             generation: AtomicU64::new(0),
             stats: stats.clone(),
             store: store.clone(),
+            queries,
             assigned: Mutex::new(BTreeSet::new()),
             closing: AtomicBool::new(false),
             brokers_down: AtomicBool::new(false),
@@ -1585,7 +1590,7 @@ fn note_drained_position(
 /// A batch's rows and bad messages, decoded ahead of its turn.
 struct Decoded {
     desc: crate::catalog::TableDescriptor,
-    entries: super::EncodedRows,
+    entries: crate::table::RoutedRows,
     /// Bad messages by their index in the batch.
     bad: Vec<(usize, BadMessage)>,
 }
@@ -1740,7 +1745,7 @@ fn decode_in_turn<'b>(
     clock: &dyn Clock,
     submitted: &mut Submitted,
     bad: &mut Vec<(i64, &'b [u8], BadMessage)>,
-) -> Option<(crate::catalog::TableDescriptor, super::EncodedRows)> {
+) -> Option<(crate::catalog::TableDescriptor, crate::table::RoutedRows)> {
     let route = &batch.topic;
     let desc = match store.catalog().table(&route.table) {
         Ok(d) => d,
@@ -1783,7 +1788,8 @@ fn decode_in_turn<'b>(
             .and_then(|()| {
                 wait_for_batches_before(shared, &submitted.key, submitted.first);
                 delete.map_err(DeleteFailure::Bad).and_then(|q| {
-                    store
+                    shared
+                        .queries
                         .delete_points(&route.table, &q)
                         .map_err(DeleteFailure::Store)
                 })

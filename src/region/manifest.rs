@@ -26,7 +26,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
-use crate::error::ErrorKind;
+use crate::error::kind::ErrorKind;
 
 const MAGIC: &[u8; 8] = b"HALMAN\0\x01";
 pub const MANIFEST_FILE: &str = "MANIFEST";

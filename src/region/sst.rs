@@ -6,12 +6,13 @@
 //! ```
 //!
 //! Every block (data, bloom, index, meta) is framed the same way
-//! ([`block::frame`]): compression byte, uncompressed length, body, CRC32C.
+//! ([`frame::frame`]): compression byte, uncompressed length, body, CRC32C.
 //! A reader checks every length and offset it reads against the file before
 //! using it; damage is an [`SstError::Corrupt`] naming the file and offset.
 
 pub mod block;
 pub mod bloom;
+pub mod frame;
 pub mod reader;
 pub mod ts_block;
 pub mod writer;
@@ -19,7 +20,7 @@ pub mod writer;
 use std::path::{Path, PathBuf};
 
 use crate::codec::DecodeError;
-use crate::error::ErrorKind;
+use crate::error::kind::ErrorKind;
 
 pub use reader::{SstIter, SstReader};
 pub use writer::SstWriter;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
-use crate::error::ErrorKind;
+use crate::error::kind::ErrorKind;
 use io::{Completion, IoBackendChoice, IoBackendKind, SyncCounter, WalIo};
 use record::{Edits, Frame, SEGMENT_HEADER_LEN, TYPE_EDITS, TYPE_SEGMENT_END};
 

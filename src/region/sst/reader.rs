@@ -8,8 +8,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::block::{Block, BlockIter, unframe, unframe_projected};
+use super::block::{Block, BlockIter};
 use super::bloom::{Bloom, hash, rowcol_key};
+use super::frame::{FRAME_OVERHEAD, unframe, unframe_projected};
 use super::writer::{TRAILER_LEN, decode_meta};
 use super::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use crate::cell::{compare_keys, first_key_of_row};
@@ -425,7 +426,7 @@ fn decode_index(body: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, crate::co
         if offset != expect_at {
             return Err(bad("data blocks not contiguous"));
         }
-        if size < super::block::FRAME_OVERHEAD as u64 || offset + size > data_end {
+        if size < FRAME_OVERHEAD as u64 || offset + size > data_end {
             return Err(bad("block extent out of range"));
         }
         if crate::cell::KeyRef::parse(&first_key).is_none() {

@@ -33,8 +33,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::block::{BlockBuilder, frame, frame_time_series};
+use super::block::BlockBuilder;
 use super::bloom::{Bloom, hash, rowcol_key};
+use super::frame::{frame, frame_time_series};
 use super::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
 use crate::cell::{CellKind, KeyRef, row_of};
 use crate::codec::{put_len_prefixed, put_varint};

@@ -1,0 +1,55 @@
+//! The query engine: the store's tables read through the query pool. The
+//! store only holds and writes data; everything that plans and runs a
+//! logical query over it starts here.
+
+use std::sync::Arc;
+
+use super::{AggregatePage, Query, QueryPage, QueryPool, QueryRows};
+use crate::catalog::TableName;
+use crate::error::Result;
+use crate::store::Store;
+
+/// Runs logical queries over one store's tables with a bounded pool of
+/// bucket-scan threads.
+pub struct QueryEngine {
+    store: Arc<Store>,
+    pool: Arc<QueryPool>,
+}
+
+impl QueryEngine {
+    /// `threads` run bucket scans for every query together (the
+    /// `server.query_threads` setting; two per core by default).
+    pub fn new(store: Arc<Store>, threads: usize) -> Self {
+        QueryEngine {
+            store,
+            pool: Arc::new(QueryPool::new(threads)),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// A logical query's rows one at a time, for answers that stream.
+    pub fn query_rows(&self, name: &TableName, q: &Query) -> Result<QueryRows> {
+        QueryRows::new(self.store.table(name)?, self.pool.clone(), q)
+    }
+
+    /// Deletes the points a query selects (see [`super::delete`]), durably
+    /// as the table's writes are; returns the rows reached.
+    pub fn delete_points(&self, name: &TableName, q: &Query) -> Result<u64> {
+        super::delete(self.store.table(name)?, self.pool.clone(), q, |rows| {
+            self.store.write(name, rows, None)
+        })
+    }
+
+    /// A logical series query (see [`super::run`]): one page of rows.
+    pub fn query(&self, name: &TableName, q: &Query) -> Result<QueryPage> {
+        super::run(self.store.table(name)?, self.pool.clone(), q)
+    }
+
+    /// A logical series query with aggregation pushed into the bucket scans.
+    pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<AggregatePage> {
+        super::aggregate(self.store.table(name)?, &self.pool, q)
+    }
+}

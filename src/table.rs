@@ -1,0 +1,231 @@
+//! A table as the layers above the regions see it: its regions in key
+//! order, the routing of a row to its region, rows already split by region
+//! ([`RoutedRows`]), and a scan across the regions ([`TableScanner`]).
+
+use std::sync::Arc;
+
+use crate::catalog::TableDescriptor;
+use crate::cell::{EntryBatch, Row};
+use crate::error::Result;
+use crate::region::Region;
+use crate::scan::{CellSink, ContinuationToken, RowScanner, RowView, Scan};
+
+/// An open table: its descriptor and its regions in key order.
+pub struct Table {
+    pub desc: TableDescriptor,
+    pub(crate) regions: Vec<Arc<Region>>,
+}
+
+impl Table {
+    pub fn regions(&self) -> &[Arc<Region>] {
+        &self.regions
+    }
+}
+
+/// The index of the region of `table` that holds `row`.
+pub fn region_index(table: &Table, row: &[u8]) -> usize {
+    table
+        .desc
+        .regions
+        .partition_point(|r| r.start.as_slice() <= row)
+        .saturating_sub(1)
+}
+
+/// Rows encoded for a table, split by its regions as they were when the
+/// encoding started; the store checks the regions are still those (a
+/// split since sends the rows through its own routing).
+pub struct RoutedRows {
+    /// The ids of the table's regions, in key order.
+    pub region_ids: Vec<u64>,
+    /// One batch per region, in the same order; empty where no row fell.
+    pub batches: Vec<EntryBatch>,
+}
+
+impl RoutedRows {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(EntryBatch::rows).sum()
+    }
+
+    /// Cells in all rows.
+    pub fn cells(&self) -> usize {
+        self.batches.iter().map(EntryBatch::len).sum()
+    }
+
+    /// Every row in one batch, region after region (key order of regions).
+    pub fn into_batch(self) -> EntryBatch {
+        let mut out = EntryBatch::new();
+        for b in &self.batches {
+            for i in 0..b.rows() {
+                out.push_row_from(b, i);
+            }
+        }
+        out
+    }
+}
+
+/// Streams a scan over a table's regions in key order (or reverse), one
+/// region scanner at a time, clipped to each region's range.
+pub struct TableScanner {
+    table: Arc<Table>,
+    scan: Scan,
+    /// Regions still to read, in scan order.
+    pending: Vec<usize>,
+    current: Option<RowScanner>,
+    to_skip: usize,
+    remaining: Option<usize>,
+    /// Key of the last row handed out (the continuation point).
+    last_key: Option<Vec<u8>>,
+}
+
+impl TableScanner {
+    pub fn new(table: Arc<Table>, scan: Scan) -> Result<Self> {
+        let (start, stop) = scan.bounds()?;
+        let mut pending: Vec<usize> = (0..table.regions.len())
+            .filter(|&i| {
+                let r = &table.desc.regions[i];
+                let before_stop = stop
+                    .as_ref()
+                    .is_none_or(|s| r.start.as_slice() < s.as_slice());
+                let after_start = start
+                    .as_ref()
+                    .is_none_or(|s| r.end.is_empty() || r.end.as_slice() > s.as_slice());
+                before_stop && after_start
+            })
+            .collect();
+        if !scan.reverse {
+            pending.reverse(); // popped from the back
+        }
+        Ok(TableScanner {
+            to_skip: scan.offset,
+            remaining: scan.limit,
+            table,
+            scan,
+            pending,
+            current: None,
+            last_key: None,
+        })
+    }
+
+    /// After the rows ran out: a token to continue after the last row when
+    /// the limit cut the answer short and rows remain.
+    pub fn continuation(&mut self) -> Result<Option<ContinuationToken>> {
+        if self.remaining != Some(0) {
+            return Ok(None);
+        }
+        let Some(last) = self.last_key.take() else {
+            return Ok(None);
+        };
+        self.remaining = Some(1);
+        self.to_skip = 0;
+        let more = self.next_view()?.is_some();
+        self.remaining = Some(0);
+        Ok(more.then_some(ContinuationToken {
+            row: last,
+            reverse: self.scan.reverse,
+        }))
+    }
+
+    fn open_next(&mut self) -> Result<bool> {
+        let Some(i) = self.pending.pop() else {
+            return Ok(false);
+        };
+        let info = &self.table.desc.regions[i];
+        let mut scan = Scan {
+            offset: 0,
+            limit: None,
+            ..self.scan.clone()
+        };
+        // Clip to the region; the region scanner intersects with the scan's
+        // own bounds and its continuation token.
+        if scan
+            .start
+            .as_ref()
+            .is_none_or(|s| s.as_slice() < info.start.as_slice())
+        {
+            scan.start = Some(info.start.clone());
+        }
+        if !info.end.is_empty()
+            && scan
+                .stop
+                .as_ref()
+                .is_none_or(|s| s.as_slice() > info.end.as_slice())
+        {
+            scan.stop = Some(info.end.clone());
+        }
+        self.current = Some(self.table.regions[i].scanner(&scan)?);
+        Ok(true)
+    }
+
+    pub fn next_row(&mut self) -> Result<Option<Row>> {
+        Ok(self.next_view()?.map(|v| v.to_row()))
+    }
+
+    /// Streams the rest of the scan's cells to `sink` without building
+    /// rows (see [`RowScanner::scan_cells`]); false when the sink ended it.
+    pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<bool> {
+        if self.to_skip > 0 || self.remaining.is_some() {
+            while let Some(row) = self.next_view()? {
+                if !crate::scan::feed_row(&row, sink) {
+                    self.current = None;
+                    self.pending.clear();
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        loop {
+            if self.current.is_none() && !self.open_next()? {
+                return Ok(true);
+            }
+            let ran_out = match self.current.as_mut() {
+                Some(scanner) => scanner.scan_cells(sink)?,
+                None => true,
+            };
+            self.current = None;
+            if !ran_out {
+                self.pending.clear();
+                return Ok(false);
+            }
+        }
+    }
+
+    /// The next row, borrowed until the next call: no allocation per cell.
+    pub fn next_view(&mut self) -> Result<Option<RowView<'_>>> {
+        if self.remaining == Some(0) {
+            return Ok(None);
+        }
+        loop {
+            if self.current.is_none() && !self.open_next()? {
+                return Ok(None);
+            }
+            let has_row = self
+                .current
+                .as_mut()
+                .expect("opened above")
+                .next_view()?
+                .is_some();
+            if !has_row {
+                self.current = None;
+                continue;
+            }
+            if self.to_skip > 0 {
+                self.to_skip -= 1;
+                continue;
+            }
+            let view = self.current.as_ref().and_then(|c| c.current_view());
+            if let Some(r) = self.remaining.as_mut() {
+                *r -= 1;
+                // Only a scan the limit cut short continues, from its last
+                // row: kept then, not copied for every row.
+                if *r == 0
+                    && let Some(v) = &view
+                {
+                    let last = self.last_key.get_or_insert_with(Vec::new);
+                    last.clear();
+                    last.extend_from_slice(v.key());
+                }
+            }
+            return Ok(view);
+        }
+    }
+}
