@@ -23,9 +23,9 @@ use std::time::Instant;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use halite::clock::SystemClock;
 use halite::region::block_cache::BlockCache;
+use halite::region::read::{Get, Scan};
 use halite::region::wal::{Wal, WalOptions};
 use halite::region::{Region, RegionDescriptor, RegionOptions};
-use halite::scan::{Get, Scan};
 use halite::schema::{Compression, Durability, FamilyDescriptor};
 use halite::tsbs::{self, CPU_FIELDS, cpu_row_key};
 

@@ -41,7 +41,7 @@ use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder};
 use crate::key::{FieldEncoding, FieldRef, KeySchema, TimeUnit};
 use crate::query::{AggFn, Query, QueryEngine, SeriesAggregate};
-use crate::scan::{
+use crate::region::read::{
     Columns, CompareOp, Filter, Get, Operand, RowCells, Scan, ScannedRow, TimeRange,
 };
 use crate::schema::FamilySpec;

@@ -242,6 +242,19 @@ pub fn bounded(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("{}… ({} bytes in all)", &s[..cut], s.len()))
 }
 
+/// The smallest key greater than every key starting with `prefix`, or `None`
+/// if there is none (all 0xff).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut p = prefix.to_vec();
+    while let Some(last) = p.pop() {
+        if last != 0xff {
+            p.push(last + 1);
+            return Some(p);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +306,12 @@ mod tests {
         }
         assert!(Reader::new(&[0xff; 11]).varint("v").is_err());
         assert!(Reader::new(&[0x80]).varint("v").is_err());
+    }
+
+    #[test]
+    fn prefix_successor_skips_ff() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_successor(b"\xff\xff"), None);
     }
 }

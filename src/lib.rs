@@ -42,7 +42,6 @@ pub mod ingest;
 pub mod key;
 pub mod query;
 pub mod region;
-pub mod scan;
 pub mod schema;
 pub mod store;
 pub mod table;

@@ -30,12 +30,12 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::cell::RowMutation;
-use crate::codec::{bytes_equal, compare_bytes};
+use crate::codec::{bytes_equal, compare_bytes, prefix_successor};
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema, TimeUnit};
-use crate::scan::{
+use crate::region::read::{
     CellSink, Columns, CompareOp, ContinuationToken, Filter, Operand, RowCells, Scan, ScannedRow,
-    TimeRange, prefix_successor,
+    TimeRange,
 };
 use crate::table::{Table, TableScanner};
 pub use engine::QueryEngine;

@@ -27,10 +27,10 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::region::block_cache::BlockCache;
 use crate::region::maintenance::Maintenance;
+use crate::region::read::{Get, Scan, ScanPage};
 use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
-use crate::scan::{Get, Scan, ScanPage};
 use crate::schema::{Durability, FamilySpec};
 use crate::table::{RoutedRows, Table, TableScanner, region_index};
 

@@ -8,7 +8,7 @@ use crate::catalog::TableDescriptor;
 use crate::cell::{EntryBatch, Row};
 use crate::error::Result;
 use crate::region::Region;
-use crate::scan::{CellSink, ContinuationToken, RowScanner, RowView, Scan};
+use crate::region::read::{CellSink, ContinuationToken, RowScanner, RowView, Scan};
 
 /// An open table: its descriptor and its regions in key order.
 pub struct Table {
@@ -165,7 +165,7 @@ impl TableScanner {
     pub fn scan_cells<S: CellSink>(&mut self, sink: &mut S) -> Result<bool> {
         if self.to_skip > 0 || self.remaining.is_some() {
             while let Some(row) = self.next_view()? {
-                if !crate::scan::feed_row(&row, sink) {
+                if !crate::region::read::feed_row(&row, sink) {
                     self.current = None;
                     self.pending.clear();
                     return Ok(false);

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::RowMutation;
+use halite::region::read::{Columns, Get, Scan};
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::{Columns, Get, Scan};
 use halite::schema::{BloomType, Durability, FamilyDescriptor};
 
 fn write_file(h: &Harness, from: u32, to: u32) {

@@ -11,11 +11,11 @@ use halite::ErrorKind;
 use halite::cell::RowMutation;
 use halite::clock::{Clock, ManualClock};
 use halite::region::block_cache::BlockCache;
+use halite::region::read::Scan;
 use halite::region::sst::{SstError, SstReader};
 use halite::region::wal::io::IoBackendChoice;
 use halite::region::wal::{Wal, WalError};
 use halite::region::{Region, RegionDescriptor};
-use halite::scan::Scan;
 use halite::schema::{BloomType, Compression, Durability, FamilyDescriptor};
 
 fn families() -> Vec<FamilyDescriptor> {

@@ -18,9 +18,9 @@ use common::{Harness, small_wal};
 use halite::cell::RowMutation;
 use halite::region::RegionOptions;
 use halite::region::compaction::CompactionOptions;
+use halite::region::read::Scan;
 use halite::region::sst::SstReader;
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::Scan;
 use halite::schema::{Compression, Durability, FamilyDescriptor};
 
 const ROWS_PER_BATCH: u64 = 8;

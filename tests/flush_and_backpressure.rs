@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use common::{Harness, small_wal};
 use halite::cell::RowMutation;
 use halite::region::RegionOptions;
+use halite::region::read::Scan;
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::Scan;
 use halite::schema::{Durability, FamilyDescriptor};
 
 fn rows(batch: u32, n: u32) -> Vec<RowMutation> {

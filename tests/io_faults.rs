@@ -25,9 +25,9 @@ use halite::clock::{Clock, SystemClock};
 use halite::fault::{self, Fault, Site};
 use halite::key::FieldValue;
 use halite::region::RegionOptions;
+use halite::region::read::Scan;
 use halite::region::wal::WalOptions;
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::Scan;
 use halite::store::{Store, StoreOptions};
 
 const ROWS_PER_BATCH: u64 = 200;

@@ -12,8 +12,8 @@ use halite::clock::{Clock, ManualClock};
 use halite::key::{FieldValue, KeySchema};
 use halite::query::{AggFn, Aggregate, AggregatePage, Query, QueryEngine, QueryPage};
 use halite::region::RegionOptions;
+use halite::region::read::RowCells;
 use halite::region::wal::WalOptions;
-use halite::scan::RowCells;
 use halite::store::{Store, StoreOptions};
 use halite::value::{Value, numeric};
 
@@ -580,8 +580,8 @@ fn arb_typed() -> impl proptest::strategy::Strategy<Value = Typed> {
     ]
 }
 
-fn arb_operand() -> impl proptest::strategy::Strategy<Value = halite::scan::Operand> {
-    use halite::scan::Operand;
+fn arb_operand() -> impl proptest::strategy::Strategy<Value = halite::region::read::Operand> {
+    use halite::region::read::Operand;
     use proptest::prelude::*;
     prop_oneof![
         prop::sample::select(vec![-5.0, 0.0, 5.0, 50.0]).prop_map(Operand::Float),
@@ -596,11 +596,11 @@ fn arb_operand() -> impl proptest::strategy::Strategy<Value = halite::scan::Oper
 /// The plain model: numbers by value, strings by text, bools false < true;
 /// NaN is unordered (only `!=` holds); another kind never passes.
 fn model_passes(
-    op: halite::scan::CompareOp,
+    op: halite::region::read::CompareOp,
     cell: &Typed,
-    operand: &halite::scan::Operand,
+    operand: &halite::region::read::Operand,
 ) -> bool {
-    use halite::scan::{CompareOp, Operand};
+    use halite::region::read::{CompareOp, Operand};
     use std::cmp::Ordering;
     let number = |v: &Value| v.as_f64();
     let order = match (cell, operand) {
@@ -637,7 +637,7 @@ proptest::proptest! {
         operands in proptest::collection::vec(arb_operand(), 3),
     ) {
         use halite::query::ValueFilter;
-        use halite::scan::{CompareOp, Filter, Scan};
+        use halite::region::read::{CompareOp, Filter, Scan};
         let dir = tempfile::tempdir().expect("tmp");
         let store = open(dir.path());
         let name = TableName::parse("vf").expect("name");

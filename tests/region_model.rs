@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::{Cell, CellKind, Row, RowMutation};
+use halite::region::read::{CellSink, Columns, CompareOp, Filter, Get, Operand, Scan, TimeRange};
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::{CellSink, Columns, CompareOp, Filter, Get, Operand, Scan, TimeRange};
 use halite::schema::{BloomType, Compression, Durability, FamilyDescriptor};
 use proptest::prelude::*;
 

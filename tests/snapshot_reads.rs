@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use common::{Harness, small_wal};
 use halite::cell::RowMutation;
 use halite::region::RegionOptions;
+use halite::region::read::Scan;
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::Scan;
 use halite::schema::{Durability, FamilyDescriptor};
 
 const FIELDS: usize = 10;

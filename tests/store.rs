@@ -9,8 +9,8 @@ use halite::cell::RowMutation;
 use halite::clock::{Clock, ManualClock};
 use halite::key::FieldValue;
 use halite::region::RegionOptions;
+use halite::region::read::{Get, Scan};
 use halite::region::wal::WalOptions;
-use halite::scan::{Get, Scan};
 use halite::store::{Store, StoreOptions};
 
 fn options() -> StoreOptions {

@@ -7,8 +7,8 @@ mod common;
 
 use common::{Harness, files_in, foreground_options, small_wal};
 use halite::cell::RowMutation;
+use halite::region::read::{Get, Scan};
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::{Get, Scan};
 use halite::schema::{Compression, DataBlockEncoding, Durability, FamilyDescriptor};
 use halite::tsbs::{self, CPU_FIELDS};
 use halite::value::Value;
@@ -195,7 +195,7 @@ fn scans_of_some_columns_read_only_those_and_answer_as_prefix_files_do() {
         &["no_such_field"],
     ];
     for sel in selections {
-        let columns = halite::scan::Columns {
+        let columns = halite::region::read::Columns {
             families: Vec::new(),
             columns: sel
                 .iter()
@@ -222,7 +222,7 @@ fn scans_of_some_columns_read_only_those_and_answer_as_prefix_files_do() {
     let user_rows = ts
         .region()
         .scan(&Scan {
-            columns: halite::scan::Columns {
+            columns: halite::region::read::Columns {
                 families: Vec::new(),
                 columns: vec![(b"cpu".to_vec(), b"usage_user".to_vec())],
             },

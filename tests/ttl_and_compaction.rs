@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::RowMutation;
 use halite::clock::Clock;
+use halite::region::read::{Get, Scan};
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::{Get, Scan};
 use halite::schema::{Durability, FamilyDescriptor};
 
 #[test]

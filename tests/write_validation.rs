@@ -5,8 +5,8 @@ mod common;
 use common::{Harness, foreground_options, small_wal};
 use halite::ErrorKind;
 use halite::cell::{CellKind, EntryBatch, Mutation, RowMutation};
+use halite::region::read::Scan;
 use halite::region::wal::io::IoBackendChoice;
-use halite::scan::Scan;
 use halite::schema::{Durability, FamilyDescriptor};
 
 fn harness() -> Harness {
@@ -160,7 +160,7 @@ fn bad_scans_are_refused() {
         })
         .expect_err("max_versions 0");
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    let token = halite::scan::ContinuationToken {
+    let token = halite::region::read::ContinuationToken {
         row: b"x".to_vec(),
         reverse: true,
     };

@@ -31,7 +31,7 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::key::{self, FieldEncoding, FieldValue, KeySchema};
 use crate::query::{AggFn, SeriesAggregate};
-use crate::scan::RowCells;
+use crate::region::read::RowCells;
 use crate::value::Value;
 
 /// Cells per record batch: big enough to amortise the per-batch framing,

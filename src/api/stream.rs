@@ -22,7 +22,7 @@ use super::{ApiError, ApiResult, RowOut};
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
 use crate::query::QueryRows;
-use crate::scan::{ContinuationToken, RowCells, ScannedRow};
+use crate::region::read::{ContinuationToken, RowCells, ScannedRow};
 
 use super::token::PageScope;
 use crate::table::TableScanner;

@@ -9,7 +9,7 @@
 
 use crate::catalog::TableName;
 use crate::codec::{from_hex, quote_prefix, to_hex};
-use crate::scan::ContinuationToken;
+use crate::region::read::ContinuationToken;
 
 use super::ApiError;
 

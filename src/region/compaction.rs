@@ -16,8 +16,8 @@ use super::sst::{SstReader, SstWriter};
 use super::{Inner, family_dir};
 use crate::cell::{CellKind, KeyRef, encode_key};
 use crate::error::{Error, Result};
-use crate::scan::merge::{Merge, Source};
-use crate::scan::resolve::{ColumnGroup, resolve_column};
+use crate::region::read::merge::{Merge, Source};
+use crate::region::read::resolve::{ColumnGroup, resolve_column};
 use crate::schema::FamilyDescriptor;
 
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@ use super::sst::{SstReader, SstWriter};
 use super::{Inner, family_dir};
 use crate::cell::KeyRef;
 use crate::error::{Error, Result};
-use crate::scan::merge::{MemCursor, Source};
+use crate::region::memstore::MemCursor;
+use crate::region::read::merge::Source;
 
 /// Flushes every MemStore that is waiting (left by a failed attempt) and
 /// then the active one. Serialised by the region's flush lock.

@@ -203,7 +203,7 @@ impl SstReader {
             return true;
         };
         let within =
-            crate::scan::prefix_successor(prefix).is_some_and(|end| stop <= end.as_slice());
+            crate::codec::prefix_successor(prefix).is_some_and(|end| stop <= end.as_slice());
         !within || b.may_contain(hash(prefix))
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
-use crate::codec::{bytes_equal, compare_bytes};
+use crate::codec::{bytes_equal, compare_bytes, prefix_successor};
 use crate::error::{Error, Result};
 use crate::schema::FamilyDescriptor;
 use merge::Merge;
@@ -255,19 +255,6 @@ impl Scan {
         }
         Ok(())
     }
-}
-
-/// The smallest key greater than every key starting with `prefix`, or `None`
-/// if there is none (all 0xff).
-pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut p = prefix.to_vec();
-    while let Some(last) = p.pop() {
-        if last != 0xff {
-            p.push(last + 1);
-            return Some(p);
-        }
-    }
-    None
 }
 
 /// Where a page ended; opaque to clients, printable as hex.
@@ -944,12 +931,5 @@ mod tests {
         for junk in ["", "zz", "0201", "01", "0103"] {
             assert!(ContinuationToken::decode(junk).is_err(), "{junk}");
         }
-    }
-
-    #[test]
-    fn prefix_successor_skips_ff() {
-        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_successor(b"\xff\xff"), None);
     }
 }

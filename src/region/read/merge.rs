@@ -5,93 +5,11 @@
 //! one returned and the rest are skipped.
 
 use std::cmp::Ordering;
-use std::sync::Arc;
 
 use crate::cell::compare_keys;
 use crate::error::Result;
-use crate::region::memstore::{MemEntry, MemStore, RawRow};
+use crate::region::memstore::MemCursor;
 use crate::region::sst::SstIter;
-
-/// A forward cursor over one MemStore at a fixed read point, a row at a
-/// time. It holds the MemStore, which keeps the bytes of the loaded entries
-/// alive.
-pub struct MemCursor {
-    mem: Arc<MemStore>,
-    read_point: u64,
-    /// The last row loaded: the next load starts after it.
-    last_row: Option<RawRow>,
-    /// Whole keys of the loaded entries.
-    keys: Vec<u8>,
-    entries: Vec<MemEntry>,
-    pos: usize,
-    /// Rows the next load asks for: one after a seek (a Get reads one row),
-    /// doubling while the scan goes on.
-    batch: usize,
-}
-
-/// Most rows a MemStore scan loads at once.
-const MAX_BATCH_ROWS: usize = 128;
-
-impl MemCursor {
-    pub fn new(mem: Arc<MemStore>, read_point: u64) -> Self {
-        MemCursor {
-            mem,
-            read_point,
-            last_row: None,
-            keys: Vec::new(),
-            entries: Vec::new(),
-            pos: 0,
-            batch: 1,
-        }
-    }
-
-    fn current(&self) -> Option<&MemEntry> {
-        self.entries.get(self.pos)
-    }
-
-    fn load(&mut self, from: &[u8], after: bool) {
-        self.pos = 0;
-        self.last_row = self.mem.load_rows(
-            from,
-            after,
-            self.read_point,
-            self.batch,
-            &mut self.entries,
-            &mut self.keys,
-        );
-    }
-
-    fn seek(&mut self, target: &[u8]) {
-        self.batch = 1;
-        self.load(crate::cell::row_of(target), false);
-        while self
-            .current()
-            .is_some_and(|e| compare_keys(e.key(&self.keys), target) == Ordering::Less)
-        {
-            self.advance();
-        }
-    }
-
-    fn skip_to(&mut self, target: &[u8]) {
-        while self
-            .current()
-            .is_some_and(|e| compare_keys(e.key(&self.keys), target) == Ordering::Less)
-        {
-            self.advance();
-        }
-    }
-
-    fn advance(&mut self) {
-        self.pos += 1;
-        if self.pos >= self.entries.len() {
-            // Past the loaded rows: load the next ones after the last.
-            if let Some(last) = self.last_row {
-                self.batch = (self.batch * 2).min(MAX_BATCH_ROWS);
-                self.load(last.as_slice(), true);
-            }
-        }
-    }
-}
 
 /// One input of a merge.
 pub enum Source {
@@ -116,7 +34,7 @@ impl Source {
     /// Only meaningful when `valid()`.
     pub fn key(&self) -> &[u8] {
         match self {
-            Source::Mem(m) => m.current().map_or(&[], |e| e.key(&m.keys)),
+            Source::Mem(m) => m.key(),
             Source::File(f) => f.key(),
         }
     }
@@ -159,7 +77,7 @@ impl Source {
     /// The greatest row strictly below `row` (or the last row) in this source.
     pub fn last_row_before(&self, row: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
         Ok(match self {
-            Source::Mem(m) => m.mem.last_row_before(row, m.read_point),
+            Source::Mem(m) => m.last_row_before(row),
             Source::File(f) => f.reader().last_row_before(row)?,
         })
     }
