@@ -620,7 +620,7 @@ async fn drop_table(
 async fn each_region(
     s: &AppState,
     t: &str,
-    op: fn(&crate::region::Region) -> crate::error::Result<()>,
+    op: fn(&crate::table::RegionHandle) -> crate::error::Result<()>,
 ) -> ApiResult<StatusCode> {
     let name = table_name(t)?;
     let store = s.store.clone();

@@ -32,7 +32,7 @@ use crate::region::wal::record::Origin;
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
 use crate::schema::{Durability, FamilySpec};
-use crate::table::{RoutedRows, Table, TableScanner, region_index};
+use crate::table::{RegionHandle, RoutedRows, Table, TableScanner, region_index};
 
 /// Store settings.
 #[derive(Debug, Clone)]
@@ -284,11 +284,11 @@ impl Store {
                 let region = recovering
                     .remove(&info.id)
                     .expect("every region of the catalog was loaded above");
-                regions.push(Arc::new(region.open(
+                regions.push(RegionHandle::Local(Arc::new(region.open(
                     store.shard_of(info.id).wal.clone(),
                     store.clock.clone(),
                     Some(store.maintenance.clone()),
-                )?));
+                )?)));
             }
             store
                 .tables
@@ -380,7 +380,9 @@ impl Store {
         let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
         let mut regions = Vec::with_capacity(desc.regions.len());
         for info in &desc.regions {
-            regions.push(Arc::new(self.open_region(info, &families)?));
+            regions.push(RegionHandle::Local(Arc::new(
+                self.open_region(info, &families)?,
+            )));
         }
         Ok(Table { desc, regions })
     }
@@ -487,7 +489,7 @@ impl Store {
         let old = self.table(name)?;
         let desc = self.catalog.alter(name, families, durability)?;
         for r in old.regions() {
-            r.close()?;
+            r.local().close()?;
         }
         let table = self.open_table(desc.clone())?;
         self.tables
@@ -505,7 +507,7 @@ impl Store {
         self.tables.write().remove(name);
         for r in table.regions() {
             // Already gone from the catalog: nothing to flush.
-            r.close_without_flush();
+            r.local().close_without_flush();
             self.shard_of(r.id()).wal.mark_flushed(r.id(), u64::MAX);
             let d = region_dir(&self.dir, r.id());
             std::fs::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove dropped region", e))?;
@@ -628,7 +630,7 @@ impl Store {
     /// batch's records only know what was durable before it).
     pub fn submit_position(&self, name: &TableName, origin: Origin) -> Result<PendingBatch> {
         let table = self.table(name)?;
-        let region = table.regions.first().ok_or(Error::Closed)?.clone();
+        let region = table.regions.first().ok_or(Error::Closed)?.local().clone();
         let (reply, rx) = bounded(1);
         self.shard_of(region.id())
             .tx
@@ -685,7 +687,7 @@ impl Store {
     pub fn ingest_positions(&self, name: &TableName) -> Result<BTreeMap<(String, u32), u64>> {
         let mut all = BTreeMap::new();
         for region in self.table(name)?.regions() {
-            for (p, offset) in region.ingest_positions() {
+            for (p, offset) in region.local().ingest_positions() {
                 let at = all.entry(p).or_insert(offset);
                 *at = (*at).max(offset);
             }
@@ -717,9 +719,9 @@ impl Store {
             .iter()
             .map(|r| {
                 let seq = if flushed {
-                    r.flushed_seq()
+                    r.local().flushed_seq()
                 } else {
-                    r.last_seq()
+                    r.local().last_seq()
                 };
                 (r.id(), seq)
             })
@@ -765,7 +767,7 @@ impl Store {
         let tables = self.tables.read();
         for t in tables.values() {
             for r in t.regions() {
-                if let Some(f) = r.flush_trouble() {
+                if let Some(f) = r.local().flush_trouble() {
                     return Some(format!(
                         "{}flushes of region {} of `{}` have failed for {:.0} s ({}); \
                          writes wait once MemStores fill",
@@ -790,7 +792,7 @@ impl Store {
             || self.tables.read().values().any(|t| {
                 t.regions()
                     .iter()
-                    .any(|r| r.flush_trouble().is_some_and(|f| f.no_space))
+                    .any(|r| r.local().flush_trouble().is_some_and(|f| f.no_space))
             })
     }
 
@@ -854,7 +856,7 @@ impl Store {
             .read()
             .values()
             .flat_map(|t| t.regions.iter())
-            .map(|r| (r.memstore_bytes(), r.clone()))
+            .map(|r| (r.memstore_bytes(), r.local().clone()))
             .collect();
         let mut total: usize = regions.iter().map(|(b, _)| b).sum();
         if total <= limit {
@@ -903,7 +905,7 @@ impl Store {
     ) -> Result<Vec<Receiver<Submitted>>> {
         let mut replies = Vec::with_capacity(per_region.len());
         for (i, rows) in per_region {
-            let region = table.regions[i].clone();
+            let region = table.regions[i].local().clone();
             let (reply, rx) = bounded(1);
             let tx = self
                 .shard_of(region.id())
@@ -979,7 +981,7 @@ impl Store {
         for t in tables {
             // Daughters of a split that a crash cut off before their
             // compaction still hold foreign rows; rewrite them first.
-            for r in t.regions.iter().filter(|r| r.has_foreign_rows()) {
+            for r in t.regions.iter().filter(|r| r.local().has_foreign_rows()) {
                 r.compact(true)?;
             }
             let big: Vec<u64> = t
@@ -1016,7 +1018,7 @@ impl Store {
         let Some(i) = table.regions.iter().position(|r| r.id() == id) else {
             return Ok(None);
         };
-        let parent = table.regions[i].clone();
+        let parent = table.regions[i].local().clone();
         let Some(at) = parent.split_row() else {
             return Ok(None);
         };
@@ -1046,7 +1048,9 @@ impl Store {
                     .map(FamilySpec::descriptor)
                     .collect();
                 let mut regions = table.regions.clone();
-                regions[i] = Arc::new(self.open_region(&table.desc.regions[i], &families)?);
+                regions[i] = RegionHandle::Local(Arc::new(
+                    self.open_region(&table.desc.regions[i], &families)?,
+                ));
                 self.tables.write().insert(
                     name.clone(),
                     Arc::new(Table {
@@ -1064,7 +1068,10 @@ impl Store {
         for info in &desc.regions[i..i + 2] {
             daughters.push(Arc::new(self.open_region(info, &families)?));
         }
-        regions.splice(i..i + 1, daughters.iter().cloned());
+        regions.splice(
+            i..i + 1,
+            daughters.iter().map(|d| RegionHandle::Local(d.clone())),
+        );
         self.tables
             .write()
             .insert(name.clone(), Arc::new(Table { desc, regions }));
@@ -1108,7 +1115,7 @@ impl Store {
         let tables: Vec<Arc<Table>> = self.tables.write().drain().map(|(_, t)| t).collect();
         for t in tables {
             for r in t.regions() {
-                r.close()?;
+                r.local().close()?;
             }
         }
         self.maintenance.shutdown();

@@ -1,23 +1,95 @@
 //! A table as the layers above the regions see it: its regions in key
-//! order, the routing of a row to its region, rows already split by region
-//! ([`RoutedRows`]), and a scan across the regions ([`TableScanner`]).
+//! order, each reached through a [`RegionHandle`], the routing of a row to
+//! its region, rows already split by region ([`RoutedRows`]), and a scan
+//! across the regions ([`TableScanner`]).
 
 use std::sync::Arc;
 
 use crate::catalog::TableDescriptor;
 use crate::cell::{EntryBatch, Row};
 use crate::error::Result;
-use crate::region::Region;
-use crate::region::read::{CellSink, ContinuationToken, RowScanner, RowView, Scan};
+use crate::region::read::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan};
+use crate::region::{Region, RegionStats};
+
+/// A region as everything above the regions reaches it: the store's
+/// writers, table scans, queries, the API and telemetry. Only regions open
+/// in this process exist today; a region owned by another node becomes
+/// another kind of handle here, and its users stay as they are.
+#[derive(Clone)]
+pub enum RegionHandle {
+    /// A region open in this process.
+    Local(Arc<Region>),
+}
+
+impl RegionHandle {
+    /// The region itself, for the store that opened it (writes, splits,
+    /// recovery, shutdown).
+    pub fn local(&self) -> &Arc<Region> {
+        match self {
+            RegionHandle::Local(r) => r,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.local().id()
+    }
+
+    /// The region's start and end rows (end empty: the table's end).
+    pub fn row_range(&self) -> (&[u8], &[u8]) {
+        self.local().row_range()
+    }
+
+    pub fn get(&self, get: &Get) -> Result<Option<Row>> {
+        self.local().get(get)
+    }
+
+    /// A scanner over the region's rows in `scan`'s range.
+    pub fn scanner(&self, scan: &Scan) -> Result<RowScanner> {
+        self.local().scanner(scan)
+    }
+
+    /// Flushes the MemStores to store files.
+    pub fn flush(&self) -> Result<()> {
+        self.local().flush()
+    }
+
+    /// Asks the compaction threads to look at the region (a minor
+    /// compaction if its files call for one).
+    pub fn request_compaction(&self) {
+        self.local().request_compaction()
+    }
+
+    /// Compacts now, on the caller's thread.
+    pub fn compact(&self, major: bool) -> Result<()> {
+        self.local().compact(major)
+    }
+
+    /// Store files per family.
+    pub fn file_counts(&self) -> std::collections::BTreeMap<Vec<u8>, usize> {
+        self.local().file_counts()
+    }
+
+    pub fn store_bytes(&self) -> u64 {
+        self.local().store_bytes()
+    }
+
+    pub fn memstore_bytes(&self) -> usize {
+        self.local().memstore_bytes()
+    }
+
+    pub fn stats(&self) -> &RegionStats {
+        self.local().stats()
+    }
+}
 
 /// An open table: its descriptor and its regions in key order.
 pub struct Table {
     pub desc: TableDescriptor,
-    pub(crate) regions: Vec<Arc<Region>>,
+    pub(crate) regions: Vec<RegionHandle>,
 }
 
 impl Table {
-    pub fn regions(&self) -> &[Arc<Region>] {
+    pub fn regions(&self) -> &[RegionHandle] {
         &self.regions
     }
 }

@@ -377,7 +377,7 @@ fn record_store(store: &Store) {
 fn record_bucket_bytes(
     table: &str,
     salt: &crate::key::Salt,
-    regions: &[std::sync::Arc<crate::region::Region>],
+    regions: &[crate::table::RegionHandle],
 ) {
     let w = salt.width;
     let prefix = |key: &[u8]| -> Option<u64> {

@@ -134,7 +134,7 @@ fn salted_writes_spread_over_regions_and_scans_merge_in_key_order() {
     let busy = table
         .regions()
         .iter()
-        .filter(|r| r.memstore_bytes() > 0 || !r.file_paths().is_empty())
+        .filter(|r| r.memstore_bytes() > 0 || !r.local().file_paths().is_empty())
         .count();
     assert!(
         busy >= 12,
@@ -455,7 +455,11 @@ fn regions_split_while_writers_write_and_keep_every_row() {
         check(&store);
         // Daughters were compacted: no file holds another region's rows.
         for r in store.table(&name).expect("table").regions() {
-            assert!(!r.has_foreign_rows(), "region {} kept foreign rows", r.id());
+            assert!(
+                !r.local().has_foreign_rows(),
+                "region {} kept foreign rows",
+                r.id()
+            );
         }
         let store = Arc::try_unwrap(store)
             .map_err(|_| "in use")

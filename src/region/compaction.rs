@@ -1,13 +1,16 @@
 //! Compaction: merging store files so reads touch few of them, and (major)
 //! dropping what no read can return any more.
 //!
-//! Minor compactions pick a contiguous run of files (by age) with HBase's
-//! ratio rule, so the output takes the run's place in the age order and
+//! Minor compactions take a contiguous run of files (by age) chosen by a
+//! [`CompactionPicker`] (today HBase's ratio rule, [`RatioPicker`]), so the output takes the run's place in the age order and
 //! "newer file wins" stays true for equal keys. A major compaction rewrites
 //! all files of a family with [`resolve_column`] — the read rule — keeping
 //! only what a read at this moment would see (with every version up to
 //! `VERSIONS`) and no delete markers. Files whose every cell is past the
 //! family TTL are dropped without being read (only when `MIN_VERSIONS` is 0).
+
+pub mod picker;
+pub mod ratio;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,27 +22,8 @@ use crate::error::{Error, Result};
 use crate::region::read::merge::{Merge, Source};
 use crate::region::read::resolve::{ColumnGroup, resolve_column};
 use crate::schema::FamilyDescriptor;
-
-#[derive(Debug, Clone)]
-pub struct CompactionOptions {
-    /// Fewest files a minor compaction merges (default 3).
-    pub min_files: usize,
-    /// Most files a minor compaction merges (default 10).
-    pub max_files: usize,
-    /// A file joins a minor compaction if it is at most this many times the
-    /// size of the newer files in the run (default 1.2).
-    pub ratio: f64,
-}
-
-impl Default for CompactionOptions {
-    fn default() -> Self {
-        CompactionOptions {
-            min_files: 3,
-            max_files: 10,
-            ratio: 1.2,
-        }
-    }
-}
+pub use picker::CompactionPicker;
+pub use ratio::{CompactionOptions, RatioPicker};
 
 /// Whether every cell of the file is past the family TTL. Only the family
 /// TTL counts: a cell whose own shorter TTL ran out may still shadow an
@@ -52,28 +36,6 @@ fn file_expired(r: &SstReader, fam: &FamilyDescriptor, now: u64) -> bool {
         && fam
             .ttl_ms()
             .is_some_and(|t| m.max_ts.saturating_add(t) <= now)
-}
-
-/// The run of files a minor compaction takes, as a range of indices.
-fn select_minor(
-    files: &[Arc<SstReader>],
-    opts: &CompactionOptions,
-) -> Option<std::ops::Range<usize>> {
-    let n = files.len();
-    if n < opts.min_files.max(2) {
-        return None;
-    }
-    for start in 0..n {
-        let end = (start + opts.max_files.max(2)).min(n);
-        if end - start < opts.min_files.max(2) {
-            break;
-        }
-        let rest: u64 = files[start + 1..end].iter().map(|f| f.size()).sum();
-        if files[start].size() as f64 <= opts.ratio * rest as f64 {
-            return Some(start..end);
-        }
-    }
-    None
 }
 
 pub(crate) fn compact(inner: &Inner, major: bool) -> Result<()> {
@@ -108,7 +70,8 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     let selected: Vec<Arc<SstReader>> = if major {
         live
     } else {
-        select_minor(&live, &inner.options.compaction)
+        RatioPicker::new(&inner.options.compaction)
+            .pick_minor(&live)
             .map(|r| live[r].to_vec())
             .unwrap_or_default()
     };

@@ -1,0 +1,68 @@
+//! HBase's ratio rule: the oldest file that is at most `ratio` times the
+//! size of the newer files of its run starts the run.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::picker::CompactionPicker;
+use crate::region::sst::SstReader;
+
+/// `[region.compaction]`: the ratio rule's settings.
+#[derive(Debug, Clone)]
+pub struct CompactionOptions {
+    /// Fewest files a minor compaction merges (default 3).
+    pub min_files: usize,
+    /// Most files a minor compaction merges (default 10).
+    pub max_files: usize,
+    /// A file joins a minor compaction if it is at most this many times the
+    /// size of the newer files in the run (default 1.2).
+    pub ratio: f64,
+}
+
+impl Default for CompactionOptions {
+    fn default() -> Self {
+        CompactionOptions {
+            min_files: 3,
+            max_files: 10,
+            ratio: 1.2,
+        }
+    }
+}
+
+/// Minor compactions by HBase's ratio rule, with the family's
+/// `region.compaction` settings.
+pub struct RatioPicker {
+    min_files: usize,
+    max_files: usize,
+    ratio: f64,
+}
+
+impl RatioPicker {
+    pub fn new(options: &CompactionOptions) -> Self {
+        RatioPicker {
+            min_files: options.min_files,
+            max_files: options.max_files,
+            ratio: options.ratio,
+        }
+    }
+}
+
+impl CompactionPicker for RatioPicker {
+    fn pick_minor(&self, files: &[Arc<SstReader>]) -> Option<Range<usize>> {
+        let n = files.len();
+        if n < self.min_files.max(2) {
+            return None;
+        }
+        for start in 0..n {
+            let end = (start + self.max_files.max(2)).min(n);
+            if end - start < self.min_files.max(2) {
+                break;
+            }
+            let rest: u64 = files[start + 1..end].iter().map(|f| f.size()).sum();
+            if files[start].size() as f64 <= self.ratio * rest as f64 {
+                return Some(start..end);
+            }
+        }
+        None
+    }
+}
