@@ -40,7 +40,8 @@ use crate::ingest::kafka::IngestStats;
 use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder};
 use crate::key::{FieldEncoding, FieldRef, KeySchema, TimeUnit};
-use crate::query::{AggFn, Query, QueryEngine, SeriesAggregate};
+use crate::query::engine::QueryEngine;
+use crate::query::{AggFn, Query, SeriesAggregate};
 use crate::region::read::{
     Columns, CompareOp, Filter, Get, Operand, RowCells, Scan, ScannedRow, TimeRange,
 };

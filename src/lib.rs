@@ -2,30 +2,50 @@
 //!
 //! # Layout
 //!
-//! The modules follow the path a point takes:
+//! The modules follow the path a point takes (`docs/architecture.md` says
+//! where each kind of change goes):
 //!
 //! ```text
-//! cell (cells, keys, order)  schema (family attributes, durability)
-//!   │
+//! app         serve(): wiring and ordered shutdown     (main.rs: the CLI)
+//! api/        HTTP: writes, reads, admin; JSON, NDJSON and Arrow answers
+//! telemetry   metrics and logs, from the store's region stats
+//! config      every stage's settings (+ units: sizes, durations)
+//!   ▼
+//! ingest/     line protocol, JSON, Kafka: points → rows routed by region
+//!   ▼         (a Kafka delete message runs through the query engine)
+//! query/      logical queries: bucket scans, merge, aggregation;
+//!   ▼         engine = the query pool over the store
+//! store       tables, writer shards, splits, recovery, the memory limit
+//! verify      `halite verify`: a data directory checked offline
+//!   ▼
+//! table       routing, RoutedRows, TableScanner, RegionHandle
 //!   ▼
 //! region ─┬─ wal/        group commit on io_uring (or write+fdatasync),
 //!         │              CRC32C records, segments, recovery
-//!         ├─ memstore    skiplist + MVCC read point
+//!         ├─ memstore/   skiplist + MVCC read point; its cursor
 //!         ├─ flush       MemStore → one store file per family
-//!         ├─ sst/        store files: blocks, index, bloom, trailer
+//!         ├─ compaction/ which files (a CompactionPicker: ratio) and the
+//!         │              rewrite; major drops dead cells
+//!         ├─ sst/        store files: frame, blocks, time-series blocks,
+//!         │              bloom, reader, writer
 //!         ├─ block_cache decoded blocks under a byte budget
 //!         ├─ manifest    the live file set, replaced atomically
-//!         └─ compaction  minor (ratio) and major (drops dead cells)
-//!   │
+//!         └─ read/       merge → resolve versions/deletes/TTL → filters → pages
 //!   ▼
-//! scan (merge → resolve versions/deletes/TTL → filters → pages)
+//! catalog  key  schema  cell  value  codec  clock  fsutil  error (+ kind)
+//! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
 //! ```
+//!
+//! Nothing imports a line above its own. `fault`, `failpoint` and
+//! `fuzz` exist for tests (fault injection, crash points, fuzz targets) and
+//! are not part of the documented surface.
 //!
 //! Formats and the durability contract are specified in `docs/`.
 
 #![deny(clippy::unwrap_used)]
 
 pub mod api;
+pub mod app;
 pub mod catalog;
 pub mod cell;
 pub mod cli;
@@ -34,9 +54,12 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
 pub mod failpoint;
+#[doc(hidden)]
 pub mod fault;
 pub mod fsutil;
+#[doc(hidden)]
 pub mod fuzz;
 pub mod ingest;
 pub mod key;

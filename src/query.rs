@@ -38,7 +38,6 @@ use crate::region::read::{
     TimeRange,
 };
 use crate::table::{Table, TableScanner};
-pub use engine::QueryEngine;
 
 /// OpenTSDB's aggregators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -45,7 +45,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::cell::{self, CellKind, EntryBatch, KeyRef, Mutation, Row, RowMutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::region::memstore::MemCursor;
+use crate::region::memstore::cursor::MemCursor;
 use crate::region::read::merge::{Merge, Source};
 use crate::region::read::{Get, RowScanner, Scan, ScanPage};
 use crate::schema::{Durability, FamilyDescriptor};

@@ -38,7 +38,7 @@ use super::{Format, PointEncoder, Uniquifiers};
 use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::config::units::{ByteSize, Dur};
-use crate::query::QueryEngine;
+use crate::query::engine::QueryEngine;
 use crate::region::wal::record::Origin;
 use crate::schema::Durability;
 use crate::store::{PendingBatch, Store};

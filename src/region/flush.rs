@@ -10,7 +10,7 @@ use super::sst::{SstReader, SstWriter};
 use super::{Inner, family_dir};
 use crate::cell::KeyRef;
 use crate::error::{Error, Result};
-use crate::region::memstore::MemCursor;
+use crate::region::memstore::cursor::MemCursor;
 use crate::region::read::merge::Source;
 
 /// Flushes every MemStore that is waiting (left by a failed attempt) and

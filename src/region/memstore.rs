@@ -17,10 +17,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::cell::{EntryBatch, EntryRef, TTL_FLAG, compare_keys, compare_keys_after_row};
 use crate::codec::{Reader, compare_bytes, put_len_prefixed, put_varint};
 
-mod cursor;
+pub mod cursor;
 mod skiplist;
-
-pub use cursor::MemCursor;
 use skiplist::{Node, SkipList, Splice};
 
 /// Chunk size of the MemStore-local allocation buffer.

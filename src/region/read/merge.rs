@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 
 use crate::cell::compare_keys;
 use crate::error::Result;
-use crate::region::memstore::MemCursor;
+use crate::region::memstore::cursor::MemCursor;
 use crate::region::sst::SstIter;
 
 /// One input of a merge.

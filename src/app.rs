@@ -1,0 +1,196 @@
+//! The service wired together: `halite serve` opens the store, starts the
+//! chores, the query engine, the Kafka consumer and the HTTP listeners, and
+//! stops them in order (readiness, Kafka, listeners, chores, the store).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::api::{self, AppState};
+use crate::catalog::CreateTable;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::ingest::kafka::KafkaIngest;
+use crate::query::engine::QueryEngine;
+use crate::store::{MemoryGuard, Splitter, Store};
+
+/// Holds SIGINT and SIGTERM pending until [`serve`] listens for them, so
+/// a Ctrl-C during start-up (WAL replay, a broker starting) stops the
+/// service cleanly once it can, instead of killing it half way and leaving
+/// its files (and the demo's broker) behind. Threads started meanwhile
+/// inherit the mask; the signal is taken by the thread that unblocks it.
+pub fn hold_stop_signals(hold: bool) {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use;
+    // pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let how = if hold {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    hold_stop_signals(true);
+    crate::telemetry::init_logging(&config.log);
+    let telemetry = match crate::telemetry::Telemetry::install() {
+        Ok(t) => Some(Arc::new(t)),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics are off");
+            None
+        }
+    };
+    // Injected I/O faults, for tests of a failing disk (HALITE_FAULTS).
+    crate::fault::arm_from_env(&config.data_dir)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let started = Instant::now();
+    let store = Arc::new(Store::open(
+        &config.data_dir,
+        config.store_options(),
+        clock.clone(),
+    )?);
+    ensure_tables(&store, &config.tables)?;
+    let queries = Arc::new(QueryEngine::new(store.clone(), config.server.query_threads));
+    let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
+    let memory_guard = MemoryGuard::start(&store)?;
+    let kafka = if config.kafka.enabled() {
+        let k = KafkaIngest::start(&config.kafka, store.clone(), queries.clone(), clock.clone())?;
+        tracing::info!(
+            topics = %config
+                .kafka
+                .topics
+                .iter()
+                .map(|t| format!("{} -> {}", t.topic, t.table))
+                .collect::<Vec<_>>()
+                .join(", "),
+            brokers = %config.kafka.brokers,
+            group = %config.kafka.group_id,
+            "consuming from Kafka"
+        );
+        Some(k)
+    } else {
+        None
+    };
+    let state = Arc::new(AppState {
+        store: store.clone(),
+        queries: queries.clone(),
+        clock,
+        ready: false.into(),
+        max_body: config.server.max_body.0 as usize,
+        body_timeout: config.server.body_timeout.0,
+        ingest: kafka.as_ref().map(|k| k.stats.clone()),
+        telemetry,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Listening first, then taking the signals held since start-up.
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        hold_stop_signals(false);
+        let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
+        let addr = listener.local_addr()?;
+        let metrics_listener = if config.server.metrics_listen.is_empty() {
+            None
+        } else {
+            let l = tokio::net::TcpListener::bind(&config.server.metrics_listen)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot listen on server.metrics_listen {}: {e}",
+                        config.server.metrics_listen
+                    )
+                })?;
+            tracing::info!("metrics also on http://{}/metrics", l.local_addr()?);
+            Some(l)
+        };
+        state.ready.store(true, Ordering::Release);
+        tracing::info!(
+            data = %config.data_dir.display(),
+            tables = store.catalog().tables(None).len(),
+            started_s = started.elapsed().as_secs_f64(),
+            "halite serving http://{addr}"
+        );
+        let ready = state.clone();
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            // Readiness drops first, so load balancers stop sending; the
+            // API still answers (503 on /readyz) while the consumer stops
+            // fetching, makes what it fetched durable and commits it.
+            ready.ready.store(false, Ordering::Release);
+            tracing::info!("stopping: readiness dropped, draining");
+            if let Some(k) = kafka {
+                let _ = tokio::task::spawn_blocking(move || k.stop()).await;
+            }
+            let _ = stopping.send(true);
+        });
+        let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let metrics_server = metrics_listener.map(|l| {
+            tokio::spawn(api::serve_metrics(
+                l,
+                state.clone(),
+                shutdown(stopped.clone()),
+            ))
+        });
+        let served = api::serve(listener, state.clone(), shutdown(stopped)).await;
+        if let Some(m) = metrics_server {
+            match m.await {
+                Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener failed"),
+                Err(e) => tracing::warn!(error = %e, "the metrics listener failed"),
+                Ok(Ok(())) => {}
+            }
+        }
+        served.map_err(Box::<dyn std::error::Error>::from)
+    })?;
+    drop(runtime);
+    drop(state);
+    drop(queries);
+    splitter.stop();
+    memory_guard.stop();
+    let store = match Arc::try_unwrap(store) {
+        Ok(store) => store,
+        Err(shared) => {
+            // Still held (by a Kafka consumer stuck past its stop deadline):
+            // what is in memory is made durable before the process goes.
+            let flushed = shared.flush_all().and_then(|()| shared.sync_wals());
+            return Err(match flushed {
+                Ok(()) => {
+                    "the store was still in use at shutdown; its MemStores were flushed".into()
+                }
+                Err(e) => format!(
+                    "the store was still in use at shutdown, and flushing its MemStores failed: {e}"
+                )
+                .into(),
+            });
+        }
+    };
+    store.close()?;
+    tracing::info!("halite stopped cleanly");
+    Ok(())
+}
+
+/// Creates the configured tables (and their namespaces) that do not exist.
+fn ensure_tables(store: &Store, tables: &[CreateTable]) -> Result<(), Box<dyn std::error::Error>> {
+    for t in tables {
+        if store.catalog().table(&t.name).is_err() {
+            store.create_table(t)?;
+            tracing::info!(table = %t.name, "created table");
+        }
+    }
+    Ok(())
+}
