@@ -53,7 +53,7 @@ use block_cache::BlockCache;
 use manifest::Manifest;
 use memstore::{MemStore, Mvcc};
 use sst::SstReader;
-use wal::record::{Edits, Origin, encode_edits_body, encode_edits_head};
+use wal::record::{Edits, SourcePosition, SourceShard, encode_edits_body, encode_edits_head};
 use wal::{Ticket, Wal};
 
 /// Region settings; every bound has a default.
@@ -196,9 +196,10 @@ pub(crate) struct Inner {
     /// A flush was asked for from outside (the store's memory limit): due
     /// whatever the MemStore's size.
     flush_forced: AtomicBool,
-    /// Kafka resume positions carried by the writes this region took (and
-    /// recovered from its manifest and WAL); the manifest keeps them.
-    positions: Mutex<BTreeMap<(String, u32), u64>>,
+    /// Source positions (Kafka's, say) carried by the writes this region
+    /// took (and recovered from its manifest and WAL); the manifest keeps
+    /// them.
+    positions: Mutex<BTreeMap<SourceShard, u64>>,
 }
 
 /// One region of a table.
@@ -306,7 +307,7 @@ pub struct RecoveringRegion {
     files: BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
     active: Arc<MemStore>,
     last_seq: u64,
-    positions: BTreeMap<(String, u32), u64>,
+    positions: BTreeMap<SourceShard, u64>,
 }
 
 impl RecoveringRegion {
@@ -524,9 +525,9 @@ impl Region {
         &self.inner.families
     }
 
-    /// Per Kafka topic and partition, the offset below which every message
-    /// is durable, as far as this region's writes tell.
-    pub fn ingest_positions(&self) -> BTreeMap<(String, u32), u64> {
+    /// Per source shard (a Kafka topic and partition), the position below
+    /// which every message is durable, as far as this region's writes tell.
+    pub fn source_positions(&self) -> BTreeMap<SourceShard, u64> {
         self.inner.positions.lock().clone()
     }
 
@@ -543,7 +544,7 @@ impl Region {
         &self,
         rows: &[RowMutation],
         durability: Durability,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
     ) -> Result<PendingWrite> {
         self.inner.submit(rows, durability, origin)
     }
@@ -554,7 +555,7 @@ impl Region {
         &self,
         entries: &EntryBatch,
         durability: Durability,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
     ) -> Result<PendingWrite> {
         self.inner.submit_batch(entries, durability, origin)
     }
@@ -790,9 +791,9 @@ impl Drop for Region {
     }
 }
 
-fn note_position(positions: &mut BTreeMap<(String, u32), u64>, o: &Origin) {
+fn note_position(positions: &mut BTreeMap<SourceShard, u64>, o: &SourcePosition) {
     let at = positions
-        .entry((o.topic.clone(), o.partition))
+        .entry((o.stream.clone(), o.shard))
         .or_insert(o.durable_below);
     *at = (*at).max(o.durable_below);
 }
@@ -1140,7 +1141,7 @@ impl Inner {
         self: &Arc<Self>,
         rows: &[RowMutation],
         durability: Durability,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
     ) -> Result<PendingWrite> {
         self.check_open()?;
         let now = self.clock.now_ms();
@@ -1154,7 +1155,7 @@ impl Inner {
         self: &Arc<Self>,
         entries: &EntryBatch,
         durability: Durability,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
     ) -> Result<PendingWrite> {
         self.check_open()?;
         self.check_entries(entries)?;
@@ -1184,7 +1185,7 @@ impl Inner {
         self: &Arc<Self>,
         entries: &EntryBatch,
         durability: Durability,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
         now: u64,
     ) -> Result<PendingWrite> {
         // Without rows, a record is worth writing only for the Kafka

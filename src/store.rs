@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::region::block_cache::BlockCache;
 use crate::region::maintenance::Maintenance;
 use crate::region::read::{Get, Scan, ScanPage};
-use crate::region::wal::record::Origin;
+use crate::region::wal::record::{SourcePosition, SourceShard};
 use crate::region::wal::{Wal, WalOptions};
 use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
 use crate::schema::{Durability, FamilySpec};
@@ -59,7 +59,7 @@ pub struct StoreOptions {
 /// to be durable; [`Store::wait`] finishes it.
 pub struct PendingBatch {
     name: TableName,
-    origin: Option<Origin>,
+    origin: Option<SourcePosition>,
     /// The layout the rows were routed by.
     table: Arc<Table>,
     replies: Vec<Receiver<Submitted>>,
@@ -71,7 +71,7 @@ struct WriteJob {
     region: Arc<Region>,
     rows: Rows,
     durability: crate::schema::Durability,
-    origin: Option<Origin>,
+    origin: Option<SourcePosition>,
     reply: Sender<Submitted>,
 }
 
@@ -524,7 +524,7 @@ impl Store {
         &self,
         name: &TableName,
         rows: Vec<RowMutation>,
-        origin: Option<Origin>,
+        origin: Option<SourcePosition>,
     ) -> Result<()> {
         self.write_rows(name, Rows::Mutations(rows), origin)
     }
@@ -536,12 +536,17 @@ impl Store {
         &self,
         name: &TableName,
         batch: EntryBatch,
-        origin: Option<Origin>,
+        origin: Option<SourcePosition>,
     ) -> Result<()> {
         self.write_rows(name, Rows::Entries(batch), origin)
     }
 
-    fn write_rows(&self, name: &TableName, rows: Rows, origin: Option<Origin>) -> Result<()> {
+    fn write_rows(
+        &self,
+        name: &TableName,
+        rows: Rows,
+        origin: Option<SourcePosition>,
+    ) -> Result<()> {
         let pending = self.submit_rows(name, rows, origin)?;
         self.wait(pending)
     }
@@ -552,7 +557,7 @@ impl Store {
         &self,
         name: &TableName,
         rows: RoutedRows,
-        origin: Option<Origin>,
+        origin: Option<SourcePosition>,
     ) -> Result<()> {
         let pending = self.submit_encoded(name, rows, origin)?;
         self.wait(pending)
@@ -568,7 +573,7 @@ impl Store {
         &self,
         name: &TableName,
         rows: RoutedRows,
-        origin: Option<Origin>,
+        origin: Option<SourcePosition>,
     ) -> Result<PendingBatch> {
         self.wait_for_memory()?;
         let table = self.table(name)?;
@@ -608,7 +613,7 @@ impl Store {
         &self,
         name: &TableName,
         rows: Rows,
-        origin: Option<Origin>,
+        origin: Option<SourcePosition>,
     ) -> Result<PendingBatch> {
         self.wait_for_memory()?;
         let table = self.table(name)?;
@@ -628,7 +633,11 @@ impl Store {
     /// one when a partition's pipeline drains, so the store's resume
     /// position catches up with the last batches' own durability (each
     /// batch's records only know what was durable before it).
-    pub fn submit_position(&self, name: &TableName, origin: Origin) -> Result<PendingBatch> {
+    pub fn submit_position(
+        &self,
+        name: &TableName,
+        origin: SourcePosition,
+    ) -> Result<PendingBatch> {
         let table = self.table(name)?;
         let region = table.regions.first().ok_or(Error::Closed)?.local().clone();
         let (reply, rx) = bounded(1);
@@ -681,13 +690,14 @@ impl Store {
         }
     }
 
-    /// Per Kafka topic and partition, the offset below which every message
-    /// written into `name` is durable, from the positions its regions'
-    /// writes carried (recovered from WAL records and manifests at open).
-    pub fn ingest_positions(&self, name: &TableName) -> Result<BTreeMap<(String, u32), u64>> {
+    /// Per source shard (a Kafka topic and partition), the position below
+    /// which every message written into `name` is durable, from the
+    /// positions its regions' writes carried (recovered from WAL records and
+    /// manifests at open).
+    pub fn source_positions(&self, name: &TableName) -> Result<BTreeMap<SourceShard, u64>> {
         let mut all = BTreeMap::new();
         for region in self.table(name)?.regions() {
-            for (p, offset) in region.local().ingest_positions() {
+            for (p, offset) in region.local().source_positions() {
                 let at = all.entry(p).or_insert(offset);
                 *at = (*at).max(offset);
             }
@@ -886,7 +896,7 @@ impl Store {
         &self,
         table: &Arc<Table>,
         rows: Vec<Rows>,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
     ) -> Result<Vec<Receiver<Submitted>>> {
         let per_region: Vec<(usize, Rows)> = rows
             .into_iter()
@@ -901,7 +911,7 @@ impl Store {
         &self,
         table: &Arc<Table>,
         per_region: Vec<(usize, Rows)>,
-        origin: Option<&Origin>,
+        origin: Option<&SourcePosition>,
     ) -> Result<Vec<Receiver<Submitted>>> {
         let mut replies = Vec::with_capacity(per_region.len());
         for (i, rows) in per_region {

@@ -13,6 +13,7 @@ use common::kafka::{
     Broker, Load, args, assert_cpu_oracle, committed_total, config_file, config_file_with, produce,
     produce_in_background, query, status, wait_for, wait_for_group_commit,
 };
+use common::rng::Rng;
 use common::server::{self, Server};
 use halite::tsbs::{self, CPU_FIELDS};
 use serde_json::json;
@@ -20,32 +21,6 @@ use serde_json::json;
 fn start(data: &Path, port: u16, args: &[String]) -> Server {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     server::start(data, port, &args)
-}
-
-/// A small deterministic generator; the seed is printed so a failing run
-/// can be repeated (HALITE_KAFKA_SEED).
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> Rng {
-        let seed = std::env::var("HALITE_KAFKA_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("HALITE_KAFKA_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 fn rss_bytes(pid: u32) -> u64 {
@@ -66,7 +41,7 @@ fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let mut rng = Rng::from_env();
+    let mut rng = Rng::from_env("HALITE_KAFKA_SEED");
     let broker = Broker::start();
     broker.create_topic("cpu", 4);
     let tmp = tempfile::tempdir().expect("tmp");

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use common::http::{free_port, request};
 use common::kafka::{Broker, Load, args, assert_cpu_oracle, config_file, produce_in_background};
+use common::rng::Rng;
 use common::server::{self, Server};
 use halite::tsbs::{self, CPU_FIELDS};
 use rdkafka::Message;
@@ -64,30 +65,6 @@ const SHRUNK: [&str; 7] = [
     "kafka.commit_interval=\"200ms\"",
     "kafka.batch_messages=200",
 ];
-
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> Rng {
-        let seed = std::env::var("HALITE_TORTURE_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("HALITE_TORTURE_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 /// Starts `halite serve` without waiting for it: it may die before it is
 /// ready, which is the point.
@@ -320,7 +297,7 @@ fn sigkill_at_any_moment_loses_nothing_committed_and_nothing_produced() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(KILLS.len());
-    let mut rng = Rng::from_env();
+    let mut rng = Rng::from_env("HALITE_TORTURE_SEED");
     let broker = Broker::start();
     broker.create_topic("cpu", PARTITIONS as u32);
     let tmp = tempfile::tempdir().expect("tmp");

@@ -14,7 +14,7 @@
 //! the lowest unfinished one as the limit. A crash or a rebalance replays
 //! at most what was not committed, and a replayed point rewrites the same
 //! cell. Each write carries its Kafka position into the WAL record
-//! ([`Origin`]).
+//! ([`SourcePosition`]: topic = stream, partition = shard, offset = position).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::config::units::{ByteSize, Dur};
 use crate::query::engine::QueryEngine;
-use crate::region::wal::record::Origin;
+use crate::region::wal::record::SourcePosition;
 use crate::schema::Durability;
 use crate::store::{PendingBatch, Store};
 
@@ -890,7 +890,7 @@ impl KafkaIngest {
         for route in routes.values() {
             let positions =
                 store
-                    .ingest_positions(&route.table)
+                    .source_positions(&route.table)
                     .map_err(|e| KafkaError::Topic {
                         topic: route.topic.clone(),
                         reason: e.to_string(),
@@ -1572,9 +1572,9 @@ fn note_drained_position(
     store: &Store,
     shared: &Shared,
 ) {
-    let origin = Origin {
-        topic: route.topic.clone(),
-        partition: key.1 as u32,
+    let origin = SourcePosition {
+        stream: route.topic.clone(),
+        shard: key.1 as u32,
         durable_below: durable_below as u64,
     };
     let noted = store
@@ -1673,9 +1673,9 @@ fn submit_batch(
             .tracker
             .lock()
             .durable_below(&submitted.key)
-            .map(|durable_below| Origin {
-                topic: route.topic.clone(),
-                partition: batch.partition as u32,
+            .map(|durable_below| SourcePosition {
+                stream: route.topic.clone(),
+                shard: batch.partition as u32,
                 durable_below: durable_below as u64,
             });
         match store.submit_encoded(&route.table, entries, origin) {
@@ -1897,9 +1897,9 @@ fn durable_through(
         Durability::AsyncWal => store.sync_wals()?,
         Durability::SkipWal => store.flush_table(&route.table)?,
     }
-    let origin = Origin {
-        topic: route.topic.clone(),
-        partition: partition as u32,
+    let origin = SourcePosition {
+        stream: route.topic.clone(),
+        shard: partition as u32,
         durable_below: durable_below as u64,
     };
     let noted = store.submit_position(&route.table, origin)?;

@@ -16,8 +16,9 @@
 //! Body: `varint next_file_id · varint flushed_seq · varint family_count`,
 //! then per family `name (len-prefixed) · varint file_count · varint
 //! file_id*`, then (absent in manifests written before Kafka ingestion,
-//! read as none) `varint position_count` and per Kafka partition `topic
-//! (len-prefixed) · varint partition · varint durable_below`: the resume
+//! read as none) `varint position_count` and per source shard (a Kafka
+//! partition) `stream (len-prefixed) · varint shard · varint
+//! durable_below`: the resume
 //! positions the region's WAL records carried, kept when the WAL segments
 //! holding them are deleted after a flush.
 
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 use crate::error::kind::ErrorKind;
+use crate::region::wal::record::SourceShard;
 
 const MAGIC: &[u8; 8] = b"HALMAN\0\x01";
 pub const MANIFEST_FILE: &str = "MANIFEST";
@@ -65,9 +67,10 @@ pub struct Manifest {
     pub flushed_seq: u64,
     /// Live store files per family, oldest first.
     pub families: BTreeMap<Vec<u8>, Vec<u64>>,
-    /// Per Kafka topic and partition: every message below this offset is
-    /// durable (see [`crate::region::wal::record::Origin`]).
-    pub positions: BTreeMap<(String, u32), u64>,
+    /// Per source shard (a Kafka topic and partition): every message below
+    /// this position is durable (see
+    /// [`crate::region::wal::record::SourcePosition`]).
+    pub positions: BTreeMap<SourceShard, u64>,
 }
 
 impl Manifest {
@@ -84,10 +87,10 @@ impl Manifest {
             }
         }
         put_varint(&mut body, self.positions.len() as u64);
-        for ((topic, partition), offset) in &self.positions {
-            put_len_prefixed(&mut body, topic.as_bytes());
-            put_varint(&mut body, u64::from(*partition));
-            put_varint(&mut body, *offset);
+        for ((stream, shard), position) in &self.positions {
+            put_len_prefixed(&mut body, stream.as_bytes());
+            put_varint(&mut body, u64::from(*shard));
+            put_varint(&mut body, *position);
         }
         crate::fsutil::seal(MAGIC, &body)
     }
@@ -115,17 +118,17 @@ impl Manifest {
         if !r.is_empty() {
             let n = r.len(body.len(), "position count")?;
             for _ in 0..n {
-                let topic = r.len_prefixed(body.len(), "position topic")?;
-                let topic = String::from_utf8(topic.to_vec()).map_err(|_| DecodeError {
+                let stream = r.len_prefixed(body.len(), "position stream")?;
+                let stream = String::from_utf8(stream.to_vec()).map_err(|_| DecodeError {
                     offset: r.pos(),
-                    what: "position topic is not utf-8",
+                    what: "position stream is not utf-8",
                 })?;
-                let partition =
-                    u32::try_from(r.varint("position partition")?).map_err(|_| DecodeError {
+                let shard =
+                    u32::try_from(r.varint("position shard")?).map_err(|_| DecodeError {
                         offset: r.pos(),
-                        what: "position partition",
+                        what: "position shard",
                     })?;
-                positions.insert((topic, partition), r.varint("position offset")?);
+                positions.insert((stream, shard), r.varint("position")?);
             }
         }
         Ok(Manifest {

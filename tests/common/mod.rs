@@ -1,9 +1,11 @@
 //! Shared test environment: a region with its WAL in a temp dir, a manual
-//! clock, and reopen.
+//! clock, and reopen; the service (`server`), the broker (`kafka`), HTTP
+//! helpers (`http`) and a seeded generator (`rng`).
 #![allow(dead_code)]
 
 pub mod http;
 pub mod kafka;
+pub mod rng;
 pub mod server;
 
 use std::path::{Path, PathBuf};

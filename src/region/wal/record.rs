@@ -31,7 +31,7 @@
 //!
 //! ```text
 //! varint region_id · varint first_seq · varint flags
-//! [flags & 1: origin = varint topic_len, topic, varint partition, varint durable_below]
+//! [flags & 1: source position = varint stream_len, stream, varint shard, varint durable_below]
 //! varint row_count
 //!   per row (sequence id = first_seq + index):
 //!   varint entry_count
@@ -87,13 +87,20 @@ pub fn frame_parts_into(out: &mut Vec<u8>, segment_id: u64, kind: u8, head: &[u8
     out.extend_from_slice(body);
 }
 
-/// Where a batch of edits came from, so ingestion can resume from the WAL
-/// (or, once flushed, from the region manifest) after a crash.
+/// A source's stream and shard: for Kafka, a topic and a partition.
+pub type SourceShard = (String, u32);
+
+/// Where a batch of edits came from in the source that fed it (a stream,
+/// one of its shards, a position in the shard; for Kafka: topic, partition,
+/// offset), so ingestion can resume from the WAL (or, once flushed, from the
+/// region manifest) after a crash.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    pub topic: String,
-    pub partition: u32,
-    /// Every message of the partition below this offset was durable (or
+pub struct SourcePosition {
+    /// The source's stream (a Kafka topic).
+    pub stream: String,
+    /// The stream's shard (a Kafka partition).
+    pub shard: u32,
+    /// Every message of the shard below this position was durable (or
     /// handled as a bad message) when the record was written: a fact that
     /// stays true, so any record carrying it is enough to resume from it.
     pub durable_below: u64,
@@ -104,7 +111,7 @@ pub struct Origin {
 pub struct Edits {
     pub region_id: u64,
     pub first_seq: u64,
-    pub origin: Option<Origin>,
+    pub origin: Option<SourcePosition>,
     /// One entry list per row; row `i` has sequence id `first_seq + i`.
     pub rows: Vec<Vec<Entry>>,
 }
@@ -112,7 +119,7 @@ pub struct Edits {
 pub fn encode_edits(
     region_id: u64,
     first_seq: u64,
-    origin: Option<&Origin>,
+    origin: Option<&SourcePosition>,
     rows: &EntryBatch,
 ) -> Vec<u8> {
     let mut out = encode_edits_head(region_id, first_seq, origin);
@@ -149,15 +156,19 @@ pub fn encode_edits_body(rows: &EntryBatch) -> Vec<u8> {
 
 /// The header of an edits payload (region, first sequence id, origin),
 /// which the body follows.
-pub fn encode_edits_head(region_id: u64, first_seq: u64, origin: Option<&Origin>) -> Vec<u8> {
+pub fn encode_edits_head(
+    region_id: u64,
+    first_seq: u64,
+    origin: Option<&SourcePosition>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
     put_varint(&mut out, region_id);
     put_varint(&mut out, first_seq);
     match origin {
         Some(o) => {
             put_varint(&mut out, FLAG_ORIGIN | FLAG_PREFIX_KEYS);
-            put_len_prefixed(&mut out, o.topic.as_bytes());
-            put_varint(&mut out, u64::from(o.partition));
+            put_len_prefixed(&mut out, o.stream.as_bytes());
+            put_varint(&mut out, u64::from(o.shard));
             put_varint(&mut out, o.durable_below);
         }
         None => put_varint(&mut out, FLAG_PREFIX_KEYS),
@@ -176,20 +187,20 @@ pub fn decode_edits(payload: &[u8]) -> Result<Edits, DecodeError> {
     let first_seq = r.varint("first sequence id")?;
     let flags = r.varint("flags")?;
     let origin = if flags & FLAG_ORIGIN != 0 {
-        let topic = r.len_prefixed(payload.len(), "origin topic")?;
-        let topic = String::from_utf8(topic.to_vec()).map_err(|_| DecodeError {
+        let stream = r.len_prefixed(payload.len(), "source stream")?;
+        let stream = String::from_utf8(stream.to_vec()).map_err(|_| DecodeError {
             offset: r.pos(),
-            what: "origin topic is not utf-8",
+            what: "source stream is not utf-8",
         })?;
-        let partition = r.varint("origin partition")?;
-        let partition = u32::try_from(partition).map_err(|_| DecodeError {
+        let shard = r.varint("source shard")?;
+        let shard = u32::try_from(shard).map_err(|_| DecodeError {
             offset: r.pos(),
-            what: "origin partition",
+            what: "source shard",
         })?;
-        Some(Origin {
-            topic,
-            partition,
-            durable_below: r.varint("origin offset")?,
+        Some(SourcePosition {
+            stream,
+            shard,
+            durable_below: r.varint("source position")?,
         })
     } else {
         None
@@ -362,9 +373,9 @@ mod tests {
             ],
             vec![],
         ];
-        let origin = Origin {
-            topic: "cpu".into(),
-            partition: 3,
+        let origin = SourcePosition {
+            stream: "cpu".into(),
+            shard: 3,
             durable_below: 99,
         };
         let payload = encode_edits(7, 42, Some(&origin), &EntryBatch::from_rows(&rows));
