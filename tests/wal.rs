@@ -231,6 +231,52 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// A write after an idle release asks for a preallocated spare; when the
+/// log goes quiet before it takes the spare (on a slow disk the zero-fill
+/// ends after the last write), the spare must go too. It stayed, a whole
+/// segment, until the next write (found by `api_answers` under CI load).
+#[test]
+fn a_spare_asked_for_after_a_release_goes_when_the_log_is_quiet_again() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let opts = WalOptions {
+        release_after_idle: std::time::Duration::from_millis(200),
+        ..options(IoBackendChoice::Auto)
+    };
+    let wal = Wal::open(dir.path(), opts).expect("open");
+    let small = |what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while disk_bytes(dir.path()) > 16 * 1024 || !files_in(dir.path(), "spare").is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {} bytes still held: {:?}",
+                disk_bytes(dir.path()),
+                std::fs::read_dir(dir.path())
+                    .expect("dir")
+                    .flatten()
+                    .map(|e| e.path())
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    for seq in 1..=400 {
+        wal.append(1, seq, record(1, seq, 500), true)
+            .expect("append")
+            .wait()
+            .expect("durable");
+    }
+    wal.mark_flushed(1, 400);
+    small("after the release");
+    // One write: the log asks for a spare, and nothing more comes to roll
+    // into it.
+    wal.append(1, 401, record(1, 401, 500), true)
+        .expect("append")
+        .wait()
+        .expect("durable");
+    small("quiet after one write");
+    wal.close();
+}
+
 #[test]
 fn an_idle_flushed_wal_gives_back_its_space_and_preallocates_again_when_written() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -967,7 +967,7 @@ impl Writer {
                 let release = self.shared.options.release_after_idle;
                 let timeout = if self.unsynced {
                     interval.saturating_sub(self.last_sync.elapsed())
-                } else if self.preallocated && !release.is_zero() {
+                } else if (self.preallocated || self.spare.is_some()) && !release.is_zero() {
                     // Looked at again until the flushes caught up.
                     release
                         .saturating_sub(self.last_write.elapsed())
@@ -1311,13 +1311,31 @@ impl Writer {
     /// segments are deleted.
     fn release_if_idle(&mut self) -> Result<(), WalError> {
         let release = self.shared.options.release_after_idle;
-        if !self.preallocated
-            || release.is_zero()
+        if release.is_zero()
             || self.last_write.elapsed() < release
             || self.failed().is_some()
             || !self.inflight.is_empty()
             || self.unsynced
         {
+            return Ok(());
+        }
+        if !self.preallocated {
+            // Written to after a release and quiet again before the spare
+            // asked for then was taken (a slow disk zero-fills it after the
+            // last write): the spare goes, and the log stays small.
+            if let Some(h) = self.spare.take() {
+                let _ = h.join();
+                self.shared.segments.lock().spare_ready = false;
+                let spare = self
+                    .shared
+                    .dir
+                    .join(format!("{:020}.spare", self.seg_id + 1));
+                if let Err(e) = fs::remove_file(&spare)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(path = %spare.display(), error = %e, "could not delete an unused WAL spare");
+                }
+            }
             return Ok(());
         }
         {
