@@ -22,8 +22,8 @@ use std::time::Instant;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use halite::clock::SystemClock;
-use halite::region::block_cache::BlockCache;
 use halite::region::read::{Get, Scan};
+use halite::region::sst::cache::BlockCache;
 use halite::region::wal::{Wal, WalOptions};
 use halite::region::{Region, RegionDescriptor, RegionOptions};
 use halite::schema::{Compression, Durability, FamilyDescriptor};

@@ -103,7 +103,7 @@ pub fn store_file(data: &[u8]) {
     if std::fs::write(&path, data).is_err() {
         return;
     }
-    let cache = crate::region::block_cache::BlockCache::new(1 << 20);
+    let cache = crate::region::sst::cache::BlockCache::new(1 << 20);
     if let Ok(reader) = crate::region::sst::SstReader::open(&path, 1, cache, true, false) {
         let _ = reader.check_all();
         let mut it = reader.iter();

@@ -27,8 +27,7 @@
 //!         ├─ compaction/ which files (a CompactionPicker: ratio) and the
 //!         │              rewrite; major drops dead cells
 //!         ├─ sst/        store files: frame, blocks, time-series blocks,
-//!         │              bloom, reader, writer
-//!         ├─ block_cache decoded blocks under a byte budget
+//!         │              bloom, reader, writer; the block cache
 //!         ├─ manifest    the live file set, replaced atomically
 //!         └─ read/       merge → resolve versions/deletes/TTL → filters → pages
 //!   ▼

@@ -20,74 +20,55 @@
 //! drop what is covered. Compaction merges store files in the background;
 //! both publish their result by swapping the region's file lists, so readers
 //! and writers never wait for them.
+//!
+//! # Files
+//!
+//! This file opens, recovers, splits and closes regions. The state every
+//! part shares is in `inner.rs`, the write path in `write.rs`, settings in
+//! `options.rs`; `flush.rs`, `compaction/` and `read/` work on the state;
+//! `maintenance.rs` runs flushes and compactions for many regions through
+//! the [`maintenance::Maintained`] trait this file implements.
 
-pub mod block_cache;
 pub mod compaction;
 pub mod flush;
+pub mod inner;
 pub mod maintenance;
 pub mod manifest;
 pub mod memstore;
+pub mod options;
 pub mod read;
 pub mod sst;
 pub mod wal;
+mod write;
+
+pub use inner::{FlushTrouble, RegionStats};
+pub use options::RegionOptions;
+pub use write::PendingWrite;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::cell::{self, CellKind, EntryBatch, KeyRef, Mutation, Row, RowMutation};
+use crate::cell::{self, EntryBatch, Row, RowMutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::region::memstore::cursor::MemCursor;
-use crate::region::read::merge::{Merge, Source};
 use crate::region::read::{Get, RowScanner, Scan, ScanPage};
 use crate::schema::{Durability, FamilyDescriptor};
-use block_cache::BlockCache;
+use inner::{Inner, State, Work, family_dir, note_position};
+use maintenance::Maintained;
 use manifest::Manifest;
 use memstore::{MemStore, Mvcc};
 use sst::SstReader;
-use wal::record::{Edits, SourcePosition, SourceShard, encode_edits_body, encode_edits_head};
-use wal::{Ticket, Wal};
-
-/// Region settings; every bound has a default.
-#[derive(Debug, Clone)]
-pub struct RegionOptions {
-    /// Flush the MemStore when it holds this many bytes (default 128 MiB).
-    pub flush_size: usize,
-    /// Writers wait while MemStores hold more than `flush_size` × this
-    /// (default 4), as HBase's `hbase.hregion.memstore.block.multiplier`.
-    pub blocking_multiplier: usize,
-    /// Flush a MemStore whose oldest edit is this old (default 1 hour).
-    pub flush_age: Duration,
-    /// Largest cell value accepted (default 10 MiB).
-    pub max_value_size: usize,
-    /// Flush the MemStore when the region closes (default on).
-    pub flush_on_close: bool,
-    /// Run flushes and compactions on background threads (default on).
-    pub background: bool,
-    pub compaction: compaction::CompactionOptions,
-}
-
-impl Default for RegionOptions {
-    fn default() -> Self {
-        RegionOptions {
-            flush_size: 128 * 1024 * 1024,
-            blocking_multiplier: 4,
-            flush_age: Duration::from_secs(3600),
-            max_value_size: 10 * 1024 * 1024,
-            flush_on_close: true,
-            background: true,
-            compaction: compaction::CompactionOptions::default(),
-        }
-    }
-}
+use sst::cache::BlockCache;
+use wal::Wal;
+use wal::record::{Edits, SourcePosition, SourceShard};
 
 /// What a region is: its id, families and rows.
 #[derive(Debug, Clone, Default)]
@@ -115,93 +96,6 @@ impl RegionDescriptor {
     }
 }
 
-/// Counters for metrics, benchmarks and tests.
-#[derive(Debug, Default)]
-pub struct RegionStats {
-    pub flushes: AtomicU64,
-    pub flushed_bytes: AtomicU64,
-    pub flush_micros: AtomicU64,
-    pub compactions: AtomicU64,
-    pub compacted_bytes_in: AtomicU64,
-    pub compacted_bytes_out: AtomicU64,
-    pub expired_files_dropped: AtomicU64,
-    pub writer_stalls: AtomicU64,
-    pub writer_stall_micros: AtomicU64,
-    pub files_skipped_by_bloom: AtomicU64,
-    /// Files a read left out because their time range cannot match.
-    pub files_skipped_by_time: AtomicU64,
-    /// Flushes that failed (the data stays in the MemStore and the WAL,
-    /// and the next flush tries again).
-    pub flush_failures: AtomicU64,
-}
-
-/// The last flush failed, and keeps failing until one succeeds.
-#[derive(Debug, Clone)]
-pub struct FlushTrouble {
-    pub error: String,
-    /// The disk is full (`ENOSPC`).
-    pub no_space: bool,
-    pub since: Instant,
-    last_logged: Instant,
-}
-
-/// What readers snapshot: MemStores newest first, files per family oldest
-/// first.
-#[derive(Debug, Clone)]
-struct State {
-    active: Arc<MemStore>,
-    flushing: Vec<Arc<MemStore>>,
-    files: BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
-}
-
-enum Work {
-    Flush,
-    Compact,
-    Stop,
-}
-
-pub(crate) struct Inner {
-    id: u64,
-    /// Rows this region serves (see [`RegionDescriptor`]).
-    rows: (Vec<u8>, Vec<u8>),
-    dir: PathBuf,
-    options: RegionOptions,
-    families: Arc<HashMap<Vec<u8>, FamilyDescriptor>>,
-    family_order: Vec<Vec<u8>>,
-    wal: Arc<Wal>,
-    clock: Arc<dyn Clock>,
-    cache: Arc<BlockCache>,
-    write_lock: Mutex<()>,
-    mvcc: Mvcc,
-    state: RwLock<State>,
-    manifest: Mutex<Manifest>,
-    next_file_id: AtomicU64,
-    flush_lock: Mutex<()>,
-    compaction_lock: Mutex<()>,
-    /// Writers blocked on memory wait here; flushes notify.
-    room: (Mutex<()>, Condvar),
-    poisoned: Mutex<Option<String>>,
-    /// Set while flushes fail, cleared by the next that succeeds.
-    flush_trouble: Mutex<Option<FlushTrouble>>,
-    closed: AtomicBool,
-    stats: RegionStats,
-    work_tx: Sender<Work>,
-    compact_tx: Sender<Work>,
-    /// Shared flush and compaction threads, when the region has no threads
-    /// of its own. Weak: the store owns them, and a pool thread must never
-    /// end up holding the last reference to its own pool.
-    maintenance: Option<std::sync::Weak<maintenance::Maintenance>>,
-    /// A flush request is queued: later writes need not queue another.
-    flush_requested: AtomicBool,
-    /// A flush was asked for from outside (the store's memory limit): due
-    /// whatever the MemStore's size.
-    flush_forced: AtomicBool,
-    /// Source positions (Kafka's, say) carried by the writes this region
-    /// took (and recovered from its manifest and WAL); the manifest keeps
-    /// them.
-    positions: Mutex<BTreeMap<SourceShard, u64>>,
-}
-
 /// One region of a table.
 pub struct Region {
     inner: Arc<Inner>,
@@ -215,51 +109,6 @@ impl std::fmt::Debug for Region {
             .field("dir", &self.inner.dir)
             .finish()
     }
-}
-
-/// A write queued to the WAL. Waiting on it (or dropping it) makes it
-/// visible once durable.
-#[must_use = "a write is acknowledged only once waited on"]
-pub struct PendingWrite {
-    inner: Option<Arc<Inner>>,
-    ticket: Ticket,
-}
-
-impl PendingWrite {
-    /// Whether the write is durable (or failed) already.
-    pub fn is_done(&self) -> bool {
-        self.ticket.is_resolved()
-    }
-
-    /// Blocks until the write is durable and visible.
-    pub fn wait(mut self) -> Result<()> {
-        let inner = self.inner.take().expect("taken only here or in drop");
-        finish_write(&inner, &self.ticket)
-    }
-}
-
-impl Drop for PendingWrite {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            let _ = finish_write(&inner, &self.ticket);
-        }
-    }
-}
-
-fn finish_write(inner: &Arc<Inner>, ticket: &Ticket) -> Result<()> {
-    // Completed (MVCC, flush request) as soon as it was both in the
-    // MemStore and durable; the ticket resolves only after that.
-    match ticket.wait() {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            inner.poison(e.to_string());
-            Err(e.into())
-        }
-    }
-}
-
-fn family_dir(dir: &Path, family: &[u8]) -> PathBuf {
-    dir.join(String::from_utf8_lossy(family).as_ref())
 }
 
 impl Region {
@@ -483,7 +332,7 @@ impl RecoveringRegion {
         });
         let mut workers = Vec::new();
         if let Some(m) = &maintenance {
-            m.register(&inner);
+            m.register(&(inner.clone() as Arc<dyn Maintained>));
         } else if inner.options.background {
             let w = inner.clone();
             workers.push(
@@ -791,13 +640,6 @@ impl Drop for Region {
     }
 }
 
-fn note_position(positions: &mut BTreeMap<SourceShard, u64>, o: &SourcePosition) {
-    let at = positions
-        .entry((o.stream.clone(), o.shard))
-        .or_insert(o.durable_below);
-    *at = (*at).max(o.durable_below);
-}
-
 /// Deletes store files (and temporary files) the manifest does not name.
 fn remove_leftovers(fdir: &Path, live: &[u64]) -> Result<()> {
     let entries = fs::read_dir(fdir).map_err(|e| Error::io(fdir, "list family directory", e))?;
@@ -869,528 +711,26 @@ fn compaction_loop(inner: Arc<Inner>, rx: Receiver<Work>) {
     }
 }
 
-impl Inner {
-    fn memstore_bytes(&self) -> usize {
-        let s = self.state.read();
-        s.active.bytes() + s.flushing.iter().map(|m| m.bytes()).sum::<usize>()
-    }
-
-    fn needs_flush(&self) -> bool {
-        self.state.read().active.bytes() >= self.options.flush_size
-    }
-
-    /// Notes how a flush went: a failure is logged (the first, then at most
-    /// every 30 s while they go on) and counted; a success after failures
-    /// is logged once.
-    pub(crate) fn note_flush(&self, outcome: &Result<()>) {
-        let mut trouble = self.flush_trouble.lock();
-        match outcome {
-            Ok(()) => {
-                if let Some(t) = trouble.take() {
-                    tracing::info!(
-                        region = self.id,
-                        failing_s = t.since.elapsed().as_secs_f64(),
-                        "flushes succeed again"
-                    );
-                }
-            }
-            Err(e) => {
-                self.stats.flush_failures.fetch_add(1, Ordering::Relaxed);
-                let no_space = e.is_no_space();
-                let now = Instant::now();
-                let log = trouble
-                    .as_ref()
-                    .is_none_or(|t| now.duration_since(t.last_logged) >= Duration::from_secs(30));
-                if log {
-                    tracing::error!(
-                        region = self.id,
-                        error = %e,
-                        no_space,
-                        "flushing the MemStore failed; its data is safe in the WAL and \
-                         the flush is retried, but writes wait once MemStores fill up{}",
-                        if no_space { " (the disk is full: free space on it)" } else { "" }
-                    );
-                }
-                let since = trouble.as_ref().map_or(now, |t| t.since);
-                *trouble = Some(FlushTrouble {
-                    error: e.to_string(),
-                    no_space,
-                    since,
-                    last_logged: if log {
-                        now
-                    } else {
-                        trouble.as_ref().map_or(now, |t| t.last_logged)
-                    },
-                });
-            }
-        }
-    }
-
-    fn poison(&self, cause: String) {
-        self.poisoned.lock().get_or_insert(cause);
-        self.mvcc.poison();
-        self.room.1.notify_all();
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        if let Some(cause) = self.poisoned.lock().clone() {
-            return Err(Error::Poisoned(cause));
-        }
-        Ok(())
-    }
-
+impl Maintained for Inner {
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        Inner::is_closed(self)
     }
 
-    /// Whether the MemStores should be flushed now: the active one is full
-    /// or old, or together they are over the blocking limit.
     fn flush_due(&self) -> bool {
-        let first = self.state.read().active.first_write_ms();
-        let aged = first != 0
-            && self.clock.now_ms().saturating_sub(first)
-                >= self.options.flush_age.as_millis() as u64;
-        aged || self.flush_forced.load(Ordering::SeqCst)
-            || self.needs_flush()
-            || self.memstore_bytes() >= self.blocking_limit()
-    }
-
-    fn blocking_limit(&self) -> usize {
-        self.options
-            .flush_size
-            .saturating_mul(self.options.blocking_multiplier.max(1))
+        Inner::flush_due(self)
     }
 
     fn clear_flush_request(&self) {
-        self.flush_requested.store(false, Ordering::SeqCst);
+        Inner::clear_flush_request(self)
     }
 
-    /// Queues one flush request; more writes before it is served add none.
-    fn request_flush(self: &Arc<Self>) {
-        if self.flush_requested.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let queued = match &self.maintenance {
-            Some(m) => m.upgrade().is_some_and(|m| m.request_flush(self)),
-            None => self.work_tx.try_send(Work::Flush).is_ok(),
-        };
-        if !queued {
-            // Nothing will be served for this request: let the next write
-            // ask again instead of waiting for the timer.
-            self.clear_flush_request();
-        }
+    fn flush_now(&self) -> Result<()> {
+        let outcome = flush::flush(self);
+        self.note_flush(&outcome);
+        outcome
     }
 
-    fn request_compaction(self: &Arc<Self>) {
-        match &self.maintenance {
-            Some(m) => {
-                if let Some(m) = m.upgrade() {
-                    m.request_compaction(self);
-                }
-            }
-            None => {
-                // A pending request already covers this one.
-                let _ = self.compact_tx.try_send(Work::Compact);
-            }
-        }
+    fn compact_minor(&self) -> Result<()> {
+        compaction::compact(self, false)
     }
-
-    /// One of a write's two conditions (in the MemStore, durable) is met;
-    /// the second completes it.
-    fn pass_gate(self: &Arc<Self>, gate: &AtomicU8, last_seq: u64) {
-        if gate.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.mvcc.complete(last_seq);
-            self.after_write();
-        }
-    }
-
-    fn after_write(self: &Arc<Self>) {
-        if self.needs_flush() {
-            self.request_flush();
-        }
-    }
-
-    /// Validates row mutations and encodes them into one batch.
-    fn to_entries(&self, rows: &[RowMutation], now: u64) -> Result<EntryBatch> {
-        let mut out = EntryBatch::for_rows(rows);
-        let mut check = CellCheck::new(self);
-        for (i, rm) in rows.iter().enumerate() {
-            let bad = |what: String| Error::InvalidInput(format!("row {i}: {what}"));
-            if rm.row.is_empty() || rm.row.len() > cell::MAX_ROW_LEN {
-                return Err(bad(format!(
-                    "row key must be 1..={} bytes, got {}",
-                    cell::MAX_ROW_LEN,
-                    rm.row.len()
-                )));
-            }
-            let ts = |t: Option<u64>| match t {
-                Some(t) if t != u64::MAX => t,
-                _ => now,
-            };
-            let row = rm.row.as_slice();
-            for m in &rm.mutations {
-                match m {
-                    Mutation::Put {
-                        family: f,
-                        qualifier: q,
-                        timestamp,
-                        value,
-                        ttl_ms,
-                    } => {
-                        check.family(f)?;
-                        check.cell(i, q, value.len(), *ttl_ms)?;
-                        out.push(row, f, q, ts(*timestamp), CellKind::Put, *ttl_ms, value);
-                    }
-                    Mutation::DeleteVersion {
-                        family: f,
-                        qualifier: q,
-                        timestamp,
-                    } => {
-                        check.family(f)?;
-                        check.cell(i, q, 0, None)?;
-                        out.push(
-                            row,
-                            f,
-                            q,
-                            ts(Some(*timestamp)),
-                            CellKind::DeleteVersion,
-                            None,
-                            &[],
-                        );
-                    }
-                    Mutation::DeleteColumn {
-                        family: f,
-                        qualifier: q,
-                        timestamp,
-                    } => {
-                        check.family(f)?;
-                        check.cell(i, q, 0, None)?;
-                        out.push(row, f, q, ts(*timestamp), CellKind::DeleteColumn, None, &[]);
-                    }
-                    Mutation::DeleteFamily {
-                        family: f,
-                        timestamp,
-                    } => {
-                        check.family(f)?;
-                        out.push(
-                            row,
-                            f,
-                            b"",
-                            ts(*timestamp),
-                            CellKind::DeleteFamily,
-                            None,
-                            &[],
-                        );
-                    }
-                    Mutation::DeleteRow { timestamp } => {
-                        for f in &self.family_order {
-                            out.push(
-                                row,
-                                f,
-                                b"",
-                                ts(*timestamp),
-                                CellKind::DeleteFamily,
-                                None,
-                                &[],
-                            );
-                        }
-                    }
-                }
-            }
-            out.end_row();
-        }
-        Ok(out)
-    }
-
-    /// Waits while MemStores are over the blocking limit.
-    fn wait_for_room(self: &Arc<Self>) -> Result<()> {
-        let limit = self.blocking_limit();
-        if self.memstore_bytes() < limit {
-            return Ok(());
-        }
-        let started = Instant::now();
-        self.stats.writer_stalls.fetch_add(1, Ordering::Relaxed);
-        self.request_flush();
-        let mut guard = self.room.0.lock();
-        while self.memstore_bytes() >= limit {
-            self.check_open()?;
-            // Deduplicated: cheap to repeat while the flush runs.
-            self.request_flush();
-            if !self.options.background {
-                drop(guard);
-                let outcome = flush::flush(self);
-                self.note_flush(&outcome);
-                outcome?;
-                guard = self.room.0.lock();
-                continue;
-            }
-            self.room.1.wait_for(&mut guard, Duration::from_millis(100));
-        }
-        self.stats
-            .writer_stall_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        metrics::histogram!("halite_write_stall_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
-        Ok(())
-    }
-
-    fn submit(
-        self: &Arc<Self>,
-        rows: &[RowMutation],
-        durability: Durability,
-        origin: Option<&SourcePosition>,
-    ) -> Result<PendingWrite> {
-        self.check_open()?;
-        let now = self.clock.now_ms();
-        let entries = self.to_entries(rows, now)?;
-        self.submit_entries(&entries, durability, origin, now)
-    }
-
-    /// Writes entries encoded elsewhere (the ingest path encodes points
-    /// straight into a batch); they are checked as `to_entries` would have.
-    fn submit_batch(
-        self: &Arc<Self>,
-        entries: &EntryBatch,
-        durability: Durability,
-        origin: Option<&SourcePosition>,
-    ) -> Result<PendingWrite> {
-        self.check_open()?;
-        self.check_entries(entries)?;
-        self.submit_entries(entries, durability, origin, self.clock.now_ms())
-    }
-
-    fn check_entries(&self, entries: &EntryBatch) -> Result<()> {
-        let mut check = CellCheck::new(self);
-        for i in 0..entries.rows() {
-            for e in entries.row(i) {
-                let bad = |what: &str| Error::InvalidInput(format!("row {i}: {what}"));
-                let key = KeyRef::parse(e.key).ok_or_else(|| bad("malformed entry key"))?;
-                if key.row != entries.row_key(i).unwrap_or_default() {
-                    return Err(bad("entries of one row name different rows"));
-                }
-                if key.has_ttl != e.ttl_ms.is_some() {
-                    return Err(bad("entry key's TTL flag disagrees with its TTL"));
-                }
-                check.family(key.family)?;
-                check.cell(i, key.qualifier, e.value.len(), e.ttl_ms)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn submit_entries(
-        self: &Arc<Self>,
-        entries: &EntryBatch,
-        durability: Durability,
-        origin: Option<&SourcePosition>,
-        now: u64,
-    ) -> Result<PendingWrite> {
-        // Without rows, a record is worth writing only for the Kafka
-        // position it carries (see `Store::submit_position`).
-        if entries.is_empty() && origin.is_none() {
-            return Ok(PendingWrite {
-                inner: None,
-                ticket: Ticket::done(),
-            });
-        }
-        self.wait_for_room()?;
-        let body = (durability != Durability::SkipWal).then(|| encode_edits_body(entries));
-        // A position-only record takes a sequence id of its own, like a row.
-        let n = (entries.rows() as u64).max(1);
-        let ticket = {
-            let _w = self.write_lock.lock();
-            self.check_open()?;
-            let first = self.mvcc.begin(n);
-            let last = first + n - 1;
-            // The write completes (becomes visible, and flushes stop
-            // waiting for it) once it is both in the MemStore and durable,
-            // whichever comes last — without waiting for its writer to
-            // come back for it: a writer blocked on a full MemStore must
-            // not hold up the flush that would make room.
-            let gate = Arc::new(AtomicU8::new(2));
-            let ticket = match body {
-                Some(body) => {
-                    let head = encode_edits_head(self.id, first, origin);
-                    let inner = Arc::downgrade(self);
-                    let gate = gate.clone();
-                    let then: crate::region::wal::OnResolved = Box::new(move |outcome| {
-                        if let Some(inner) = inner.upgrade() {
-                            match outcome {
-                                Ok(()) => inner.pass_gate(&gate, last),
-                                Err(e) => inner.poison(e.clone()),
-                            }
-                        }
-                    });
-                    match self.wal.append_then(
-                        self.id,
-                        last,
-                        head,
-                        body,
-                        durability == Durability::SyncWal,
-                        Some(then),
-                    ) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            self.poison(e.to_string());
-                            return Err(e.into());
-                        }
-                    }
-                }
-                None => {
-                    gate.fetch_sub(1, Ordering::SeqCst);
-                    Ticket::done()
-                }
-            };
-            let active = self.state.read().active.clone();
-            active.insert_batch(entries, first, now);
-            if let Some(o) = origin {
-                note_position(&mut self.positions.lock(), o);
-            }
-            self.pass_gate(&gate, last);
-            ticket
-        };
-        Ok(PendingWrite {
-            inner: Some(self.clone()),
-            ticket,
-        })
-    }
-
-    /// Reads work on a closed region too (it holds its last state): a reader
-    /// that started before a split or an alter finishes on the old region.
-    fn scanner(&self, scan: &Scan, get: Option<&Get>) -> Result<RowScanner> {
-        let (start, stop) = scan.bounds()?;
-        let state = self.state.read().clone();
-        let read_point = self.mvcc.read_point();
-        let mut sources = Vec::new();
-        sources.push(Source::Mem(MemCursor::new(
-            state.active.clone(),
-            read_point,
-        )));
-        for m in &state.flushing {
-            sources.push(Source::Mem(MemCursor::new(m.clone(), read_point)));
-        }
-        for (family, files) in &state.files {
-            if !scan.columns.wants_family(family) {
-                continue;
-            }
-            let projection = scan.columns.projection_for(family).map(Arc::new);
-            for reader in files.iter().rev() {
-                if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
-                    continue;
-                }
-                // Nothing in a file entirely older than the range can change
-                // the answer: its puts are out of range and older than any
-                // in range, and its markers only mask older puts.
-                if reader.meta().max_ts < scan.time_range.min {
-                    self.stats
-                        .files_skipped_by_time
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                // A file entirely newer than the range is still read: its
-                // versions count against VERSIONS before the range applies.
-                if get.is_none() && !reader.may_contain_rows(start.as_deref(), stop.as_deref()) {
-                    self.stats
-                        .files_skipped_by_bloom
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if let Some(get) = get
-                    && !bloom_may_match(reader, get, family)
-                {
-                    self.stats
-                        .files_skipped_by_bloom
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                sources.push(Source::File(reader.iter_projected(projection.clone())));
-            }
-        }
-        RowScanner::new(
-            Merge::new(sources),
-            self.families.clone(),
-            self.clock.now_ms(),
-            scan,
-        )
-    }
-}
-
-/// The checks every cell passes on its way in, whether it comes as a
-/// mutation or already encoded: its family exists, its qualifier, value and
-/// cell TTL are within bounds.
-struct CellCheck<'a> {
-    region: &'a Inner,
-    /// The family found last: cells of a row mostly share one.
-    known_family: &'a [u8],
-}
-
-impl<'a> CellCheck<'a> {
-    fn new(region: &'a Inner) -> Self {
-        CellCheck {
-            region,
-            known_family: &[],
-        }
-    }
-
-    fn family(&mut self, name: &[u8]) -> Result<()> {
-        if !name.is_empty() && name == self.known_family {
-            return Ok(());
-        }
-        let (f, _) = self
-            .region
-            .families
-            .get_key_value(name)
-            .ok_or_else(|| Error::UnknownFamily(String::from_utf8_lossy(name).into_owned()))?;
-        self.known_family = f.as_slice();
-        Ok(())
-    }
-
-    /// `row` is the cell's row's place in its batch, for the message.
-    fn cell(
-        &self,
-        row: usize,
-        qualifier: &[u8],
-        value_len: usize,
-        ttl_ms: Option<u64>,
-    ) -> Result<()> {
-        let bad = |what: String| Error::InvalidInput(format!("row {row}: {what}"));
-        if qualifier.len() > cell::MAX_QUALIFIER_LEN {
-            return Err(bad(format!(
-                "qualifier longer than {} bytes",
-                cell::MAX_QUALIFIER_LEN
-            )));
-        }
-        let limit = self.region.options.max_value_size;
-        if value_len > limit {
-            return Err(bad(format!(
-                "value of {value_len} bytes exceeds the limit of {limit} bytes"
-            )));
-        }
-        if ttl_ms == Some(0) {
-            return Err(bad("cell TTL must be at least 1 ms".into()));
-        }
-        Ok(())
-    }
-}
-
-fn bloom_may_match(reader: &SstReader, get: &Get, family: &[u8]) -> bool {
-    let qualifiers: Vec<&[u8]> = get
-        .columns
-        .columns
-        .iter()
-        .filter(|(f, _)| f == family)
-        .map(|(_, q)| q.as_slice())
-        .collect();
-    let whole_family = get.columns.is_all() || get.columns.families.iter().any(|f| f == family);
-    if whole_family || qualifiers.is_empty() {
-        return reader.may_contain_row(&get.row);
-    }
-    // Family delete markers live at the empty qualifier: probe it too.
-    qualifiers
-        .iter()
-        .chain(std::iter::once(&&b""[..]))
-        .any(|q| reader.may_contain_column(&get.row, q))
 }

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::catalog::Catalog;
-use crate::region::block_cache::BlockCache;
 use crate::region::manifest::Manifest;
+use crate::region::sst::cache::BlockCache;
 use crate::region::sst::{SstError, SstReader};
 use crate::region::wal::{SegmentEnd, check_segment};
 

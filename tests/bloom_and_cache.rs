@@ -163,7 +163,7 @@ fn the_cache_stays_within_its_budget() {
         foreground_options(),
         small_wal(IoBackendChoice::Auto),
     );
-    h.cache = halite::region::block_cache::BlockCache::new(256 * 1024);
+    h.cache = halite::region::sst::cache::BlockCache::new(256 * 1024);
     h.reopen_clean();
     write_file(&h, 0, 20_000);
     h.region().scan(&Scan::new()).expect("scan");

@@ -146,7 +146,7 @@ fn verify(dir: &Path, acked: i64) -> u64 {
             "acknowledged batch {b} is not whole after the crash (acked up to {acked})"
         );
     }
-    let cache = halite::region::block_cache::BlockCache::new(1 << 20);
+    let cache = halite::region::sst::cache::BlockCache::new(1 << 20);
     for path in region.file_paths() {
         let reader =
             SstReader::open(&path, 0, cache.clone(), false, false).expect("store file opens");

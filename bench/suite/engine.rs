@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use halite::cell::RowMutation;
 use halite::clock::SystemClock;
-use halite::region::block_cache::BlockCache;
 use halite::region::read::Scan;
+use halite::region::sst::cache::BlockCache;
 use halite::region::wal::{Wal, WalOptions};
 use halite::region::{Region, RegionDescriptor, RegionOptions};
 use halite::schema::{BloomType, Compression, DataBlockEncoding, Durability, FamilyDescriptor};

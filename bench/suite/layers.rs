@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use halite::cell::RowMutation;
 use halite::clock::SystemClock;
-use halite::region::block_cache::BlockCache;
+use halite::region::sst::cache::BlockCache;
 use halite::region::wal::{Wal, WalOptions};
 use halite::region::{Region, RegionDescriptor, RegionOptions};
 use halite::schema::{Compression, DataBlockEncoding, Durability, FamilyDescriptor};

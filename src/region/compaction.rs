@@ -15,15 +15,16 @@ pub mod ratio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::inner::{Inner, family_dir};
 use super::sst::{SstReader, SstWriter};
-use super::{Inner, family_dir};
 use crate::cell::{CellKind, KeyRef, encode_key};
 use crate::error::{Error, Result};
+pub use crate::region::options::CompactionOptions;
 use crate::region::read::merge::{Merge, Source};
 use crate::region::read::resolve::{ColumnGroup, resolve_column};
 use crate::schema::FamilyDescriptor;
 pub use picker::CompactionPicker;
-pub use ratio::{CompactionOptions, RatioPicker};
+pub use ratio::RatioPicker;
 
 /// Whether every cell of the file is past the family TTL. Only the family
 /// TTL counts: a cell whose own shorter TTL ran out may still shadow an

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::inner::{Inner, family_dir};
 use super::memstore::MemStore;
 use super::sst::{SstReader, SstWriter};
-use super::{Inner, family_dir};
 use crate::cell::KeyRef;
 use crate::error::{Error, Result};
 use crate::region::memstore::cursor::MemCursor;

@@ -15,15 +15,30 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use super::{Inner, compaction, flush};
+use crate::error::Result;
+
+/// What the shared threads do to a region. The region implements it
+/// (`region.rs`, over its `Inner`), so these threads, and the region's
+/// state that asks them for work, need not know how a flush or a
+/// compaction runs.
+pub(crate) trait Maintained: Send + Sync {
+    fn is_closed(&self) -> bool;
+    /// The MemStores are full, old, or over the blocking limit.
+    fn flush_due(&self) -> bool;
+    fn clear_flush_request(&self);
+    /// Flushes the MemStores now, and notes how it went.
+    fn flush_now(&self) -> Result<()>;
+    /// A minor compaction, if the files call for one.
+    fn compact_minor(&self) -> Result<()>;
+}
 
 /// How often flush threads look for aged MemStores.
 const TICK: Duration = Duration::from_millis(250);
 
 pub struct Maintenance {
-    flush_tx: Mutex<Option<Sender<Weak<Inner>>>>,
-    compact_tx: Mutex<Option<Sender<Weak<Inner>>>>,
-    regions: Arc<Mutex<Vec<Weak<Inner>>>>,
+    flush_tx: Mutex<Option<Sender<Weak<dyn Maintained>>>>,
+    compact_tx: Mutex<Option<Sender<Weak<dyn Maintained>>>>,
+    regions: Arc<Mutex<Vec<Weak<dyn Maintained>>>>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -39,8 +54,8 @@ impl Maintenance {
         flush_threads: usize,
         compaction_threads: usize,
     ) -> std::io::Result<Arc<Maintenance>> {
-        let (flush_tx, flush_rx) = bounded::<Weak<Inner>>(1024);
-        let (compact_tx, compact_rx) = bounded::<Weak<Inner>>(1024);
+        let (flush_tx, flush_rx) = bounded::<Weak<dyn Maintained>>(1024);
+        let (compact_tx, compact_rx) = bounded::<Weak<dyn Maintained>>(1024);
         let m = Arc::new(Maintenance {
             flush_tx: Mutex::new(Some(flush_tx)),
             compact_tx: Mutex::new(Some(compact_tx)),
@@ -68,21 +83,21 @@ impl Maintenance {
         Ok(m)
     }
 
-    pub(crate) fn register(&self, region: &Arc<Inner>) {
+    pub(crate) fn register(&self, region: &Arc<dyn Maintained>) {
         let mut regions = self.regions.lock();
         regions.retain(|r| r.strong_count() > 0);
         regions.push(Arc::downgrade(region));
     }
 
     /// Queues a flush request; false if it could not be queued.
-    pub(crate) fn request_flush(&self, region: &Arc<Inner>) -> bool {
+    pub(crate) fn request_flush(&self, region: &Arc<dyn Maintained>) -> bool {
         self.flush_tx
             .lock()
             .as_ref()
             .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok())
     }
 
-    pub(crate) fn request_compaction(&self, region: &Arc<Inner>) {
+    pub(crate) fn request_compaction(&self, region: &Arc<dyn Maintained>) {
         if let Some(tx) = self.compact_tx.lock().as_ref() {
             let _ = tx.try_send(Arc::downgrade(region));
         }
@@ -110,12 +125,11 @@ impl Drop for Maintenance {
     }
 }
 
-fn flush_and_compact(inner: &Arc<Inner>, maint: &Weak<Maintenance>) {
+fn flush_and_compact(inner: &Arc<dyn Maintained>, maint: &Weak<Maintenance>) {
     if inner.is_closed() || !inner.flush_due() {
         return;
     }
-    let outcome = flush::flush(inner);
-    inner.note_flush(&outcome);
+    let outcome = inner.flush_now();
     if outcome.is_ok()
         && let Some(m) = maint.upgrade()
     {
@@ -126,8 +140,8 @@ fn flush_and_compact(inner: &Arc<Inner>, maint: &Weak<Maintenance>) {
 }
 
 fn flusher(
-    rx: Receiver<Weak<Inner>>,
-    regions: Arc<Mutex<Vec<Weak<Inner>>>>,
+    rx: Receiver<Weak<dyn Maintained>>,
+    regions: Arc<Mutex<Vec<Weak<dyn Maintained>>>>,
     stop: Arc<AtomicBool>,
     maint: Weak<Maintenance>,
 ) {
@@ -143,7 +157,7 @@ fn flusher(
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let live: Vec<Arc<Inner>> =
+                let live: Vec<Arc<dyn Maintained>> =
                     regions.lock().iter().filter_map(Weak::upgrade).collect();
                 for inner in live {
                     flush_and_compact(&inner, &maint);
@@ -154,7 +168,7 @@ fn flusher(
     }
 }
 
-fn compactor(rx: Receiver<Weak<Inner>>, stop: Arc<AtomicBool>) {
+fn compactor(rx: Receiver<Weak<dyn Maintained>>, stop: Arc<AtomicBool>) {
     while let Ok(weak) = rx.recv() {
         if stop.load(Ordering::SeqCst) {
             return;
@@ -163,7 +177,7 @@ fn compactor(rx: Receiver<Weak<Inner>>, stop: Arc<AtomicBool>) {
             && !inner.is_closed()
         {
             // Failures leave the files as they were; the next flush retries.
-            let _ = compaction::compact(&inner, false);
+            let _ = inner.compact_minor();
         }
     }
 }

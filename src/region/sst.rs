@@ -12,6 +12,7 @@
 
 pub mod block;
 pub mod bloom;
+pub mod cache;
 pub mod frame;
 pub mod reader;
 pub mod ts_block;

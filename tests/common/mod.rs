@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use halite::clock::{Clock, ManualClock};
-use halite::region::block_cache::BlockCache;
+use halite::region::sst::cache::BlockCache;
 use halite::region::wal::io::IoBackendChoice;
 use halite::region::wal::{Wal, WalOptions};
 use halite::region::{Region, RegionDescriptor, RegionOptions};

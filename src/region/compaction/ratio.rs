@@ -5,29 +5,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::picker::CompactionPicker;
+use crate::region::options::CompactionOptions;
 use crate::region::sst::SstReader;
-
-/// `[region.compaction]`: the ratio rule's settings.
-#[derive(Debug, Clone)]
-pub struct CompactionOptions {
-    /// Fewest files a minor compaction merges (default 3).
-    pub min_files: usize,
-    /// Most files a minor compaction merges (default 10).
-    pub max_files: usize,
-    /// A file joins a minor compaction if it is at most this many times the
-    /// size of the newer files in the run (default 1.2).
-    pub ratio: f64,
-}
-
-impl Default for CompactionOptions {
-    fn default() -> Self {
-        CompactionOptions {
-            min_files: 3,
-            max_files: 10,
-            ratio: 1.2,
-        }
-    }
-}
 
 /// Minor compactions by HBase's ratio rule, with the family's
 /// `region.compaction` settings.

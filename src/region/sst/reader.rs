@@ -15,7 +15,7 @@ use super::writer::{TRAILER_LEN, decode_meta};
 use super::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use crate::cell::{compare_keys, first_key_of_row};
 use crate::codec::Reader;
-use crate::region::block_cache::BlockCache;
+use crate::region::sst::cache::BlockCache;
 use crate::schema::BloomType;
 
 /// Largest block we agree to allocate for (a sane bound on a damaged length).

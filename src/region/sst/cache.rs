@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::sst::block::Block;
+use super::block::Block;
 
 const SHARDS: usize = 16;
 

@@ -1,0 +1,352 @@
+//! A region's shared state: what its writers, readers, flushes and
+//! compactions all hold (`Arc<Inner>`), its counters, and the small
+//! decisions made on it (is a flush due, is the region open). The write
+//! path (`write.rs`), flushes and compactions add to it; it imports none of
+//! them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::maintenance::{Maintained, Maintenance};
+use super::manifest::Manifest;
+use super::memstore::cursor::MemCursor;
+use super::memstore::{MemStore, Mvcc};
+use super::options::RegionOptions;
+use super::read::merge::{Merge, Source};
+use super::read::{Get, RowScanner, Scan};
+use super::sst::SstReader;
+use super::sst::cache::BlockCache;
+use super::wal::Wal;
+use super::wal::record::{SourcePosition, SourceShard};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::schema::FamilyDescriptor;
+
+/// Counters for metrics, benchmarks and tests.
+#[derive(Debug, Default)]
+pub struct RegionStats {
+    pub flushes: AtomicU64,
+    pub flushed_bytes: AtomicU64,
+    pub flush_micros: AtomicU64,
+    pub compactions: AtomicU64,
+    pub compacted_bytes_in: AtomicU64,
+    pub compacted_bytes_out: AtomicU64,
+    pub expired_files_dropped: AtomicU64,
+    pub writer_stalls: AtomicU64,
+    pub writer_stall_micros: AtomicU64,
+    pub files_skipped_by_bloom: AtomicU64,
+    /// Files a read left out because their time range cannot match.
+    pub files_skipped_by_time: AtomicU64,
+    /// Flushes that failed (the data stays in the MemStore and the WAL,
+    /// and the next flush tries again).
+    pub flush_failures: AtomicU64,
+}
+
+/// The last flush failed, and keeps failing until one succeeds.
+#[derive(Debug, Clone)]
+pub struct FlushTrouble {
+    pub error: String,
+    /// The disk is full (`ENOSPC`).
+    pub no_space: bool,
+    pub since: Instant,
+    pub(crate) last_logged: Instant,
+}
+
+/// What readers snapshot: MemStores newest first, files per family oldest
+/// first.
+#[derive(Debug, Clone)]
+pub(crate) struct State {
+    pub(crate) active: Arc<MemStore>,
+    pub(crate) flushing: Vec<Arc<MemStore>>,
+    pub(crate) files: BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
+}
+
+pub(crate) enum Work {
+    Flush,
+    Compact,
+    Stop,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    /// Rows this region serves (see [`RegionDescriptor`]).
+    pub(crate) rows: (Vec<u8>, Vec<u8>),
+    pub(crate) dir: PathBuf,
+    pub(crate) options: RegionOptions,
+    pub(crate) families: Arc<HashMap<Vec<u8>, FamilyDescriptor>>,
+    pub(crate) family_order: Vec<Vec<u8>>,
+    pub(crate) wal: Arc<Wal>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) write_lock: Mutex<()>,
+    pub(crate) mvcc: Mvcc,
+    pub(crate) state: RwLock<State>,
+    pub(crate) manifest: Mutex<Manifest>,
+    pub(crate) next_file_id: AtomicU64,
+    pub(crate) flush_lock: Mutex<()>,
+    pub(crate) compaction_lock: Mutex<()>,
+    /// Writers blocked on memory wait here; flushes notify.
+    pub(crate) room: (Mutex<()>, Condvar),
+    pub(crate) poisoned: Mutex<Option<String>>,
+    /// Set while flushes fail, cleared by the next that succeeds.
+    pub(crate) flush_trouble: Mutex<Option<FlushTrouble>>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) stats: RegionStats,
+    pub(crate) work_tx: Sender<Work>,
+    pub(crate) compact_tx: Sender<Work>,
+    /// Shared flush and compaction threads, when the region has no threads
+    /// of its own. Weak: the store owns them, and a pool thread must never
+    /// end up holding the last reference to its own pool.
+    pub(crate) maintenance: Option<std::sync::Weak<Maintenance>>,
+    /// A flush request is queued: later writes need not queue another.
+    pub(crate) flush_requested: AtomicBool,
+    /// A flush was asked for from outside (the store's memory limit): due
+    /// whatever the MemStore's size.
+    pub(crate) flush_forced: AtomicBool,
+    /// Source positions (Kafka's, say) carried by the writes this region
+    /// took (and recovered from its manifest and WAL); the manifest keeps
+    /// them.
+    pub(crate) positions: Mutex<BTreeMap<SourceShard, u64>>,
+}
+
+pub(crate) fn family_dir(dir: &Path, family: &[u8]) -> PathBuf {
+    dir.join(String::from_utf8_lossy(family).as_ref())
+}
+
+pub(crate) fn note_position(positions: &mut BTreeMap<SourceShard, u64>, o: &SourcePosition) {
+    let at = positions
+        .entry((o.stream.clone(), o.shard))
+        .or_insert(o.durable_below);
+    *at = (*at).max(o.durable_below);
+}
+
+impl Inner {
+    pub(crate) fn memstore_bytes(&self) -> usize {
+        let s = self.state.read();
+        s.active.bytes() + s.flushing.iter().map(|m| m.bytes()).sum::<usize>()
+    }
+
+    pub(crate) fn needs_flush(&self) -> bool {
+        self.state.read().active.bytes() >= self.options.flush_size
+    }
+
+    /// Notes how a flush went: a failure is logged (the first, then at most
+    /// every 30 s while they go on) and counted; a success after failures
+    /// is logged once.
+    pub(crate) fn note_flush(&self, outcome: &Result<()>) {
+        let mut trouble = self.flush_trouble.lock();
+        match outcome {
+            Ok(()) => {
+                if let Some(t) = trouble.take() {
+                    tracing::info!(
+                        region = self.id,
+                        failing_s = t.since.elapsed().as_secs_f64(),
+                        "flushes succeed again"
+                    );
+                }
+            }
+            Err(e) => {
+                self.stats.flush_failures.fetch_add(1, Ordering::Relaxed);
+                let no_space = e.is_no_space();
+                let now = Instant::now();
+                let log = trouble
+                    .as_ref()
+                    .is_none_or(|t| now.duration_since(t.last_logged) >= Duration::from_secs(30));
+                if log {
+                    tracing::error!(
+                        region = self.id,
+                        error = %e,
+                        no_space,
+                        "flushing the MemStore failed; its data is safe in the WAL and \
+                         the flush is retried, but writes wait once MemStores fill up{}",
+                        if no_space { " (the disk is full: free space on it)" } else { "" }
+                    );
+                }
+                let since = trouble.as_ref().map_or(now, |t| t.since);
+                *trouble = Some(FlushTrouble {
+                    error: e.to_string(),
+                    no_space,
+                    since,
+                    last_logged: if log {
+                        now
+                    } else {
+                        trouble.as_ref().map_or(now, |t| t.last_logged)
+                    },
+                });
+            }
+        }
+    }
+
+    pub(crate) fn poison(&self, cause: String) {
+        self.poisoned.lock().get_or_insert(cause);
+        self.mvcc.poison();
+        self.room.1.notify_all();
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        if let Some(cause) = self.poisoned.lock().clone() {
+            return Err(Error::Poisoned(cause));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the MemStores should be flushed now: the active one is full
+    /// or old, or together they are over the blocking limit.
+    pub(crate) fn flush_due(&self) -> bool {
+        let first = self.state.read().active.first_write_ms();
+        let aged = first != 0
+            && self.clock.now_ms().saturating_sub(first)
+                >= self.options.flush_age.as_millis() as u64;
+        aged || self.flush_forced.load(Ordering::SeqCst)
+            || self.needs_flush()
+            || self.memstore_bytes() >= self.blocking_limit()
+    }
+
+    pub(crate) fn blocking_limit(&self) -> usize {
+        self.options
+            .flush_size
+            .saturating_mul(self.options.blocking_multiplier.max(1))
+    }
+
+    pub(crate) fn clear_flush_request(&self) {
+        self.flush_requested.store(false, Ordering::SeqCst);
+    }
+
+    /// Queues one flush request; more writes before it is served add none.
+    pub(crate) fn request_flush(self: &Arc<Self>) {
+        if self.flush_requested.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let queued = match &self.maintenance {
+            Some(m) => m
+                .upgrade()
+                .is_some_and(|m| m.request_flush(&(self.clone() as Arc<dyn Maintained>))),
+            None => self.work_tx.try_send(Work::Flush).is_ok(),
+        };
+        if !queued {
+            // Nothing will be served for this request: let the next write
+            // ask again instead of waiting for the timer.
+            self.clear_flush_request();
+        }
+    }
+
+    pub(crate) fn request_compaction(self: &Arc<Self>) {
+        match &self.maintenance {
+            Some(m) => {
+                if let Some(m) = m.upgrade() {
+                    m.request_compaction(&(self.clone() as Arc<dyn Maintained>));
+                }
+            }
+            None => {
+                // A pending request already covers this one.
+                let _ = self.compact_tx.try_send(Work::Compact);
+            }
+        }
+    }
+
+    /// One of a write's two conditions (in the MemStore, durable) is met;
+    /// the second completes it.
+    pub(crate) fn pass_gate(self: &Arc<Self>, gate: &AtomicU8, last_seq: u64) {
+        if gate.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.mvcc.complete(last_seq);
+            self.after_write();
+        }
+    }
+
+    pub(crate) fn after_write(self: &Arc<Self>) {
+        if self.needs_flush() {
+            self.request_flush();
+        }
+    }
+
+    /// Reads work on a closed region too (it holds its last state): a reader
+    /// that started before a split or an alter finishes on the old region.
+    pub(crate) fn scanner(&self, scan: &Scan, get: Option<&Get>) -> Result<RowScanner> {
+        let (start, stop) = scan.bounds()?;
+        let state = self.state.read().clone();
+        let read_point = self.mvcc.read_point();
+        let mut sources = Vec::new();
+        sources.push(Source::Mem(MemCursor::new(
+            state.active.clone(),
+            read_point,
+        )));
+        for m in &state.flushing {
+            sources.push(Source::Mem(MemCursor::new(m.clone(), read_point)));
+        }
+        for (family, files) in &state.files {
+            if !scan.columns.wants_family(family) {
+                continue;
+            }
+            let projection = scan.columns.projection_for(family).map(Arc::new);
+            for reader in files.iter().rev() {
+                if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
+                    continue;
+                }
+                // Nothing in a file entirely older than the range can change
+                // the answer: its puts are out of range and older than any
+                // in range, and its markers only mask older puts.
+                if reader.meta().max_ts < scan.time_range.min {
+                    self.stats
+                        .files_skipped_by_time
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // A file entirely newer than the range is still read: its
+                // versions count against VERSIONS before the range applies.
+                if get.is_none() && !reader.may_contain_rows(start.as_deref(), stop.as_deref()) {
+                    self.stats
+                        .files_skipped_by_bloom
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if let Some(get) = get
+                    && !bloom_may_match(reader, get, family)
+                {
+                    self.stats
+                        .files_skipped_by_bloom
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                sources.push(Source::File(reader.iter_projected(projection.clone())));
+            }
+        }
+        RowScanner::new(
+            Merge::new(sources),
+            self.families.clone(),
+            self.clock.now_ms(),
+            scan,
+        )
+    }
+}
+
+fn bloom_may_match(reader: &SstReader, get: &Get, family: &[u8]) -> bool {
+    let qualifiers: Vec<&[u8]> = get
+        .columns
+        .columns
+        .iter()
+        .filter(|(f, _)| f == family)
+        .map(|(_, q)| q.as_slice())
+        .collect();
+    let whole_family = get.columns.is_all() || get.columns.families.iter().any(|f| f == family);
+    if whole_family || qualifiers.is_empty() {
+        return reader.may_contain_row(&get.row);
+    }
+    // Family delete markers live at the empty qualifier: probe it too.
+    qualifiers
+        .iter()
+        .chain(std::iter::once(&&b""[..]))
+        .any(|q| reader.may_contain_column(&get.row, q))
+}
