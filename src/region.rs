@@ -27,7 +27,7 @@
 //! part shares is in `inner.rs`, the write path in `write.rs`, settings in
 //! `options.rs`; `flush.rs`, `compaction/` and `read/` work on the state;
 //! `maintenance.rs` runs flushes and compactions for many regions through
-//! the [`maintenance::Maintained`] trait this file implements.
+//! the `maintenance::Maintained` trait this file implements.
 
 pub mod compaction;
 pub mod flush;
