@@ -18,7 +18,8 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use super::arrow::{BATCH_CELLS, RowBatches, row_schema};
-use super::{ApiError, ApiResult, RowOut};
+use super::error::{ApiError, ApiResult};
+use super::json::RowOut;
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
 use crate::query::QueryRows;

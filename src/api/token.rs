@@ -11,7 +11,7 @@ use crate::catalog::TableName;
 use crate::codec::{from_hex, quote_prefix, to_hex};
 use crate::region::read::ContinuationToken;
 
-use super::ApiError;
+use super::error::ApiError;
 
 const VERSION: u8 = 2;
 
