@@ -18,7 +18,9 @@ use crate::cell::{EntryBatch, EntryRef, TTL_FLAG, compare_keys, compare_keys_aft
 use crate::codec::{Reader, compare_bytes, put_len_prefixed, put_varint};
 
 pub mod cursor;
+mod row;
 mod skiplist;
+use row::{RawSlice, RowNode};
 use skiplist::{Node, SkipList, Splice};
 
 /// Chunk size of the MemStore-local allocation buffer.
@@ -29,35 +31,6 @@ const OWN_CHUNK: usize = CHUNK / 8;
 
 /// Alignment of skiplist nodes in the arena (and so of its chunks).
 const NODE_ALIGN: usize = std::mem::align_of::<Node>();
-
-/// Bytes owned by an [`Arena`]; valid for as long as the arena lives.
-#[derive(Debug, Clone, Copy)]
-struct RawSlice {
-    ptr: *const u8,
-    len: usize,
-}
-
-// SAFETY: a RawSlice points at bytes that are written once, before the slice
-// is published, and never changed or freed while the owning MemStore lives.
-unsafe impl Send for RawSlice {}
-// SAFETY: as above; the bytes are immutable after publication.
-unsafe impl Sync for RawSlice {}
-
-impl RawSlice {
-    fn of(bytes: &[u8]) -> Self {
-        RawSlice {
-            ptr: bytes.as_ptr(),
-            len: bytes.len(),
-        }
-    }
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr..ptr+len` lies inside an arena chunk (or, for a
-        // search probe, a buffer borrowed for the duration of the search)
-        // that outlives every slice handed out: entries leave the MemStore
-        // only through `load_row`, whose callers hold an `Arc<MemStore>`.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
 
 /// Chunks of entry bytes, appended to and never moved.
 #[derive(Debug, Default)]
@@ -185,52 +158,6 @@ impl Drop for Arena {
             // exactly `len` bytes and is freed once, here.
             unsafe { std::alloc::dealloc(p, Arena::chunk_layout(len)) };
         }
-    }
-}
-
-/// A skiplist node: one row mutation. Nodes order by row, then newest edit
-/// first; the row's cells, sorted by cell key, are one blob in the arena:
-///
-/// ```text
-/// per cell: varint key_len · key · [varint ttl_ms if the key has the TTL flag]
-///           · varint value_len · value
-/// ```
-///
-/// Time-series rows carry several cells each, so one node per row instead of
-/// one per cell divides the skiplist's work (and cache misses) by the number
-/// of fields.
-#[derive(Debug, Clone, Copy)]
-struct RowNode {
-    row: RawSlice,
-    seq: u64,
-    cells: RawSlice,
-}
-
-impl RowNode {
-    fn probe(row: &[u8], seq: u64) -> RowNode {
-        RowNode {
-            row: RawSlice::of(row),
-            seq,
-            cells: RawSlice::of(&[]),
-        }
-    }
-}
-
-impl PartialEq for RowNode {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for RowNode {}
-impl Ord for RowNode {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare_bytes(self.row.as_slice(), other.row.as_slice())
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-impl PartialOrd for RowNode {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
     }
 }
 

@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as AtomicOrdering};
 
-use super::RowNode;
+use super::row::RowNode;
 
 /// Levels of the tallest tower. With a quarter of the nodes reaching each
 /// next level, 12 levels keep searches logarithmic to about 16M rows.

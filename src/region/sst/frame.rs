@@ -11,7 +11,8 @@
 //!
 //! A time-series payload decodes into the data block body (`block`).
 
-use super::{Projection, ts_block};
+use super::format::Projection;
+use super::ts_block;
 use crate::codec::DecodeError;
 
 pub const FRAME_OVERHEAD: usize = 9;

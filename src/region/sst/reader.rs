@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockIter};
 use super::bloom::{Bloom, hash, rowcol_key};
+use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use super::frame::{FRAME_OVERHEAD, unframe, unframe_projected};
 use super::writer::{TRAILER_LEN, decode_meta};
-use super::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use crate::cell::{compare_keys, first_key_of_row};
 use crate::codec::Reader;
 use crate::region::sst::cache::BlockCache;

@@ -650,7 +650,7 @@ pub fn decode(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
 pub fn decode_projected(
     payload: &[u8],
     max_len: usize,
-    projection: Option<&super::Projection>,
+    projection: Option<&super::format::Projection>,
 ) -> Result<Vec<u8>, DecodeError> {
     let mut r = Reader::new(payload);
     if r.bytes(1, "time-series block format")? != [FORMAT] {

@@ -35,8 +35,8 @@ use std::path::{Path, PathBuf};
 
 use super::block::BlockBuilder;
 use super::bloom::{Bloom, hash, rowcol_key};
+use super::format::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
 use super::frame::{frame, frame_time_series};
-use super::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
 use crate::cell::{CellKind, KeyRef, row_of};
 use crate::codec::{put_len_prefixed, put_varint};
 use crate::schema::{BloomType, Compression, DataBlockEncoding, FamilyDescriptor};
