@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub mod units;
-
-pub use units::{ByteSize, Dur};
+pub use crate::units::{ByteSize, Dur};
 
 use crate::region::RegionOptions;
 use crate::region::compaction::CompactionOptions;

@@ -9,7 +9,7 @@
 //! app         serve(): wiring and ordered shutdown     (main.rs: the CLI)
 //! api/        HTTP: writes, reads, admin; JSON, NDJSON and Arrow answers
 //! telemetry   metrics and logs, from the store's region stats
-//! config      every stage's settings (+ units: sizes, durations)
+//! config      every stage's settings, read from TOML
 //!   ▼
 //! ingest/     line protocol, JSON, Kafka: points → rows routed by region
 //!   ▼         (a Kafka delete message runs through the query engine)
@@ -31,11 +31,13 @@
 //!         ├─ manifest    the live file set, replaced atomically
 //!         └─ read/       merge → resolve versions/deletes/TTL → filters → pages
 //!   ▼
-//! catalog  key  schema  cell  value  codec  clock  fsutil  error (+ kind)
+//! catalog  key  schema  cell  value  codec  clock  fsutil  units  error/kind
 //! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
 //! ```
 //!
-//! Nothing imports a line above its own. `fault`, `failpoint` and
+//! Nothing imports a line above its own, but for `error.rs`: the crate's
+//! `Error` wraps the WAL's, the store files' and the manifest's errors, so
+//! it stands just above them (their kind, `error/kind.rs`, is a leaf). `fault`, `failpoint` and
 //! `fuzz` exist for tests (fault injection, crash points, fuzz targets) and
 //! are not part of the documented surface.
 //!
@@ -69,6 +71,7 @@ pub mod store;
 pub mod table;
 pub mod telemetry;
 pub mod tsbs;
+pub mod units;
 pub mod value;
 pub mod verify;
 

@@ -37,11 +37,11 @@ use super::line_protocol::Precision;
 use super::{Format, PointEncoder, Uniquifiers};
 use crate::catalog::TableName;
 use crate::clock::Clock;
-use crate::config::units::{ByteSize, Dur};
 use crate::query::engine::QueryEngine;
 use crate::region::wal::record::SourcePosition;
 use crate::schema::Durability;
 use crate::store::{PendingBatch, Store};
+use crate::units::{ByteSize, Dur};
 
 /// One consumed topic.
 #[derive(Debug, Clone, Deserialize)]

@@ -1,5 +1,6 @@
 //! Sizes and durations as settings spell them: `"64MiB"`, `"250ms"`. A
-//! leaf, so any module's settings can use them.
+//! leaf, so any stage's settings (the `[kafka]` section's, say) can use
+//! them without importing `config`.
 
 use std::time::Duration;
 
