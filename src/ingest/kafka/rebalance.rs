@@ -1,0 +1,224 @@
+//! librdkafka's rebalance callbacks: a partition that goes is drained
+//! and committed first; one that comes starts at the store's durable
+//! position where that is ahead of the group's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::offsets::PartitionKey;
+use super::shared::Shared;
+
+pub(super) struct IngestContext {
+    pub(super) shared: Arc<Shared>,
+    /// Durable positions recovered from the store at start.
+    pub(super) recovered: HashMap<PartitionKey, i64>,
+    /// Whether the group rebalances cooperatively, read at the first
+    /// callback (an assignment, while the group is up) and kept.
+    pub(super) cooperative: std::sync::OnceLock<bool>,
+}
+
+impl ClientContext for IngestContext {}
+
+impl ConsumerContext for IngestContext {
+    /// librdkafka's rebalance, with two additions: before partitions go, the
+    /// batches in flight are waited for and committed; when partitions
+    /// come, each starts at the durable position recovered from the store
+    /// where that is ahead of the group's committed offset.
+    ///
+    /// No request to the consumer group follows the (un)assign: when the
+    /// consumer closes with its brokers gone, the group terminates as soon
+    /// as the last unassign is handled, and a request queued in that
+    /// moment (`assignment()`, `rebalance_protocol()`) is dropped without
+    /// an answer, so its caller — this callback, inside the consumer's
+    /// drop — waited forever. What is held comes from the callbacks' own
+    /// partition lists instead.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = *self.cooperative.get_or_init(|| {
+            matches!(
+                consumer.rebalance_protocol(),
+                RebalanceProtocol::Cooperative
+            )
+        });
+        let partitions: Vec<String> = tpl
+            .elements()
+            .iter()
+            .map(|e| format!("{}/{}", e.topic(), e.partition()))
+            .collect();
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                tracing::info!(partitions = %partitions.join(" "), "kafka partitions assigned");
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                tracing::info!(partitions = %partitions.join(" "), "kafka partitions revoked");
+            }
+            _ => {}
+        }
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.resume_from_store(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.revoke(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "kafka rebalance failed; dropping the assignment");
+                self.revoke(consumer, tpl);
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "applying the kafka rebalance failed");
+        }
+        let listed: Vec<PartitionKey> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let assigned = {
+            let mut held = self.shared.assigned.lock();
+            match err {
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                    if !cooperative {
+                        held.clear();
+                    }
+                    held.extend(listed);
+                }
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if cooperative => {
+                    for p in listed {
+                        held.remove(&p);
+                    }
+                }
+                _ => held.clear(),
+            }
+            held.len()
+        };
+        let stats = &self.shared.stats;
+        stats
+            .assigned_partitions
+            .store(assigned as u64, Ordering::Relaxed);
+        if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+            stats.joined.store(true, Ordering::Release);
+        }
+        metrics::gauge!("halite_kafka_assigned_partitions").set(assigned as f64);
+    }
+}
+
+impl IngestContext {
+    /// Waits for the revoked partitions' batches in flight to become
+    /// durable and commits them, so the next owner starts where we stopped
+    /// instead of replaying.
+    pub(super) fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        let revoked: Vec<PartitionKey> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        if self.shared.closing.load(Ordering::SeqCst) {
+            // The consumer drained and committed before it closed.
+            let mut tracker = self.shared.tracker.lock();
+            for p in &revoked {
+                tracker.partitions.remove(p);
+            }
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut tracker = self.shared.tracker.lock();
+        while revoked.iter().any(|p| tracker.in_flight(p) > 0) && Instant::now() < deadline {
+            self.shared
+                .batch_done
+                .wait_for(&mut tracker, Duration::from_millis(50));
+        }
+        drop(tracker);
+        self.shared.commit(consumer, Some(&revoked));
+        let mut tracker = self.shared.tracker.lock();
+        for p in &revoked {
+            tracker.partitions.remove(p);
+        }
+    }
+
+    /// Starts assigned partitions at the store's durable position where it
+    /// is ahead of the committed offset (the process died between a durable
+    /// write and the commit that would have covered it).
+    pub(super) fn resume_from_store(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let ours: Vec<(PartitionKey, i64)> = tpl
+            .elements()
+            .iter()
+            .filter_map(|e| {
+                let p = (e.topic().to_string(), e.partition());
+                self.recovered.get(&p).map(|&o| (p, o))
+            })
+            .collect();
+        let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(c) => c,
+            Err(e) => {
+                // Starting from the committed offsets replays more; no loss.
+                tracing::warn!(error = %e, "reading committed offsets failed; not resuming from the store");
+                return;
+            }
+        };
+        self.shared.stats.record_committed(&committed);
+        if ours.is_empty() {
+            return;
+        }
+        for ((topic, partition), durable) in ours {
+            let at = match committed
+                .find_partition(&topic, partition)
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(c)) => c,
+                _ => -1,
+            };
+            if durable > at.max(0) {
+                if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(durable))
+                {
+                    tracing::error!(%topic, partition, offset = durable, error = %e, "cannot start a partition at the store's position");
+                    continue;
+                }
+                tracing::info!(
+                    %topic,
+                    partition,
+                    offset = durable,
+                    committed = at,
+                    "partition resumes from the store's durable position"
+                );
+                // Committed at the next commit even if no message comes,
+                // so the group (and its lag) learns what the store holds.
+                self.shared
+                    .tracker
+                    .lock()
+                    .resumed_at(&(topic.clone(), partition), durable);
+                self.shared
+                    .stats
+                    .resumed
+                    .lock()
+                    .insert((topic, partition), durable);
+            }
+        }
+    }
+}

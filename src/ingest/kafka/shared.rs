@@ -1,0 +1,191 @@
+//! State shared by the consumer thread, the rebalance callbacks and the
+//! writers; commits of what is durable.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::batch::{Batch, Decoded};
+use super::offsets::{BatchState, OffsetTracker, PartitionKey, Waiting};
+use super::stats::IngestStats;
+use crate::catalog::TableName;
+use crate::query::engine::QueryEngine;
+use crate::store::Store;
+
+/// State shared by the consumer thread, the rebalance callbacks and the
+/// writers.
+pub(super) struct Shared {
+    pub(super) tracker: Mutex<OffsetTracker>,
+    /// Signalled whenever a batch finishes.
+    pub(super) batch_done: Condvar,
+    /// Bumped on every revoke: batches built before it are dropped.
+    pub(super) generation: AtomicU64,
+    pub(super) stats: Arc<IngestStats>,
+    pub(super) store: Arc<Store>,
+    /// Runs the deletes that messages ask for.
+    pub(super) queries: Arc<QueryEngine>,
+    /// The partitions this member holds, kept from the rebalance callbacks'
+    /// own lists: asking librdkafka (`assignment()`) from a callback run
+    /// while the consumer closes can wait forever (see `rebalance`).
+    pub(super) assigned: Mutex<BTreeSet<PartitionKey>>,
+    /// The consumer is closing after its last commit: a revoke then has
+    /// nothing left to wait for or commit.
+    pub(super) closing: AtomicBool,
+    /// librdkafka reported every broker down, and no message came since.
+    pub(super) brokers_down: AtomicBool,
+    /// Per partition, which batch hands its rows to the store next, and
+    /// the decoded batches waiting for their turn (see `writer::writer_loop`).
+    pub(super) sequence: Mutex<HashMap<PartitionKey, PartitionSequence>>,
+}
+
+/// A partition's batches in the order they were consumed: the writers
+/// decode in parallel, but hand rows to the store in this order, so the
+/// WAL logs a partition in offset order (of two points with one key the
+/// later wins; a delete message sees every point before it and none
+/// after).
+#[derive(Default)]
+pub(super) struct PartitionSequence {
+    /// The sequence number of the batch whose turn it is.
+    pub(super) next: u64,
+    /// Batches decoded ahead of their turn, by sequence number.
+    pub(super) parked: BTreeMap<u64, (Batch, Option<Decoded>)>,
+}
+
+impl Shared {
+    /// Marks done the written batches that became durable: one WAL sync
+    /// covers every ASYNC_WAL batch written before it; a SKIP_WAL batch
+    /// waits for its regions' flushes.
+    pub(super) fn settle(&self) {
+        let waiting = self.tracker.lock().waiting();
+        if waiting.is_empty() {
+            return;
+        }
+        let mut durable = Vec::new();
+        if waiting.iter().any(|w| w.2 == Waiting::WalSync) {
+            match self.store.sync_wals() {
+                Ok(()) => durable.extend(
+                    waiting
+                        .iter()
+                        .filter(|w| w.2 == Waiting::WalSync)
+                        .map(|w| (w.0.clone(), w.1)),
+                ),
+                Err(e) => {
+                    tracing::error!(error = %e, "syncing the WAL for ASYNC_WAL batches failed")
+                }
+            }
+        }
+        let mut flushed: HashMap<TableName, HashMap<u64, u64>> = HashMap::new();
+        for (p, first, w) in &waiting {
+            let Waiting::Flush { table, seqs } = w else {
+                continue;
+            };
+            if !flushed.contains_key(table) {
+                match self.store.region_seqs(table, true) {
+                    Ok(f) => {
+                        flushed.insert(table.clone(), f);
+                    }
+                    Err(e) => {
+                        tracing::error!(%table, error = %e, "reading flushed sequence ids failed");
+                        continue;
+                    }
+                }
+            }
+            let f = &flushed[table];
+            // A region gone since (split, so flushed first) holds nothing.
+            if seqs
+                .iter()
+                .all(|(region, seq)| f.get(region).is_none_or(|done| done >= seq))
+            {
+                durable.push((p.clone(), *first));
+            }
+        }
+        let mut tracker = self.tracker.lock();
+        for (p, (first, last)) in durable {
+            tracker.finished(&p, first, last, BatchState::Done);
+        }
+    }
+
+    /// Commits what is durable, synchronously; `only` limits it to some
+    /// partitions.
+    pub(super) fn commit<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        only: Option<&[PartitionKey]>,
+    ) {
+        let started = Instant::now();
+        self.settle();
+        let offsets: Vec<(PartitionKey, i64)> = self
+            .tracker
+            .lock()
+            .to_commit()
+            .into_iter()
+            .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
+            .collect();
+        if offsets.is_empty() {
+            return;
+        }
+        // Durable whether or not the commit gets through.
+        self.stats.durable.lock().extend(offsets.iter().cloned());
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in &offsets {
+            if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
+                tracing::error!(%topic, partition, offset, error = %e, "cannot list an offset to commit");
+            }
+        }
+        match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => {
+                self.tracker.lock().committed(&offsets);
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.committed.lock().extend(offsets.iter().cloned());
+                metrics::histogram!("halite_kafka_commit_duration_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                for ((topic, partition), offset) in &offsets {
+                    let labels = [
+                        ("topic", topic.clone()),
+                        ("partition", partition.to_string()),
+                    ];
+                    metrics::gauge!("halite_kafka_committed_offset", &labels).set(*offset as f64);
+                    // The high watermark librdkafka saw in its last fetch
+                    // response (no broker round trip).
+                    if let Some(high) = cached_high_watermark(consumer, topic, *partition) {
+                        metrics::gauge!("halite_kafka_consumer_lag", &labels)
+                            .set((high - offset).max(0) as f64);
+                    }
+                }
+            }
+            // Not fatal: the next commit carries the same (or later) offsets.
+            Err(e) => tracing::warn!(error = %e, "offset commit failed (will retry)"),
+        }
+    }
+}
+
+/// The high watermark librdkafka cached from the partition's last fetch
+/// response. (Asking the broker is a ListOffsets request, which Tansu
+/// answers wrongly, and a round trip per partition.)
+pub(super) fn cached_high_watermark<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client handle is valid for as long as `consumer` lives;
+    // the topic is a NUL-terminated string and the out-parameters are
+    // locals, none kept by librdkafka after the call.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}

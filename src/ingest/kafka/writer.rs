@@ -1,0 +1,573 @@
+//! The writer threads: a partition's batches decoded in parallel and
+//! handed to the store in offset order, deletes run in their turn, and
+//! each batch marked done once durable.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::batch::{BadMessage, Batch, Decoded, TopicRoute};
+use super::dead_letter::DeadLetters;
+use super::offsets::{BatchState, PartitionKey, Waiting};
+use super::shared::Shared;
+use crate::clock::Clock;
+use crate::ingest::{Format, PointEncoder, Uniquifiers};
+use crate::region::wal::record::SourcePosition;
+use crate::schema::Durability;
+use crate::store::{PendingBatch, Store};
+
+pub(super) fn writer_loop(
+    rx: Receiver<Batch>,
+    done: Sender<Submitted>,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+    dead_letters: &Option<DeadLetters>,
+) {
+    for batch in rx {
+        // Decoded here, in parallel with the other writers...
+        let decoded = decode_ahead(&batch, store, clock);
+        let key = (batch.topic.topic.clone(), batch.partition);
+        let mut seq = batch.seq;
+        let mut job = Some((batch, decoded));
+        // ...and handed to the store in the partition's order: a batch
+        // decoded before its turn is parked, and the writer of the batch
+        // before it hands it on too.
+        loop {
+            {
+                let mut sequence = shared.sequence.lock();
+                let ps = sequence.entry(key.clone()).or_default();
+                if ps.next != seq {
+                    if let Some(j) = job.take() {
+                        ps.parked.insert(seq, j);
+                    }
+                    break;
+                }
+            }
+            let Some((batch, decoded)) = job.take() else {
+                break;
+            };
+            let submitted =
+                submit_batch(&batch, decoded, store, shared, clock, dead_letters.as_ref());
+            drop(batch);
+            if let Err(crossbeam_channel::SendError(s)) = done.send(submitted) {
+                // The completion thread is gone (it never leaves before the
+                // writers): finish here.
+                finish_batch(s, store, shared);
+            }
+            let mut sequence = shared.sequence.lock();
+            let ps = sequence.entry(key.clone()).or_default();
+            ps.next = seq + 1;
+            match ps.parked.remove(&ps.next) {
+                Some(next) => {
+                    seq = ps.next;
+                    job = Some(next);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// Waits for the writers' batches to be durable, in the order submitted,
+/// and marks them finished, so the writers go on encoding meanwhile.
+pub(super) fn completion_loop(rx: Receiver<Submitted>, store: &Store, shared: &Shared) {
+    for s in rx {
+        finish_batch(s, store, shared);
+    }
+}
+
+/// A batch handed to the store, its durability still to come.
+pub(super) struct Submitted {
+    pub(super) key: PartitionKey,
+    pub(super) first: i64,
+    pub(super) last: i64,
+    pub(super) messages: u64,
+    pub(super) route: Arc<TopicRoute>,
+    /// `None` when there was nothing to write, or nothing could be.
+    pub(super) write: Option<(PendingBatch, Durability)>,
+    pub(super) points: u64,
+    pub(super) cells: u64,
+    /// Something already failed: the batch is `Failed` whatever comes.
+    pub(super) failed: bool,
+}
+
+/// Marks a submitted batch finished once its points are durable (or
+/// written, for tables that are durable later).
+pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
+    let route = &s.route;
+    let mut state = if s.failed {
+        BatchState::Failed
+    } else {
+        BatchState::Done
+    };
+    if let Some((pending, durability)) = s.write {
+        match store.wait(pending) {
+            Err(e) => {
+                tracing::error!(
+                    topic = %route.topic,
+                    partition = s.key.1,
+                    first_offset = s.first,
+                    error = %e,
+                    "writing a batch failed; its partition's commits stop before it"
+                );
+                state = BatchState::Failed;
+            }
+            Ok(()) => {
+                if state == BatchState::Done {
+                    state = match durability {
+                        Durability::SyncWal => BatchState::Done,
+                        Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
+                        Durability::SkipWal => match store.region_seqs(&route.table, false) {
+                            Ok(seqs) => BatchState::Written(Waiting::Flush {
+                                table: route.table.clone(),
+                                seqs,
+                            }),
+                            Err(e) => {
+                                tracing::error!(table = %route.table, error = %e, "reading sequence ids failed");
+                                BatchState::Failed
+                            }
+                        },
+                    };
+                }
+            }
+        }
+    }
+    // Points written before a delete message were waited for when it
+    // ran: a batch's points count once it did not fail.
+    if state != BatchState::Failed && s.points > 0 {
+        shared.stats.points.fetch_add(s.points, Ordering::Relaxed);
+        let labels = [
+            ("topic", route.topic.clone()),
+            ("table", route.table.to_string()),
+        ];
+        metrics::counter!("halite_kafka_points_total", &labels).increment(s.points);
+        metrics::counter!("halite_kafka_cells_total", &labels).increment(s.cells);
+    }
+    metrics::counter!("halite_kafka_messages_total", "topic" => route.topic.clone())
+        .increment(s.messages);
+    if state == BatchState::Failed {
+        shared.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("halite_kafka_batches_failed_total", "topic" => route.topic.clone())
+            .increment(1);
+    }
+    let drained_at = {
+        let mut tracker = shared.tracker.lock();
+        tracker.finished(&s.key, s.first, s.last, state);
+        tracker.drained_position(&s.key)
+    };
+    shared.batch_done.notify_all();
+    if let Some(durable_below) = drained_at {
+        note_drained_position(&s.route, &s.key, durable_below, store, shared);
+    }
+}
+
+/// The partition has nothing in the pipeline and everything before
+/// `durable_below` is durable: the store learns it, so a crash before the
+/// next Kafka commit resumes exactly there rather than at the position the
+/// last batch's records carried (what was durable before that batch).
+pub(super) fn note_drained_position(
+    route: &TopicRoute,
+    key: &PartitionKey,
+    durable_below: i64,
+    store: &Store,
+    shared: &Shared,
+) {
+    let origin = SourcePosition {
+        stream: route.topic.clone(),
+        shard: key.1 as u32,
+        durable_below: durable_below as u64,
+    };
+    let noted = store
+        .submit_position(&route.table, origin)
+        .and_then(|pending| store.wait(pending));
+    match noted {
+        Ok(()) => shared.tracker.lock().position_noted(key, durable_below),
+        // Only an optimisation is lost: the next batch's records carry it.
+        Err(e) => tracing::debug!(topic = %route.topic, error = %e, "noting a position failed"),
+    }
+}
+
+/// Decodes a batch off the ordered path; `None` when it must be decoded
+/// in its turn: it may hold a delete message (which needs the points
+/// before it in the store first), or its table cannot take rows (the
+/// turn reports it).
+pub(super) fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> Option<Decoded> {
+    let route = &batch.topic;
+    if route.format == Format::Json
+        && batch
+            .iter()
+            .any(|(_, p)| memchr::memmem::find(p, b"\"delete\"").is_some())
+    {
+        return None;
+    }
+    let desc = store.catalog().table(&route.table).ok()?;
+    let mut encoder = PointEncoder::new(&desc, store.max_value_size()).ok()?;
+    encoder.reserve_for_bytes(batch.bytes());
+    let stream = Uniquifiers::stream(&route.topic, batch.partition);
+    let now = clock.now_ms();
+    let mut bad = Vec::new();
+    for (i, (offset, payload)) in batch.iter().enumerate() {
+        encoder.set_uniquifiers(Uniquifiers::Message { stream, offset });
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+            bad.push((i, reason));
+        }
+    }
+    let entries = encoder.finish();
+    Some(Decoded { desc, entries, bad })
+}
+
+/// Hands a batch's points to the store (decoding them first unless
+/// `decoded` did), carrying out its delete messages in place; bad messages
+/// go to the dead-letter topic. What comes back waits for durability in
+/// [`finish_batch`]. Runs in the partition's order.
+pub(super) fn submit_batch(
+    batch: &Batch,
+    decoded: Option<Decoded>,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+    dead_letters: Option<&DeadLetters>,
+) -> Submitted {
+    let route = &batch.topic;
+    let mut submitted = Submitted {
+        key: (route.topic.clone(), batch.partition),
+        first: batch.first_offset().unwrap_or(0),
+        last: batch.last_offset().unwrap_or(0),
+        messages: batch.messages.len() as u64,
+        route: route.clone(),
+        write: None,
+        points: 0,
+        cells: 0,
+        failed: false,
+    };
+    let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
+    let (desc, entries) = match decoded {
+        Some(d) => {
+            let payloads: Vec<(i64, &[u8])> = batch.iter().collect();
+            bad.extend(
+                d.bad
+                    .into_iter()
+                    .map(|(i, b)| (payloads[i].0, payloads[i].1, b)),
+            );
+            (d.desc, d.entries)
+        }
+        None => match decode_in_turn(batch, store, shared, clock, &mut submitted, &mut bad) {
+            Some(decoded) => decoded,
+            None => return submitted,
+        },
+    };
+    submitted.points += entries.rows() as u64;
+    submitted.cells += entries.cells() as u64;
+    if entries.rows() > 0 {
+        // The record carries what is durable before it, so a restart can
+        // resume there even if no Kafka commit said so.
+        let origin = shared
+            .tracker
+            .lock()
+            .durable_below(&submitted.key)
+            .map(|durable_below| SourcePosition {
+                stream: route.topic.clone(),
+                shard: batch.partition as u32,
+                durable_below: durable_below as u64,
+            });
+        match store.submit_encoded(&route.table, entries, origin) {
+            Ok(pending) => submitted.write = Some((pending, desc.durability)),
+            Err(e) => {
+                tracing::error!(
+                    topic = %route.topic,
+                    partition = batch.partition,
+                    first_offset = submitted.first,
+                    error = %e,
+                    "writing a batch failed; its partition's commits stop before it"
+                );
+                submitted.failed = true;
+                return submitted;
+            }
+        }
+    }
+    if bad.is_empty() {
+        return submitted;
+    }
+    shared
+        .stats
+        .bad_messages
+        .fetch_add(bad.len() as u64, Ordering::Relaxed);
+    for (offset, _, bad) in &bad {
+        metrics::counter!(
+            "halite_kafka_bad_messages_total",
+            "topic" => route.topic.clone(),
+            "reason" => bad.kind
+        )
+        .increment(1);
+        tracing::warn!(
+            topic = %route.topic,
+            partition = batch.partition,
+            offset,
+            reason = %bad.reason,
+            "bad message"
+        );
+    }
+    let Some(dl) = dead_letters else {
+        return submitted; // counted and logged is all that is asked
+    };
+    let mut sent = true;
+    for (offset, payload, bad) in &bad {
+        sent &= dl.send(&route.topic, batch.partition, *offset, payload, &bad.reason);
+    }
+    if sent && dl.flush() {
+        shared
+            .stats
+            .dead_lettered
+            .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        metrics::counter!("halite_kafka_dead_lettered_total", "topic" => route.topic.clone())
+            .increment(bad.len() as u64);
+    } else {
+        submitted.failed = true;
+    }
+    submitted
+}
+
+/// Decodes a batch in its turn, carrying out its delete messages as they
+/// come (the points before one are written and made readable first);
+/// `None` when the batch failed (`submitted` says so).
+pub(super) fn decode_in_turn<'b>(
+    batch: &'b Batch,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+    submitted: &mut Submitted,
+    bad: &mut Vec<(i64, &'b [u8], BadMessage)>,
+) -> Option<(crate::catalog::TableDescriptor, crate::table::RoutedRows)> {
+    let route = &batch.topic;
+    let desc = match store.catalog().table(&route.table) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
+            submitted.failed = true;
+            return None;
+        }
+    };
+    let now = clock.now_ms();
+    let mut encoder = match PointEncoder::new(&desc, store.max_value_size()) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
+            submitted.failed = true;
+            return None;
+        }
+    };
+    encoder.reserve_for_bytes(batch.bytes());
+    let stream = Uniquifiers::stream(&route.topic, batch.partition);
+    for (offset, payload) in batch.iter() {
+        if route.format == Format::Json
+            && let Some(delete) = delete_message(payload)
+        {
+            // A delete applies to every point before it in the partition
+            // and to none after: those before are made readable first.
+            let Ok(fresh) = PointEncoder::new(&desc, store.max_value_size()) else {
+                submitted.failed = true; // the table made one above
+                return None;
+            };
+            let before = std::mem::replace(&mut encoder, fresh).finish();
+            submitted.points += before.rows() as u64;
+            submitted.cells += before.cells() as u64;
+            let outcome = (if before.rows() > 0 {
+                store.write_encoded(&route.table, before, None)
+            } else {
+                Ok(())
+            })
+            .map_err(DeleteFailure::Store)
+            .and_then(|()| {
+                wait_for_batches_before(shared, &submitted.key, submitted.first);
+                delete.map_err(DeleteFailure::Bad).and_then(|q| {
+                    shared
+                        .queries
+                        .delete_points(&route.table, &q)
+                        .map_err(DeleteFailure::Store)
+                })
+            });
+            // Durable through the delete, and the store told so: a restart
+            // then resumes after it instead of running it again over points
+            // written after it (their replay would write them at the same
+            // timestamps, which the markers hide).
+            let outcome = outcome.and_then(|rows| {
+                durable_through(store, &desc, route, batch.partition, offset + 1)
+                    .map(|()| rows)
+                    .map_err(DeleteFailure::Store)
+            });
+            match outcome {
+                Ok(rows) => {
+                    shared.stats.deletes.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(topic = %route.topic, partition = batch.partition, offset, rows, "deleted points");
+                }
+                Err(DeleteFailure::Bad(reason)) => bad.push((
+                    offset,
+                    payload,
+                    BadMessage {
+                        kind: "bad_delete",
+                        reason,
+                    },
+                )),
+                Err(DeleteFailure::Store(e))
+                    if e.kind() == crate::error::ErrorKind::InvalidInput =>
+                {
+                    bad.push((
+                        offset,
+                        payload,
+                        BadMessage {
+                            kind: "bad_delete",
+                            reason: e.to_string(),
+                        },
+                    ))
+                }
+                Err(DeleteFailure::Store(e)) => {
+                    tracing::error!(
+                        topic = %route.topic,
+                        partition = batch.partition,
+                        offset,
+                        error = %e,
+                        "a delete failed; its partition's commits stop before it"
+                    );
+                    submitted.failed = true;
+                    return None;
+                }
+            }
+            continue;
+        }
+        encoder.set_uniquifiers(Uniquifiers::Message { stream, offset });
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+            bad.push((offset, payload, reason));
+        }
+    }
+    let entries = encoder.finish();
+    Some((desc, entries))
+}
+
+/// Why a delete message was not carried out.
+pub(super) enum DeleteFailure {
+    /// The message is wrong: it goes where bad messages go.
+    Bad(String),
+    /// The store failed (or refused what the message asks).
+    Store(crate::error::Error),
+}
+
+/// A JSON message `{"delete": {"series": [...], "start_ms": …, "end_ms": …,
+/// "fields": [...]}}` (what `POST …/delete` takes for points): `None` when
+/// the message is not a delete, else the query it deletes, or why it is
+/// wrong.
+pub(super) fn delete_message(payload: &[u8]) -> Option<Result<crate::query::Query, String>> {
+    // Most messages are points: only one naming `delete` is read twice.
+    memchr::memmem::find(payload, b"\"delete\"")?;
+    let serde_json::Value::Object(mut top) = serde_json::from_slice(payload).ok()? else {
+        return None;
+    };
+    if top.len() != 1 {
+        return None;
+    }
+    let body = top.remove("delete")?;
+    Some(serde_path_to_error::deserialize(body).map_err(|e| {
+        let inner = crate::codec::bounded(&e.inner().to_string(), 240).into_owned();
+        match e.path().to_string().as_str() {
+            "." => format!("delete: {inner}"),
+            path => format!("delete: field `{path}`: {inner}"),
+        }
+    }))
+}
+
+/// Makes every write of the table durable as its durability says (a WAL
+/// sync for ASYNC_WAL, a flush for SKIP_WAL) and records in the store that
+/// the partition is durable below `durable_below`.
+pub(super) fn durable_through(
+    store: &Store,
+    desc: &crate::catalog::TableDescriptor,
+    route: &TopicRoute,
+    partition: i32,
+    durable_below: i64,
+) -> crate::error::Result<()> {
+    match desc.durability {
+        Durability::SyncWal => {}
+        Durability::AsyncWal => store.sync_wals()?,
+        Durability::SkipWal => store.flush_table(&route.table)?,
+    }
+    let origin = SourcePosition {
+        stream: route.topic.clone(),
+        shard: partition as u32,
+        durable_below: durable_below as u64,
+    };
+    let noted = store.submit_position(&route.table, origin)?;
+    store.wait(noted)
+}
+
+/// Waits until every batch of the partition before `first` is written,
+/// so a delete at `first` or later sees their points.
+pub(super) fn wait_for_batches_before(shared: &Shared, p: &PartitionKey, first: i64) {
+    let mut tracker = shared.tracker.lock();
+    while tracker.sent_before(p, first) {
+        shared
+            .batch_done
+            .wait_for(&mut tracker, Duration::from_millis(50));
+    }
+}
+
+/// Adds a message's points to `encoder`; a message with any bad point is
+/// reported bad (its good points are still written: rewriting them when the
+/// dead letter is replayed is harmless).
+pub(super) fn decode_message(
+    encoder: &mut PointEncoder<'_>,
+    route: &TopicRoute,
+    payload: &[u8],
+    now: u64,
+) -> Result<(), BadMessage> {
+    let rows_before = encoder.rows();
+    let errors = encoder
+        .add_body(route.format, payload, route.precision, now)
+        .map_err(|reason| BadMessage {
+            kind: "unreadable",
+            reason,
+        })?;
+    let what = match route.format {
+        Format::Line => "line",
+        Format::Json => "point",
+    };
+    if !errors.is_empty() {
+        // The first few say what is wrong; all of them could outgrow the
+        // log line and the dead letter's headers (a broker refuses a
+        // message past its size limit).
+        const SHOWN: usize = 5;
+        let mut reason = errors
+            .iter()
+            .take(SHOWN)
+            .map(|(n, reason)| {
+                let mut r = format!("{what} {n}: {reason}");
+                if r.len() > 300 {
+                    let cut = (0..=300)
+                        .rev()
+                        .find(|&i| r.is_char_boundary(i))
+                        .unwrap_or(0);
+                    r.truncate(cut);
+                    r.push('…');
+                }
+                r
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if errors.len() > SHOWN {
+            reason.push_str(&format!("; and {} more", errors.len() - SHOWN));
+        }
+        return Err(BadMessage {
+            kind: "bad_point",
+            reason,
+        });
+    }
+    // Line protocol without a single point is not a message we understand.
+    if route.format == Format::Line && encoder.rows() == rows_before {
+        return Err(BadMessage {
+            kind: "no_points",
+            reason: "message holds no points".into(),
+        });
+    }
+    Ok(())
+}
