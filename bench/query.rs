@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use halite::catalog::TableName;
 use halite::clock::SystemClock;
 use halite::config::Config;
-use halite::query::{self, AggFn, Aggregate, Query, QueryPool};
+use halite::query::pool::QueryPool;
+use halite::query::{AggFn, Aggregate, Query};
 use halite::store::Store;
 use halite::tsbs::{CPU_FIELDS, cpu_value};
 use support::{Conn, percentiles, process_cpu_secs};
@@ -254,7 +255,8 @@ fn main() {
         let mut best = f64::MAX;
         for _ in 0..15 {
             let t = Instant::now();
-            let out = query::aggregate(table.clone(), pool, &q).expect("aggregate");
+            let out =
+                halite::query::aggregate::aggregate(table.clone(), pool, &q).expect("aggregate");
             assert_eq!(out.aggregates.len(), HOSTS as usize);
             best = best.min(t.elapsed().as_secs_f64());
         }

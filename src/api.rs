@@ -131,7 +131,7 @@ async fn blocking_here<T: Send + 'static>(
 }
 
 /// Runs `f` right here, on the runtime's worker, for work bounded to a few
-/// milliseconds ([`crate::query::reads_one_series_page`]). `block_in_place`
+/// milliseconds ([`crate::query::plan::reads_one_series_page`]). `block_in_place`
 /// still wakes another thread to take over this worker and switches back:
 /// q1 (100 points of one series) took 306-324 us that way against 220-285
 /// us run here, in paired runs. Meanwhile the other workers steal this
@@ -1189,7 +1189,7 @@ async fn query(
         })
         .await;
     }
-    let page = if crate::query::reads_one_series_page(&schema, &q, MAX_PAGE) {
+    let page = if crate::query::plan::reads_one_series_page(&schema, &q, MAX_PAGE) {
         run_here(|| queries.query(&name, &q))?
     } else {
         blocking_here(move || queries.query(&name, &q)).await?

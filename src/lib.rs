@@ -13,8 +13,8 @@
 //!   ▼
 //! ingest/     line protocol, JSON, Kafka: points → rows routed by region
 //!   ▼         (a Kafka delete message runs through the query engine)
-//! query/      logical queries: bucket scans, merge, aggregation;
-//!   ▼         engine = the query pool over the store
+//! query/      logical queries: plan, rows (bucket scans merged),
+//!   ▼         aggregate, pool; engine = the query pool over the store
 //! store       tables, writer shards, splits, recovery, the memory limit
 //! verify      `halite verify`: a data directory checked offline
 //!   ▼

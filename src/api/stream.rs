@@ -22,7 +22,7 @@ use super::error::{ApiError, ApiResult};
 use super::json::RowOut;
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
-use crate::query::QueryRows;
+use crate::query::rows::QueryRows;
 use crate::region::read::{ContinuationToken, RowCells, ScannedRow};
 
 use super::token::PageScope;

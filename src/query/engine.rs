@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{AggregatePage, Query, QueryPage, QueryPool, QueryRows};
+use super::aggregate::aggregate;
+use super::pool::QueryPool;
+use super::rows::{QueryRows, delete, run};
+use super::{AggregatePage, Query, QueryPage};
 use crate::catalog::TableName;
 use crate::error::Result;
 use crate::store::Store;
@@ -35,21 +38,21 @@ impl QueryEngine {
         QueryRows::new(self.store.table(name)?, self.pool.clone(), q)
     }
 
-    /// Deletes the points a query selects (see [`super::delete`]), durably
+    /// Deletes the points a query selects (see [`delete`]), durably
     /// as the table's writes are; returns the rows reached.
     pub fn delete_points(&self, name: &TableName, q: &Query) -> Result<u64> {
-        super::delete(self.store.table(name)?, self.pool.clone(), q, |rows| {
+        delete(self.store.table(name)?, self.pool.clone(), q, |rows| {
             self.store.write(name, rows, None)
         })
     }
 
-    /// A logical series query (see [`super::run`]): one page of rows.
+    /// A logical series query (see [`run`]): one page of rows.
     pub fn query(&self, name: &TableName, q: &Query) -> Result<QueryPage> {
-        super::run(self.store.table(name)?, self.pool.clone(), q)
+        run(self.store.table(name)?, self.pool.clone(), q)
     }
 
     /// A logical series query with aggregation pushed into the bucket scans.
     pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<AggregatePage> {
-        super::aggregate(self.store.table(name)?, &self.pool, q)
+        aggregate(self.store.table(name)?, &self.pool, q)
     }
 }

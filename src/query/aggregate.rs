@@ -1,0 +1,530 @@
+//! Aggregation pushed into the bucket scans: partials per series, field
+//! and window, folded as cells stream by and combined across buckets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crossbeam_channel::bounded;
+
+use super::plan::{key_ts, plan, query_columns, time_window, ts_offset};
+use super::pool::{Job, QueryPool};
+use super::{AggregatePage, Partial, Query, SeriesAggregate};
+use crate::codec::{bytes_equal, compare_bytes, prefix_successor};
+use crate::error::{Error, Result};
+use crate::key::{FieldEncoding, FieldValue, KeySchema};
+use crate::region::read::{CellSink, ContinuationToken, Scan};
+use crate::table::{Table, TableScanner};
+
+/// A bucket's partials of one series: by field, then window.
+pub(super) type FieldPartials = BTreeMap<Vec<u8>, BTreeMap<Option<u64>, Partial>>;
+
+/// The partials of the series being read. A bucket's rows come series by
+/// series, and a series' rows window by window, so each field keeps its
+/// open window apart and touches its map only when the window closes; the
+/// fields are found by where the row's previous cell's field was, since
+/// rows of a series mostly name the same columns in the same order.
+pub(super) struct SeriesAcc {
+    pub(super) series: Vec<u8>,
+    pub(super) fields: Vec<FieldAcc>,
+}
+
+pub(super) struct FieldAcc {
+    pub(super) qualifier: Vec<u8>,
+    pub(super) open: Option<(Option<u64>, Partial)>,
+    pub(super) closed: BTreeMap<Option<u64>, Partial>,
+}
+
+impl FieldAcc {
+    pub(super) fn add(&mut self, w: Option<u64>, ts: u64, v: f64) {
+        match &mut self.open {
+            Some((open, p)) if *open == w => p.add(ts, v),
+            open => {
+                if let Some((w, p)) = open.replace((w, Partial::new(ts, v))) {
+                    close_window(&mut self.closed, w, p);
+                }
+            }
+        }
+    }
+
+    /// The field's qualifier and its partials by window.
+    pub(super) fn finish(mut self) -> (Vec<u8>, BTreeMap<Option<u64>, Partial>) {
+        if let Some((w, p)) = self.open.take() {
+            close_window(&mut self.closed, w, p);
+        }
+        (self.qualifier, self.closed)
+    }
+}
+
+pub(super) fn close_window(
+    closed: &mut BTreeMap<Option<u64>, Partial>,
+    w: Option<u64>,
+    p: Partial,
+) {
+    closed
+        .entry(w)
+        .and_modify(|known| known.combine(&p))
+        .or_insert(p);
+}
+
+impl SeriesAcc {
+    pub(super) fn new(series: Vec<u8>) -> Self {
+        SeriesAcc {
+            series,
+            fields: Vec::new(),
+        }
+    }
+
+    /// Adds a value of `field` at `ts` (window `w`). `hint` is where the
+    /// field after the row's previous one is: rows of a series mostly name
+    /// the same columns in the same order.
+    pub(super) fn add(&mut self, hint: &mut usize, field: &[u8], w: Option<u64>, ts: u64, v: f64) {
+        let at = match self.fields.get(*hint) {
+            Some(f) if bytes_equal(&f.qualifier, field) => *hint,
+            _ => match self
+                .fields
+                .iter()
+                .position(|f| bytes_equal(&f.qualifier, field))
+            {
+                Some(at) => at,
+                None => {
+                    self.fields.push(FieldAcc {
+                        qualifier: field.to_vec(),
+                        open: None,
+                        closed: BTreeMap::new(),
+                    });
+                    self.fields.len() - 1
+                }
+            },
+        };
+        self.fields[at].add(w, ts, v);
+        *hint = at + 1;
+    }
+
+    /// Adds the series' partials to a bucket's.
+    pub(super) fn finish_into(self, partials: &mut BucketPartials) {
+        let fields: FieldPartials = self.fields.into_iter().map(FieldAcc::finish).collect();
+        merge_series(partials, self.series, fields);
+    }
+}
+
+/// Adds a series' partials to a bucket's.
+pub(super) fn merge_series(partials: &mut BucketPartials, series: Vec<u8>, fields: FieldPartials) {
+    match partials.entry(series) {
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(fields);
+        }
+        std::collections::btree_map::Entry::Occupied(mut o) => {
+            let known = o.get_mut();
+            for (field, windows) in fields {
+                let known = known.entry(field).or_default();
+                for (w, p) in windows {
+                    known.entry(w).and_modify(|k| k.combine(&p)).or_insert(p);
+                }
+            }
+        }
+    }
+}
+
+/// Folds a bucket's cells into partials as the scan resolves them.
+pub(super) struct BucketAgg<'a> {
+    /// Where the series identity's parts are in a row key.
+    pub(super) identity: &'a [std::ops::Range<usize>],
+    pub(super) ts_at: usize,
+    pub(super) ts_enc: &'a FieldEncoding,
+    /// `[start, end)` in the table's time unit.
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) window: Option<u64>,
+    pub(super) partials: BucketPartials,
+    /// The series of the rows being read: a bucket's rows come series by
+    /// series, so its partials are looked up in `partials` only when the
+    /// series changes, not per row.
+    pub(super) current: Option<SeriesAcc>,
+    /// The time and window of the row being read; `None` when the row is
+    /// outside the query's time.
+    pub(super) row: Option<(u64, Option<u64>)>,
+    /// Where the row's next field likely is in `current`.
+    pub(super) hint: usize,
+    /// A skip scan: the rows read are one series' time window at a time,
+    /// and the scan stops where a seek beats reading on.
+    pub(super) skip: Option<SkipScan>,
+}
+
+/// Where a bucket's skip scan stands.
+#[derive(Default)]
+pub(super) struct SkipScan {
+    /// The series (key prefix up to the time field) of the last row read,
+    /// once a row was read.
+    pub(super) series: Option<Vec<u8>>,
+    /// Whether `current` holds `series`' partials yet.
+    pub(super) series_open: bool,
+    /// Where to read on when the scan stopped: the start of `series`' time
+    /// window, when rows before it came first; else after `series`.
+    pub(super) seek_to: Option<Vec<u8>>,
+    /// A key too short to hold a time field: the skip scan cannot go on.
+    pub(super) broken: bool,
+}
+
+impl BucketAgg<'_> {
+    pub(super) fn finish(mut self) -> BucketPartials {
+        if let Some(acc) = self.current.take() {
+            acc.finish_into(&mut self.partials);
+        }
+        self.partials
+    }
+}
+
+impl CellSink for BucketAgg<'_> {
+    fn start_row(&mut self, key: &[u8]) -> bool {
+        self.row = None;
+        self.hint = 0;
+        // In a skip scan a series is its key prefix up to the time field
+        // (every field before it is identity, the salt one per bucket).
+        let mut same_series = None;
+        if let Some(skip) = self.skip.as_mut() {
+            let Some(prefix) = key.get(..self.ts_at) else {
+                skip.broken = true;
+                return false;
+            };
+            if !skip
+                .series
+                .as_deref()
+                .is_some_and(|known| bytes_equal(known, prefix))
+            {
+                let series = skip.series.get_or_insert_with(Vec::new);
+                series.clear();
+                series.extend_from_slice(prefix);
+                skip.series_open = false;
+                let (lo, _) = time_window(prefix, self.ts_enc, self.start, self.end);
+                if compare_bytes(key, &lo).is_lt() {
+                    skip.seek_to = Some(lo);
+                    return false;
+                }
+            }
+            same_series = Some(skip.series_open);
+        }
+        let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
+            return true;
+        };
+        if ts < self.start || ts >= self.end {
+            // A skip scan is at or after the series' window here, so past
+            // it: the rest of the series is left by a seek.
+            return self.skip.is_none();
+        }
+        self.row = Some((ts, self.window.map(|w| ts - ts % w)));
+        let same_series = same_series.unwrap_or_else(|| {
+            self.current.as_ref().is_some_and(|acc| {
+                let mut at = 0;
+                self.identity.iter().all(|r| {
+                    let part = &key[r.clone()];
+                    let same = acc
+                        .series
+                        .get(at..at + part.len())
+                        .is_some_and(|known| bytes_equal(known, part));
+                    at += part.len();
+                    same
+                })
+            })
+        });
+        if !same_series {
+            if let Some(acc) = self.current.take() {
+                acc.finish_into(&mut self.partials);
+            }
+            let mut series = Vec::new();
+            for r in self.identity {
+                series.extend_from_slice(&key[r.clone()]);
+            }
+            self.current = Some(SeriesAcc::new(series));
+            if let Some(skip) = self.skip.as_mut() {
+                skip.series_open = true;
+            }
+        }
+        true
+    }
+
+    fn cell(&mut self, _family: &[u8], qualifier: &[u8], _timestamp: u64, value: &[u8]) {
+        let (Some((ts, w)), Some(acc)) = (self.row, self.current.as_mut()) else {
+            return;
+        };
+        if let Some(v) = crate::value::numeric(value) {
+            acc.add(&mut self.hint, qualifier, w, ts, v);
+        }
+    }
+}
+
+/// Key of one aggregate: series identity bytes, field, window start.
+pub(super) type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
+
+/// A bucket's partials by series, then field, then window: nested so a
+/// lookup borrows the key bytes instead of allocating them.
+pub(super) type BucketPartials = BTreeMap<Vec<u8>, FieldPartials>;
+
+pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<AggregatePage> {
+    let agg = q
+        .aggregate
+        .clone()
+        .ok_or_else(|| Error::InvalidInput("query has no aggregate".into()))?;
+    if agg.functions.is_empty() {
+        return Err(Error::InvalidInput(
+            "aggregate needs at least one function".into(),
+        ));
+    }
+    let window = agg.window(table.desc.key.time_unit)?;
+    let schema = table.desc.key.clone();
+    let p = plan(&schema, q)?;
+    p.record_buckets();
+    let (_, ts_at, ts_enc) = ts_offset(&schema)
+        .ok_or_else(|| Error::InvalidInput("aggregation needs a timestamp key field".into()))?;
+    // Series identity: the bytes of every field that is not time or a
+    // uniquifier, in key order.
+    let mut identity: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut at = schema.prefix_len();
+    for f in &schema.fields {
+        let w = f.encoding.width();
+        if f.encoding.is_identity() {
+            // Adjacent parts are one range: one comparison per row.
+            match identity.last_mut() {
+                Some(last) if last.end == at => last.end = at + w,
+                _ => identity.push(at..at + w),
+            }
+        }
+        at += w;
+    }
+    let identity_len: usize = identity.iter().map(|r| r.len()).sum();
+    let after = match &q.continuation {
+        Some(t) => Some(
+            decode_agg_key(&ContinuationToken::decode(t)?.row, identity_len).ok_or_else(|| {
+                Error::InvalidInput(
+                    "continuation token is not one of this aggregate query's".into(),
+                )
+            })?,
+        ),
+        None => None,
+    };
+    // Skip scan: when fields sit between the query's series and the
+    // timestamp (all hosts of a metric, say), each series is found, its time
+    // window read directly, and the scan jumps to the next series — instead
+    // of reading every row of the bucket and dropping most of them.
+    let skip_scan = p.ts_filter.is_some()
+        && schema
+            .fields
+            .iter()
+            .take_while(|f| !f.encoding.is_time())
+            .all(|f| f.encoding.is_identity());
+    let (columns, filters) = query_columns(&table, q)?;
+    let mut waits = Vec::new();
+    for &b in &p.buckets {
+        let salt = schema.salt_bytes(b);
+        let start = [salt.as_slice(), &p.lo].concat();
+        let stop = match &p.hi {
+            Some(h) => Some([salt.as_slice(), h].concat()),
+            None => prefix_successor(&salt),
+        };
+        let scan = Scan {
+            start: Some(start),
+            stop,
+            columns: columns.clone(),
+            ..Scan::new()
+        };
+        let (tx, rx) = bounded(1);
+        let identity = identity.clone();
+        let ts_enc = ts_enc.clone();
+        let (start, end) = (p.start, p.end);
+        let time_range = p.cell_time_range();
+        let table = table.clone();
+        let columns = columns.clone();
+        let filters = filters.clone();
+        let job: Job = Box::new(move || {
+            let mut agg = BucketAgg {
+                identity: &identity,
+                ts_at,
+                ts_enc: &ts_enc,
+                start,
+                end,
+                window,
+                partials: BTreeMap::new(),
+                current: None,
+                row: None,
+                hint: 0,
+                skip: None,
+            };
+            let open = |start: Vec<u8>, stop: Option<Vec<u8>>| {
+                TableScanner::new(
+                    table.clone(),
+                    Scan {
+                        start: Some(start),
+                        stop,
+                        columns: columns.clone(),
+                        filters: filters.clone(),
+                        time_range,
+                        ..Scan::new()
+                    },
+                )
+            };
+            let mut read = || -> Result<()> {
+                let start = scan.start.clone().unwrap_or_default();
+                if !skip_scan {
+                    open(start, scan.stop.clone())?.scan_cells(&mut agg)?;
+                    return Ok(());
+                }
+                // Each series' time window is read, and the scan stops at
+                // the first row outside it: a new scanner goes on from the
+                // window's start when newer rows came first (reversed
+                // timestamps), else from the next series.
+                agg.skip = Some(SkipScan::default());
+                let mut pos = Some(start);
+                while let Some(at) = pos.take() {
+                    let ran_out = open(at, scan.stop.clone())?.scan_cells(&mut agg)?;
+                    let Some(skip) = agg.skip.as_mut() else {
+                        break;
+                    };
+                    if ran_out || skip.broken {
+                        break;
+                    }
+                    pos = match skip.seek_to.take() {
+                        Some(lo) => Some(lo),
+                        None => skip.series.as_deref().and_then(prefix_successor),
+                    }
+                    .filter(|n| scan.stop.as_ref().is_none_or(|s| n < s));
+                }
+                Ok(())
+            };
+            let outcome = read();
+            let partials = agg.finish();
+            let flat = outcome.map(|()| {
+                let mut flat: BTreeMap<AggKey, Partial> = BTreeMap::new();
+                for (series, fields) in partials {
+                    for (field, windows) in fields {
+                        for (w, p) in windows {
+                            flat.insert((series.clone(), field.clone(), w), p);
+                        }
+                    }
+                }
+                flat
+            });
+            let _ = tx.send(flat);
+        });
+        // One bucket: nothing to run beside it, so no thread hop.
+        if p.buckets.len() == 1 {
+            job();
+        } else {
+            pool.run(job)?;
+        }
+        waits.push(rx);
+    }
+    let mut all: BTreeMap<AggKey, Partial> = BTreeMap::new();
+    for rx in waits {
+        for (k, p) in rx.recv().map_err(|_| Error::Closed)?? {
+            all.entry(k).and_modify(|x| x.combine(&p)).or_insert(p);
+        }
+    }
+    // Decode series identities back to field values for the answer.
+    let names: Vec<&str> = schema
+        .fields
+        .iter()
+        .filter(|f| {
+            !matches!(
+                f.encoding,
+                FieldEncoding::Timestamp
+                    | FieldEncoding::ReversedTimestamp
+                    | FieldEncoding::Uniquifier { .. }
+            )
+        })
+        .map(|f| f.name.as_str())
+        .collect();
+    let after = match after {
+        Some(k) => std::ops::Bound::Excluded(k),
+        None => std::ops::Bound::Unbounded,
+    };
+    let mut rest = all
+        .range((after, std::ops::Bound::Unbounded))
+        .skip(q.offset);
+    let mut aggregates = Vec::new();
+    let mut last = None;
+    for ((series, field, window), p) in rest.by_ref().take(q.limit.unwrap_or(usize::MAX)) {
+        aggregates.push(SeriesAggregate {
+            series: decode_identity(&schema, &names, series),
+            field: String::from_utf8_lossy(field).into_owned(),
+            window: *window,
+            values: agg.functions.iter().map(|f| (*f, p.value(*f))).collect(),
+        });
+        last = Some((series, field, window));
+    }
+    let continuation = match (rest.next(), last) {
+        (Some(_), Some(last)) => Some(ContinuationToken {
+            row: encode_agg_key(last),
+            reverse: false,
+        }),
+        _ => None,
+    };
+    Ok(AggregatePage {
+        aggregates,
+        continuation,
+    })
+}
+
+/// An aggregate's place in the answer's order, as a continuation token
+/// carries it: the series identity (fixed width for a table), the field's
+/// length (u32 BE) and name, then the window (1 and 8 bytes BE, or 0).
+pub(super) fn encode_agg_key(
+    (series, field, window): (&Vec<u8>, &Vec<u8>, &Option<u64>),
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(series.len() + field.len() + 11);
+    out.extend_from_slice(series);
+    out.extend_from_slice(&(field.len() as u32).to_be_bytes());
+    out.extend_from_slice(field);
+    match window {
+        Some(w) => {
+            out.push(1);
+            out.extend_from_slice(&w.to_be_bytes());
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+pub(super) fn decode_agg_key(bytes: &[u8], identity_len: usize) -> Option<AggKey> {
+    let series = bytes.get(..identity_len)?.to_vec();
+    let rest = &bytes[identity_len..];
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let field = rest.get(4..4 + len)?.to_vec();
+    let window = match rest.get(4 + len..)? {
+        [0] => None,
+        [1, w @ ..] => Some(u64::from_be_bytes(w.try_into().ok()?)),
+        _ => return None,
+    };
+    Some((series, field, window))
+}
+
+pub(super) fn decode_identity(
+    schema: &KeySchema,
+    names: &[&str],
+    bytes: &[u8],
+) -> Vec<(String, FieldValue)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for f in &schema.fields {
+        if !names.contains(&f.name.as_str()) {
+            continue;
+        }
+        let (w, value) = match &f.encoding {
+            FieldEncoding::String { width } => {
+                let raw = &bytes[at..at + width];
+                let end = raw.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+                (
+                    *width,
+                    FieldValue::Str(String::from_utf8_lossy(&raw[..end]).into_owned()),
+                )
+            }
+            FieldEncoding::Uint { width } | FieldEncoding::Uniquifier { width } => {
+                let mut b = [0u8; 8];
+                b[8 - width..].copy_from_slice(&bytes[at..at + width]);
+                (*width, FieldValue::Uint(u64::from_be_bytes(b)))
+            }
+            _ => continue,
+        };
+        out.push((f.name.clone(), value));
+        at += w;
+    }
+    out
+}
