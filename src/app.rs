@@ -12,7 +12,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::ingest::kafka::KafkaIngest;
 use crate::query::engine::QueryEngine;
-use crate::store::{MemoryGuard, Splitter, Store};
+use crate::store::Store;
+use crate::store::chores::{MemoryGuard, Splitter};
 
 /// Holds SIGINT and SIGTERM pending until [`serve`] listens for them, so
 /// a Ctrl-C during start-up (WAL replay, a broker starting) stops the

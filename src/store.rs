@@ -10,15 +10,25 @@
 //! modulo N is its number, one WAL, and one thread fed by a bounded channel,
 //! so a slow disk fills the queues and slows the producers instead of
 //! growing memory. Reads go straight to the regions.
+//!
+//! This file opens and closes the store, keeps its tables and routes their
+//! writes; `shard.rs` holds the shards and their threads, `recovery.rs` the
+//! WAL replay at open, `split.rs` region splits and `chores.rs` the
+//! background chores (splits, the global MemStore limit).
+
+pub mod chores;
+mod recovery;
+mod shard;
+mod split;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, bounded};
 use parking_lot::{Mutex, RwLock};
 
 use crate::catalog::{Catalog, CreateTable, TableDescriptor, TableName};
@@ -30,9 +40,10 @@ use crate::region::read::{Get, Scan, ScanPage};
 use crate::region::sst::cache::BlockCache;
 use crate::region::wal::record::{SourcePosition, SourceShard};
 use crate::region::wal::{Wal, WalOptions};
-use crate::region::{PendingWrite, RecoveringRegion, Region, RegionDescriptor, RegionOptions};
+use crate::region::{Region, RegionOptions};
 use crate::schema::{Durability, FamilySpec};
 use crate::table::{RegionHandle, RoutedRows, Table, TableScanner, region_index};
+use shard::{Rows, Shard, Submitted, WriteJob, count_bucket_rows, shard_loop};
 
 /// Store settings.
 #[derive(Debug, Clone)]
@@ -67,137 +78,8 @@ pub struct PendingBatch {
     deadline: std::time::Instant,
 }
 
-struct WriteJob {
-    region: Arc<Region>,
-    rows: Rows,
-    durability: crate::schema::Durability,
-    origin: Option<SourcePosition>,
-    reply: Sender<Submitted>,
-}
-
-/// What a shard did with a write job.
-enum Submitted {
-    Pending(PendingWrite),
-    /// The region was closed (split, altered, or shutting down): nothing of
-    /// the batch was logged or applied, and here are its rows back.
-    Refused(Rows),
-    Failed(Error),
-}
-
-/// The rows of a write: as a caller built them, or already encoded as
-/// entries by the ingest path.
-enum Rows {
-    Mutations(Vec<RowMutation>),
-    Entries(EntryBatch),
-}
-
-impl Rows {
-    /// The rows grouped by the region of `table` they belong to.
-    fn by_region(self, table: &Table) -> Vec<(usize, Rows)> {
-        match self {
-            Rows::Mutations(rows) => {
-                let mut per_region: HashMap<usize, Vec<RowMutation>> = HashMap::new();
-                for row in rows {
-                    per_region
-                        .entry(region_index(table, &row.row))
-                        .or_default()
-                        .push(row);
-                }
-                per_region
-                    .into_iter()
-                    .map(|(i, rows)| (i, Rows::Mutations(rows)))
-                    .collect()
-            }
-            Rows::Entries(batch) => {
-                let regions: Vec<usize> = (0..batch.rows())
-                    .map(|i| batch.row_key(i).map_or(0, |row| region_index(table, row)))
-                    .collect();
-                // Sized exactly, so no batch grows (and touches fresh pages)
-                // while rows are copied in. Indexed by region: a table has
-                // at most a few thousand, and hashing per row cost more.
-                let mut sizes = vec![(0usize, 0usize, 0usize); table.regions.len()];
-                for (i, &r) in regions.iter().enumerate() {
-                    let (bytes, entries) = batch.row_size(i);
-                    if let Some(s) = sizes.get_mut(r) {
-                        *s = (s.0 + bytes, s.1 + entries, s.2 + 1);
-                    }
-                }
-                if sizes.iter().filter(|s| s.2 > 0).count() <= 1 {
-                    return vec![(regions.first().copied().unwrap_or(0), Rows::Entries(batch))];
-                }
-                let mut per_region: Vec<Option<EntryBatch>> = sizes
-                    .into_iter()
-                    .map(|(b, e, n)| (n > 0).then(|| EntryBatch::with_capacity(b, e, n)))
-                    .collect();
-                for (i, r) in regions.into_iter().enumerate() {
-                    if let Some(Some(out)) = per_region.get_mut(r) {
-                        out.push_row_from(&batch, i);
-                    }
-                }
-                per_region
-                    .into_iter()
-                    .enumerate()
-                    .filter_map(|(i, b)| b.map(|b| (i, Rows::Entries(b))))
-                    .collect()
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        match self {
-            Rows::Mutations(rows) => rows.is_empty(),
-            Rows::Entries(batch) => batch.is_empty(),
-        }
-    }
-}
-
-/// Rows written per salt bucket (`halite_bucket_rows_written_total`): the
-/// hot-spotting that salting exists to prevent, made visible. The bucket
-/// is the row key's first `width` bytes. Tables of more than 4096 buckets
-/// are not counted (the label would be too many series).
-fn count_bucket_rows(table: &Table, rows: &Rows) {
-    let Some(salt) = &table.desc.key.salt else {
-        return;
-    };
-    if salt.buckets > 4096 {
-        return;
-    }
-    let mut counts = vec![0u64; salt.buckets as usize];
-    let mut add = |row: &[u8]| {
-        let bucket = match (salt.width, row) {
-            (1, [b, ..]) => usize::from(*b),
-            (2, [hi, lo, ..]) => usize::from(u16::from_be_bytes([*hi, *lo])),
-            _ => return,
-        };
-        if let Some(c) = counts.get_mut(bucket) {
-            *c += 1;
-        }
-    };
-    match rows {
-        Rows::Mutations(rows) => rows.iter().for_each(|r| add(&r.row)),
-        Rows::Entries(batch) => (0..batch.rows())
-            .filter_map(|i| batch.row_key(i))
-            .for_each(add),
-    }
-    let name = table.desc.name.to_string();
-    for (bucket, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
-        metrics::counter!(
-            "halite_bucket_rows_written_total",
-            "table" => name.clone(),
-            "bucket" => bucket.to_string()
-        )
-        .increment(*n);
-    }
-}
-
 /// How long a write waits for a split or alter to open the new regions.
 const LAYOUT_CHANGE_WAIT: Duration = Duration::from_secs(30);
-
-struct Shard {
-    wal: Arc<Wal>,
-    tx: Option<Sender<WriteJob>>,
-    thread: Option<JoinHandle<()>>,
-}
 
 /// All tables of one server.
 pub struct Store {
@@ -299,79 +181,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Replays each shard's WAL once, into all of its regions; the shards
-    /// in parallel, as they were written.
-    fn replay_wals(&self, recovering: &mut HashMap<u64, RecoveringRegion>) -> Result<()> {
-        let now = self.clock.now_ms();
-        let shard_count = self.shards.len() as u64;
-        let mut per_shard: Vec<HashMap<u64, RecoveringRegion>> =
-            (0..self.shards.len()).map(|_| HashMap::new()).collect();
-        for (id, region) in recovering.drain() {
-            per_shard[(id % shard_count) as usize].insert(id, region);
-        }
-        let results: Vec<Result<()>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = per_shard
-                .iter_mut()
-                .zip(&self.shards)
-                .filter(|(regions, _)| !regions.is_empty())
-                .map(|(regions, shard)| {
-                    scope.spawn(move || -> Result<()> {
-                        let after: HashMap<u64, u64> = regions
-                            .values()
-                            .map(|r| (r.id(), r.flushed_seq()))
-                            .collect();
-                        let started = std::time::Instant::now();
-                        let (mut records, mut rows) = (0u64, 0u64);
-                        shard.wal.replay_regions(&after, |edits| {
-                            if let Some(region) = regions.get_mut(&edits.region_id) {
-                                records += 1;
-                                rows += edits.rows.len() as u64;
-                                region.replay(edits, now);
-                            }
-                        })?;
-                        if records > 0 {
-                            tracing::info!(
-                                wal = %shard.wal.dir().display(),
-                                regions = after.len(),
-                                records,
-                                rows,
-                                seconds = started.elapsed().as_secs_f64(),
-                                "replayed unflushed edits from the WAL"
-                            );
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a WAL replay thread panicked"))
-                .collect()
-        });
-        for regions in per_shard {
-            recovering.extend(regions);
-        }
-        results.into_iter().collect()
-    }
-
-    fn load_region(
-        &self,
-        info: &crate::catalog::RegionInfo,
-        families: &[crate::schema::FamilyDescriptor],
-    ) -> Result<RecoveringRegion> {
-        RecoveringRegion::load(
-            region_dir(&self.dir, info.id),
-            RegionDescriptor {
-                id: info.id,
-                families: families.to_vec(),
-                start: info.start.clone(),
-                end: info.end.clone(),
-            },
-            self.options.region.clone(),
-            self.cache.clone(),
-        )
-    }
-
     fn shard_of(&self, region_id: u64) -> &Shard {
         &self.shards[(region_id % self.shards.len() as u64) as usize]
     }
@@ -396,26 +205,6 @@ impl Store {
         let mut region = self.load_region(info, families)?;
         region.replay_wal(&wal, self.clock.now_ms())?;
         region.open(wal, self.clock.clone(), Some(self.maintenance.clone()))
-    }
-
-    /// Region directories and WAL edits of regions the catalog no longer
-    /// names (a drop that a crash interrupted).
-    fn remove_leftovers(&self) -> Result<()> {
-        let live = self.catalog.region_ids();
-        let regions = self.dir.join("regions");
-        if let Ok(entries) = std::fs::read_dir(&regions) {
-            for e in entries.flatten() {
-                let id = e.file_name().to_string_lossy().parse::<u64>().ok();
-                if id.is_some_and(|id| !live.contains(&id)) {
-                    std::fs::remove_dir_all(e.path())
-                        .map_err(|err| Error::io(e.path(), "remove dropped region", err))?;
-                }
-            }
-        }
-        for s in &self.shards {
-            s.wal.forget_regions_except(&live);
-        }
-        Ok(())
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -981,128 +770,6 @@ impl Store {
         TableScanner::new(self.table(name)?, scan.clone())
     }
 
-    /// Splits every region whose store files pass `max_region_size` (one
-    /// split per region per call); returns how many split. Daughters are
-    /// major-compacted right away, which drops the rows each holds of the
-    /// other and lets them split again later.
-    pub fn split_oversized(&self) -> Result<usize> {
-        let tables: Vec<Arc<Table>> = self.tables.read().values().cloned().collect();
-        let mut splits = 0;
-        for t in tables {
-            // Daughters of a split that a crash cut off before their
-            // compaction still hold foreign rows; rewrite them first.
-            for r in t.regions.iter().filter(|r| r.local().has_foreign_rows()) {
-                r.compact(true)?;
-            }
-            let big: Vec<u64> = t
-                .regions
-                .iter()
-                .filter(|r| r.store_bytes() > self.options.max_region_size)
-                .map(|r| r.id())
-                .collect();
-            for id in big {
-                if let Some(daughters) = self.split_region(&t.desc.name, id)? {
-                    splits += 1;
-                    for d in daughters {
-                        d.compact(true)?;
-                    }
-                }
-            }
-        }
-        Ok(splits)
-    }
-
-    /// Splits region `id` of `name` at its middle row; `None` when it has
-    /// no row to split at (or is gone). Crash-safe: the catalog records the
-    /// intent first, the daughters are made of hard links to the parent's
-    /// flushed files and synced, and one catalog update replaces the parent
-    /// by the daughters; a crash before that update leaves the parent as it
-    /// was (restart removes the daughters), a crash after it leaves the
-    /// daughters (restart removes the parent's directory). Writes that meet
-    /// the closed parent are routed again to the daughters.
-    pub fn split_region(&self, name: &TableName, id: u64) -> Result<Option<[Arc<Region>; 2]>> {
-        let _ddl = self.ddl.lock();
-        let Ok(table) = self.table(name) else {
-            return Ok(None);
-        };
-        let Some(i) = table.regions.iter().position(|r| r.id() == id) else {
-            return Ok(None);
-        };
-        let parent = table.regions[i].local().clone();
-        let Some(at) = parent.split_row() else {
-            return Ok(None);
-        };
-        let intent = self.catalog.begin_split(name, id, &at)?;
-        crate::failpoint::hit("split-after-intent");
-        let outcome = (|| -> Result<TableDescriptor> {
-            parent.close_for_split()?;
-            crate::failpoint::hit("split-after-parent-flush");
-            for d in intent.daughters {
-                parent.link_files_into(&region_dir(&self.dir, d))?;
-            }
-            crate::failpoint::hit("split-after-daughters");
-            self.catalog.finish_split(&intent)
-        })();
-        let desc = match outcome {
-            Ok(desc) => desc,
-            Err(e) => {
-                // Not committed: back to the parent as it is on disk.
-                let _ = self.catalog.abandon_split(&intent);
-                for d in intent.daughters {
-                    let _ = std::fs::remove_dir_all(region_dir(&self.dir, d));
-                }
-                let families: Vec<_> = table
-                    .desc
-                    .families
-                    .iter()
-                    .map(FamilySpec::descriptor)
-                    .collect();
-                let mut regions = table.regions.clone();
-                regions[i] = RegionHandle::Local(Arc::new(
-                    self.open_region(&table.desc.regions[i], &families)?,
-                ));
-                self.tables.write().insert(
-                    name.clone(),
-                    Arc::new(Table {
-                        desc: table.desc.clone(),
-                        regions,
-                    }),
-                );
-                return Err(e);
-            }
-        };
-        crate::failpoint::hit("split-after-commit");
-        let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
-        let mut regions = table.regions.clone();
-        let mut daughters = Vec::with_capacity(2);
-        for info in &desc.regions[i..i + 2] {
-            daughters.push(Arc::new(self.open_region(info, &families)?));
-        }
-        regions.splice(
-            i..i + 1,
-            daughters.iter().map(|d| RegionHandle::Local(d.clone())),
-        );
-        self.tables
-            .write()
-            .insert(name.clone(), Arc::new(Table { desc, regions }));
-        // Everything of the parent is in the daughters' files now.
-        self.shard_of(id).wal.mark_flushed(id, u64::MAX);
-        let d = region_dir(&self.dir, id);
-        std::fs::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove split parent", e))?;
-        let [a, b]: [Arc<Region>; 2] = daughters
-            .try_into()
-            .map_err(|_| Error::Internal("a split makes two daughters".into()))?;
-        metrics::counter!("halite_region_splits_total", "table" => name.to_string()).increment(1);
-        tracing::info!(
-            table = %name,
-            parent = id,
-            daughters = %format!("{} {}", a.id(), b.id()),
-            at = %crate::codec::to_hex(&at),
-            "region split"
-        );
-        Ok(Some([a, b]))
-    }
-
     /// Flushes every region (for shutdown and tests).
     pub fn flush_all(&self) -> Result<()> {
         for t in self.tables.read().values() {
@@ -1144,102 +811,5 @@ impl Drop for Store {
                 let _ = t.join();
             }
         }
-    }
-}
-
-fn shard_loop(rx: Receiver<WriteJob>) {
-    for job in rx {
-        let submitted = match &job.rows {
-            Rows::Mutations(rows) => job.region.submit(rows, job.durability, job.origin.as_ref()),
-            Rows::Entries(batch) => {
-                job.region
-                    .submit_batch(batch, job.durability, job.origin.as_ref())
-            }
-        };
-        let outcome = match submitted {
-            Ok(p) => Submitted::Pending(p),
-            Err(Error::Closed) => Submitted::Refused(job.rows),
-            Err(e) => Submitted::Failed(e),
-        };
-        let _ = job.reply.send(outcome);
-    }
-}
-
-/// A chore of the store run every interval on a thread of its own. It
-/// holds the store weakly: it never keeps it open.
-pub struct Chore {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Chore {
-    pub fn start(
-        store: &Arc<Store>,
-        name: &str,
-        every: Duration,
-        chore: impl Fn(&Store) + Send + 'static,
-    ) -> std::io::Result<Chore> {
-        let (stop, rx) = bounded::<()>(1);
-        let store = Arc::downgrade(store);
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = rx.recv_timeout(every)
-                {
-                    let Some(store) = store.upgrade() else { return };
-                    chore(&store);
-                }
-            })?;
-        Ok(Chore {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    /// Stops; waits for a run under way to finish.
-    pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Chore {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
-
-/// Checks region sizes every interval and splits the oversized ones.
-pub struct Splitter;
-
-impl Splitter {
-    pub fn start(store: &Arc<Store>, every: Duration) -> std::io::Result<Chore> {
-        Chore::start(store, "halite-split", every, |store| {
-            if let Err(e) = store.split_oversized() {
-                tracing::error!(error = %e, "region split failed; the region stays whole");
-            }
-        })
-    }
-}
-
-/// Keeps all MemStores together under the global limit also while no
-/// write comes (writers enforce it only as they arrive): over it, the
-/// largest are flushed.
-pub struct MemoryGuard;
-
-impl MemoryGuard {
-    /// How often the MemStores are weighed.
-    pub const EVERY: Duration = Duration::from_millis(250);
-
-    pub fn start(store: &Arc<Store>) -> std::io::Result<Chore> {
-        Chore::start(store, "halite-memory", Self::EVERY, |store| {
-            store.relieve_memory();
-        })
     }
 }

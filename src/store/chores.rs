@@ -1,0 +1,89 @@
+//! The store's background chores: each runs every interval on a thread of
+//! its own and holds the store weakly.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, bounded};
+
+use super::Store;
+
+/// A chore of the store run every interval on a thread of its own. It
+/// holds the store weakly: it never keeps it open.
+pub struct Chore {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Chore {
+    pub fn start(
+        store: &Arc<Store>,
+        name: &str,
+        every: Duration,
+        chore: impl Fn(&Store) + Send + 'static,
+    ) -> std::io::Result<Chore> {
+        let (stop, rx) = bounded::<()>(1);
+        let store = Arc::downgrade(store);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = rx.recv_timeout(every)
+                {
+                    let Some(store) = store.upgrade() else { return };
+                    chore(&store);
+                }
+            })?;
+        Ok(Chore {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops; waits for a run under way to finish.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Chore {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// Checks region sizes every interval and splits the oversized ones.
+pub struct Splitter;
+
+impl Splitter {
+    pub fn start(store: &Arc<Store>, every: Duration) -> std::io::Result<Chore> {
+        Chore::start(store, "halite-split", every, |store| {
+            if let Err(e) = store.split_oversized() {
+                tracing::error!(error = %e, "region split failed; the region stays whole");
+            }
+        })
+    }
+}
+
+/// Keeps all MemStores together under the global limit also while no
+/// write comes (writers enforce it only as they arrive): over it, the
+/// largest are flushed.
+pub struct MemoryGuard;
+
+impl MemoryGuard {
+    /// How often the MemStores are weighed.
+    pub const EVERY: Duration = Duration::from_millis(250);
+
+    pub fn start(store: &Arc<Store>) -> std::io::Result<Chore> {
+        Chore::start(store, "halite-memory", Self::EVERY, |store| {
+            store.relieve_memory();
+        })
+    }
+}
