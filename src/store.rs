@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, bounded};
@@ -43,6 +42,7 @@ use crate::region::wal::{Wal, WalOptions};
 use crate::region::{Region, RegionOptions};
 use crate::schema::{Durability, FamilySpec};
 use crate::table::{RegionHandle, RoutedRows, Table, TableScanner, region_index};
+
 use shard::{Rows, Shard, Submitted, WriteJob, count_bucket_rows, shard_loop};
 
 /// Store settings.

@@ -20,12 +20,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::arrow::{BATCH_CELLS, RowBatches, row_schema};
 use super::error::{ApiError, ApiResult};
 use super::json::RowOut;
+use super::token::PageScope;
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
 use crate::query::rows::QueryRows;
 use crate::region::read::{ContinuationToken, RowCells, ScannedRow};
-
-use super::token::PageScope;
 use crate::table::TableScanner;
 
 pub const NDJSON: &str = "application/x-ndjson";

@@ -7,11 +7,10 @@
 //! name, 8 bytes BE][after: the engine's position]`. Version 1 tokens
 //! (`[1][reverse][row]`) carried neither kind nor table and are refused.
 
+use super::error::ApiError;
 use crate::catalog::TableName;
 use crate::codec::{from_hex, quote_prefix, to_hex};
 use crate::region::read::ContinuationToken;
-
-use super::error::ApiError;
 
 const VERSION: u8 = 2;
 

@@ -30,7 +30,6 @@ mod writer;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

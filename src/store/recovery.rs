@@ -3,12 +3,10 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
-
-use super::region_dir;
-use crate::region::{RecoveringRegion, RegionDescriptor};
-
 use super::Store;
+use super::region_dir;
+use crate::error::{Error, Result};
+use crate::region::{RecoveringRegion, RegionDescriptor};
 
 impl Store {
     /// Replays each shard's WAL once, into all of its regions; the shards

@@ -9,9 +9,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::cell::{EntryBatch, RowMutation};
-
 use crate::error::Error;
-
 use crate::region::wal::Wal;
 use crate::region::wal::record::SourcePosition;
 use crate::region::{PendingWrite, Region};

@@ -3,16 +3,13 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{TableDescriptor, TableName};
-
-use crate::error::{Error, Result};
-
+use super::Store;
 use super::region_dir;
+use crate::catalog::{TableDescriptor, TableName};
+use crate::error::{Error, Result};
 use crate::region::Region;
 use crate::schema::FamilySpec;
 use crate::table::{RegionHandle, Table};
-
-use super::Store;
 
 impl Store {
     /// Splits every region whose store files pass `max_region_size` (one

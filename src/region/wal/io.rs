@@ -8,9 +8,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::fault::{self, Fault, Site};
-use std::time::Duration;
 
 /// Which backend is in use; reported in logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

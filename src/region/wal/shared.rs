@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::fs;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -11,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use parking_lot::Mutex;
 
 use super::io::SyncCounter;
-
 use super::options::WalOptions;
 
 /// Counters the WAL keeps for metrics and tests.

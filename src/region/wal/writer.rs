@@ -15,7 +15,6 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use super::error::WalError;
 use super::io::{Completion, WalIo};
 use super::record::{self, SEGMENT_HEADER_LEN, TYPE_EDITS, TYPE_SEGMENT_END};
-
 use super::segment::{activate_segment, fsync_dir, prepare_segment, segment_path};
 use super::shared::{ClosedSegment, Shared};
 use super::ticket::Resolver;

@@ -1,0 +1,207 @@
+//! Administration: namespaces, tables (create, describe, alter, drop,
+//! flush, compact), readiness, metrics and the ingest status.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::error::ApiResult;
+use super::state::AppState;
+use super::state::{Params, blocking, json_body, table_name};
+use crate::catalog::{CreateTable, TableDescriptor};
+use crate::error::Error;
+use crate::schema::FamilySpec;
+
+/// The Prometheus text exposition.
+pub(super) async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
+    let Some(t) = s.telemetry.clone() else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_metrics",
+            "metrics are not recorded in this process",
+        )
+        .into_response();
+    };
+    let ready = s.readiness().is_ok();
+    let store = s.store.clone();
+    match tokio::task::spawn_blocking(move || t.render(&store, ready)).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("rendering metrics failed: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+pub(super) async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+    match s.readiness() {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
+        Err(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", why).into_response()
+        }
+    }
+}
+
+pub(super) async fn list_namespaces(State(s): State<Arc<AppState>>) -> Json<Vec<String>> {
+    Json(s.store.catalog().namespaces())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NamespaceReq {
+    pub(super) name: String,
+}
+
+pub(super) async fn create_namespace(
+    State(s): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let req: NamespaceReq = json_body(body)?;
+    let store = s.store.clone();
+    let name = req.name.clone();
+    blocking(move || store.catalog().create_namespace(&name)).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "name": req.name }))).into_response())
+}
+
+pub(super) async fn drop_namespace(
+    State(s): State<Arc<AppState>>,
+    Path(ns): Path<String>,
+) -> ApiResult<StatusCode> {
+    let store = s.store.clone();
+    blocking(move || store.catalog().drop_namespace(&ns)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListTables {
+    pub(super) namespace: Option<String>,
+}
+
+pub(super) async fn list_tables(
+    State(s): State<Arc<AppState>>,
+    Params(q): Params<ListTables>,
+) -> Json<Vec<TableDescriptor>> {
+    Json(s.store.catalog().tables(q.namespace.as_deref()))
+}
+
+pub(super) async fn create_table(
+    State(s): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let req: CreateTable = json_body(body)?;
+    let store = s.store.clone();
+    let desc = blocking(move || store.create_table(&req)).await?;
+    Ok((StatusCode::CREATED, Json(desc)).into_response())
+}
+
+pub(super) async fn describe_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<Json<TableDescriptor>> {
+    let name = table_name(&t)?;
+    Ok(Json(s.store.catalog().table(&name)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AlterReq {
+    #[serde(default)]
+    pub(super) families: Vec<FamilySpec>,
+    /// `SKIP_WAL`, `ASYNC_WAL` or `SYNC_WAL`: HBase's ALTER DURABILITY.
+    pub(super) durability: Option<crate::schema::Durability>,
+}
+
+pub(super) async fn alter_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<TableDescriptor>> {
+    let name = table_name(&t)?;
+    let req: AlterReq = json_body(body)?;
+    let store = s.store.clone();
+    Ok(Json(
+        blocking(move || store.alter(&name, &req.families, req.durability)).await?,
+    ))
+}
+
+pub(super) async fn drop_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    let name = table_name(&t)?;
+    let store = s.store.clone();
+    blocking(move || store.drop_table(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Runs `op` on every region of a table, off the async runtime.
+pub(super) async fn each_region(
+    s: &AppState,
+    t: &str,
+    op: fn(&crate::table::RegionHandle) -> crate::error::Result<()>,
+) -> ApiResult<StatusCode> {
+    let name = table_name(t)?;
+    let store = s.store.clone();
+    blocking(move || {
+        for r in store.table(&name)?.regions() {
+            op(r)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Flushes every region's MemStore to store files (HBase's `flush`); a
+/// region left with many files gets a minor compaction, as after a
+/// background flush.
+pub(super) async fn flush_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    each_region(&s, &t, |r| {
+        r.flush()?;
+        r.request_compaction();
+        Ok(())
+    })
+    .await
+}
+
+/// Major compaction of every region (HBase's `major_compact`).
+pub(super) async fn compact_table(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+) -> ApiResult<StatusCode> {
+    each_region(&s, &t, |r| r.compact(true)).await
+}
+
+/// The Kafka pipeline: counters since start and the offsets committed per
+/// partition (what is durable). 404 when Kafka ingestion is off.
+pub(super) async fn ingest_status(State(s): State<Arc<AppState>>) -> ApiResult<Response> {
+    let stats = s.ingest.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "Kafka ingestion is off: set [kafka] brokers and topics",
+        )
+    })?;
+    Ok(Json(stats.to_json()).into_response())
+}

@@ -1,0 +1,181 @@
+//! Writes: line protocol and JSON points, and deletes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value as Json_, json};
+
+use super::error::ApiError;
+use super::error::ApiResult;
+use super::read::split_column;
+use super::state::AppState;
+use super::state::{Params, blocking, body_bytes, field_error, table_name};
+use crate::catalog::from_hex;
+use crate::ingest::line_protocol::Precision;
+use crate::ingest::{self, PointEncoder};
+use crate::query::Query;
+
+/// HBase's Delete of one row: the whole row, a family, a column (every
+/// version at or before `timestamp`), or with `exact` one version.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RowDeleteReq {
+    /// Hex row key.
+    pub(super) row: String,
+    pub(super) family: Option<String>,
+    /// `family:qualifier`
+    pub(super) column: Option<String>,
+    /// Versions at or before it (epoch ms); absent: the server's clock.
+    pub(super) timestamp: Option<u64>,
+    /// Only the version at exactly `timestamp` (needs `column`).
+    #[serde(default)]
+    pub(super) exact: bool,
+}
+
+pub(super) fn row_delete(r: RowDeleteReq) -> ApiResult<crate::cell::RowMutation> {
+    let key = from_hex(&r.row).map_err(|e| ApiError::bad(format!("row must be hex: {e}")))?;
+    let m = crate::cell::RowMutation::new(key);
+    Ok(match (r.column, r.family, r.exact) {
+        (Some(_), Some(_), _) => {
+            return Err(ApiError::bad(
+                "give `column` (family:qualifier) or `family`, not both",
+            ));
+        }
+        (Some(c), None, true) => {
+            let (f, q) = split_column(&c)?;
+            let ts = r.timestamp.ok_or_else(|| {
+                ApiError::bad("`exact` deletes the version at `timestamp`: give it")
+            })?;
+            m.delete_version(f, q, ts)
+        }
+        (Some(c), None, false) => {
+            let (f, q) = split_column(&c)?;
+            m.delete_column(f, q, r.timestamp)
+        }
+        (None, Some(f), false) => m.delete_family(f, r.timestamp),
+        (None, None, false) => m.delete_row(r.timestamp),
+        (None, _, true) => return Err(ApiError::bad("`exact` needs a `column`")),
+    })
+}
+
+/// `POST /api/v1/tables/{t}/delete`: one row as HBase deletes it (`row`),
+/// or the points of series over a time range (`series`, `start_ms`/
+/// `end_ms` or `start`/`end`, `family`, `fields`, as a query names them).
+/// Durable like a write; answered with how many rows it reached.
+pub(super) async fn delete_data(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let name = table_name(&t)?;
+    let bytes = body_bytes(body)?;
+    let v: Json_ = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad(format!(
+            "delete is not JSON: {}",
+            crate::codec::bounded(&e.to_string(), 240)
+        ))
+    })?;
+    let store = s.store.clone();
+    let deleted = if v.get("row").is_some() {
+        let req: RowDeleteReq =
+            serde_path_to_error::deserialize(v).map_err(|e| field_error("delete", e))?;
+        let m = row_delete(req)?;
+        blocking(move || store.write(&name, vec![m], None)).await?;
+        1
+    } else {
+        let q: Query = serde_path_to_error::deserialize(v).map_err(|e| field_error("delete", e))?;
+        let queries = s.queries.clone();
+        blocking(move || queries.delete_points(&name, &q)).await?
+    };
+    Ok(Json(json!({ "deleted_rows": deleted })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WriteParams {
+    pub(super) table: String,
+    pub(super) precision: Option<String>,
+    /// Cell TTL of the written points, in milliseconds (capped at the
+    /// family's TTL when reading).
+    pub(super) ttl_ms: Option<u64>,
+}
+
+/// Writes line protocol (or JSON points with `Content-Type:
+/// application/json`). Answers when the good points are durable; bad lines
+/// get 400 with their numbers and reasons, and the good ones are written.
+pub(super) async fn write(
+    State(s): State<Arc<AppState>>,
+    Params(p): Params<WriteParams>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let name = table_name(&p.table)?;
+    let precision = match p.precision.as_deref() {
+        None => None,
+        Some(x) => Some(Precision::parse(x).ok_or_else(|| {
+            ApiError::bad(format!(
+                "unknown precision `{}`; use ns, us, ms or s",
+                crate::codec::quote_prefix(x)
+            ))
+        })?),
+    };
+    let bytes = body_bytes(body)?;
+    let desc = s.store.catalog().table(&name)?;
+    let now = s.clock.now_ms();
+    let format = if headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+    {
+        ingest::Format::Json
+    } else {
+        ingest::Format::Line
+    };
+    let (written, errors) = match format {
+        ingest::Format::Line => {
+            let store = s.store.clone();
+            let precision = precision.unwrap_or_default();
+            let ttl = p.ttl_ms;
+            let done =
+                blocking(move || ingest::write_lines(&store, &desc, &bytes, precision, ttl, now))
+                    .await?;
+            (done.rows, done.rejected)
+        }
+        ingest::Format::Json => {
+            let mut encoder =
+                PointEncoder::new(&desc, s.store.max_value_size()).map_err(ApiError::bad)?;
+            encoder.set_ttl(p.ttl_ms);
+            let errors = encoder
+                .add_body(format, &bytes, precision, now)
+                .map_err(ApiError::bad)?;
+            let batch = encoder.finish();
+            let written = batch.rows();
+            if written > 0 {
+                let store = s.store.clone();
+                blocking(move || store.write_encoded(&name, batch, None)).await?;
+            }
+            (written, errors)
+        }
+    };
+    if errors.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let mut err = ApiError::bad(format!(
+        "{} point(s) rejected, {written} written; first: line {}: {}",
+        errors.len(),
+        errors[0].0,
+        errors[0].1
+    ));
+    err.code = "partial_write";
+    err.extra = Some(json!({
+        "written": written,
+        "rejected": errors.iter().map(|(l, r)| json!({ "line": l, "reason": r })).collect::<Vec<_>>(),
+    }));
+    Err(err)
+}
