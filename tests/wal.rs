@@ -231,15 +231,18 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-/// A write after an idle release asks for a preallocated spare; when the
-/// log goes quiet before it takes the spare (on a slow disk the zero-fill
-/// ends after the last write), the spare must go too. It stayed, a whole
-/// segment, until the next write (found by `api_answers` under CI load).
+/// Writes after an idle release go to a small segment and ask for a
+/// preallocated spare; when the log goes quiet before it takes the spare
+/// (on a slow disk the zero-fill ends after the last write), the spare and
+/// the small segment's flushed records must go too. Both stayed until the
+/// next write (found by `api_answers` under CI load).
 #[test]
 fn a_spare_asked_for_after_a_release_goes_when_the_log_is_quiet_again() {
     let dir = tempfile::tempdir().expect("tmp");
     let opts = WalOptions {
         release_after_idle: std::time::Duration::from_millis(200),
+        // A spare this big is still being zero-filled when the writes end.
+        segment_size: 32 << 20,
         ..options(IoBackendChoice::Auto)
     };
     let wal = Wal::open(dir.path(), opts).expect("open");
@@ -267,13 +270,20 @@ fn a_spare_asked_for_after_a_release_goes_when_the_log_is_quiet_again() {
     }
     wal.mark_flushed(1, 400);
     small("after the release");
-    // One write: the log asks for a spare, and nothing more comes to roll
-    // into it.
-    wal.append(1, 401, record(1, 401, 500), true)
-        .expect("append")
-        .wait()
-        .expect("durable");
-    small("quiet after one write");
+    // Writes after the release go to the small segment while the log
+    // prepares a spare; nothing more comes to roll into it. Once flushed,
+    // the records and the spare go.
+    let tickets: Vec<_> = (401..=500)
+        .map(|seq| {
+            wal.append(1, seq, record(1, seq, 500), true)
+                .expect("append")
+        })
+        .collect();
+    for t in tickets {
+        t.wait().expect("durable");
+    }
+    wal.mark_flushed(1, 500);
+    small("quiet and flushed after more writes");
     wal.close();
 }
 

@@ -90,7 +90,11 @@ impl Writer {
                 let release = self.shared.options.release_after_idle;
                 let timeout = if self.unsynced {
                     interval.saturating_sub(self.last_sync.elapsed())
-                } else if (self.preallocated || self.spare.is_some()) && !release.is_zero() {
+                } else if (self.preallocated
+                    || self.spare.is_some()
+                    || self.offset > SEGMENT_HEADER_LEN)
+                    && !release.is_zero()
+                {
                     // Looked at again until the flushes caught up.
                     release
                         .saturating_sub(self.last_write.elapsed())
@@ -427,11 +431,10 @@ impl Writer {
         Ok(())
     }
 
-    /// Gives back a quiet log's preallocated space: once nothing was
-    /// written for `release_after_idle` and every edit of the live segment
-    /// is flushed, the log goes on in a new segment that is not
-    /// preallocated, and the old one, the spare and the kept flushed
-    /// segments are deleted.
+    /// Gives back a quiet log's space: once nothing was written for
+    /// `release_after_idle` and every edit of the live segment is flushed,
+    /// the log goes on in a new segment that is not preallocated, and the
+    /// old one, the spare and the kept flushed segments are deleted.
     pub(super) fn release_if_idle(&mut self) -> Result<(), WalError> {
         let release = self.shared.options.release_after_idle;
         if release.is_zero()
@@ -442,23 +445,11 @@ impl Writer {
         {
             return Ok(());
         }
-        if !self.preallocated {
-            // Written to after a release and quiet again before the spare
-            // asked for then was taken (a slow disk zero-fills it after the
-            // last write): the spare goes, and the log stays small.
-            if let Some(h) = self.spare.take() {
-                let _ = h.join();
-                self.shared.segments.lock().spare_ready = false;
-                let spare = self
-                    .shared
-                    .dir
-                    .join(format!("{:020}.spare", self.seg_id + 1));
-                if let Err(e) = fs::remove_file(&spare)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    tracing::warn!(path = %spare.display(), error = %e, "could not delete an unused WAL spare");
-                }
-            }
+        // Something to give back: preallocated space, or, after an earlier
+        // release, the flushed records written to the small segment since
+        // and the spare they asked for, when the log went quiet before
+        // taking it (on a slow disk its zero-fill ends after the last write).
+        if !self.preallocated && self.spare.is_none() && self.offset <= SEGMENT_HEADER_LEN {
             return Ok(());
         }
         {
