@@ -1,6 +1,7 @@
 //! The service wired together: `halite serve` opens the store, starts the
-//! chores, the query engine, the Kafka consumer and the HTTP listeners, and
-//! stops them in order (readiness, Kafka, listeners, chores, the store).
+//! query engine, the chores, the Kafka consumer and the HTTP listeners,
+//! and stops them in order (readiness, Kafka, listeners, the query engine,
+//! chores, the store).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -12,8 +12,8 @@ pub mod kind;
 pub use kind::ErrorKind;
 
 use crate::region::manifest::ManifestError;
-use crate::region::sst::SstError;
-use crate::region::wal::WalError;
+use crate::region::sst::format::SstError;
+use crate::region::wal::error::WalError;
 
 /// The crate-wide error.
 #[derive(Debug, thiserror::Error)]

@@ -31,13 +31,15 @@
 //!         ├─ manifest    the live file set, replaced atomically
 //!         └─ read/       merge → resolve versions/deletes/TTL → filters → pages
 //!   ▼
-//! catalog  key  schema  cell  value  codec  clock  fsutil  units  error/kind
 //! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
+//! catalog  key  schema  cell  value  codec  clock  fsutil  units  error/kind
 //! ```
 //!
 //! Nothing imports a line above its own, but for `error.rs`: the crate's
-//! `Error` wraps the WAL's, the store files' and the manifest's errors, so
-//! it stands just above them (their kind, `error/kind.rs`, is a leaf). `fault`, `failpoint` and
+//! `Error` wraps the WAL's, the store files' and the manifest's errors
+//! (taken from `wal/error.rs`, `sst/format.rs` and `manifest.rs`, which
+//! import only leaves), and the bottom line's files return it; their kind,
+//! `error/kind.rs`, is a leaf. `fault`, `failpoint` and
 //! `fuzz` exist for tests (fault injection, crash points, fuzz targets) and
 //! are not part of the documented surface.
 //!

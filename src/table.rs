@@ -95,7 +95,7 @@ impl Table {
 }
 
 /// The index of the region of `table` that holds `row`.
-pub fn region_index(table: &Table, row: &[u8]) -> usize {
+pub(crate) fn region_index(table: &Table, row: &[u8]) -> usize {
     table
         .desc
         .regions

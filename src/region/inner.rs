@@ -75,7 +75,7 @@ pub(crate) enum Work {
 
 pub(crate) struct Inner {
     pub(crate) id: u64,
-    /// Rows this region serves (see [`RegionDescriptor`]).
+    /// Rows this region serves (see [`crate::region::RegionDescriptor`]).
     pub(crate) rows: (Vec<u8>, Vec<u8>),
     pub(crate) dir: PathBuf,
     pub(crate) options: RegionOptions,

@@ -19,7 +19,7 @@
 //! the two share in `shared.rs`, tickets in `ticket.rs`, the record format in
 //! `record.rs` and the I/O backends in `io.rs`.
 
-mod error;
+pub mod error;
 pub mod io;
 mod options;
 pub mod record;

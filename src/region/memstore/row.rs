@@ -29,7 +29,7 @@ impl RawSlice {
         // SAFETY: `ptr..ptr+len` lies inside an arena chunk (or, for a
         // search probe, a buffer borrowed for the duration of the search)
         // that outlives every slice handed out: entries leave the MemStore
-        // only through `load_row`, whose callers hold an `Arc<MemStore>`.
+        // only through `load_rows`, whose callers hold an `Arc<MemStore>`.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
