@@ -90,11 +90,7 @@ impl Writer {
                 let release = self.shared.options.release_after_idle;
                 let timeout = if self.unsynced {
                     interval.saturating_sub(self.last_sync.elapsed())
-                } else if (self.preallocated
-                    || self.spare.is_some()
-                    || self.offset > SEGMENT_HEADER_LEN)
-                    && !release.is_zero()
-                {
+                } else if self.holds_space() && !release.is_zero() {
                     // Looked at again until the flushes caught up.
                     release
                         .saturating_sub(self.last_write.elapsed())
@@ -431,6 +427,15 @@ impl Writer {
         Ok(())
     }
 
+    /// Whether an idle release has something to give back: preallocated
+    /// space, or, after an earlier release, the records written to the
+    /// small segment since and the spare they asked for, when the log went
+    /// quiet before taking it (on a slow disk its zero-fill ends after the
+    /// last write).
+    fn holds_space(&self) -> bool {
+        self.preallocated || self.spare.is_some() || self.offset > SEGMENT_HEADER_LEN
+    }
+
     /// Gives back a quiet log's space: once nothing was written for
     /// `release_after_idle` and every edit of the live segment is flushed,
     /// the log goes on in a new segment that is not preallocated, and the
@@ -445,11 +450,7 @@ impl Writer {
         {
             return Ok(());
         }
-        // Something to give back: preallocated space, or, after an earlier
-        // release, the flushed records written to the small segment since
-        // and the spare they asked for, when the log went quiet before
-        // taking it (on a slow disk its zero-fill ends after the last write).
-        if !self.preallocated && self.spare.is_none() && self.offset <= SEGMENT_HEADER_LEN {
+        if !self.holds_space() {
             return Ok(());
         }
         {
