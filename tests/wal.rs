@@ -231,6 +231,25 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// Waits (at most 5 s) until an idle WAL has given its space back: the
+/// directory holds at most 16 KiB.
+fn wait_until_released(dir: &std::path::Path, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while disk_bytes(dir) > 16 * 1024 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {} bytes still held: {:?}",
+            disk_bytes(dir),
+            std::fs::read_dir(dir)
+                .expect("dir")
+                .flatten()
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Writes after an idle release go to a small segment and ask for a
 /// preallocated spare; when the log goes quiet before it takes the spare
 /// (on a slow disk the zero-fill ends after the last write), the spare and
@@ -247,20 +266,11 @@ fn a_spare_asked_for_after_a_release_goes_when_the_log_is_quiet_again() {
     };
     let wal = Wal::open(dir.path(), opts).expect("open");
     let small = |what: &str| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while disk_bytes(dir.path()) > 16 * 1024 || !files_in(dir.path(), "spare").is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: {} bytes still held: {:?}",
-                disk_bytes(dir.path()),
-                std::fs::read_dir(dir.path())
-                    .expect("dir")
-                    .flatten()
-                    .map(|e| e.path())
-                    .collect::<Vec<_>>()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_until_released(dir.path(), what);
+        assert!(
+            files_in(dir.path(), "spare").is_empty(),
+            "{what}: a spare is left"
+        );
     };
     for seq in 1..=400 {
         wal.append(1, seq, record(1, seq, 500), true)
@@ -308,20 +318,7 @@ fn an_idle_flushed_wal_gives_back_its_space_and_preallocates_again_when_written(
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(files_in(dir.path(), "log").len() > 1);
     wal.mark_flushed(1, 400);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while disk_bytes(dir.path()) > 16 * 1024 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} bytes still held: {:?}",
-            disk_bytes(dir.path()),
-            std::fs::read_dir(dir.path())
-                .expect("dir")
-                .flatten()
-                .map(|e| e.path())
-                .collect::<Vec<_>>()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until_released(dir.path(), "after the release");
     assert_eq!(files_in(dir.path(), "log").len(), 1);
     assert!(files_in(dir.path(), "free").is_empty() && files_in(dir.path(), "spare").is_empty());
     // Written again: it goes on, preallocates again, and everything after
