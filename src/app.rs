@@ -9,12 +9,27 @@ use std::time::Instant;
 
 use crate::api::{self, AppState};
 use crate::catalog::CreateTable;
+use crate::catalog::TableName;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::ingest::kafka::KafkaIngest;
+use crate::ingest::kafka::{DeleteFailure, KafkaIngest, PointDeletes, read_delete};
+use crate::query::Query;
 use crate::query::engine::QueryEngine;
 use crate::store::Store;
 use crate::store::chores::{MemoryGuard, Splitter};
+
+/// Kafka's delete messages select their points as `POST …/delete` does:
+/// a point query, run by the query engine.
+impl PointDeletes for QueryEngine {
+    fn delete_points(
+        &self,
+        table: &TableName,
+        request: serde_json::Value,
+    ) -> Result<u64, DeleteFailure> {
+        let q: Query = read_delete(request).map_err(DeleteFailure::Bad)?;
+        QueryEngine::delete_points(self, table, &q).map_err(DeleteFailure::Store)
+    }
+}
 
 /// Holds SIGINT and SIGTERM pending until [`serve`] listens for them, so
 /// a Ctrl-C during start-up (WAL replay, a broker starting) stops the

@@ -12,7 +12,8 @@
 //! config      every stage's settings, read from TOML
 //!   ▼
 //! ingest/     line protocol, JSON, Kafka: points → rows routed by region
-//!   ▼         (a Kafka delete message runs through the query engine)
+//!             (a Kafka delete message goes to the PointDeletes seam,
+//!             which app wires to the query engine)
 //! query/      logical queries: plan, rows (bucket scans merged),
 //!   ▼         aggregate, pool; engine = the query pool over the store
 //! store       tables, writer shards, splits, recovery, the memory limit

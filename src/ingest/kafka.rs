@@ -21,12 +21,14 @@
 //! `config.rs` holds the `[kafka]` settings, `offsets.rs` what may be
 //! committed, `shared.rs` the state the threads share and the commit,
 //! `rebalance.rs` the group's callbacks, `batch.rs` what the consumer hands
-//! the writers, `writer.rs` the writers, `dead_letter.rs` the bad messages
+//! the writers, `writer.rs` the writers, `deletes.rs` delete messages and the seam
+//! that carries them out, `dead_letter.rs` the bad messages
 //! and `stats.rs` the counters.
 
 mod batch;
 pub mod config;
 mod dead_letter;
+mod deletes;
 mod offsets;
 mod rebalance;
 mod shared;
@@ -50,7 +52,6 @@ use rdkafka::message::Message;
 use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::ingest::line_protocol::Precision;
-use crate::query::engine::QueryEngine;
 use crate::store::Store;
 
 use batch::{Batch, TopicRoute};
@@ -61,6 +62,7 @@ use shared::Shared;
 use writer::{Submitted, completion_loop, writer_loop};
 
 pub use config::{KafkaConfig, TopicConfig};
+pub use deletes::{DeleteFailure, PointDeletes, read_delete};
 pub use offsets::PartitionKey;
 pub use stats::IngestStats;
 
@@ -85,7 +87,7 @@ impl KafkaIngest {
     pub fn start(
         config: &KafkaConfig,
         store: Arc<Store>,
-        queries: Arc<QueryEngine>,
+        deletes: Arc<dyn PointDeletes>,
         clock: Arc<dyn Clock>,
     ) -> Result<KafkaIngest, KafkaError> {
         let mut routes = HashMap::new();
@@ -125,7 +127,7 @@ impl KafkaIngest {
             generation: AtomicU64::new(0),
             stats: stats.clone(),
             store: store.clone(),
-            queries,
+            deletes,
             assigned: Mutex::new(BTreeSet::new()),
             closing: AtomicBool::new(false),
             brokers_down: AtomicBool::new(false),

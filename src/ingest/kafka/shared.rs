@@ -12,10 +12,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::batch::{Batch, Decoded};
+use super::deletes::PointDeletes;
 use super::offsets::{BatchState, OffsetTracker, PartitionKey, Waiting};
 use super::stats::IngestStats;
 use crate::catalog::TableName;
-use crate::query::engine::QueryEngine;
 use crate::store::Store;
 
 /// State shared by the consumer thread, the rebalance callbacks and the
@@ -29,7 +29,7 @@ pub(super) struct Shared {
     pub(super) stats: Arc<IngestStats>,
     pub(super) store: Arc<Store>,
     /// Runs the deletes that messages ask for.
-    pub(super) queries: Arc<QueryEngine>,
+    pub(super) deletes: Arc<dyn PointDeletes>,
     /// The partitions this member holds, kept from the rebalance callbacks'
     /// own lists: asking librdkafka (`assignment()`) from a callback run
     /// while the consumer closes can wait forever (see `rebalance`).

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::batch::{BadMessage, Batch, Decoded, TopicRoute};
 use super::dead_letter::DeadLetters;
+use super::deletes::{DeleteFailure, delete_message};
 use super::offsets::{BatchState, PartitionKey, Waiting};
 use super::shared::Shared;
 use crate::clock::Clock;
@@ -382,12 +383,7 @@ pub(super) fn decode_in_turn<'b>(
             .map_err(DeleteFailure::Store)
             .and_then(|()| {
                 wait_for_batches_before(shared, &submitted.key, submitted.first);
-                delete.map_err(DeleteFailure::Bad).and_then(|q| {
-                    shared
-                        .queries
-                        .delete_points(&route.table, &q)
-                        .map_err(DeleteFailure::Store)
-                })
+                shared.deletes.delete_points(&route.table, delete)
             });
             // Durable through the delete, and the store told so: a restart
             // then resumes after it instead of running it again over points
@@ -444,37 +440,6 @@ pub(super) fn decode_in_turn<'b>(
     }
     let entries = encoder.finish();
     Some((desc, entries))
-}
-
-/// Why a delete message was not carried out.
-pub(super) enum DeleteFailure {
-    /// The message is wrong: it goes where bad messages go.
-    Bad(String),
-    /// The store failed (or refused what the message asks).
-    Store(crate::error::Error),
-}
-
-/// A JSON message `{"delete": {"series": [...], "start_ms": …, "end_ms": …,
-/// "fields": [...]}}` (what `POST …/delete` takes for points): `None` when
-/// the message is not a delete, else the query it deletes, or why it is
-/// wrong.
-pub(super) fn delete_message(payload: &[u8]) -> Option<Result<crate::query::Query, String>> {
-    // Most messages are points: only one naming `delete` is read twice.
-    memchr::memmem::find(payload, b"\"delete\"")?;
-    let serde_json::Value::Object(mut top) = serde_json::from_slice(payload).ok()? else {
-        return None;
-    };
-    if top.len() != 1 {
-        return None;
-    }
-    let body = top.remove("delete")?;
-    Some(serde_path_to_error::deserialize(body).map_err(|e| {
-        let inner = crate::codec::bounded(&e.inner().to_string(), 240).into_owned();
-        match e.path().to_string().as_str() {
-            "." => format!("delete: {inner}"),
-            path => format!("delete: field `{path}`: {inner}"),
-        }
-    }))
 }
 
 /// Makes every write of the table durable as its durability says (a WAL
