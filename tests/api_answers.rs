@@ -10,8 +10,9 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::http::{create_table, free_port, request};
-use common::server::{start, stop};
+use common::http::{create_table, request};
+use common::scenario::Scenario;
+use common::server::{self, stop};
 use serde_json::{Value, json};
 
 fn post(addr: &str, path: &str, body: &Value) -> common::http::Response {
@@ -76,8 +77,8 @@ const T2: u64 = 1_700_000_001_000;
 
 #[test]
 fn value_filters_compare_typed_values_in_scans_and_queries() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     create_table(&a, &table("vf", "reversed_timestamp", &[], None));
     let r = write_lines(
@@ -173,8 +174,8 @@ fn value_filters_compare_typed_values_in_scans_and_queries() {
 
 #[test]
 fn json_writes_read_precision_and_distinct_points_stay_distinct() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     create_table(&a, &table("ms", "timestamp", &[], None));
     create_table(&a, &table("ns", "timestamp", &[], Some("ns")));
@@ -324,8 +325,8 @@ fn json_writes_read_precision_and_distinct_points_stay_distinct() {
 
 #[test]
 fn gets_pages_tokens_and_errors_answer_as_documented() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     create_table(&a, &table("cpu", "reversed_timestamp", &[], None));
     create_table(&a, &table("mem", "reversed_timestamp", &[], None));
@@ -572,9 +573,8 @@ fn store_file_bytes(dir: &std::path::Path) -> u64 {
 
 #[test]
 fn deletes_ttls_and_durability_reach_the_data_model() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let port = free_port();
-    let s = start(dir.path(), port, &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     create_table(&a, &table("cpu", "reversed_timestamp", &[], None));
     let count = |series: Value, body: &Value| -> usize {
@@ -599,7 +599,7 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
     }
     assert_eq!(write_lines(&a, "cpu", "&precision=ms", &lines).status, 204);
     assert_eq!(post(&a, "/api/v1/tables/cpu/flush", &json!({})).status, 204);
-    let full = store_file_bytes(dir.path());
+    let full = store_file_bytes(sc.data());
 
     // One series over a time range: the rows go at once.
     let r = post(
@@ -685,7 +685,7 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
 
     // Durable like a write: a restart keeps every delete.
     stop(s);
-    let s = start(dir.path(), port, &[]);
+    let s = sc.start();
     let a = s.addr.clone();
     let count = |series: Value| -> usize {
         let r = post(
@@ -700,10 +700,10 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
     // The next major compaction drops deleted cells from disk.
     let r = request(&a, "POST", "/api/v1/tables/cpu/flush", None, b"").expect("flush");
     assert_eq!(r.status, 204);
-    let before = store_file_bytes(dir.path());
+    let before = store_file_bytes(sc.data());
     let r = request(&a, "POST", "/api/v1/tables/cpu/compact", None, b"").expect("compact");
     assert_eq!(r.status, 204, "{}", r.text());
-    let after = store_file_bytes(dir.path());
+    let after = store_file_bytes(sc.data());
     assert!(
         after * 2 < full && after < before,
         "store files: {full} bytes written, {before} before compaction, {after} after"
@@ -792,7 +792,7 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
         204
     );
     stop(s);
-    let s = start(dir.path(), port, &[]);
+    let s = sc.start();
     let r = request(&s.addr, "GET", "/api/v1/tables/cpu", None, b"").expect("describe");
     assert_eq!(r.json()["durability"], "ASYNC_WAL");
     stop(s);
@@ -800,8 +800,8 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
 
 #[test]
 fn a_flush_through_the_api_that_leaves_many_files_schedules_a_compaction() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     create_table(
         &a,
@@ -849,17 +849,11 @@ fn a_flush_through_the_api_that_leaves_many_files_schedules_a_compaction() {
 
 #[test]
 fn the_global_memstore_limit_holds_after_writes_stop() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(
-        dir.path(),
-        free_port(),
-        &[
-            "--set",
-            "region.flush_size=\"128KiB\"",
-            "--set",
-            "region.global_memstore_size=\"256KiB\"",
-        ],
-    );
+    let sc = Scenario::new()
+        .set("region.flush_size=\"128KiB\"")
+        .set("region.global_memstore_size=\"256KiB\"")
+        .build();
+    let s = sc.start();
     let a = s.addr.clone();
     let mut t = table("mem", "reversed_timestamp", &[], None);
     t["key"]["salt"] = json!({"buckets": 16});
@@ -964,30 +958,20 @@ fn block_io_uring(cmd: &mut std::process::Command) {
 
 #[test]
 fn the_io_uring_fallback_and_region_splits_are_logged() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let log_path = dir.path().join("halite.log");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_halite"));
-    cmd.args(["serve", "--set"])
-        .arg(format!(
-            "data_dir=\"{}\"",
-            dir.path().join("data").display()
-        ))
-        .args(["--set", &format!("server.listen=\"{addr}\"")])
-        .args(["--set", "region.flush_size=\"64KiB\""])
-        .args(["--set", "region.global_memstore_size=\"64MiB\""])
-        .args(["--set", "region.max_size=\"64KiB\""])
-        .args(["--set", "region.split_check_interval=\"200ms\""])
+    let sc = Scenario::new()
+        .set("region.flush_size=\"64KiB\"")
+        .set("region.global_memstore_size=\"64MiB\"")
+        .set("region.max_size=\"64KiB\"")
+        .set("region.split_check_interval=\"200ms\"")
         .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log_path).expect("log"));
+        .build();
+    let log_path = sc.dir().join("halite.log");
+    let mut cmd = sc.command(&[]);
+    cmd.stderr(std::fs::File::create(&log_path).expect("log"));
     block_io_uring(&mut cmd);
-    let mut child = cmd.spawn().expect("spawn halite serve");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while request(&addr, "GET", "/readyz", None, b"").map_or(true, |r| r.status != 200) {
-        assert!(std::time::Instant::now() < deadline, "not ready");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let mut srv = server::spawn_ready(cmd, sc.port);
+    let addr = srv.addr.clone();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     assert!(log().contains("io_uring is unavailable"), "{}", log());
     let metrics = request(&addr, "GET", "/metrics", None, b"")
@@ -1027,8 +1011,8 @@ fn the_io_uring_fallback_and_region_splits_are_logged() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     // SAFETY: signals our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().expect("wait").success(), "{}", log());
+    unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) };
+    assert!(srv.child.wait().expect("wait").success(), "{}", log());
 }
 
 /// Bytes the files under `dir` take on disk (allocated blocks).
@@ -1051,17 +1035,15 @@ fn du(dir: &std::path::Path) -> u64 {
 
 #[test]
 fn a_settled_data_directory_holds_its_data_not_empty_wal_segments() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(
-        dir.path(),
-        free_port(),
-        &["--set", "wal.release_after_idle=\"300ms\""],
-    );
+    let sc = Scenario::new()
+        .set("wal.release_after_idle=\"300ms\"")
+        .build();
+    let s = sc.start();
     let a = s.addr.clone();
     let settled = |what: &str, limit: u64| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
-            let (all, sst) = (du(dir.path()), store_file_bytes(dir.path()));
+            let (all, sst) = (du(sc.data()), store_file_bytes(sc.data()));
             if all <= sst + limit {
                 return;
             }

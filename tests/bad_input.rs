@@ -11,30 +11,23 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::http::{free_port, request};
+use common::http::request;
+use common::scenario::Scenario;
 use common::server;
 use serde_json::{Value as Json, json};
 
 const WRITE: &str = "/api/v1/write?table=metrics:cpu&precision=ms";
 const T0: u64 = 1_700_000_000_000;
 
-fn start(data: &Path) -> server::Server {
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
-    server::start(
-        data,
-        free_port(),
-        &[
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--set",
-            "server.max_body=\"1MiB\"",
-            "--set",
-            "server.body_timeout=\"1s\"",
-        ],
-    )
+/// The example config (its `metrics:cpu` table) with small body limits.
+fn scenario() -> Scenario {
+    Scenario::new()
+        .example_config()
+        .set("server.max_body=\"1MiB\"")
+        .set("server.body_timeout=\"1s\"")
+        .build()
 }
 
 fn error_of(r: &halite::client::Response) -> (String, String) {
@@ -97,8 +90,8 @@ fn refused_beside_a_good_point(addr: &str, bad: &str, good_ts: u64, reason: &str
 
 #[test]
 fn bad_points_are_refused_with_a_reason_and_good_ones_beside_them_land() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let srv = start(tmp.path());
+    let sc = scenario();
+    let srv = sc.start();
     let a = &srv.addr;
     let mut good = 0u64;
     let mut next_good = || {
@@ -186,14 +179,14 @@ fn bad_points_are_refused_with_a_reason_and_good_ones_beside_them_land() {
 
     assert_eq!(points_of(a, "good"), good, "every good point, once");
     server::stop(srv);
-    let report = halite::verify::verify(tmp.path()).expect("verify");
+    let report = halite::verify::verify(sc.data()).expect("verify");
     assert_eq!(report.problems(), 0, "{report:?}");
 }
 
 #[test]
 fn oversized_bodies_and_wrong_content_types_are_refused_before_anything_is_read() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let srv = start(tmp.path());
+    let sc = scenario();
+    let srv = sc.start();
     let a = &srv.addr;
 
     // Declared too large: refused from the headers.
@@ -253,8 +246,8 @@ fn oversized_bodies_and_wrong_content_types_are_refused_before_anything_is_read(
 
 #[test]
 fn slow_stalled_and_abandoned_clients_change_nothing_and_hold_no_one_up() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let srv = start(tmp.path());
+    let sc = scenario();
+    let srv = sc.start();
     let a = srv.addr.clone();
     let line = b"cpu,host=slow usage_user=1 1700000000000\n";
 

@@ -6,8 +6,8 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use common::http::free_port;
-use common::server::{start, stop};
+use common::scenario::Scenario;
+use common::server::stop;
 
 fn halite(addr: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_halite"))
@@ -37,8 +37,8 @@ fn ok(out: &Output) -> String {
 
 #[test]
 fn client_verbs_talk_to_a_running_server() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     let spec = r#"{"name": "sensors", "families": [{"name": "f"}],
                    "key": {"fields": [{"name": "site", "type": "string", "width": 8},

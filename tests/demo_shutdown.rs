@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::http::free_port;
 use common::kafka::tansu_binary;
+use common::rng::Rng;
 
 /// The demo's broker: the child of its main thread.
 fn children(pid: u32) -> Vec<i32> {
@@ -41,17 +42,7 @@ fn sigint_to_the_demo_stops_it_cleanly_at_any_moment() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    let seed: u64 = std::env::var("HALITE_DEMO_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0de0);
-    let mut rng = seed;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = Rng::from_env_or("HALITE_DEMO_SEED", 0x5eed_0de0);
     let tansu = tansu_binary();
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
     for i in 0..tries {
@@ -79,7 +70,7 @@ fn sigint_to_the_demo_stops_it_cleanly_at_any_moment() {
         let pid = child.id();
         // Moments from the first instant (start-up) to well after the
         // points were ingested.
-        let wait_ms = next() % 7000;
+        let wait_ms = rng.below(7000);
         std::thread::sleep(Duration::from_millis(wait_ms));
         let brokers = children(pid);
         let broker_first = i % 2 == 1;
@@ -88,7 +79,7 @@ fn sigint_to_the_demo_stops_it_cleanly_at_any_moment() {
                 // SAFETY: signals a child process of the demo by pid.
                 unsafe { libc::kill(*b, libc::SIGKILL) };
             }
-            std::thread::sleep(Duration::from_millis(next() % 500));
+            std::thread::sleep(Duration::from_millis(rng.below(500)));
         }
         // SAFETY: signals the demo's own process group, as a terminal does.
         assert_eq!(unsafe { libc::killpg(pid as i32, libc::SIGINT) }, 0);
@@ -104,7 +95,7 @@ fn sigint_to_the_demo_stops_it_cleanly_at_any_moment() {
         };
         let log = || {
             format!(
-                "try {i} (seed {seed}, SIGINT after {wait_ms} ms, broker killed first: {broker_first})\n{}",
+                "try {i} (SIGINT after {wait_ms} ms, broker killed first: {broker_first})\n{}",
                 std::fs::read_to_string(logs.path().join("err")).unwrap_or_default()
             )
         };

@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::http::{free_port, request};
-use common::kafka::{Broker, Load, produce_in_background, wait_for_group_commit};
+use common::kafka::{Load, wait_for_group_commit};
+use common::scenario::Scenario;
 use common::server;
 use serde_json::{Value as Json, json};
 
@@ -191,30 +192,18 @@ fn percent_encode(s: &str) -> String {
 #[test]
 fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     const POINTS: u64 = 30_000;
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    broker.create_topic("dead", 1);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = repo("configs/halite.toml");
-    let port = free_port();
-    let args = [
-        "--config".to_string(),
-        config.display().to_string(),
-        "--set".into(),
-        format!("kafka.brokers=\"{}\"", broker.bootstrap),
-        "--set".into(),
-        "kafka.dead_letter_topic=\"dead\"".into(),
-        "--set".into(),
-        "kafka.commit_interval=\"200ms\"".into(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let srv = server::start(&tmp.path().join("data"), port, &args);
-    let prometheus = Prometheus::start(tmp.path(), &srv.addr);
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .topic("dead", 1)
+        .set("kafka.dead_letter_topic=\"dead\"")
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    let srv = sc.start();
+    let prometheus = Prometheus::start(sc.dir(), &srv.addr);
 
     // Load for a few scrapes: points at a steady rate, a poison message,
     // queries, a flush and a compaction, a request for a missing table.
-    let producer = produce_in_background(
-        &broker.bootstrap,
+    let producer = sc.produce_in_background(
         "cpu",
         Load {
             hosts: 20,
@@ -224,7 +213,7 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
         },
     );
     let poison = Command::new(env!("CARGO_BIN_EXE_halite"))
-        .args(["produce", "--brokers", &broker.bootstrap, "--topic", "cpu"])
+        .args(["produce", "--brokers", sc.bootstrap(), "--topic", "cpu"])
         .args(["--hosts", "1", "--points", "1", "--format", "json"])
         .output()
         .expect("produce json into a line topic");
@@ -266,7 +255,7 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
         std::thread::sleep(Duration::from_millis(250));
     }
     producer.join().expect("producer");
-    wait_for_group_commit(&broker.bootstrap, "cpu", 4, POINTS as i64 + 1);
+    wait_for_group_commit(sc.bootstrap(), "cpu", 4, POINTS as i64 + 1);
     // A few more scrapes after the last events, for the rate windows.
     std::thread::sleep(Duration::from_secs(3));
 

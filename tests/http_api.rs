@@ -10,8 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::http::{free_port, request, request_with};
-use common::server::{start, stop};
+use common::http::{request, request_with};
+use common::scenario::Scenario;
+use common::server::stop;
 use serde_json::{Value, json};
 
 const HOSTS: u64 = 100;
@@ -39,9 +40,8 @@ fn host(h: u64) -> String {
 
 #[test]
 fn http_end_to_end_against_an_oracle() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let port = free_port();
-    let s = start(dir.path(), port, &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
 
     // Admin: namespace and a 16-bucket salted table.
@@ -239,7 +239,7 @@ fn http_end_to_end_against_an_oracle() {
     stop(s);
 
     // After a restart (clean), everything is still there.
-    let s = start(dir.path(), port, &[]);
+    let s = sc.start();
     let r = post_json(
         &s.addr,
         "/api/v1/query",
@@ -254,10 +254,9 @@ fn http_end_to_end_against_an_oracle() {
 /// readable after a restart, and the catalog is intact.
 #[test]
 fn acknowledged_writes_survive_kill_9() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let port = free_port();
+    let sc = Scenario::new().build();
     for round in 0..3u64 {
-        let s = start(dir.path(), port, &[]);
+        let s = sc.start();
         let a = s.addr.clone();
         if round == 0 {
             let t = json!({
@@ -303,7 +302,7 @@ fn acknowledged_writes_survive_kill_9() {
             "nothing was acknowledged before the kill"
         );
 
-        let s = start(dir.path(), port, &[]);
+        let s = sc.start();
         for &b in acked.iter().step_by(7).chain(acked.last()) {
             let ts = 1_000_000 + b * 1000;
             let q =
@@ -335,8 +334,8 @@ fn acknowledged_writes_survive_kill_9() {
 /// refused where they do not apply.
 #[test]
 fn large_bodies_in_pieces_and_series_shaped_answers() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let a = s.addr.clone();
     assert_eq!(
         post_json(&a, "/api/v1/namespaces", &json!({"name": "metrics"})).status,

@@ -15,8 +15,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, TimestampMillisecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::StreamReader;
-use common::http::{create_table, free_port, request, request_with};
-use common::server::{Server, start, stop};
+use common::http::{create_table, request, request_with};
+use common::scenario::Scenario;
+use common::server::{Server, stop};
 use serde_json::{Value, json};
 
 const HOSTS: u64 = 24;
@@ -48,9 +49,9 @@ fn post(addr: &str, path: &str, accept: &str, body: &Value) -> common::http::Res
 /// (host ascending, newest first).
 type Oracle = Vec<(String, u64, f64)>;
 
-fn setup() -> (tempfile::TempDir, Server, Oracle) {
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = start(dir.path(), free_port(), &[]);
+fn setup() -> (Scenario, Server, Oracle) {
+    let sc = Scenario::new().build();
+    let s = sc.start();
     let table = json!({
         "name": "cpu",
         "families": [{"name": "f"}],
@@ -87,7 +88,7 @@ fn setup() -> (tempfile::TempDir, Server, Oracle) {
         .into_iter()
         .map(|((h, rev), v)| (h, u64::MAX - rev, v))
         .collect();
-    (dir, s, oracle)
+    (sc, s, oracle)
 }
 
 /// NDJSON rows as (host, ts, value), and the trailer line.
@@ -155,7 +156,7 @@ fn arrow_rows(batches: &[RecordBatch]) -> Oracle {
 
 #[test]
 fn ndjson_streams_whole_answers_and_pages_with_a_trailer() {
-    let (_dir, s, oracle) = setup();
+    let (_sc, s, oracle) = setup();
     let a = &s.addr;
     // More rows than a JSON page holds (10,000): all of them, in order.
     assert!(oracle.len() > 10_000);
@@ -240,7 +241,7 @@ fn ndjson_streams_whole_answers_and_pages_with_a_trailer() {
 
 #[test]
 fn arrow_answers_decode_to_the_oracle_with_arrow_and_pyarrow() {
-    let (dir, s, oracle) = setup();
+    let (sc, s, oracle) = setup();
     let a = &s.addr;
     let q = json!({"table": "cpu", "series": [["metric", "cpu"]]});
     let r = post(a, "/api/v1/query", ARROW, &q);
@@ -276,7 +277,7 @@ fn arrow_answers_decode_to_the_oracle_with_arrow_and_pyarrow() {
     );
 
     // The same bytes through pyarrow.
-    let file = dir.path().join("answer.arrows");
+    let file = sc.dir().join("answer.arrows");
     std::fs::write(&file, &r.body).expect("write answer");
     let script = r#"
 import json, sys
@@ -371,7 +372,7 @@ fn python() -> PathBuf {
 
 #[test]
 fn a_client_that_goes_away_mid_answer_does_not_hurt_the_server() {
-    let (_dir, s, oracle) = setup();
+    let (_sc, s, oracle) = setup();
     for _ in 0..5 {
         let mut c = TcpStream::connect(&s.addr).expect("connect");
         let body = json!({"table": "cpu"}).to_string();

@@ -7,11 +7,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::http::free_port;
 use common::kafka::{
-    Broker, Load, assert_cpu_oracle, assert_cpu_oracle_in, committed_total, produce, query, status,
-    wait_for,
+    Load, assert_cpu_oracle, assert_cpu_oracle_in, committed_total, query, status, wait_for,
 };
+use common::scenario::Scenario;
 use common::server;
 use halite::tsbs::{self, CPU_FIELDS};
 use rdkafka::config::ClientConfig;
@@ -24,49 +23,23 @@ use serde_json::json;
 const HOSTS: u64 = 100;
 const POINTS: u64 = 200_000;
 
-/// The example config plus a JSON topic for the same table.
-fn config_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"),
-    )
-    .expect("example config");
-    let path = dir.join("halite.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "{base}\n[[kafka.topics]]\ntopic = \"cpu_json\"\ntable = \"metrics:cpu\"\nformat = \"json\"\n"
-        ),
-    )
-    .expect("write config");
-    path
-}
-
 #[test]
 fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
-    let broker = Broker::start();
-    broker.create_topic("cpu", 8);
-    broker.create_topic("cpu_json", 2);
-    broker.create_topic("dead", 1);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = config_file(tmp.path());
-    let data = tmp.path().join("data");
-    let port = free_port();
-    let args = [
-        "--config".to_string(),
-        config.display().to_string(),
-        "--set".into(),
-        format!("kafka.brokers=\"{}\"", broker.bootstrap),
-        "--set".into(),
-        "kafka.dead_letter_topic=\"dead\"".into(),
-        "--set".into(),
-        "kafka.commit_interval=\"200ms\"".into(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let srv = server::start(&data, port, &args);
+    // The example config plus a JSON topic for the same table.
+    let sc = Scenario::new()
+        .topic("cpu", 8)
+        .topic("cpu_json", 2)
+        .topic("dead", 1)
+        .config_append(
+            "\n[[kafka.topics]]\ntopic = \"cpu_json\"\ntable = \"metrics:cpu\"\nformat = \"json\"\n",
+        )
+        .set("kafka.dead_letter_topic=\"dead\"")
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    let srv = sc.start();
 
     // 200,000 points, 20 per message, over 8 partitions.
-    produce(
-        &broker.bootstrap,
+    sc.produce(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -79,7 +52,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
 
     // Poison, mixed with good JSON points.
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.bootstrap)
+        .set("bootstrap.servers", sc.bootstrap())
         .create()
         .expect("producer");
     let long_host = "h".repeat(40);
@@ -208,7 +181,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
 
     // The dead letters: original payloads, with reason and source.
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.bootstrap)
+        .set("bootstrap.servers", sc.bootstrap())
         .set("group.id", "test-dead-letters")
         .set("fetch.wait.max.ms", "100")
         .create()
@@ -260,7 +233,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
 
     // A clean stop commits; a restart resumes after it and replays nothing.
     server::stop(srv);
-    let srv = server::start(&data, port, &args);
+    let srv = sc.start();
     producer
         .send(
             BaseRecord::<'_, str, str>::to("cpu")
@@ -296,15 +269,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
 fn async_and_skip_wal_tables_commit_only_what_is_durable() {
     const HOSTS: u64 = 20;
     const POINTS: u64 = 2_000;
-    let broker = Broker::start();
-    broker.create_topic("cpu_async", 2);
-    broker.create_topic("cpu_skip", 2);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"),
-    )
-    .expect("example config");
-    let mut config = base.clone();
+    let mut config = String::new();
     for (name, durability) in [("cpu_async", "ASYNC_WAL"), ("cpu_skip", "SKIP_WAL")] {
         config.push_str(&format!(
             r#"
@@ -326,23 +291,15 @@ precision = "ms"
 "#
         ));
     }
-    let config_path = tmp.path().join("halite.toml");
-    std::fs::write(&config_path, config).expect("config");
-    let data = tmp.path().join("data");
-    let port = free_port();
-    let args = [
-        "--config".to_string(),
-        config_path.display().to_string(),
-        "--set".into(),
-        format!("kafka.brokers=\"{}\"", broker.bootstrap),
-        "--set".into(),
-        "kafka.commit_interval=\"200ms\"".into(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let srv = server::start(&data, port, &args);
+    let sc = Scenario::new()
+        .topic("cpu_async", 2)
+        .topic("cpu_skip", 2)
+        .config_append(&config)
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    let srv = sc.start();
     let produce = |topic: &str, points: u64| {
-        produce(
-            &broker.bootstrap,
+        sc.produce(
             topic,
             Load {
                 hosts: HOSTS,
@@ -387,9 +344,9 @@ precision = "ms"
         s["points"] == 4 * POINTS
     });
     server::stop(srv);
-    let srv = server::start(&data, port, &args);
+    let srv = sc.start();
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.bootstrap)
+        .set("bootstrap.servers", sc.bootstrap())
         .create()
         .expect("producer");
     producer

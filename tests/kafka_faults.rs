@@ -5,23 +5,16 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::http::free_port;
 use common::kafka::{
-    Broker, Load, args, assert_cpu_oracle, committed_total, config_file, config_file_with, produce,
-    produce_in_background, query, status, wait_for, wait_for_group_commit,
+    Load, assert_cpu_oracle, committed_total, query, status, wait_for, wait_for_group_commit,
 };
-use common::rng::Rng;
-use common::server::{self, Server};
+use common::scenario::Scenario;
+use common::server;
 use halite::tsbs::{self, CPU_FIELDS};
 use serde_json::json;
-
-fn start(data: &Path, port: u16, args: &[String]) -> Server {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    server::start(data, port, &args)
-}
 
 fn rss_bytes(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -41,20 +34,16 @@ fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let mut rng = Rng::from_env("HALITE_KAFKA_SEED");
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = config_file(tmp.path());
-    let data = tmp.path().join("data");
-    let port = free_port();
-    let args = args(&config, &broker, &["kafka.commit_interval=\"300ms\""]);
+    let mut sc = Scenario::new()
+        .topic("cpu", 4)
+        .set("kafka.commit_interval=\"300ms\"")
+        .seed("HALITE_KAFKA_SEED")
+        .build();
 
     // The producer keeps writing while the service is killed and restarted:
     // a restart cycle (start, group join, a random wait) takes ~3 s.
     let rate = (POINTS / (kills as u64 * 3)).max(100);
-    let producer = produce_in_background(
-        &broker.bootstrap,
+    let producer = sc.produce_in_background(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -65,14 +54,14 @@ fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
     );
     let mut killed_mid_ingest = 0;
     for kill in 0..kills {
-        let mut srv = start(&data, port, &args);
+        let mut srv = sc.start();
         // Killed once it is consuming (or has had nothing to consume for a
         // while), at a random moment after.
         let deadline = Instant::now() + Duration::from_secs(20);
         while status(&srv.addr)["messages"] == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(rng.below(700)));
+        std::thread::sleep(Duration::from_millis(sc.rng().below(700)));
         let before = status(&srv.addr);
         srv.child.kill().expect("SIGKILL");
         srv.child.wait().expect("wait");
@@ -90,16 +79,16 @@ fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
         "no kill landed while points were written"
     );
 
-    let srv = start(&data, port, &args);
+    let srv = sc.start();
     let messages = (POINTS / PER_MESSAGE) as i64;
-    wait_for_group_commit(&broker.bootstrap, "cpu", 4, messages);
+    wait_for_group_commit(sc.bootstrap(), "cpu", 4, messages);
     // Exactly once as a cell: counts equal the oracle's, so a replayed
     // point rewrote its cell instead of adding one.
     let got = assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
     assert_eq!(got.len() as u64, HOSTS * 10);
     // And after a clean restart (WAL replay of what is not flushed).
     server::stop(srv);
-    let srv = start(&data, port, &args);
+    let srv = sc.start();
     assert_cpu_oracle(&srv.addr, HOSTS, POINTS);
     server::stop(srv);
 }
@@ -108,10 +97,8 @@ fn sigkill_during_ingest_loses_nothing_and_duplicates_nothing() {
 fn a_restart_resumes_from_the_store_when_no_commit_happened() {
     const HOSTS: u64 = 20;
     const POINTS: u64 = 100_000;
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    produce(
-        &broker.bootstrap,
+    let sc = Scenario::new().topic("cpu", 4).build();
+    sc.produce(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -120,26 +107,14 @@ fn a_restart_resumes_from_the_store_when_no_commit_happened() {
             rate: 0,
         },
     );
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = config_file(tmp.path());
-    let data = tmp.path().join("data");
-    let port = free_port();
     // No interval commits: only the store knows how far ingestion got.
-    let mut srv = start(
-        &data,
-        port,
-        &args(&config, &broker, &["kafka.commit_interval=\"1h\""]),
-    );
+    let mut srv = sc.start_with(&["kafka.commit_interval=\"1h\""]);
     let s = wait_for(&srv.addr, "every point durable", |s| s["points"] == POINTS);
     assert_eq!(committed_total(&s, "cpu"), 0, "{s}");
     srv.child.kill().expect("SIGKILL");
     srv.child.wait().expect("wait");
 
-    let srv = start(
-        &data,
-        port,
-        &args(&config, &broker, &["kafka.commit_interval=\"200ms\""]),
-    );
+    let srv = sc.start_with(&["kafka.commit_interval=\"200ms\""]);
     let s = wait_for(&srv.addr, "every message committed", |s| {
         committed_total(s, "cpu") == POINTS as i64
     });
@@ -165,10 +140,19 @@ fn a_restart_resumes_from_the_store_when_no_commit_happened() {
 fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
     const HOSTS: u64 = 100;
     const POINTS: u64 = 1_500_000;
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    produce(
-        &broker.bootstrap,
+    // Tiny MemStores (flushes hold writers back), a small fetch buffer and
+    // librdkafka prefetch (64 MiB by default, bounded here too); the data
+    // is ~600 MB as cells.
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .client("\"queued.max.messages.kbytes\" = \"16384\"")
+        .set("region.global_memstore_size=\"16MiB\"")
+        .set("kafka.max_buffered=\"8MiB\"")
+        .set("kafka.writers=2")
+        .set("kafka.max_in_flight=4")
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    sc.produce(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -177,28 +161,7 @@ fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
             rate: 0,
         },
     );
-    let tmp = tempfile::tempdir().expect("tmp");
-    // librdkafka's prefetch, 64 MiB by default, is bounded here too.
-    let config = config_file_with(tmp.path(), "\"queued.max.messages.kbytes\" = \"16384\"");
-    let data = tmp.path().join("data");
-    let port = free_port();
-    // Tiny MemStores (flushes hold writers back), a small fetch buffer and
-    // librdkafka prefetch; the data is ~600 MB as cells.
-    let srv = start(
-        &data,
-        port,
-        &args(
-            &config,
-            &broker,
-            &[
-                "region.global_memstore_size=\"16MiB\"",
-                "kafka.max_buffered=\"8MiB\"",
-                "kafka.writers=2",
-                "kafka.max_in_flight=4",
-                "kafka.commit_interval=\"200ms\"",
-            ],
-        ),
-    );
+    let srv = sc.start();
     let pid = srv.child.id();
     let base = rss_bytes(pid);
     // Peak RSS while the first and the second half of the points go in.
@@ -260,20 +223,13 @@ fn a_consumer_faster_than_the_store_pauses_and_memory_stays_bounded() {
 fn two_members_share_the_partitions_and_together_hold_every_point() {
     const HOSTS: u64 = 20;
     const POINTS: u64 = 60_000;
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = config_file(tmp.path());
-    let settings = ["kafka.commit_interval=\"200ms\""];
-    let port_a = free_port();
-    let a = start(
-        &tmp.path().join("a"),
-        port_a,
-        &args(&config, &broker, &settings),
-    );
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    let a = sc.start_member("a", free_port(), &[]);
     // Points keep coming for ~6 s while the group changes.
-    let producer = produce_in_background(
-        &broker.bootstrap,
+    let producer = sc.produce_in_background(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -286,23 +242,15 @@ fn two_members_share_the_partitions_and_together_hold_every_point() {
         s["points"].as_u64() > Some(0)
     });
     let port_b = free_port();
-    let b = start(
-        &tmp.path().join("b"),
-        port_b,
-        &args(&config, &broker, &settings),
-    );
+    let b = sc.start_member("b", port_b, &[]);
     wait_for(&b.addr, "the second member to get partitions", |s| {
         s["points"].as_u64() > Some(1000)
     });
     // B leaves cleanly: its last commit covers what it wrote.
     server::stop(b);
     producer.join().expect("producer");
-    wait_for_group_commit(&broker.bootstrap, "cpu", 4, POINTS as i64);
-    let b = start(
-        &tmp.path().join("b"),
-        port_b,
-        &args(&config, &broker, &["kafka.brokers=\"\""]),
-    );
+    wait_for_group_commit(sc.bootstrap(), "cpu", 4, POINTS as i64);
+    let b = sc.start_member("b", port_b, &["kafka.brokers=\"\""]);
 
     // Together they hold every point (at-least-once: a point near a
     // hand-over may be in both), each equal to the oracle.
@@ -348,15 +296,11 @@ fn sigterm_under_load_drops_readiness_first_and_commits_exactly_what_is_durable(
     const HOSTS: u64 = 50;
     const POINTS: u64 = 300_000;
     const PER_MESSAGE: u64 = 10;
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = config_file(tmp.path());
-    let data = tmp.path().join("data");
-    let port = free_port();
-    let args = args(&config, &broker, &["kafka.commit_interval=\"5s\""]);
-    let producer = produce_in_background(
-        &broker.bootstrap,
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .set("kafka.commit_interval=\"5s\"")
+        .build();
+    let producer = sc.produce_in_background(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -365,7 +309,7 @@ fn sigterm_under_load_drops_readiness_first_and_commits_exactly_what_is_durable(
             rate: 30_000,
         },
     );
-    let mut srv = start(&data, port, &args);
+    let mut srv = sc.start();
     wait_for(&srv.addr, "points flowing", |s| {
         s["points"].as_u64() > Some(20_000)
     });
@@ -400,19 +344,19 @@ fn sigterm_under_load_drops_readiness_first_and_commits_exactly_what_is_durable(
         "readiness did not drop for good before the listener closed: {seen:?}"
     );
     let committed_at_exit =
-        common::kafka::group_committed_total(&broker.bootstrap, "halite", "cpu", 4);
+        common::kafka::group_committed_total(sc.bootstrap(), "halite", "cpu", 4);
     assert!(committed_at_exit > 0);
 
     // The store holds exactly what was committed: no partition resumes
     // ahead of its commit, and nothing below it is read again.
     producer.join().expect("producer");
-    let srv = start(&data, port, &args);
+    let srv = sc.start();
     let messages = (POINTS / PER_MESSAGE) as i64;
     let s = wait_for(&srv.addr, "the rest consumed", |s| {
         s["messages"].as_i64() == Some(messages - committed_at_exit)
     });
     assert_eq!(s["resumed"], json!([]), "{s}");
-    wait_for_group_commit(&broker.bootstrap, "cpu", 4, messages);
+    wait_for_group_commit(sc.bootstrap(), "cpu", 4, messages);
     let s = status(&srv.addr);
     assert_eq!(
         s["messages"].as_i64(),
@@ -482,10 +426,11 @@ fn reset_group_to_earliest(bootstrap: &str, topic: &str, partitions: i32) {
 fn ingesting_a_topic_twice_more_changes_no_answer_by_a_byte() {
     const HOSTS: u64 = 20;
     const POINTS: u64 = 40_000;
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    produce(
-        &broker.bootstrap,
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    sc.produce(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -494,17 +439,9 @@ fn ingesting_a_topic_twice_more_changes_no_answer_by_a_byte() {
             rate: 0,
         },
     );
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = config_file(tmp.path());
-    let data = tmp.path().join("data");
-    let port = free_port();
     let messages = (POINTS / 10) as i64;
-    let srv = start(
-        &data,
-        port,
-        &args(&config, &broker, &["kafka.commit_interval=\"200ms\""]),
-    );
-    wait_for_group_commit(&broker.bootstrap, "cpu", 4, messages);
+    let srv = sc.start();
+    wait_for_group_commit(sc.bootstrap(), "cpu", 4, messages);
     let once = answers(&srv.addr);
     assert!(
         once.iter().all(|a| a.len() > 10_000),
@@ -514,21 +451,14 @@ fn ingesting_a_topic_twice_more_changes_no_answer_by_a_byte() {
 
     // Twice more, from the start: the group reset, the store's own
     // position set aside as a user replaying a topic would.
-    let replay = args(
-        &config,
-        &broker,
-        &[
-            "kafka.commit_interval=\"200ms\"",
-            "kafka.resume_from_store=false",
-        ],
-    );
+    let replay = ["kafka.resume_from_store=false"];
     for round in 0..2 {
-        reset_group_to_earliest(&broker.bootstrap, "cpu", 4);
+        reset_group_to_earliest(sc.bootstrap(), "cpu", 4);
         assert_eq!(
-            common::kafka::group_committed_total(&broker.bootstrap, "halite", "cpu", 4),
+            common::kafka::group_committed_total(sc.bootstrap(), "halite", "cpu", 4),
             0
         );
-        let srv = start(&data, port, &replay);
+        let srv = sc.start_with(&replay);
         let s = wait_for(&srv.addr, "the whole topic again", |s| {
             s["messages"].as_i64() == Some(messages) && committed_total(s, "cpu") == messages
         });

@@ -8,7 +8,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::http::{free_port, request};
-use common::kafka::{Broker, Load, produce_in_background, wait_for_group_commit};
+use common::kafka::{Load, wait_for_group_commit};
+use common::scenario::Scenario;
 use common::server;
 
 const POINTS: u64 = 20_000;
@@ -53,25 +54,14 @@ fn promtool_check(text: &str) {
 
 #[test]
 fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
-    let broker = Broker::start();
-    broker.create_topic("cpu", 4);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
-    let port = free_port();
-    let args = [
-        "--config".to_string(),
-        config.display().to_string(),
-        "--set".into(),
-        format!("kafka.brokers=\"{}\"", broker.bootstrap),
-        "--set".into(),
-        "kafka.commit_interval=\"200ms\"".into(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let srv = server::start(&tmp.path().join("data"), port, &args);
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    let srv = sc.start();
 
     // A scrape while the points stream in, and one after.
-    let producer = produce_in_background(
-        &broker.bootstrap,
+    let producer = sc.produce_in_background(
         "cpu",
         Load {
             hosts: 20,
@@ -94,7 +84,7 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
     };
     promtool_check(&during);
     producer.join().expect("producer");
-    wait_for_group_commit(&broker.bootstrap, "cpu", 4, POINTS as i64);
+    wait_for_group_commit(sc.bootstrap(), "cpu", 4, POINTS as i64);
     // One more commit interval, so the lag gauges saw the last commit.
     std::thread::sleep(std::time::Duration::from_millis(500));
     // A raw query of one host: one bucket scanned, its cells returned.
@@ -206,29 +196,27 @@ fn metrics_scraped_during_ingest_pass_promtool_and_match_what_happened() {
 
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_halite"))
-        .args(["serve", "--config"])
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"))
-        .args(["--set", &format!("data_dir=\"{}\"", tmp.path().display())])
-        .args(["--set", &format!("server.listen=\"{addr}\"")])
-        .args(["--set", "log.format=\"json\""])
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !request(&addr, "GET", "/readyz", None, b"").is_ok_and(|r| r.status == 200) {
-        assert!(std::time::Instant::now() < deadline, "not ready");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let sc = Scenario::new()
+        .example_config()
+        .set("log.format=\"json\"")
+        .build();
+    let mut cmd = sc.command(&[]);
+    cmd.env_remove("RUST_LOG").stderr(Stdio::piped());
+    let mut srv = server::spawn_ready(cmd, sc.port);
+    // Read while the service runs, so a full pipe never holds it up.
+    let mut stderr = srv.child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).expect("utf-8 log");
+        text
+    });
     // SAFETY: signalling our own child process.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stderr).expect("utf-8");
+    assert_eq!(
+        unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    assert!(srv.child.wait().expect("wait").success());
+    let text = reader.join().expect("log reader");
     let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -256,16 +244,11 @@ fn json_logs_are_one_object_per_line() {
 
 #[test]
 fn a_separate_metrics_port_serves_only_monitoring_routes() {
-    let tmp = tempfile::tempdir().expect("tmp");
     let metrics_addr = format!("127.0.0.1:{}", free_port());
-    let srv = server::start(
-        tmp.path(),
-        free_port(),
-        &[
-            "--set",
-            &format!("server.metrics_listen=\"{metrics_addr}\""),
-        ],
-    );
+    let sc = Scenario::new()
+        .set(&format!("server.metrics_listen=\"{metrics_addr}\""))
+        .build();
+    let srv = sc.start();
     let text = scrape(&metrics_addr);
     assert_eq!(sample(&text, "halite_build_info"), Some(1.0), "{text}");
     promtool_check(&text);

@@ -9,35 +9,19 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::http::{create_table, free_port, request, request_with};
-use common::server::{Server, start_with_env, stop};
+use common::http::{create_table, request, request_with};
+use common::scenario::Scenario;
+use common::server::stop;
 use serde_json::{Value, json};
 
-const SPLIT_SETTINGS: [&str; 8] = [
-    "--set",
-    "region.flush_size=\"64KiB\"",
-    "--set",
-    "region.max_size=\"256KiB\"",
-    "--set",
-    "region.split_check_interval=\"20ms\"",
-    "--set",
-    "server.shards=2",
-];
-
-fn start(dir: &std::path::Path, port: u16, failpoint: &str) -> Server {
-    start_with_env(
-        dir,
-        port,
-        &SPLIT_SETTINGS,
-        &[("HALITE_FAILPOINT", failpoint)],
-    )
-}
-
-/// Starts without splitting, to look at what recovery left.
-fn start_still(dir: &std::path::Path, port: u16) -> Server {
-    let mut args = SPLIT_SETTINGS.to_vec();
-    args.extend(["--set", "region.split_check_interval=\"1h\""]);
-    start_with_env(dir, port, &args, &[])
+/// Small regions on two shards, checked for a split every 20 ms.
+fn scenario() -> Scenario {
+    Scenario::new()
+        .set("region.flush_size=\"64KiB\"")
+        .set("region.max_size=\"256KiB\"")
+        .set("region.split_check_interval=\"20ms\"")
+        .set("server.shards=2")
+        .build()
 }
 
 fn regions(addr: &str) -> Vec<Value> {
@@ -131,9 +115,8 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
         "split-after-daughters",
         "split-after-commit",
     ] {
-        let dir = tempfile::tempdir().expect("tmp");
-        let port = free_port();
-        let s = start(dir.path(), port, failpoint);
+        let sc = scenario();
+        let s = sc.start_with_env(&[], &[("HALITE_FAILPOINT", failpoint)]);
         let table = json!({
             "name": "events",
             "families": [{"name": "f"}],
@@ -155,7 +138,7 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
 
         // Restart without the failpoint (and without splitting, to see what
         // recovery left): the split was undone or finished.
-        let s = start_still(dir.path(), port);
+        let s = sc.start_with(&["region.split_check_interval=\"1h\""]);
         let after = regions(&s.addr);
         assert_tiles(&after);
         let committed = failpoint == "split-after-commit";
@@ -163,7 +146,7 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
         assert_eq!(after.len(), want, "{failpoint}: {after:?}");
         assert_all_readable(&s.addr, &acked);
         // The table's first region is 1; its split's daughters 2 and 3.
-        let mut dirs: Vec<String> = std::fs::read_dir(dir.path().join("regions"))
+        let mut dirs: Vec<String> = std::fs::read_dir(sc.data().join("regions"))
             .expect("regions dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
@@ -176,7 +159,7 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
         assert_eq!(dirs, expected, "{failpoint}: region directories");
         stop(s);
 
-        let s = start(dir.path(), port, "");
+        let s = sc.start();
         // Regions go on splitting, and nothing is lost on the way.
         let next = acked.last().copied().unwrap_or(0) + 1;
         let mut more = Vec::new();
@@ -191,7 +174,7 @@ fn a_crash_at_any_step_of_a_split_loses_nothing() {
         }
         assert_tiles(&regions(&s.addr));
         stop(s);
-        let s = start(dir.path(), port, "");
+        let s = sc.start();
         assert_all_readable(&s.addr, &acked);
         assert_all_readable(&s.addr, &more);
         stop(s);

@@ -14,7 +14,8 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::http::{free_port, request};
+use common::http::request;
+use common::scenario::Scenario;
 use common::server;
 
 const WRITERS: u64 = 8;
@@ -56,23 +57,17 @@ fn write_concurrently(addr: &str) {
     });
 }
 
-fn start(data: &std::path::Path, io: &str) -> server::Server {
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
-    server::start(
-        data,
-        free_port(),
-        &[
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--set",
-            &format!("wal.io=\"{io}\""),
-        ],
-    )
+/// The example config (its `metrics:cpu` table) on the `io` WAL backend.
+fn scenario(io: &str) -> Scenario {
+    Scenario::new()
+        .example_config()
+        .set(&format!("wal.io=\"{io}\""))
+        .build()
 }
 
 fn acknowledged_commits_had_their_syncs(io: &str) {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let srv = start(tmp.path(), io);
+    let sc = scenario(io);
+    let srv = sc.start();
     write_concurrently(&srv.addr);
     // Read at the scrape; commits first, so syncs can only have grown.
     let commits = counter(&srv.addr, "halite_wal_group_commits_total");
@@ -103,9 +98,9 @@ fn every_acknowledged_group_commit_had_a_data_sync_sync_io() {
 
 #[test]
 fn the_kernel_saw_a_fdatasync_for_every_acknowledged_group_commit() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let srv = start(tmp.path(), "sync");
-    let trace = tmp.path().join("strace.out");
+    let sc = scenario("sync");
+    let srv = sc.start();
+    let trace = sc.dir().join("strace.out");
     let mut strace = Command::new("strace")
         .args(["-f", "-qq", "-e", "trace=fdatasync", "-o"])
         .arg(&trace)

@@ -21,15 +21,14 @@ mod common;
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::http::{free_port, request};
-use common::kafka::{Broker, Load, args, assert_cpu_oracle, config_file, produce_in_background};
-use common::rng::Rng;
-use common::server::{self, Server};
+use common::http::request;
+use common::kafka::{Load, assert_cpu_oracle};
+use common::scenario::Scenario;
+use common::server;
 use halite::tsbs::{self, CPU_FIELDS};
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -65,26 +64,6 @@ const SHRUNK: [&str; 7] = [
     "kafka.commit_interval=\"200ms\"",
     "kafka.batch_messages=200",
 ];
-
-/// Starts `halite serve` without waiting for it: it may die before it is
-/// ready, which is the point.
-fn launch(data: &Path, port: u16, args: &[String], failpoint: Option<&str>) -> Server {
-    let addr = format!("127.0.0.1:{port}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_halite"));
-    if let Some(fp) = failpoint {
-        cmd.env("HALITE_FAILPOINT", fp);
-    }
-    let child = cmd
-        .args(["serve", "--set"])
-        .arg(format!("data_dir=\"{}\"", data.display()))
-        .args(["--set", &format!("server.listen=\"{addr}\"")])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn halite serve");
-    Server { child, addr }
-}
 
 /// The messages of the topic as the test reads them itself: per partition,
 /// by offset, the host and the number of points.
@@ -297,38 +276,23 @@ fn sigkill_at_any_moment_loses_nothing_committed_and_nothing_produced() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(KILLS.len());
-    let mut rng = Rng::from_env("HALITE_TORTURE_SEED");
-    let broker = Broker::start();
-    broker.create_topic("cpu", PARTITIONS as u32);
-    let tmp = tempfile::tempdir().expect("tmp");
     // Plain uncompressed blocks: store files grow fast enough to split.
-    let config = config_file(tmp.path());
-    let plain = std::fs::read_to_string(&config)
-        .expect("config")
-        .replace(
+    let mut sc = SHRUNK
+        .iter()
+        .fold(Scenario::new(), |sc, setting| sc.set(setting))
+        .topic("cpu", PARTITIONS as u32)
+        .config_replace(
             "compression = \"SNAPPY\", bloomfilter = \"ROWPREFIX\", data_block_encoding = \"TIME_SERIES\"",
             "compression = \"NONE\", bloomfilter = \"ROWPREFIX\"",
-        );
-    assert!(plain.contains("\"NONE\""), "the example config changed");
-    std::fs::write(&config, plain).expect("config");
-    let data = tmp.path().join("data");
-    let port = free_port();
-    let serve_args = args(&config, &broker, &SHRUNK);
+        )
+        .seed("HALITE_TORTURE_SEED")
+        .build();
     // The check between kills: the same store, no consumer, no flush at
     // the end (the next run must still recover from the WAL).
-    let check_args = args(
-        &config,
-        &broker,
-        &[
-            &SHRUNK[..],
-            &["kafka.brokers=\"\"", "region.flush_on_close=false"],
-        ]
-        .concat(),
-    );
+    let check_settings = ["kafka.brokers=\"\"", "region.flush_on_close=false"];
     // About 8 s of service per kill.
     let points = (kills as u64 * 8 * 2_000).max(50_000);
-    let producer = produce_in_background(
-        &broker.bootstrap,
+    let producer = sc.produce_in_background(
         "cpu",
         Load {
             hosts: HOSTS,
@@ -338,18 +302,23 @@ fn sigkill_at_any_moment_loses_nothing_committed_and_nothing_produced() {
         },
     );
     let stop_churn = Arc::new(AtomicBool::new(false));
-    let churn = churn_catalog(port, stop_churn.clone());
-    let mut topic = TopicCopy::new(&broker.bootstrap);
+    let churn = churn_catalog(sc.port, stop_churn.clone());
+    let mut topic = TopicCopy::new(sc.bootstrap());
 
     let mut at_site: HashMap<&str, usize> = HashMap::new();
     let mut from_outside = 0;
     let mut committed_checked = 0u64;
     for kill in 0..kills {
         let (site, most) = KILLS[kill % KILLS.len()];
-        let failpoint = (!site.is_empty()).then(|| format!("{site}@{}", 1 + rng.below(most)));
-        let mut srv = launch(&data, port, &serve_args, failpoint.as_deref());
+        let failpoint = (!site.is_empty()).then(|| format!("{site}@{}", 1 + sc.rng().below(most)));
+        // Not waited for: it may die before it is ready, which is the point.
+        let env: Vec<(&str, &str)> = failpoint
+            .iter()
+            .map(|fp| ("HALITE_FAILPOINT", fp.as_str()))
+            .collect();
+        let mut srv = sc.launch(&[], &env);
         let deadline = if site.is_empty() {
-            Instant::now() + Duration::from_millis(2_000 + rng.below(6_000))
+            Instant::now() + Duration::from_millis(2_000 + sc.rng().below(6_000))
         } else {
             Instant::now() + Duration::from_secs(20)
         };
@@ -383,14 +352,10 @@ fn sigkill_at_any_moment_loses_nothing_committed_and_nothing_produced() {
                 (false, None) => "from outside, at a random moment".to_string(),
             }
         );
-        assert_verifies(&data, what);
-        let committed = committed_offsets(&broker.bootstrap);
+        assert_verifies(sc.data(), what);
+        let committed = committed_offsets(sc.bootstrap());
         let steps = topic.steps_below(&committed);
-        let check = server::start(
-            &data,
-            port,
-            &check_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
+        let check = sc.start_with(&check_settings);
         assert_committed_readable(&check.addr, &steps);
         committed_checked += steps.iter().sum::<u64>();
         server::stop(check);
@@ -400,15 +365,11 @@ fn sigkill_at_any_moment_loses_nothing_committed_and_nothing_produced() {
     let catalog_changes = churn.join().expect("churn");
 
     // Catch-up: every produced point exactly once.
-    let srv = server::start(
-        &data,
-        port,
-        &serve_args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let srv = sc.start();
     let messages = topic.read_all(points);
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let committed: i64 = committed_offsets(&broker.bootstrap).iter().sum();
+        let committed: i64 = committed_offsets(sc.bootstrap()).iter().sum();
         if committed == messages {
             break;
         }
@@ -421,7 +382,7 @@ fn sigkill_at_any_moment_loses_nothing_committed_and_nothing_produced() {
     }
     assert_cpu_oracle(&srv.addr, HOSTS, points);
     server::stop(srv);
-    assert_verifies(&data, "the last clean stop");
+    assert_verifies(sc.data(), "the last clean stop");
     eprintln!(
         "torture: {kills} kills ({} at chosen points: {at_site:?}; {from_outside} from outside), \
          {committed_checked} committed points checked after kills, {catalog_changes} catalog \

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -273,50 +273,4 @@ pub fn assert_cpu_oracle_in(
         }
     }
     got
-}
-
-// The service's config and arguments for tests against the broker.
-
-/// The example config with the quick group joins Tansu needs in tests
-/// (it holds a join for half the session timeout).
-pub fn config_file(dir: &Path) -> PathBuf {
-    config_file_with(dir, "")
-}
-
-/// [`config_file`] with more librdkafka settings (`"key" = "value"` lines).
-pub fn config_file_with(dir: &Path, client: &str) -> PathBuf {
-    let base =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml"))
-            .expect("example config")
-            .replace(
-                "\"session.timeout.ms\" = \"6000\"",
-                "\"session.timeout.ms\" = \"3000\"",
-            )
-            .replace(
-                "\"heartbeat.interval.ms\" = \"2000\"",
-                "\"heartbeat.interval.ms\" = \"1000\"",
-            )
-            .replace(
-                "\"fetch.wait.max.ms\" = \"100\"",
-                &format!("\"fetch.wait.max.ms\" = \"100\"\n{client}"),
-            );
-    assert!(base.contains("\"3000\""), "the example config changed");
-    let path = dir.join("halite.toml");
-    std::fs::write(&path, base).expect("write config");
-    path
-}
-
-/// `serve` arguments: config, broker, and any `key=value` settings.
-pub fn args(config: &Path, broker: &Broker, settings: &[&str]) -> Vec<String> {
-    let mut a = vec![
-        "--config".to_string(),
-        config.display().to_string(),
-        "--set".into(),
-        format!("kafka.brokers=\"{}\"", broker.bootstrap),
-    ];
-    for s in settings {
-        a.push("--set".into());
-        a.push(s.to_string());
-    }
-    a
 }

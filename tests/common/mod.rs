@@ -1,11 +1,14 @@
 //! Shared test environment: a region with its WAL in a temp dir, a manual
-//! clock, and reopen; the service (`server`), the broker (`kafka`), HTTP
-//! helpers (`http`) and a seeded generator (`rng`).
+//! clock, and reopen; for the service, one `scenario` (a temp dir, a port,
+//! the broker and its topics, the config, settings and a seeded
+//! generator) over `server` (starting `halite serve`), `kafka` (Tansu,
+//! producing, the group's commits, the oracle), `http` and `rng`.
 #![allow(dead_code)]
 
 pub mod http;
 pub mod kafka;
 pub mod rng;
+pub mod scenario;
 pub mod server;
 
 use std::path::{Path, PathBuf};

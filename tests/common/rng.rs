@@ -8,14 +8,19 @@ impl Rng {
     /// Seeded from `var` (say `HALITE_KAFKA_SEED`) when set, else from the
     /// clock; prints `var=seed` either way.
     pub fn from_env(var: &str) -> Rng {
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Rng::from_env_or(var, clock)
+    }
+
+    /// Seeded from `var` when set, else from `default` (for a test that
+    /// picks the same moments every run unless asked otherwise).
+    pub fn from_env_or(var: &str, default: u64) -> Rng {
         let seed = std::env::var(var)
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
+            .unwrap_or(default);
         eprintln!("{var}={seed}");
         Rng(seed | 1)
     }

@@ -1,4 +1,6 @@
-//! Starting and stopping `halite serve` as a separate process.
+//! Starting and stopping `halite serve` as a separate process (tests
+//! start it through `scenario`, which assembles its data, port and
+//! settings).
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
@@ -21,44 +23,58 @@ impl Drop for Server {
     }
 }
 
-/// Starts the real binary on `port` with data in `data`; waits until ready.
-pub fn start(data: &std::path::Path, port: u16, extra: &[&str]) -> Server {
-    start_with_env(data, port, extra, &[])
-}
-
-/// Like [`start`], with environment variables (`HALITE_FAILPOINT`, say).
-pub fn start_with_env(
+/// `halite serve` over `data` on `port` with small MemStores, then `extra`
+/// arguments (a later `--set` wins), not started; its output is dropped
+/// and its log goes to the test's.
+pub fn command<S: AsRef<std::ffi::OsStr>>(
     data: &std::path::Path,
     port: u16,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Server {
-    let addr = format!("127.0.0.1:{port}");
+    extra: &[S],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_halite"));
-    cmd.envs(env.iter().copied());
     cmd.args(["serve", "--set"])
         .arg(format!("data_dir=\"{}\"", data.display()))
         .args([
             "--set",
-            &format!("server.listen=\"{addr}\""),
+            &format!("server.listen=\"{}\"", address(port)),
             "--set",
             "region.flush_size=\"4MiB\"",
         ])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
+    cmd
+}
+
+pub fn address(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// Starts `cmd` (a [`command`] on `port`) without waiting for it.
+pub fn spawn(mut cmd: Command, port: u16) -> Server {
     let child = cmd.spawn().expect("spawn halite serve");
+    Server {
+        child,
+        addr: address(port),
+    }
+}
+
+/// Starts `cmd` (a [`command`] on `port`) and waits until it is ready.
+pub fn spawn_ready(cmd: Command, port: u16) -> Server {
+    let mut server = spawn(cmd, port);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = request(&addr, "GET", "/readyz", None, b"")
+        if let Ok(r) = request(&server.addr, "GET", "/readyz", None, b"")
             && r.status == 200
         {
-            break;
+            return server;
+        }
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!("the server exited before it was ready: {status:?}");
         }
         assert!(Instant::now() < deadline, "server did not become ready");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Server { child, addr }
 }
 
 /// SIGTERM, and the server must exit 0.
