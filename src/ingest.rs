@@ -1,5 +1,6 @@
-//! Turning points into rows: decoders (Influx line protocol, JSON) and the
-//! mapping of a point onto a table's key schema.
+//! Turning points into rows: decoders (Influx line protocol in
+//! `line_protocol.rs`, JSON in `json.rs`) and the mapping of a point onto
+//! a table's key schema.
 //!
 //! A point maps to one row per series and timestamp, one cell per field
 //! (tall layout). Key fields take their values by name: `metric` (or
@@ -7,11 +8,11 @@
 //! time, every other field from the tag of that name. A tag that is not a key
 //! field is an error: silently dropping it would merge distinct series.
 
+pub mod json;
 pub mod kafka;
 pub mod line_protocol;
 pub mod produce;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,6 +24,7 @@ use crate::codec::{bytes_equal, compare_bytes, quote_prefix};
 use crate::key::{FieldEncoding, FieldRef, KeyField};
 use crate::table::RoutedRows;
 use crate::value::Value;
+use json::JsonPoint;
 use line_protocol::{LineParser, ParsedLine, Point, Precision};
 
 /// What the encoder reads of a point, whichever decoder made it.
@@ -242,36 +244,17 @@ impl<'t> PointEncoder<'t> {
                 errors = self.add_lines(text, precision.unwrap_or_default(), now_ms);
             }
             Format::Json => {
-                let body: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-                    format!(
-                        "body is not JSON: {}",
-                        crate::codec::bounded(&e.to_string(), 240)
-                    )
-                })?;
                 // Each point of an array is read on its own: one that is
                 // wrong is refused by its number, the others are written.
-                let points = match body {
-                    serde_json::Value::Array(points) => points,
-                    point @ serde_json::Value::Object(_) => vec![point],
-                    _ => return Err("JSON points are an object or an array of objects".into()),
-                };
+                let points = json::points(body)?;
                 self.reserve(points.len());
                 let precision = precision.unwrap_or(Precision::Milliseconds);
                 for (i, point) in points.into_iter().enumerate() {
                     self.point_number = i + 1;
-                    let outcome = serde_path_to_error::deserialize::<_, JsonPoint>(point)
-                        .map_err(|e| {
-                            let inner = e.inner().to_string();
-                            let inner = crate::codec::bounded(&inner, 240);
-                            match e.path().to_string().as_str() {
-                                "." => format!("not a point: {inner}"),
-                                path => format!("field `{path}`: {inner}"),
-                            }
-                        })
-                        .and_then(|jp| {
-                            self.point_ttl = jp.ttl_ms.or(self.write_ttl);
-                            jp.to_point().and_then(|p| self.add(&p, precision, now_ms))
-                        });
+                    let outcome = JsonPoint::read(point).and_then(|jp| {
+                        self.point_ttl = jp.ttl_ms.or(self.write_ttl);
+                        jp.to_point().and_then(|p| self.add(&p, precision, now_ms))
+                    });
                     if let Err(e) = outcome {
                         errors.push((i + 1, e));
                     }
@@ -570,60 +553,6 @@ pub enum Format {
     Line,
     /// One JSON point or an array of them.
     Json,
-}
-
-/// A JSON point: `{"metric": "cpu", "tags": {"host": "h1"}, "ts": <ms>,
-/// "fields": {"usage": 1.5, "state": "idle", "up": true}}`. Numbers with a
-/// fraction or exponent are floats, others integers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JsonPoint {
-    pub metric: String,
-    #[serde(default)]
-    pub tags: std::collections::BTreeMap<String, String>,
-    /// In the write's precision (milliseconds by default); absent means
-    /// now.
-    #[serde(default)]
-    pub ts: Option<i64>,
-    pub fields: serde_json::Map<String, serde_json::Value>,
-    /// The cells' TTL in milliseconds (capped at the family's).
-    #[serde(default)]
-    pub ttl_ms: Option<u64>,
-}
-
-impl JsonPoint {
-    pub fn to_point(&self) -> Result<Point<'_>, String> {
-        let mut fields = Vec::with_capacity(self.fields.len());
-        for (k, v) in &self.fields {
-            let value = match v {
-                serde_json::Value::Bool(b) => Value::Bool(*b),
-                serde_json::Value::String(s) => Value::Str(s.clone()),
-                serde_json::Value::Number(n) if n.is_i64() => {
-                    Value::Int(n.as_i64().unwrap_or_default())
-                }
-                serde_json::Value::Number(n) if n.is_u64() => {
-                    Value::Uint(n.as_u64().unwrap_or_default())
-                }
-                serde_json::Value::Number(n) => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-                other => {
-                    return Err(format!(
-                        "field `{k}` has a value of the wrong type: {other}"
-                    ));
-                }
-            };
-            fields.push((Cow::Borrowed(k.as_str()), value));
-        }
-        Ok(Point {
-            measurement: Cow::Borrowed(&self.metric),
-            tags: self
-                .tags
-                .iter()
-                .map(|(k, v)| (Cow::Borrowed(k.as_str()), Cow::Borrowed(v.as_str())))
-                .collect(),
-            fields,
-            timestamp: self.ts,
-        })
-    }
 }
 
 /// Bytes of line protocol encoded before they go to the writer shards: a
