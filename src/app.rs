@@ -8,8 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::api::{self, AppState};
-use crate::catalog::CreateTable;
-use crate::catalog::TableName;
+use crate::catalog::{CreateTable, TableName};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::ingest::kafka::{DeleteFailure, KafkaIngest, PointDeletes, read_delete};

@@ -21,9 +21,9 @@
 //! `config.rs` holds the `[kafka]` settings, `offsets.rs` what may be
 //! committed, `shared.rs` the state the threads share and the commit,
 //! `rebalance.rs` the group's callbacks, `batch.rs` what the consumer hands
-//! the writers, `writer.rs` the writers, `deletes.rs` delete messages and the seam
-//! that carries them out, `dead_letter.rs` the bad messages
-//! and `stats.rs` the counters.
+//! the writers, `writer.rs` the writers, `deletes.rs` delete messages and
+//! the seam that carries them out, `dead_letter.rs` the bad messages and
+//! `stats.rs` the counters.
 
 mod batch;
 pub mod config;
