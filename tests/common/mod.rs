@@ -2,12 +2,14 @@
 //! clock, and reopen; for the service, one `scenario` (a temp dir, a port,
 //! the broker and its topics, the config, settings and a seeded
 //! generator) over `server` (starting `halite serve`), `kafka` (Tansu,
-//! producing, the group's commits, the oracle), `http` and `rng`.
+//! producing, the group's commits, the oracle), `http` and `rng`; `s3`
+//! starts a real S3 server (s3s-fs).
 #![allow(dead_code)]
 
 pub mod http;
 pub mod kafka;
 pub mod rng;
+pub mod s3;
 pub mod scenario;
 pub mod server;
 
