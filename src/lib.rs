@@ -36,6 +36,7 @@
 //! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
 //! catalog  key  schema  cell  value  codec  clock  fsutil  units  error/kind
 //! objects     the object store (local directory or S3), blocking calls
+//! ownership   epoch leases and fenced region manifests on it
 //! ```
 //!
 //! Nothing imports a line above its own, but for `error.rs`: the crate's
@@ -71,6 +72,7 @@ pub mod fuzz;
 pub mod ingest;
 pub mod key;
 pub mod objects;
+pub mod ownership;
 pub mod query;
 pub mod region;
 pub mod schema;

@@ -1,0 +1,403 @@
+//! Who owns a source shard's regions, proven on the object store: an
+//! epoch lease per shard and epoch-stamped region manifests, both written
+//! only conditionally (SlateDB's writer epochs, `rfcs/0001-manifest.md`).
+//!
+//! Kafka's group decides which node *should* own a partition (a source
+//! shard); this module makes sure at most one node *does*:
+//!
+//! 1. **Acquire.** The node reads `leases/<shard>` and writes the next
+//!    epoch with `If-Match` on what it read (`If-None-Match: *` when there
+//!    is none). Two nodes racing both read epoch `e`; one writes `e + 1`,
+//!    the other loses, reads again and writes `e + 2`. No two nodes ever
+//!    hold one epoch.
+//! 2. **Adopt.** The new owner rewrites each of the shard's region
+//!    manifests once with its epoch, conditionally on the version it read.
+//!    If the old owner published meanwhile, the write loses, and the new
+//!    owner reads again and adopts what the old one published: nothing the
+//!    old owner acknowledged is left out. A manifest already at a higher
+//!    epoch means a newer owner exists: this node is fenced.
+//! 3. **Publish.** Every later manifest change (a flush's new file, a
+//!    compaction's swap) is written with `If-Match` on the version this
+//!    owner last wrote. Losing means someone adopted the region since: the
+//!    owner is fenced, stops writing the shard at once, and
+//! 4. **cleans up**: it deletes the files it wrote under its epoch that the
+//!    current manifest (read afresh) does not name. A file the new owner
+//!    adopted is named there and stays.
+//!
+//! Store file names carry the writer's epoch ([`file_name`]), so files of
+//! two owners never collide and a zombie never overwrites a live file.
+//!
+//! Object layout below the store's prefix: `leases/<shard>` (this file's
+//! lease encoding) and `regions/<region>/MANIFEST` (an epoch, the owner and
+//! the region's own manifest bytes).
+
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::error::kind::ErrorKind;
+use crate::objects::{ObjectError, Objects, Version};
+
+const LEASE_MAGIC: &[u8; 8] = b"HALLEASE";
+const MANIFEST_MAGIC: &[u8; 8] = b"HALFMAN1";
+
+/// How often an acquire or an adopt reads again after losing a race
+/// before it gives up (each loss means another writer made progress).
+const ATTEMPTS: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OwnershipError {
+    /// Another node owns the shard at a higher epoch: stop writing it.
+    #[error(
+        "shard `{shard}`: fenced at epoch {epoch} by `{by}` at epoch {newer}; this node stops writing it"
+    )]
+    Fenced {
+        shard: String,
+        epoch: u64,
+        by: String,
+        newer: u64,
+    },
+    #[error("object `{name}` is not a valid {what}: {reason}")]
+    Corrupt {
+        name: String,
+        what: &'static str,
+        reason: &'static str,
+    },
+    #[error("shard `{shard}`: lost {attempts} races in a row for `{name}`; try again")]
+    Contended {
+        shard: String,
+        name: String,
+        attempts: usize,
+    },
+    #[error(transparent)]
+    Objects(#[from] ObjectError),
+}
+
+impl OwnershipError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            OwnershipError::Fenced { .. } => ErrorKind::Conflict,
+            OwnershipError::Corrupt { .. } => ErrorKind::Corruption,
+            OwnershipError::Contended { .. } => ErrorKind::Unavailable,
+            OwnershipError::Objects(e) => e.kind(),
+        }
+    }
+}
+
+/// What `leases/<shard>` holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub epoch: u64,
+    pub owner: String,
+}
+
+impl Lease {
+    fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(24 + self.owner.len());
+        b.put_slice(LEASE_MAGIC);
+        b.put_u64_le(self.epoch);
+        b.put_u32_le(self.owner.len() as u32);
+        b.put_slice(self.owner.as_bytes());
+        b.freeze()
+    }
+
+    fn decode(name: &str, mut b: Bytes) -> Result<Lease, OwnershipError> {
+        let corrupt = |reason| OwnershipError::Corrupt {
+            name: name.to_string(),
+            what: "lease",
+            reason,
+        };
+        if b.len() < 20 || &b[..8] != LEASE_MAGIC {
+            return Err(corrupt("no lease header"));
+        }
+        b.advance(8);
+        let epoch = b.get_u64_le();
+        let len = b.get_u32_le() as usize;
+        if b.len() != len {
+            return Err(corrupt("owner length does not match"));
+        }
+        let owner = String::from_utf8(b.to_vec()).map_err(|_| corrupt("owner is not UTF-8"))?;
+        Ok(Lease { epoch, owner })
+    }
+}
+
+/// A region manifest as the object store holds it: the epoch and owner
+/// that wrote it, and the region's manifest bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedManifest {
+    pub epoch: u64,
+    pub owner: String,
+    pub body: Bytes,
+}
+
+impl FencedManifest {
+    fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(24 + self.owner.len() + self.body.len());
+        b.put_slice(MANIFEST_MAGIC);
+        b.put_u64_le(self.epoch);
+        b.put_u32_le(self.owner.len() as u32);
+        b.put_slice(self.owner.as_bytes());
+        b.put_slice(&self.body);
+        b.freeze()
+    }
+
+    fn decode(name: &str, mut b: Bytes) -> Result<FencedManifest, OwnershipError> {
+        let corrupt = |reason| OwnershipError::Corrupt {
+            name: name.to_string(),
+            what: "region manifest",
+            reason,
+        };
+        if b.len() < 20 || &b[..8] != MANIFEST_MAGIC {
+            return Err(corrupt("no manifest header"));
+        }
+        b.advance(8);
+        let epoch = b.get_u64_le();
+        let len = b.get_u32_le() as usize;
+        if b.len() < len {
+            return Err(corrupt("owner runs past the end"));
+        }
+        let owner = String::from_utf8(b.split_to(len).to_vec())
+            .map_err(|_| corrupt("owner is not UTF-8"))?;
+        Ok(FencedManifest {
+            epoch,
+            owner,
+            body: b,
+        })
+    }
+}
+
+pub fn lease_name(shard: &str) -> String {
+    format!("leases/{shard}")
+}
+
+pub fn manifest_name(region: u64) -> String {
+    format!("regions/{region}/MANIFEST")
+}
+
+/// A store file's object name: its region, family, the writer's epoch and
+/// the region's file id, so two owners' files never share a name.
+pub fn file_name(region: u64, family: &str, epoch: u64, file_id: u64) -> String {
+    format!("regions/{region}/{family}/{epoch:08}-{file_id:08}.sst")
+}
+
+/// The epoch a [`file_name`] was written under.
+pub fn epoch_of_file(name: &str) -> Option<u64> {
+    let base = name.rsplit('/').next()?;
+    base.split_once('-')?.0.parse().ok()
+}
+
+/// Reads a shard's lease: `None` when no node ever owned it.
+pub fn read_lease(objects: &Objects, shard: &str) -> Result<Option<Lease>, OwnershipError> {
+    let name = lease_name(shard);
+    match objects.get(&name)? {
+        Some((bytes, _)) => Ok(Some(Lease::decode(&name, bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// Reads a region's manifest from the object store.
+pub fn read_manifest(
+    objects: &Objects,
+    region: u64,
+) -> Result<Option<FencedManifest>, OwnershipError> {
+    let name = manifest_name(region);
+    match objects.get(&name)? {
+        Some((bytes, _)) => Ok(Some(FencedManifest::decode(&name, bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// This node's ownership of one shard at one epoch, and the region
+/// manifests it has adopted.
+#[derive(Debug)]
+pub struct ShardOwner {
+    objects: Arc<Objects>,
+    shard: String,
+    node: String,
+    epoch: u64,
+    /// Per adopted region: the manifest version this owner last wrote.
+    adopted: std::collections::BTreeMap<u64, (Version, FencedManifest)>,
+}
+
+impl ShardOwner {
+    /// Takes the shard's lease at the next epoch (step 1).
+    pub fn acquire(
+        objects: Arc<Objects>,
+        shard: &str,
+        node: &str,
+    ) -> Result<ShardOwner, OwnershipError> {
+        let name = lease_name(shard);
+        for _ in 0..ATTEMPTS {
+            let current = objects.get(&name)?;
+            let (next, written) = match current {
+                None => {
+                    let lease = Lease {
+                        epoch: 1,
+                        owner: node.to_string(),
+                    };
+                    let written = objects.create(&name, lease.encode());
+                    (lease, written)
+                }
+                Some((bytes, version)) => {
+                    let held = Lease::decode(&name, bytes)?;
+                    let lease = Lease {
+                        epoch: held.epoch + 1,
+                        owner: node.to_string(),
+                    };
+                    let written = objects.replace(&name, lease.encode(), &version);
+                    (lease, written)
+                }
+            };
+            match written {
+                Ok(_) => {
+                    tracing::info!(shard, node, epoch = next.epoch, "took the shard's lease");
+                    return Ok(ShardOwner {
+                        objects,
+                        shard: shard.to_string(),
+                        node: node.to_string(),
+                        epoch: next.epoch,
+                        adopted: Default::default(),
+                    });
+                }
+                // Another node took an epoch first: read it and go past it.
+                Err(ObjectError::Lost { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(OwnershipError::Contended {
+            shard: shard.to_string(),
+            name,
+            attempts: ATTEMPTS,
+        })
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn shard(&self) -> &str {
+        &self.shard
+    }
+
+    fn fenced(&self, by: &str, newer: u64) -> OwnershipError {
+        tracing::warn!(shard = %self.shard, node = %self.node, epoch = self.epoch, by, newer, "fenced: another node owns the shard now");
+        OwnershipError::Fenced {
+            shard: self.shard.clone(),
+            epoch: self.epoch,
+            by: by.to_string(),
+            newer,
+        }
+    }
+
+    /// Stamps region `region`'s manifest with this owner's epoch (step 2)
+    /// and returns the manifest body it holds (`None`: a new region).
+    pub fn adopt(&mut self, region: u64) -> Result<Option<Bytes>, OwnershipError> {
+        let name = manifest_name(region);
+        for _ in 0..ATTEMPTS {
+            let (stamped, written) = match self.objects.get(&name)? {
+                None => {
+                    let stamped = FencedManifest {
+                        epoch: self.epoch,
+                        owner: self.node.clone(),
+                        body: Bytes::new(),
+                    };
+                    let written = self.objects.create(&name, stamped.encode());
+                    (stamped, written)
+                }
+                Some((bytes, version)) => {
+                    let held = FencedManifest::decode(&name, bytes)?;
+                    if held.epoch > self.epoch {
+                        return Err(self.fenced(&held.owner, held.epoch));
+                    }
+                    let stamped = FencedManifest {
+                        epoch: self.epoch,
+                        owner: self.node.clone(),
+                        body: held.body,
+                    };
+                    let written = self.objects.replace(&name, stamped.encode(), &version);
+                    (stamped, written)
+                }
+            };
+            match written {
+                Ok(version) => {
+                    let body = (!stamped.body.is_empty()).then(|| stamped.body.clone());
+                    self.adopted.insert(region, (version, stamped));
+                    return Ok(body);
+                }
+                // The old owner published (or a newer one adopted) since
+                // the read: read again.
+                Err(ObjectError::Lost { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(OwnershipError::Contended {
+            shard: self.shard.clone(),
+            name,
+            attempts: ATTEMPTS,
+        })
+    }
+
+    /// The manifest body this owner last wrote for `region`.
+    pub fn manifest(&self, region: u64) -> Option<&Bytes> {
+        self.adopted.get(&region).map(|(_, m)| &m.body)
+    }
+
+    /// Replaces region `region`'s manifest body (step 3); a lost write
+    /// means this owner is fenced.
+    pub fn publish(&mut self, region: u64, body: Bytes) -> Result<(), OwnershipError> {
+        let name = manifest_name(region);
+        let Some((version, _)) = self.adopted.get(&region) else {
+            return Err(OwnershipError::Corrupt {
+                name,
+                what: "adopted region",
+                reason: "published before it was adopted",
+            });
+        };
+        let next = FencedManifest {
+            epoch: self.epoch,
+            owner: self.node.clone(),
+            body,
+        };
+        match self.objects.replace(&name, next.encode(), version) {
+            Ok(version) => {
+                self.adopted.insert(region, (version, next));
+                Ok(())
+            }
+            Err(ObjectError::Lost { .. }) => {
+                let (by, newer) = match read_manifest(&self.objects, region)? {
+                    Some(m) => (m.owner, m.epoch),
+                    None => (String::new(), 0),
+                };
+                Err(self.fenced(&by, newer))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// After a fence (step 4): deletes the files of `written` (names this
+    /// owner wrote under its epoch) that no current manifest of the
+    /// adopted regions names; `files_of` lists the file names a manifest
+    /// body names. Returns how many it deleted.
+    pub fn clean_up(
+        self,
+        written: &[String],
+        files_of: impl Fn(&Bytes) -> Vec<String>,
+    ) -> Result<usize, OwnershipError> {
+        let mut named = std::collections::BTreeSet::new();
+        for &region in self.adopted.keys() {
+            if let Some(m) = read_manifest(&self.objects, region)? {
+                named.extend(files_of(&m.body));
+            }
+        }
+        let mut deleted = 0;
+        for file in written {
+            if epoch_of_file(file) != Some(self.epoch) || named.contains(file) {
+                continue;
+            }
+            self.objects.delete(file)?;
+            deleted += 1;
+        }
+        tracing::info!(shard = %self.shard, node = %self.node, epoch = self.epoch, deleted, "cleaned up after the fence");
+        Ok(deleted)
+    }
+}
