@@ -5,8 +5,8 @@
 //! run) and an S3-compatible service (`[objects] url = "s3://bucket/prefix"`),
 //! through the `object_store` crate. Region threads are synchronous, so
 //! every call here blocks: the request runs on this module's own small
-//! runtime and the caller waits for its answer (from any thread, inside
-//! the service's async runtime included).
+//! runtime and the calling thread waits for its answer (a dedicated thread
+//! or a blocking task; an async task would stall its runtime worker).
 //!
 //! Conditional writes are what fence an owner that lost its lease:
 //! [`Objects::create`] succeeds only when nothing is at the name (S3's
@@ -66,6 +66,10 @@ pub enum ObjectError {
         #[source]
         source: Box<object_store::Error>,
     },
+    #[error(
+        "object name `{name}`: only letters, digits and `/ . _ - = :` may name an object (parts not `.` or `..`)"
+    )]
+    BadName { name: String },
     #[error("object store `{store}`: {op} `{name}` is not supported by this kind of store")]
     Unsupported {
         store: String,
@@ -78,7 +82,7 @@ impl ObjectError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ObjectError::Lost { .. } => ErrorKind::Conflict,
-            ObjectError::Url { .. } => ErrorKind::InvalidInput,
+            ObjectError::Url { .. } | ObjectError::BadName { .. } => ErrorKind::InvalidInput,
             ObjectError::Request { .. } => ErrorKind::Unavailable,
             ObjectError::Unsupported { .. } => ErrorKind::Internal,
         }
@@ -214,31 +218,46 @@ impl Objects {
         })
     }
 
-    fn path(&self, name: &str) -> ObjectPath {
+    /// The object path of `name` below the prefix. Names keep to
+    /// characters that object paths carry as they are: the store would
+    /// percent-encode others, and a listed name would then not be the name
+    /// a caller gets or deletes.
+    fn path(&self, name: &str) -> Result<ObjectPath, ObjectError> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "/._-=:".contains(c);
+        let bad = name.chars().any(|c| !plain(c))
+            || name.split('/').any(|part| part == "." || part == "..");
+        if bad {
+            return Err(ObjectError::BadName {
+                name: name.to_string(),
+            });
+        }
         let mut path = self.prefix.clone();
         for part in name.split('/').filter(|p| !p.is_empty()) {
             path = path.join(part);
         }
-        path
+        Ok(path)
     }
 
     /// Runs `request` on the store's runtime and waits for its answer.
+    /// The caller's thread blocks for as long as the store takes (its
+    /// retries included): call from a dedicated thread or a blocking task,
+    /// never from an async task.
     fn wait<T: Send + 'static>(
         &self,
         request: impl Future<Output = Result<T, object_store::Error>> + Send + 'static,
     ) -> Result<T, object_store::Error> {
+        let stopped = || object_store::Error::Generic {
+            store: "halite",
+            source: "the object store's client threads stopped".into(),
+        };
+        let Some(runtime) = &self.runtime else {
+            return Err(stopped());
+        };
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if let Some(runtime) = &self.runtime {
-            runtime.spawn(async move {
-                let _ = tx.send(request.await);
-            });
-        }
-        rx.recv().unwrap_or_else(|_| {
-            Err(object_store::Error::Generic {
-                store: "halite",
-                source: "the object store's client threads stopped".into(),
-            })
-        })
+        runtime.spawn(async move {
+            let _ = tx.send(request.await);
+        });
+        rx.recv().unwrap_or_else(|_| Err(stopped()))
     }
 
     fn failed(&self, op: &'static str, name: &str, source: object_store::Error) -> ObjectError {
@@ -260,7 +279,7 @@ impl Objects {
     /// The object at `name` and its version; `None` when there is none.
     pub fn get(&self, name: &str) -> Result<Option<(Bytes, Version)>, ObjectError> {
         let store = self.store.clone();
-        let path = self.path(name);
+        let path = self.path(name)?;
         let answer = self.wait(async move {
             let got = store.get(&path).await?;
             let version = UpdateVersion {
@@ -299,7 +318,7 @@ impl Objects {
 
     fn put_with(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<Version, ObjectError> {
         let store = self.store.clone();
-        let path = self.path(name);
+        let path = self.path(name)?;
         let options = PutOptions {
             mode,
             ..PutOptions::default()
@@ -326,7 +345,7 @@ impl Objects {
     /// Deletes the object at `name`; deleting nothing is not an error.
     pub fn delete(&self, name: &str) -> Result<(), ObjectError> {
         let store = self.store.clone();
-        let path = self.path(name);
+        let path = self.path(name)?;
         match self.wait(async move { store.delete(&path).await }) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.failed("delete", name, e)),
@@ -337,7 +356,7 @@ impl Objects {
     /// `dir`, in name order.
     pub fn list(&self, dir: &str) -> Result<Vec<(String, u64)>, ObjectError> {
         let store = self.store.clone();
-        let path = self.path(dir);
+        let path = self.path(dir)?;
         let listed = self.wait(async move {
             store
                 .list(Some(&path))

@@ -19,7 +19,7 @@
 //! 3. **Publish.** Every later manifest change (a flush's new file, a
 //!    compaction's swap) is written with `If-Match` on the version this
 //!    owner last wrote. Losing means someone adopted the region since: the
-//!    owner is fenced, stops writing the shard at once, and
+//!    owner is fenced: every later write of the shard is refused, and it
 //! 4. **cleans up**: it deletes the files it wrote under its epoch that the
 //!    current manifest (read afresh) does not name. A file the new owner
 //!    adopted is named there and stays.
@@ -166,6 +166,8 @@ impl FencedManifest {
     }
 }
 
+/// A source shard's lease; `shard` names it as `<stream>/<shard>`
+/// (`cpu/3`: partition 3 of topic `cpu`).
 pub fn lease_name(shard: &str) -> String {
     format!("leases/{shard}")
 }
@@ -217,6 +219,12 @@ pub struct ShardOwner {
     epoch: u64,
     /// Per adopted region: the manifest version this owner last wrote.
     adopted: std::collections::BTreeMap<u64, (Version, FencedManifest)>,
+    /// Per region, a manifest body whose write failed without an answer
+    /// (a timeout, a dropped connection): it may still land, so the files
+    /// it names are never cleaned up.
+    unresolved: std::collections::BTreeMap<u64, Vec<Bytes>>,
+    /// Set by the first fence: every later write is refused at once.
+    fenced_by: Option<(String, u64)>,
 }
 
 impl ShardOwner {
@@ -257,6 +265,8 @@ impl ShardOwner {
                         node: node.to_string(),
                         epoch: next.epoch,
                         adopted: Default::default(),
+                        unresolved: Default::default(),
+                        fenced_by: None,
                     });
                 }
                 // Another node took an epoch first: read it and go past it.
@@ -279,22 +289,39 @@ impl ShardOwner {
         &self.shard
     }
 
-    fn fenced(&self, by: &str, newer: u64) -> OwnershipError {
-        tracing::warn!(shard = %self.shard, node = %self.node, epoch = self.epoch, by, newer, "fenced: another node owns the shard now");
+    /// Records the fence (every later write is refused) and says so.
+    fn fenced(&mut self, by: &str, newer: u64) -> OwnershipError {
+        if self.fenced_by.is_none() {
+            tracing::warn!(shard = %self.shard, node = %self.node, epoch = self.epoch, by, newer, "fenced: another node owns the shard now");
+            self.fenced_by = Some((by.to_string(), newer));
+        }
+        self.still_fenced()
+    }
+
+    fn still_fenced(&self) -> OwnershipError {
+        let (by, newer) = self.fenced_by.clone().unwrap_or_default();
         OwnershipError::Fenced {
             shard: self.shard.clone(),
             epoch: self.epoch,
-            by: by.to_string(),
+            by,
             newer,
         }
+    }
+
+    /// Whether a fence has stopped this owner.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced_by.is_some()
     }
 
     /// Stamps region `region`'s manifest with this owner's epoch (step 2)
     /// and returns the manifest body it holds (`None`: a new region).
     pub fn adopt(&mut self, region: u64) -> Result<Option<Bytes>, OwnershipError> {
+        if self.is_fenced() {
+            return Err(self.still_fenced());
+        }
         let name = manifest_name(region);
         for _ in 0..ATTEMPTS {
-            let (stamped, written) = match self.objects.get(&name)? {
+            let (stamped, written, created) = match self.objects.get(&name)? {
                 None => {
                     let stamped = FencedManifest {
                         epoch: self.epoch,
@@ -302,7 +329,7 @@ impl ShardOwner {
                         body: Bytes::new(),
                     };
                     let written = self.objects.create(&name, stamped.encode());
-                    (stamped, written)
+                    (stamped, written, true)
                 }
                 Some((bytes, version)) => {
                     let held = FencedManifest::decode(&name, bytes)?;
@@ -315,11 +342,22 @@ impl ShardOwner {
                         body: held.body,
                     };
                     let written = self.objects.replace(&name, stamped.encode(), &version);
-                    (stamped, written)
+                    (stamped, written, false)
                 }
             };
             match written {
                 Ok(version) => {
+                    // A region created after a newer owner took the lease
+                    // may be one that owner never learns to adopt: the
+                    // creator checks the lease after creating, the new
+                    // owner lists regions after taking it, so one of the
+                    // two always sees the other.
+                    if created
+                        && let Some(lease) = read_lease(&self.objects, &self.shard)?
+                        && lease.epoch > self.epoch
+                    {
+                        return Err(self.fenced(&lease.owner, lease.epoch));
+                    }
                     let body = (!stamped.body.is_empty()).then(|| stamped.body.clone());
                     self.adopted.insert(region, (version, stamped));
                     return Ok(body);
@@ -343,35 +381,68 @@ impl ShardOwner {
     }
 
     /// Replaces region `region`'s manifest body (step 3); a lost write
-    /// means this owner is fenced.
+    /// means this owner is fenced, and every later write is refused.
+    ///
+    /// A write of this owner's that landed although its answer said
+    /// otherwise (the store retried a request that had been applied, and
+    /// the retry's `If-Match` then failed; or a write that timed out landed
+    /// late) is this owner's own: the manifest at this epoch is taken as
+    /// the version to replace, and the write is tried again.
     pub fn publish(&mut self, region: u64, body: Bytes) -> Result<(), OwnershipError> {
+        if self.is_fenced() {
+            return Err(self.still_fenced());
+        }
         let name = manifest_name(region);
-        let Some((version, _)) = self.adopted.get(&region) else {
+        if !self.adopted.contains_key(&region) {
             return Err(OwnershipError::Corrupt {
                 name,
                 what: "adopted region",
                 reason: "published before it was adopted",
             });
-        };
+        }
         let next = FencedManifest {
             epoch: self.epoch,
             owner: self.node.clone(),
             body,
         };
-        match self.objects.replace(&name, next.encode(), version) {
-            Ok(version) => {
-                self.adopted.insert(region, (version, next));
-                Ok(())
+        for _ in 0..ATTEMPTS {
+            let Some((version, _)) = self.adopted.get(&region) else {
+                break;
+            };
+            match self.objects.replace(&name, next.encode(), version) {
+                Ok(version) => {
+                    self.adopted.insert(region, (version, next));
+                    return Ok(());
+                }
+                Err(ObjectError::Lost { .. }) => {
+                    let Some((bytes, version)) = self.objects.get(&name)? else {
+                        return Err(self.fenced("", 0));
+                    };
+                    let held = FencedManifest::decode(&name, bytes)?;
+                    if held.epoch != self.epoch || held.owner != self.node {
+                        return Err(self.fenced(&held.owner, held.epoch));
+                    }
+                    if held.body == next.body {
+                        self.adopted.insert(region, (version, next));
+                        return Ok(());
+                    }
+                    // An earlier write of ours landed late: replace it.
+                    self.adopted.insert(region, (version, held));
+                }
+                Err(e) => {
+                    self.unresolved
+                        .entry(region)
+                        .or_default()
+                        .push(next.body.clone());
+                    return Err(e.into());
+                }
             }
-            Err(ObjectError::Lost { .. }) => {
-                let (by, newer) = match read_manifest(&self.objects, region)? {
-                    Some(m) => (m.owner, m.epoch),
-                    None => (String::new(), 0),
-                };
-                Err(self.fenced(&by, newer))
-            }
-            Err(e) => Err(e.into()),
         }
+        Err(OwnershipError::Contended {
+            shard: self.shard.clone(),
+            name,
+            attempts: ATTEMPTS,
+        })
     }
 
     /// After a fence (step 4): deletes the files of `written` (names this
@@ -387,6 +458,13 @@ impl ShardOwner {
         for &region in self.adopted.keys() {
             if let Some(m) = read_manifest(&self.objects, region)? {
                 named.extend(files_of(&m.body));
+            }
+        }
+        // A manifest write with no answer may still land: what it names
+        // stays (a later owner's sweep of unnamed files takes it if not).
+        for bodies in self.unresolved.values() {
+            for body in bodies {
+                named.extend(files_of(body));
             }
         }
         let mut deleted = 0;

@@ -69,17 +69,37 @@ struct Node {
 
 impl Node {
     /// Gives up the shard after a fence: the files it wrote that no
-    /// manifest names are deleted.
-    fn fenced(&mut self, e: OwnershipError) {
-        assert!(
-            matches!(e, OwnershipError::Fenced { .. }),
-            "{}: {e}",
-            self.name
-        );
-        if let Some(owner) = self.owner.take() {
-            owner
-                .clean_up(&std::mem::take(&mut self.written), files_of)
-                .expect("clean up");
+    /// manifest names are deleted, and only those.
+    fn fenced(&mut self, e: OwnershipError, regions: &[u64]) {
+        match &e {
+            OwnershipError::Fenced { by, .. } => {
+                assert_ne!(by, &self.name, "{} fenced by itself: {e}", self.name)
+            }
+            _ => panic!("{}: {e}", self.name),
+        }
+        let Some(owner) = self.owner.take() else {
+            return;
+        };
+        assert!(owner.is_fenced());
+        let written = std::mem::take(&mut self.written);
+        owner.clean_up(&written, files_of).expect("clean up");
+        // Complete: every file it wrote that is left is one a manifest
+        // names.
+        let mut named = BTreeSet::new();
+        for &region in regions {
+            if let Some(m) = ownership::read_manifest(&self.objects, region).expect("manifest") {
+                named.extend(files_of(&m.body));
+            }
+        }
+        for file in written {
+            if !named.contains(&file) {
+                assert_eq!(
+                    self.objects.get(&file).expect("get").map(|_| ()),
+                    None,
+                    "{}: {file} of a fenced epoch left behind",
+                    self.name
+                );
+            }
         }
     }
 }
@@ -146,7 +166,7 @@ impl World {
                 ));
                 if let Err(e) = owner.adopt(region) {
                     log.push(format!("  fenced: {e}"));
-                    node.fenced(e);
+                    node.fenced(e, &regions[..]);
                 }
             }
             // It flushes a region: a new file, then the manifest naming it.
@@ -181,7 +201,7 @@ impl World {
                     }
                     Err(e) => {
                         log.push(format!("  fenced: {e}"));
-                        node.fenced(e);
+                        node.fenced(e, &regions[..]);
                     }
                 }
             }
@@ -245,7 +265,7 @@ impl World {
                     }
                     Err(e) => {
                         log.push(format!("  fenced: {e}"));
-                        node.fenced(e);
+                        node.fenced(e, &regions[..]);
                     }
                 }
             }
