@@ -204,16 +204,30 @@ impl Objects {
             }
             other => return Err(bad(format!("unknown scheme `{other}`"))),
         };
+        Objects::with_store(store, prefix, &url)
+    }
+
+    /// An object store built elsewhere (a fault layer over a real store,
+    /// in tests), with names below `prefix`; `described` names it in
+    /// messages.
+    pub fn with_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        described: &str,
+    ) -> Result<Objects, ObjectError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("halite-objects")
             .enable_all()
             .build()
-            .map_err(|e| bad(format!("cannot start its client threads: {e}")))?;
+            .map_err(|e| ObjectError::Url {
+                url: described.to_string(),
+                reason: format!("cannot start its client threads: {e}"),
+            })?;
         Ok(Objects {
             store,
             prefix: ObjectPath::from(prefix.trim_matches('/')),
-            described: url,
+            described: described.to_string(),
             runtime: Some(runtime),
         })
     }
