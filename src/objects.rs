@@ -27,7 +27,8 @@ use serde::Deserialize;
 
 use crate::error::kind::ErrorKind;
 
-/// `[objects]`: where store files and manifests go beyond the local disk.
+/// Where store files and manifests go beyond the local disk (to become
+/// the service's `[objects]` section when regions use it, issue 21).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObjectsConfig {
