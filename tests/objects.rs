@@ -199,3 +199,31 @@ fn a_bad_object_store_url_says_what_to_write() {
         assert!(text.contains("s3://bucket/prefix"), "{url}: {text}");
     }
 }
+
+#[test]
+fn names_an_object_path_would_encode_are_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let objects = Objects::open(&ObjectsConfig::default(), dir.path()).expect("open");
+    for name in [
+        "a b",
+        "100%",
+        "x/../y",
+        "./x",
+        "tab\there",
+        "ümlaut",
+        "q?x",
+        "star*",
+    ] {
+        match objects.put(name, Bytes::from_static(b"x")) {
+            Err(ObjectError::BadName { .. }) => {}
+            other => panic!("{name:?}: {other:?}"),
+        }
+    }
+    // What listing gives back is the name to get and delete.
+    let name = "leases/cpu-1.metrics/3=x:y";
+    objects.put(name, Bytes::from_static(b"x")).expect("put");
+    let listed = objects.list("leases").expect("list");
+    assert_eq!(listed, vec![(name.to_string(), 1)]);
+    objects.delete(&listed[0].0).expect("delete");
+    assert_eq!(objects.list("leases").expect("list"), vec![]);
+}
