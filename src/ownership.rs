@@ -84,6 +84,44 @@ impl OwnershipError {
     }
 }
 
+/// Both objects open with the same stamp: a magic, the writer's epoch
+/// and its name; a manifest's body follows it, a lease has none.
+fn encode_stamped(magic: &[u8; 8], epoch: u64, owner: &str, body: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(20 + owner.len() + body.len());
+    b.put_slice(magic);
+    b.put_u64_le(epoch);
+    b.put_u32_le(owner.len() as u32);
+    b.put_slice(owner.as_bytes());
+    b.put_slice(body);
+    b.freeze()
+}
+
+/// Reads a stamp: the epoch, the owner and what follows them.
+fn decode_stamped(
+    name: &str,
+    what: &'static str,
+    magic: &[u8; 8],
+    mut b: Bytes,
+) -> Result<(u64, String, Bytes), OwnershipError> {
+    let corrupt = |reason| OwnershipError::Corrupt {
+        name: name.to_string(),
+        what,
+        reason,
+    };
+    if b.len() < 20 || &b[..8] != magic {
+        return Err(corrupt("no header"));
+    }
+    b.advance(8);
+    let epoch = b.get_u64_le();
+    let len = b.get_u32_le() as usize;
+    if b.len() < len {
+        return Err(corrupt("owner runs past the end"));
+    }
+    let owner =
+        String::from_utf8(b.split_to(len).to_vec()).map_err(|_| corrupt("owner is not UTF-8"))?;
+    Ok((epoch, owner, b))
+}
+
 /// What `leases/<shard>` holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -93,30 +131,18 @@ pub struct Lease {
 
 impl Lease {
     fn encode(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(24 + self.owner.len());
-        b.put_slice(LEASE_MAGIC);
-        b.put_u64_le(self.epoch);
-        b.put_u32_le(self.owner.len() as u32);
-        b.put_slice(self.owner.as_bytes());
-        b.freeze()
+        encode_stamped(LEASE_MAGIC, self.epoch, &self.owner, &[])
     }
 
-    fn decode(name: &str, mut b: Bytes) -> Result<Lease, OwnershipError> {
-        let corrupt = |reason| OwnershipError::Corrupt {
-            name: name.to_string(),
-            what: "lease",
-            reason,
-        };
-        if b.len() < 20 || &b[..8] != LEASE_MAGIC {
-            return Err(corrupt("no lease header"));
+    fn decode(name: &str, b: Bytes) -> Result<Lease, OwnershipError> {
+        let (epoch, owner, rest) = decode_stamped(name, "lease", LEASE_MAGIC, b)?;
+        if !rest.is_empty() {
+            return Err(OwnershipError::Corrupt {
+                name: name.to_string(),
+                what: "lease",
+                reason: "owner length does not match",
+            });
         }
-        b.advance(8);
-        let epoch = b.get_u64_le();
-        let len = b.get_u32_le() as usize;
-        if b.len() != len {
-            return Err(corrupt("owner length does not match"));
-        }
-        let owner = String::from_utf8(b.to_vec()).map_err(|_| corrupt("owner is not UTF-8"))?;
         Ok(Lease { epoch, owner })
     }
 }
@@ -132,37 +158,12 @@ pub struct FencedManifest {
 
 impl FencedManifest {
     fn encode(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(24 + self.owner.len() + self.body.len());
-        b.put_slice(MANIFEST_MAGIC);
-        b.put_u64_le(self.epoch);
-        b.put_u32_le(self.owner.len() as u32);
-        b.put_slice(self.owner.as_bytes());
-        b.put_slice(&self.body);
-        b.freeze()
+        encode_stamped(MANIFEST_MAGIC, self.epoch, &self.owner, &self.body)
     }
 
-    fn decode(name: &str, mut b: Bytes) -> Result<FencedManifest, OwnershipError> {
-        let corrupt = |reason| OwnershipError::Corrupt {
-            name: name.to_string(),
-            what: "region manifest",
-            reason,
-        };
-        if b.len() < 20 || &b[..8] != MANIFEST_MAGIC {
-            return Err(corrupt("no manifest header"));
-        }
-        b.advance(8);
-        let epoch = b.get_u64_le();
-        let len = b.get_u32_le() as usize;
-        if b.len() < len {
-            return Err(corrupt("owner runs past the end"));
-        }
-        let owner = String::from_utf8(b.split_to(len).to_vec())
-            .map_err(|_| corrupt("owner is not UTF-8"))?;
-        Ok(FencedManifest {
-            epoch,
-            owner,
-            body: b,
-        })
+    fn decode(name: &str, b: Bytes) -> Result<FencedManifest, OwnershipError> {
+        let (epoch, owner, body) = decode_stamped(name, "region manifest", MANIFEST_MAGIC, b)?;
+        Ok(FencedManifest { epoch, owner, body })
     }
 }
 
