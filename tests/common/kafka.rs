@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -66,11 +65,7 @@ impl Broker {
             .spawn()
             .expect("start tansu");
         let bootstrap = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(&bootstrap).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::http::wait_until_listening(&bootstrap, "tansu");
         Broker {
             child,
             bootstrap,

@@ -3,10 +3,8 @@
 //! test, on a free loopback port, killed when the handle drops.
 #![allow(dead_code)]
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use halite::objects::ObjectsConfig;
 
@@ -59,11 +57,7 @@ impl S3 {
             .spawn()
             .expect("start s3s-fs");
         let address = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(&address).is_err() {
-            assert!(Instant::now() < deadline, "s3s-fs did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::http::wait_until_listening(&address, "s3s-fs");
         S3 {
             child,
             endpoint: format!("http://{address}"),
