@@ -11,6 +11,8 @@ pub mod kind;
 
 pub use kind::ErrorKind;
 
+use crate::objects::ObjectError;
+use crate::ownership::OwnershipError;
 use crate::region::manifest::ManifestError;
 use crate::region::sst::format::SstError;
 use crate::region::wal::error::WalError;
@@ -24,6 +26,13 @@ pub enum Error {
     Sst(#[from] SstError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The object store (store files and manifests beyond this node).
+    #[error(transparent)]
+    Objects(#[from] ObjectError),
+    /// A lease or fenced manifest; `OwnershipError::Fenced` means another
+    /// node owns the region now (see [`Error::is_fenced`]).
+    #[error(transparent)]
+    Ownership(#[from] OwnershipError),
     #[error("invalid input: {0}")]
     InvalidInput(String),
     #[error("unknown column family. family=`{0}`")]
@@ -62,6 +71,9 @@ impl Error {
             Error::Wal(e) => e.kind(),
             Error::Sst(e) => e.kind(),
             Error::Manifest(e) => e.kind(),
+            Error::Objects(e) => e.kind(),
+            Error::Ownership(OwnershipError::Fenced { .. }) => ErrorKind::Closed,
+            Error::Ownership(e) => e.kind(),
             Error::InvalidInput(_) => ErrorKind::InvalidInput,
             Error::UnknownFamily(_) | Error::NotFound(_) => ErrorKind::NotFound,
             Error::Conflict(_) => ErrorKind::Conflict,
@@ -69,6 +81,12 @@ impl Error {
             Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
             Error::Io { .. } | Error::Internal(_) => ErrorKind::Internal,
         }
+    }
+
+    /// Whether another node took over what this one was writing: the
+    /// region stopped for good on this node, and nothing is to be retried.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Ownership(OwnershipError::Fenced { .. }))
     }
 
     /// Whether the error is the disk being full (`ENOSPC`), wherever it

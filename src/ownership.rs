@@ -314,6 +314,21 @@ impl ShardOwner {
         self.fenced_by.is_some()
     }
 
+    /// The error every write gets once this owner is fenced.
+    pub fn fence_error(&self) -> OwnershipError {
+        self.still_fenced()
+    }
+
+    /// The node this owner is.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The regions this owner adopted.
+    pub fn regions(&self) -> Vec<u64> {
+        self.adopted.keys().copied().collect()
+    }
+
     /// Stamps region `region`'s manifest with this owner's epoch (step 2)
     /// and returns the manifest body it holds (`None`: a new region).
     pub fn adopt(&mut self, region: u64) -> Result<Option<Bytes>, OwnershipError> {
@@ -448,24 +463,24 @@ impl ShardOwner {
 
     /// After a fence (step 4): deletes the files of `written` (names this
     /// owner wrote under its epoch) that no current manifest of the
-    /// adopted regions names; `files_of` lists the file names a manifest
-    /// body names. Returns how many it deleted.
+    /// adopted regions names; `files_of` lists the file names a region's
+    /// manifest body names. Returns how many it deleted.
     pub fn clean_up(
-        self,
+        &self,
         written: &[String],
-        files_of: impl Fn(&Bytes) -> Vec<String>,
+        files_of: impl Fn(u64, &Bytes) -> Vec<String>,
     ) -> Result<usize, OwnershipError> {
         let mut named = std::collections::BTreeSet::new();
         for &region in self.adopted.keys() {
             if let Some(m) = read_manifest(&self.objects, region)? {
-                named.extend(files_of(&m.body));
+                named.extend(files_of(region, &m.body));
             }
         }
         // A manifest write with no answer may still land: what it names
         // stays (a later owner's sweep of unnamed files takes it if not).
-        for bodies in self.unresolved.values() {
+        for (&region, bodies) in &self.unresolved {
             for body in bodies {
-                named.extend(files_of(body));
+                named.extend(files_of(region, body));
             }
         }
         let mut deleted = 0;

@@ -37,6 +37,7 @@ pub mod manifest;
 pub mod memstore;
 pub mod options;
 pub mod read;
+pub mod shared_files;
 pub mod sst;
 pub mod wal;
 mod write;
@@ -65,6 +66,7 @@ use inner::{Inner, State, Work, family_dir, note_position};
 use maintenance::Maintained;
 use manifest::Manifest;
 use memstore::{MemStore, Mvcc};
+use shared_files::SharedFiles;
 use sst::SstReader;
 use sst::cache::BlockCache;
 use wal::Wal;
@@ -157,6 +159,7 @@ pub struct RecoveringRegion {
     active: Arc<MemStore>,
     last_seq: u64,
     positions: BTreeMap<SourceShard, u64>,
+    shared: Option<Arc<SharedFiles>>,
 }
 
 impl RecoveringRegion {
@@ -168,6 +171,63 @@ impl RecoveringRegion {
         options: RegionOptions,
         cache: Arc<BlockCache>,
     ) -> Result<RecoveringRegion> {
+        let manifest = Manifest::load(dir.as_ref())?.unwrap_or(Manifest {
+            next_file_id: 1,
+            ..Default::default()
+        });
+        RecoveringRegion::with_manifest(dir, descriptor, options, cache, manifest)
+    }
+
+    /// Opens a region whose files and manifest live on the object store,
+    /// as the owner of its source shard (`shared`): stamps the manifest
+    /// with the owner's epoch, downloads the files the local cache (`dir`)
+    /// lacks, and starts with empty MemStores: the source topic replays
+    /// what the files do not hold, from the manifest's positions.
+    pub fn adopt(
+        dir: impl AsRef<Path>,
+        descriptor: RegionDescriptor,
+        options: RegionOptions,
+        cache: Arc<BlockCache>,
+        shared: Arc<SharedFiles>,
+    ) -> Result<RecoveringRegion> {
+        let mut manifest = shared.adopt()?.unwrap_or_default();
+        // This owner's files get ids of its own epoch.
+        manifest.next_file_id = manifest
+            .next_file_id
+            .max(shared_files::first_file_id(shared.epoch()));
+        let mut downloaded = 0;
+        for family in &descriptor.families {
+            let fdir = family_dir(dir.as_ref(), &family.name);
+            for id in manifest.families.get(&family.name).into_iter().flatten() {
+                downloaded += usize::from(shared.fetch(
+                    &family.name,
+                    *id,
+                    &fdir.join(sst::file_name(*id)),
+                )?);
+            }
+        }
+        if downloaded > 0 {
+            tracing::info!(
+                region = descriptor.id,
+                downloaded,
+                "downloaded the region's store files from the object store"
+            );
+        }
+        let mut region =
+            RecoveringRegion::with_manifest(dir, descriptor, options, cache, manifest)?;
+        region.shared = Some(shared);
+        Ok(region)
+    }
+
+    /// Opens the store files `manifest` names in `dir` and removes the
+    /// files it does not name.
+    fn with_manifest(
+        dir: impl AsRef<Path>,
+        descriptor: RegionDescriptor,
+        options: RegionOptions,
+        cache: Arc<BlockCache>,
+        mut manifest: Manifest,
+    ) -> Result<RecoveringRegion> {
         let dir = dir.as_ref().to_path_buf();
         for f in &descriptor.families {
             f.validate()?;
@@ -178,10 +238,6 @@ impl RecoveringRegion {
             ));
         }
         fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create region directory", e))?;
-        let mut manifest = Manifest::load(&dir)?.unwrap_or(Manifest {
-            next_file_id: 1,
-            ..Default::default()
-        });
         let mut files = BTreeMap::new();
         for family in &descriptor.families {
             let fdir = family_dir(&dir, &family.name);
@@ -218,6 +274,7 @@ impl RecoveringRegion {
             active: Arc::new(MemStore::new()),
             last_seq,
             positions,
+            shared: None,
         })
     }
 
@@ -287,6 +344,7 @@ impl RecoveringRegion {
             active,
             last_seq,
             positions,
+            shared,
         } = self;
         wal.mark_flushed(descriptor.id, manifest.flushed_seq);
         let families: HashMap<Vec<u8>, FamilyDescriptor> = descriptor
@@ -329,6 +387,7 @@ impl RecoveringRegion {
             flush_requested: AtomicBool::new(false),
             flush_forced: AtomicBool::new(false),
             positions: Mutex::new(positions),
+            shared,
         });
         let mut workers = Vec::new();
         if let Some(m) = &maintenance {
@@ -467,6 +526,17 @@ impl Region {
             .collect()
     }
 
+    /// The region's way to the object store, when its files live there.
+    pub fn shared_files(&self) -> Option<&Arc<SharedFiles>> {
+        self.inner.shared.as_ref()
+    }
+
+    /// The manifest as last written (published, for a region on the object
+    /// store).
+    pub fn manifest(&self) -> Manifest {
+        self.inner.manifest.lock().clone()
+    }
+
     /// Paths of the live store files.
     pub fn file_paths(&self) -> Vec<PathBuf> {
         self.inner
@@ -540,7 +610,9 @@ impl Region {
     /// region (so both halves are non-empty ranges) and no file holds
     /// foreign rows.
     pub fn split_row(&self) -> Option<Vec<u8>> {
-        if self.has_foreign_rows() {
+        // A region on the object store does not split: its daughters would
+        // need a catalog all nodes share (docs/cluster.md).
+        if self.has_foreign_rows() || self.inner.shared.is_some() {
             return None;
         }
         let st = self.inner.state.read();

@@ -41,8 +41,12 @@ fn file_expired(r: &SstReader, fam: &FamilyDescriptor, now: u64) -> bool {
 
 pub(crate) fn compact(inner: &Inner, major: bool) -> Result<()> {
     let _c = inner.compaction_lock.lock();
+    inner.check_not_fenced()?;
     for family in &inner.family_order {
         compact_family(inner, family, major)?;
+    }
+    if let Some(shared) = &inner.shared {
+        shared.delete_retired();
     }
     Ok(())
 }
@@ -92,6 +96,12 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
             let _ = std::fs::remove_file(path);
         }
     };
+    if let (Some(shared), Some((id, path))) = (&inner.shared, &output)
+        && let Err(e) = shared.upload(family, *id, path)
+    {
+        forget_output();
+        return Err(e);
+    }
     let out_reader = match &output {
         Some((id, path)) => {
             match SstReader::open(
@@ -125,10 +135,14 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     }
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
     crate::failpoint::hit("compaction-before-manifest");
-    if let Err(e) = next.store(&inner.dir) {
+    let stored = match &inner.shared {
+        Some(shared) => shared.publish(&next),
+        None => next.store(&inner.dir).map_err(Error::from),
+    };
+    if let Err(e) = stored {
         drop(out_reader);
         forget_output();
-        return Err(e.into());
+        return Err(e);
     }
     let removed: Vec<Arc<SstReader>> = {
         let mut st = inner.state.write();
@@ -176,8 +190,13 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         .stats
         .expired_files_dropped
         .fetch_add(expired.len() as u64, Ordering::Relaxed);
-    // Readers that still hold these files keep their open descriptors; the
-    // names go now.
+    // Readers here that still hold these files keep their open
+    // descriptors, so the local names go now; readers elsewhere may hold
+    // the previous manifest, so the objects wait out a grace period.
+    if let Some(shared) = &inner.shared {
+        let gone: Vec<u64> = removed.iter().map(|r| r.file_id()).collect();
+        shared.retire(family, &gone);
+    }
     for r in removed {
         inner.cache.evict_reader(r.reader_id());
         let _ = std::fs::remove_file(r.path());

@@ -17,6 +17,7 @@ use crate::region::read::merge::Source;
 /// then the active one. Serialised by the region's flush lock.
 pub(crate) fn flush(inner: &Inner) -> Result<()> {
     let _flushing = inner.flush_lock.lock();
+    inner.check_not_fenced()?;
     // Whatever asked for it, this flush serves every pending request; writes
     // from here on may ask again.
     inner.clear_flush_request();
@@ -37,7 +38,9 @@ pub(crate) fn flush(inner: &Inner) -> Result<()> {
         // Every sequence id handed out so far belongs to this MemStore or
         // an older one: ids are assigned and inserted under the write lock.
         let old = std::mem::replace(&mut st.active, Arc::new(MemStore::new()));
-        old.seal(inner.mvcc.last_assigned());
+        // The positions of exactly the writes it holds: they are noted
+        // under the write lock too.
+        old.seal_at(inner.mvcc.last_assigned(), inner.positions.lock().clone());
         st.flushing.insert(0, old.clone());
         old
     };
@@ -84,6 +87,14 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
             }
         }
     }
+    if let Some(shared) = &inner.shared {
+        for (family, id, path) in &finished {
+            if let Err(e) = shared.upload(family, *id, path) {
+                forget(&finished);
+                return Err(e);
+            }
+        }
+    }
     let mut readers = Vec::new();
     for (family, id, path) in &finished {
         let fam = &inner.families[family];
@@ -109,13 +120,24 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
     }
     next.flushed_seq = next.flushed_seq.max(sealed);
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
-    // The WAL segments carrying them go once this is flushed.
-    next.positions = inner.positions.lock().clone();
-    crate::failpoint::hit("flush-before-manifest");
-    if let Err(e) = next.store(&inner.dir) {
+    let stored = match &inner.shared {
+        // Without a WAL, what the files cover is what the snapshot held.
+        Some(shared) => {
+            next.positions = snapshot.sealed_positions();
+            crate::failpoint::hit("flush-before-manifest");
+            shared.publish(&next)
+        }
+        None => {
+            // The WAL segments carrying them go once this is flushed.
+            next.positions = inner.positions.lock().clone();
+            crate::failpoint::hit("flush-before-manifest");
+            next.store(&inner.dir).map_err(Error::from)
+        }
+    };
+    if let Err(e) = stored {
         drop(readers);
         forget(&finished);
-        return Err(e.into());
+        return Err(e);
     }
     {
         let mut st = inner.state.write();

@@ -20,6 +20,7 @@ use super::memstore::{MemStore, Mvcc};
 use super::options::RegionOptions;
 use super::read::merge::{Merge, Source};
 use super::read::{Get, RowScanner, Scan};
+use super::shared_files::SharedFiles;
 use super::sst::SstReader;
 use super::sst::cache::BlockCache;
 use super::wal::Wal;
@@ -113,6 +114,10 @@ pub(crate) struct Inner {
     /// took (and recovered from its manifest and WAL); the manifest keeps
     /// them.
     pub(crate) positions: Mutex<BTreeMap<SourceShard, u64>>,
+    /// Set when the region's files and manifest live on the object store
+    /// (cluster mode): flushes and compactions upload and publish there,
+    /// and writes skip the WAL (the source topic is the log).
+    pub(crate) shared: Option<Arc<SharedFiles>>,
 }
 
 pub(crate) fn family_dir(dir: &Path, family: &[u8]) -> PathBuf {
@@ -193,10 +198,19 @@ impl Inner {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
+        self.check_not_fenced()?;
         if let Some(cause) = self.poisoned.lock().clone() {
             return Err(Error::Poisoned(cause));
         }
         Ok(())
+    }
+
+    /// Refuses work once another node took the region's shard over.
+    pub(crate) fn check_not_fenced(&self) -> Result<()> {
+        match &self.shared {
+            Some(s) if s.owner().is_fenced() => Err(s.owner().fence_error()),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {

@@ -8,7 +8,7 @@
 //! MemStore frees a few chunks instead of millions of small buffers.
 
 use std::cmp::Ordering;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
@@ -16,6 +16,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::cell::{EntryBatch, EntryRef, TTL_FLAG, compare_keys, compare_keys_after_row};
 use crate::codec::{Reader, compare_bytes, put_len_prefixed, put_varint};
+use crate::region::wal::record::SourceShard;
 
 pub mod cursor;
 mod row;
@@ -205,6 +206,10 @@ pub struct MemStore {
     /// Highest sequence id the MemStore may hold, fixed when it is taken
     /// out of service for a flush.
     sealed_seq: AtomicU64,
+    /// The region's source positions when it was sealed: what its edits
+    /// and the files before it cover (a region without a WAL publishes
+    /// them with the flushed file).
+    sealed_positions: Mutex<BTreeMap<SourceShard, u64>>,
 }
 
 impl MemStore {
@@ -288,6 +293,15 @@ impl MemStore {
     }
     pub fn seal(&self, seq: u64) {
         self.sealed_seq.store(seq, AtomicOrdering::Release);
+    }
+    /// Seals at `seq` and keeps the positions the region's writes up to
+    /// it carried; called under the region's write lock.
+    pub fn seal_at(&self, seq: u64, positions: BTreeMap<SourceShard, u64>) {
+        *self.sealed_positions.lock() = positions;
+        self.seal(seq);
+    }
+    pub fn sealed_positions(&self) -> BTreeMap<SourceShard, u64> {
+        self.sealed_positions.lock().clone()
     }
     pub fn sealed_seq(&self) -> u64 {
         self.sealed_seq.load(AtomicOrdering::Acquire)

@@ -239,6 +239,13 @@ impl Inner {
             });
         }
         self.wait_for_room()?;
+        // A region on the object store is logged by its source topic: a
+        // new owner replays the topic from the manifest's positions.
+        let durability = if self.shared.is_some() {
+            Durability::SkipWal
+        } else {
+            durability
+        };
         let body = (durability != Durability::SkipWal).then(|| encode_edits_body(entries));
         // A position-only record takes a sequence id of its own, like a row.
         let n = (entries.rows() as u64).max(1);
