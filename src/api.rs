@@ -13,6 +13,8 @@
 //! | `GET /api/v1/tables/{table}/rows/{row-hex}` | get one row |
 //! | `POST /api/v1/tables/{table}/scan` | raw scan |
 //! | `POST /api/v1/query` | logical series query, raw or aggregated |
+//! | `GET /api/v1/ingest` | the Kafka consumer's counters and positions |
+//! | `GET /api/v1/cluster` | cluster mode: partitions held here, every lease |
 //!
 //! This file routes requests and guards their bodies; the handlers are in
 //! `admin.rs`, `read.rs` and `write.rs`, what they share in `state.rs`,
@@ -39,8 +41,9 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use admin::{
-    alter_table, compact_table, create_namespace, create_table, describe_table, drop_namespace,
-    drop_table, flush_table, ingest_status, list_namespaces, list_tables, metrics_text, readyz,
+    alter_table, cluster_status, compact_table, create_namespace, create_table, describe_table,
+    drop_namespace, drop_table, flush_table, ingest_status, list_namespaces, list_tables,
+    metrics_text, readyz,
 };
 use read::get_row;
 use read::{query, scan_table};
@@ -93,6 +96,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/write", post(write))
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
+        .route("/api/v1/cluster", get(cluster_status))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

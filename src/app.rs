@@ -12,10 +12,13 @@ use crate::catalog::{CreateTable, TableName};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::ingest::kafka::{DeleteFailure, KafkaIngest, PointDeletes, read_delete};
+use crate::objects::Objects;
 use crate::query::Query;
 use crate::query::engine::QueryEngine;
+use crate::region::file_cache::FileCache;
 use crate::store::Store;
-use crate::store::chores::{MemoryGuard, Splitter};
+use crate::store::chores::{CatalogRefresh, MemoryGuard, Splitter};
+use crate::store::cluster::ClusterStorage;
 
 /// Kafka's delete messages select their points as `POST …/delete` does:
 /// a point query, run by the query engine.
@@ -66,12 +69,12 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     crate::fault::arm_from_env(&config.data_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started = Instant::now();
-    let store = Arc::new(Store::open(
-        &config.data_dir,
-        config.store_options(),
-        clock.clone(),
-    )?);
+    let store = Arc::new(open_store(&config, clock.clone())?);
     ensure_tables(&store, &config.tables)?;
+    let catalog_refresh = store
+        .is_cluster()
+        .then(|| CatalogRefresh::start(&store))
+        .transpose()?;
     let queries = Arc::new(QueryEngine::new(store.clone(), config.server.query_threads));
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let memory_guard = MemoryGuard::start(&store)?;
@@ -178,6 +181,9 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     drop(queries);
     splitter.stop();
     memory_guard.stop();
+    if let Some(c) = catalog_refresh {
+        c.stop();
+    }
     let store = match Arc::try_unwrap(store) {
         Ok(store) => store,
         Err(shared) => {
@@ -200,12 +206,54 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The store: a single node's on its disk, or (`[cluster] node` set) a
+/// cluster's node's, with the object store of `[objects]`.
+fn open_store(config: &Config, clock: Arc<dyn Clock>) -> Result<Store, Box<dyn std::error::Error>> {
+    if !config.cluster.enabled() {
+        return Ok(Store::open(
+            &config.data_dir,
+            config.store_options(),
+            clock,
+        )?);
+    }
+    let objects = Arc::new(Objects::open(
+        &config.objects,
+        &config.data_dir.join("objects"),
+    )?);
+    let files = Arc::new(FileCache::open(
+        &config.data_dir.join("cache"),
+        config.cluster.cache_size.0,
+    )?);
+    tracing::info!(
+        node = %config.cluster.node,
+        objects = objects.describe(),
+        "cluster mode: store files, manifests and the catalog on the object store"
+    );
+    Ok(Store::open_cluster(
+        &config.data_dir,
+        config.store_options(),
+        clock,
+        ClusterStorage {
+            objects,
+            node: config.cluster.node.clone(),
+            files,
+        },
+    )?)
+}
+
 /// Creates the configured tables (and their namespaces) that do not exist.
+/// A cluster's nodes start at once: the first creates a table, the others
+/// find it made.
 fn ensure_tables(store: &Store, tables: &[CreateTable]) -> Result<(), Box<dyn std::error::Error>> {
     for t in tables {
         if store.catalog().table(&t.name).is_err() {
-            store.create_table(t)?;
-            tracing::info!(table = %t.name, "created table");
+            match store.create_table(t) {
+                Ok(_) => tracing::info!(table = %t.name, "created table"),
+                Err(e) if store.is_cluster() && e.kind() == crate::error::ErrorKind::Conflict => {
+                    store.refresh_catalog()?;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(())

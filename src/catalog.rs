@@ -9,11 +9,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
+use crate::objects::{ObjectError, Objects, Version};
 use crate::schema::{BloomType, Durability, FamilySpec};
 
 pub const CATALOG_FILE: &str = "CATALOG";
@@ -170,10 +173,31 @@ pub struct SplitIntent {
     pub daughters: [u64; 2],
 }
 
-/// The catalog of one server.
+/// Where the catalog is kept.
+#[derive(Debug)]
+enum Backing {
+    /// `CATALOG` in a directory: one server's.
+    Dir(PathBuf),
+    /// One object on the object store, shared by a cluster's nodes and
+    /// replaced only conditionally on the version last read: two nodes
+    /// changing it at once never lose a change (the loser reads again and
+    /// applies its change to what the winner wrote).
+    Objects {
+        objects: Arc<Objects>,
+        version: Mutex<Option<Version>>,
+    },
+}
+
+/// The object a cluster's catalog is kept in.
+pub const CATALOG_OBJECT: &str = "catalog/CATALOG";
+
+/// How often a change to a shared catalog reads again after losing a race.
+const ATTEMPTS: usize = 32;
+
+/// The catalog of one server, or of a cluster's nodes.
 #[derive(Debug)]
 pub struct Catalog {
-    dir: PathBuf,
+    backing: Backing,
     data: Mutex<CatalogData>,
 }
 
@@ -209,9 +233,63 @@ impl Catalog {
             Err(e) => return Err(Error::io(&path, "read catalog", e)),
         };
         Ok(Catalog {
-            dir,
+            backing: Backing::Dir(dir),
             data: Mutex::new(data),
         })
+    }
+
+    /// Opens the catalog a cluster's nodes share on the object store,
+    /// creating an empty one if there is none.
+    pub fn open_shared(objects: Arc<Objects>) -> Result<Catalog> {
+        let (data, version) = match load_object(&objects)? {
+            Some(found) => found,
+            None => {
+                let mut d = CatalogData {
+                    next_region_id: 1,
+                    ..CatalogData::default()
+                };
+                d.namespaces.insert(DEFAULT_NAMESPACE.into());
+                match objects.create(CATALOG_OBJECT, encode(&d)?) {
+                    Ok(v) => (d, v),
+                    // Another node made it first: take that one.
+                    Err(ObjectError::Lost { .. }) => load_object(&objects)?.ok_or_else(|| {
+                        Error::Internal("the shared catalog vanished while it was created".into())
+                    })?,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        Ok(Catalog {
+            backing: Backing::Objects {
+                objects,
+                version: Mutex::new(Some(version)),
+            },
+            data: Mutex::new(data),
+        })
+    }
+
+    /// Reads a shared catalog again (other nodes change it); whether it
+    /// changed. A catalog in a directory is this server's alone.
+    pub fn refresh(&self) -> Result<bool> {
+        let Backing::Objects { objects, version } = &self.backing else {
+            return Ok(false);
+        };
+        let Some((fresh, fresh_version)) = load_object(objects)? else {
+            return Ok(false);
+        };
+        let mut data = self.data.lock();
+        let mut held = version.lock();
+        if held.as_ref() == Some(&fresh_version) {
+            return Ok(false);
+        }
+        *data = fresh;
+        *held = Some(fresh_version);
+        Ok(true)
+    }
+
+    /// Whether the catalog is shared by a cluster's nodes.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backing, Backing::Objects { .. })
     }
 
     /// Reads the catalog in `dir` without creating or changing anything
@@ -230,14 +308,48 @@ impl Catalog {
         Ok((data.tables.into_values().collect(), data.splits))
     }
 
-    /// Applies `change` to a copy, stores it, then makes it current.
-    fn update<T>(&self, change: impl FnOnce(&mut CatalogData) -> Result<T>) -> Result<T> {
+    /// Applies `change` to a copy, stores it, then makes it current. A
+    /// shared catalog that another node changed since it was read is read
+    /// again and `change` applied to that.
+    fn update<T>(&self, mut change: impl FnMut(&mut CatalogData) -> Result<T>) -> Result<T> {
         let mut data = self.data.lock();
-        let mut next = data.clone();
-        let out = change(&mut next)?;
-        store(&self.dir, &next)?;
-        *data = next;
-        Ok(out)
+        let (objects, version) = match &self.backing {
+            Backing::Dir(dir) => {
+                let mut next = data.clone();
+                let out = change(&mut next)?;
+                store(dir, &next)?;
+                *data = next;
+                return Ok(out);
+            }
+            Backing::Objects { objects, version } => (objects, version),
+        };
+        let mut held = version.lock();
+        for _ in 0..ATTEMPTS {
+            let mut next = data.clone();
+            let out = change(&mut next)?;
+            let bytes = encode(&next)?;
+            let written = match held.as_ref() {
+                Some(v) => objects.replace(CATALOG_OBJECT, bytes, v),
+                None => objects.create(CATALOG_OBJECT, bytes),
+            };
+            match written {
+                Ok(v) => {
+                    *held = Some(v);
+                    *data = next;
+                    return Ok(out);
+                }
+                Err(ObjectError::Lost { .. }) => {
+                    if let Some((fresh, v)) = load_object(objects)? {
+                        *data = fresh;
+                        *held = Some(v);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::Conflict(format!(
+            "the shared catalog changed under {ATTEMPTS} attempts in a row; try again"
+        )))
     }
 
     pub fn namespaces(&self) -> Vec<String> {
@@ -291,7 +403,7 @@ impl Catalog {
         &self,
         req: &CreateTable,
         now_ms: u64,
-        prepare: impl FnOnce(&TableDescriptor) -> Result<()>,
+        mut prepare: impl FnMut(&TableDescriptor) -> Result<()>,
     ) -> Result<TableDescriptor> {
         if req.families.is_empty() {
             return Err(Error::InvalidInput(format!(
@@ -330,7 +442,7 @@ impl Catalog {
                 return Err(Error::Conflict(format!("table exists. table=`{key}`")));
             }
             let mut starts = vec![Vec::new()];
-            starts.extend(splits);
+            starts.extend(splits.iter().cloned());
             let mut regions = Vec::with_capacity(starts.len());
             for (i, start) in starts.iter().enumerate() {
                 regions.push(RegionInfo {
@@ -521,6 +633,30 @@ impl Catalog {
             .flat_map(|t| t.regions.iter().map(|r| r.id))
             .collect()
     }
+}
+
+/// The catalog's bytes: the JSON document, sealed with a checksum.
+fn encode(data: &CatalogData) -> Result<bytes::Bytes> {
+    let body = serde_json::to_vec_pretty(data)
+        .map_err(|e| Error::InvalidInput(format!("catalog does not serialise: {e}")))?;
+    Ok(bytes::Bytes::from(crate::fsutil::seal(MAGIC, &body)))
+}
+
+/// Reads a shared catalog and its version; `None` when there is none yet.
+fn load_object(objects: &Objects) -> Result<Option<(CatalogData, Version)>> {
+    let Some((buf, version)) = objects.get(CATALOG_OBJECT)? else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(CATALOG_OBJECT);
+    let corrupt = |offset: u64, what: String| Error::CatalogCorrupt {
+        path: path.clone(),
+        offset,
+        what,
+    };
+    let body = crate::fsutil::unseal(MAGIC, &buf).map_err(|(o, w)| corrupt(o, w.into()))?;
+    let data =
+        serde_json::from_slice(body).map_err(|e| corrupt(16, format!("invalid document: {e}")))?;
+    Ok(Some((data, version)))
 }
 
 fn store(dir: &Path, data: &CatalogData) -> Result<()> {

@@ -586,10 +586,12 @@ impl EntryBatch {
         self.row_ends.len()
     }
 
-    /// The row key of row `i`; `None` for a row without entries.
+    /// The row key of row `i`; `None` for a row without entries, or
+    /// past the last row.
     pub fn row_key(&self, i: usize) -> Option<&[u8]> {
+        let end = *self.row_ends.get(i)?;
         let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
-        (from < self.row_ends[i]).then(|| row_of(self.entry(from).key))
+        (from < end).then(|| row_of(self.entry(from).key))
     }
 
     /// Bytes and entries of row `i`.

@@ -50,7 +50,43 @@ pub struct Config {
     pub tables: Vec<crate::catalog::CreateTable>,
     /// Kafka ingestion; off unless brokers and topics are set.
     pub kafka: crate::ingest::kafka::KafkaConfig,
+    /// The object store a cluster's nodes keep store files, manifests,
+    /// leases and the catalog on (read in cluster mode only).
+    pub objects: crate::objects::ObjectsConfig,
+    pub cluster: ClusterConfig,
     pub log: LogConfig,
+}
+
+/// `[cluster]`: several nodes sharing one consumer group and one object
+/// store (docs/cluster.md). Off unless `node` is set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name, unique among the cluster's nodes; empty (the
+    /// default): a single node, everything on its own disk.
+    pub node: String,
+    /// Where the other nodes reach this node's API (`host:port`); empty:
+    /// `server.listen`.
+    pub advertise: String,
+    /// Disk kept for store files of regions other nodes own, which
+    /// queries here read (default 4GiB); the least recently read go first.
+    pub cache_size: ByteSize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node: String::new(),
+            advertise: String::new(),
+            cache_size: ByteSize(4 << 30),
+        }
+    }
+}
+
+impl ClusterConfig {
+    pub fn enabled(&self) -> bool {
+        !self.node.is_empty()
+    }
 }
 
 /// `[log]`: the service's log lines, on stderr.
@@ -190,6 +226,8 @@ impl Default for Config {
             cache: CacheConfig::default(),
             tables: Vec::new(),
             kafka: crate::ingest::kafka::KafkaConfig::default(),
+            objects: crate::objects::ObjectsConfig::default(),
+            cluster: ClusterConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -344,6 +382,29 @@ impl Config {
         }
         if self.server.query_threads == 0 {
             return bad("server.query_threads", "must be at least 1");
+        }
+        if self.cluster.enabled() {
+            let plain = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+            if self.cluster.node.len() > 64 || !self.cluster.node.chars().all(plain) {
+                return bad(
+                    "cluster.node",
+                    "must be 1..=64 of letters, digits, '.', '_', '-'",
+                );
+            }
+            if !self.objects.url.starts_with("s3://") {
+                return bad(
+                    "objects.url",
+                    "cluster mode needs an S3-compatible object store (`s3://bucket/prefix`): \
+                     its conditional writes are what keep two nodes from owning one partition",
+                );
+            }
+            if !self.kafka.enabled() {
+                return bad(
+                    "kafka",
+                    "cluster mode needs [kafka] brokers and topics: the topics are the log \
+                     and their partitions are what the nodes own",
+                );
+            }
         }
         let c = &self.region.compaction;
         if c.min_files < 2 || c.max_files < c.min_files || c.ratio <= 0.0 {

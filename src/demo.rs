@@ -180,6 +180,7 @@ fn feed(
         points_per_message: per_message,
         format: Format::Line,
         rate: 0,
+        by_bucket: None,
     })?;
     println!(
         "produced {points} points ({hosts} hosts x 10 cpu fields) in {messages} messages to `{topic}` in {:.1}s",

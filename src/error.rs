@@ -49,6 +49,9 @@ pub enum Error {
     },
     #[error("region is closed; reopen it to continue")]
     Closed,
+    /// In cluster mode: a write for a region this node does not own.
+    #[error("{0}")]
+    NotOwned(String),
     #[error(
         "region stopped accepting writes after a fatal I/O error; restart to recover from the WAL. cause: {0}"
     )]
@@ -79,6 +82,7 @@ impl Error {
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::CatalogCorrupt { .. } => ErrorKind::Corruption,
             Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
+            Error::NotOwned(_) => ErrorKind::Unavailable,
             Error::Io { .. } | Error::Internal(_) => ErrorKind::Internal,
         }
     }

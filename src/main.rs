@@ -338,6 +338,12 @@ enum Command {
         /// Points per second; 0 is as fast as possible.
         #[arg(long, default_value_t = 0)]
         rate: u64,
+        /// Cluster mode: send each message to the partition carrying its
+        /// salt bucket in this table (`ns:table`, read from --server).
+        #[arg(long)]
+        by_bucket: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
     },
     /// Check a data directory (catalog, manifests, store files, WAL) and
     /// report damage by file and offset; changes nothing. Exit status 1
@@ -706,6 +712,20 @@ fn run_client(command: Command) -> Result<(), String> {
     }
 }
 
+/// A table's descriptor as a running server has it.
+fn table_descriptor(
+    server: &str,
+    table: &str,
+) -> Result<halite::catalog::TableDescriptor, Box<dyn std::error::Error>> {
+    let r = halite::client::request(server, "GET", &format!("/api/v1/tables/{table}"), None, b"")
+        .map_err(|e| format!("cannot reach halite at {server}: {e}"))?;
+    if r.status != 200 {
+        return Err(format!("table `{table}` at {server}: {} ({})", r.text(), r.status).into());
+    }
+    Ok(serde_json::from_value(r.json())
+        .map_err(|e| format!("table `{table}` at {server}: unreadable descriptor: {e}"))?)
+}
+
 fn main() -> ExitCode {
     keep_freed_pages_a_while();
     let cli = Cli::parse();
@@ -718,12 +738,17 @@ fn main() -> ExitCode {
             per_message,
             format,
             rate,
+            by_bucket,
+            conn,
         } => {
             let format = match format.as_str() {
                 "line" => Ok(Format::Line),
                 "json" => Ok(Format::Json),
                 other => Err(format!("unknown format `{other}`: use line or json").into()),
             };
+            let by_bucket = by_bucket
+                .map(|table| table_descriptor(&conn.server, &table))
+                .transpose();
             format.and_then(|format| {
                 let spec = ProduceSpec {
                     brokers,
@@ -733,6 +758,7 @@ fn main() -> ExitCode {
                     points_per_message: per_message,
                     format,
                     rate,
+                    by_bucket: by_bucket?,
                 };
                 let started = Instant::now();
                 let messages = produce(&spec)?;

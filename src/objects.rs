@@ -27,12 +27,18 @@ use serde::Deserialize;
 
 use crate::error::kind::ErrorKind;
 
-/// Where store files and manifests go beyond the local disk (to become
-/// the service's `[objects]` section when regions use it, issue 21).
+/// How long one request to an S3 store is retried before its caller
+/// hears it failed.
+pub const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `[objects]`: where a cluster's store files, manifests, leases and
+/// catalog live (read in cluster mode only; docs/cluster.md).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObjectsConfig {
-    /// `file:///abs/dir` or `s3://bucket/prefix`; empty: under `data_dir`.
+    /// `s3://bucket/prefix` (a cluster needs S3's conditional writes), or
+    /// `file:///abs/dir` for one process's tools; empty: a directory under
+    /// `data_dir`.
     pub url: String,
     /// An S3-compatible endpoint (`http://127.0.0.1:9000`); empty: AWS, or
     /// `AWS_ENDPOINT` from the environment.
@@ -173,8 +179,17 @@ impl Objects {
                 if bucket.is_empty() {
                     return Err(bad("an s3 url names a bucket: s3://bucket/prefix".into()));
                 }
-                let mut builder =
-                    object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                // A request is retried for at most RETRY_TIMEOUT: callers
+                // (a flush, a rebalance) retry on their own terms, and
+                // must hear of an outage before a consumer group's
+                // session runs out (the client's default is 3 minutes).
+                let retry = object_store::RetryConfig {
+                    retry_timeout: RETRY_TIMEOUT,
+                    ..Default::default()
+                };
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry);
                 if !config.endpoint.is_empty() {
                     builder = builder.with_endpoint(&config.endpoint);
                 }

@@ -314,6 +314,20 @@ impl ShardOwner {
         self.fenced_by.is_some()
     }
 
+    /// Reads the shard's lease: a newer epoch there means another node
+    /// took the shard, and this owner is fenced.
+    pub fn check_lease(&mut self) -> Result<(), OwnershipError> {
+        if self.is_fenced() {
+            return Err(self.still_fenced());
+        }
+        if let Some(lease) = read_lease(&self.objects, &self.shard)?
+            && lease.epoch > self.epoch
+        {
+            return Err(self.fenced(&lease.owner, lease.epoch));
+        }
+        Ok(())
+    }
+
     /// The error every write gets once this owner is fenced.
     pub fn fence_error(&self) -> OwnershipError {
         self.still_fenced()

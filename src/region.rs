@@ -30,6 +30,7 @@
 //! the `maintenance::Maintained` trait this file implements.
 
 pub mod compaction;
+pub mod file_cache;
 pub mod flush;
 pub mod inner;
 pub mod maintenance;
@@ -37,6 +38,7 @@ pub mod manifest;
 pub mod memstore;
 pub mod options;
 pub mod read;
+pub mod remote;
 pub mod shared_files;
 pub mod sst;
 pub mod wal;
@@ -361,6 +363,7 @@ impl RecoveringRegion {
             dir,
             next_file_id: AtomicU64::new(manifest.next_file_id),
             manifest: Mutex::new(manifest),
+            manifest_change: Mutex::new(()),
             families: Arc::new(families),
             family_order: descriptor.families.iter().map(|f| f.name.clone()).collect(),
             options,
@@ -470,18 +473,7 @@ impl Region {
 
     /// Reads one row.
     pub fn get(&self, get: &Get) -> Result<Option<Row>> {
-        let mut stop = get.row.clone();
-        stop.push(0);
-        let scan = Scan {
-            start: Some(get.row.clone()),
-            stop: Some(stop),
-            columns: get.columns.clone(),
-            time_range: get.time_range,
-            max_versions: get.max_versions,
-            limit: Some(1),
-            ..Scan::default()
-        };
-        let mut scanner = self.inner.scanner(&scan, Some(get))?;
+        let mut scanner = self.inner.scanner(&get.to_scan(), Some(get))?;
         scanner.next_row()
     }
 

@@ -17,6 +17,7 @@
 //! background chores (splits, the global MemStore limit).
 
 pub mod chores;
+pub mod cluster;
 mod recovery;
 mod shard;
 mod split;
@@ -96,6 +97,8 @@ pub struct Store {
     /// Set by `close`: a closed region then means shutdown, not a split.
     closing: AtomicBool,
     memory_waits: std::sync::atomic::AtomicU64,
+    /// Cluster mode: the object store, and the shards this node owns.
+    cluster: Option<cluster::Cluster>,
 }
 
 fn region_dir(dir: &Path, id: u64) -> PathBuf {
@@ -110,10 +113,35 @@ impl Store {
         options: StoreOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Store> {
+        Store::open_with(dir, options, clock, None)
+    }
+
+    /// Opens the store of a cluster's node: the catalog is the one the
+    /// nodes share on the object store, and no region is open until the
+    /// node takes the shard that carries it ([`Store::take_shard`]); until
+    /// then each is read from what its owner published.
+    pub fn open_cluster(
+        dir: impl AsRef<Path>,
+        options: StoreOptions,
+        clock: Arc<dyn Clock>,
+        storage: cluster::ClusterStorage,
+    ) -> Result<Store> {
+        Store::open_with(dir, options, clock, Some(storage))
+    }
+
+    fn open_with(
+        dir: impl AsRef<Path>,
+        options: StoreOptions,
+        clock: Arc<dyn Clock>,
+        storage: Option<cluster::ClusterStorage>,
+    ) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         let maintenance = Maintenance::new(options.flush_threads, options.compaction_threads)
             .map_err(|e| Error::io(&dir, "spawn flush and compaction threads", e))?;
-        let catalog = Catalog::open(dir.join("catalog"))?;
+        let catalog = match &storage {
+            Some(s) => Catalog::open_shared(s.objects.clone())?,
+            None => Catalog::open(dir.join("catalog"))?,
+        };
         let cache = BlockCache::new(options.block_cache_bytes);
         let mut shards = Vec::with_capacity(options.shards.max(1));
         for i in 0..options.shards.max(1) {
@@ -144,7 +172,12 @@ impl Store {
             maintenance,
             closing: AtomicBool::new(false),
             memory_waits: std::sync::atomic::AtomicU64::new(0),
+            cluster: storage.map(cluster::Cluster::new),
         };
+        if store.cluster.is_some() {
+            store.open_cluster_tables()?;
+            return Ok(store);
+        }
         // A split that did not reach its commit point is undone: the parent
         // is still in the catalog, and the daughters' directories are
         // leftovers, removed below.
@@ -186,6 +219,9 @@ impl Store {
     }
 
     fn open_table(&self, desc: TableDescriptor) -> Result<Table> {
+        if let Some(c) = &self.cluster {
+            return Ok(c.unowned_table(desc, &self.cache, &self.clock));
+        }
         let families: Vec<_> = desc.families.iter().map(FamilySpec::descriptor).collect();
         let mut regions = Vec::with_capacity(desc.regions.len());
         for info in &desc.regions {
@@ -228,6 +264,11 @@ impl Store {
         let desc = self
             .catalog
             .create_table_with(req, self.clock.now_ms(), |desc| {
+                // A cluster's regions start on the object store, with
+                // their first owner.
+                if self.cluster.is_some() {
+                    return Ok(());
+                }
                 let mut parent = None;
                 for r in &desc.regions {
                     let dir = region_dir(&self.dir, r.id);
@@ -275,10 +316,11 @@ impl Store {
         durability: Option<Durability>,
     ) -> Result<TableDescriptor> {
         let _ddl = self.ddl.lock();
+        self.refuse_in_cluster("altering a table")?;
         let old = self.table(name)?;
         let desc = self.catalog.alter(name, families, durability)?;
-        for r in old.regions() {
-            r.local().close()?;
+        for r in old.regions().iter().filter_map(RegionHandle::local) {
+            r.close()?;
         }
         let table = self.open_table(desc.clone())?;
         self.tables
@@ -291,12 +333,15 @@ impl Store {
     /// back), then its regions' files.
     pub fn drop_table(&self, name: &TableName) -> Result<()> {
         let _ddl = self.ddl.lock();
+        self.refuse_in_cluster("dropping a table")?;
         let table = self.table(name)?;
         self.catalog.drop_table(name)?;
         self.tables.write().remove(name);
         for r in table.regions() {
             // Already gone from the catalog: nothing to flush.
-            r.local().close_without_flush();
+            if let Some(r) = r.local() {
+                r.close_without_flush();
+            }
             self.shard_of(r.id()).wal.mark_flushed(r.id(), u64::MAX);
             let d = region_dir(&self.dir, r.id());
             std::fs::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove dropped region", e))?;
@@ -428,25 +473,46 @@ impl Store {
         origin: SourcePosition,
     ) -> Result<PendingBatch> {
         let table = self.table(name)?;
-        let region = table.regions.first().ok_or(Error::Closed)?.local().clone();
-        let (reply, rx) = bounded(1);
-        self.shard_of(region.id())
-            .tx
-            .as_ref()
-            .ok_or(Error::Closed)?
-            .send(WriteJob {
-                region,
-                rows: Rows::Entries(EntryBatch::new()),
-                durability: table.desc.durability,
-                origin: Some(origin.clone()),
-                reply,
-            })
-            .map_err(|_| Error::Closed)?;
+        // In cluster mode every region of the shard keeps its own
+        // position (a new owner replays from the lowest); a single node's
+        // store reads them all at start, so one region holds it.
+        let regions = if self.is_cluster() {
+            self.regions_for_position(&origin.stream, origin.shard)
+                .into_iter()
+                .filter(|r| table.regions.iter().any(|h| h.id() == r.id()))
+                .collect()
+        } else {
+            vec![
+                table
+                    .regions
+                    .first()
+                    .and_then(RegionHandle::local)
+                    .ok_or(Error::Closed)?
+                    .clone(),
+            ]
+        };
+        let mut replies = Vec::with_capacity(regions.len());
+        for region in regions {
+            let (reply, rx) = bounded(1);
+            self.shard_of(region.id())
+                .tx
+                .as_ref()
+                .ok_or(Error::Closed)?
+                .send(WriteJob {
+                    region,
+                    rows: Rows::Entries(EntryBatch::new()),
+                    durability: table.desc.durability,
+                    origin: Some(origin.clone()),
+                    reply,
+                })
+                .map_err(|_| Error::Closed)?;
+            replies.push(rx);
+        }
         Ok(PendingBatch {
             name: name.clone(),
             origin: Some(origin),
             table,
-            replies: vec![rx],
+            replies,
             deadline: std::time::Instant::now() + LAYOUT_CHANGE_WAIT,
         })
     }
@@ -485,8 +551,13 @@ impl Store {
     /// manifests at open).
     pub fn source_positions(&self, name: &TableName) -> Result<BTreeMap<SourceShard, u64>> {
         let mut all = BTreeMap::new();
-        for region in self.table(name)?.regions() {
-            for (p, offset) in region.local().source_positions() {
+        for region in self
+            .table(name)?
+            .regions()
+            .iter()
+            .filter_map(RegionHandle::local)
+        {
+            for (p, offset) in region.source_positions() {
                 let at = all.entry(p).or_insert(offset);
                 *at = (*at).max(offset);
             }
@@ -516,11 +587,12 @@ impl Store {
             .table(name)?
             .regions()
             .iter()
+            .filter_map(RegionHandle::local)
             .map(|r| {
                 let seq = if flushed {
-                    r.local().flushed_seq()
+                    r.flushed_seq()
                 } else {
-                    r.local().last_seq()
+                    r.last_seq()
                 };
                 (r.id(), seq)
             })
@@ -565,8 +637,8 @@ impl Store {
         }
         let tables = self.tables.read();
         for t in tables.values() {
-            for r in t.regions() {
-                if let Some(f) = r.local().flush_trouble() {
+            for r in t.regions().iter().filter_map(RegionHandle::local) {
+                if let Some(f) = r.flush_trouble() {
                     return Some(format!(
                         "{}flushes of region {} of `{}` have failed for {:.0} s ({}); \
                          writes wait once MemStores fill",
@@ -591,7 +663,8 @@ impl Store {
             || self.tables.read().values().any(|t| {
                 t.regions()
                     .iter()
-                    .any(|r| r.local().flush_trouble().is_some_and(|f| f.no_space))
+                    .filter_map(RegionHandle::local)
+                    .any(|r| r.flush_trouble().is_some_and(|f| f.no_space))
             })
     }
 
@@ -655,7 +728,8 @@ impl Store {
             .read()
             .values()
             .flat_map(|t| t.regions.iter())
-            .map(|r| (r.memstore_bytes(), r.local().clone()))
+            .filter_map(RegionHandle::local)
+            .map(|r| (r.memstore_bytes(), r.clone()))
             .collect();
         let mut total: usize = regions.iter().map(|(b, _)| b).sum();
         if total <= limit {
@@ -704,7 +778,14 @@ impl Store {
     ) -> Result<Vec<Receiver<Submitted>>> {
         let mut replies = Vec::with_capacity(per_region.len());
         for (i, rows) in per_region {
-            let region = table.regions[i].local().clone();
+            let Some(region) = table.regions[i].local().cloned() else {
+                return Err(Error::NotOwned(format!(
+                    "region {} of `{}` is owned by another node; its rows go through \
+                     the partition that node consumes",
+                    table.regions[i].id(),
+                    table.desc.name
+                )));
+            };
             let (reply, rx) = bounded(1);
             let tx = self
                 .shard_of(region.id())
@@ -791,8 +872,8 @@ impl Store {
         }
         let tables: Vec<Arc<Table>> = self.tables.write().drain().map(|(_, t)| t).collect();
         for t in tables {
-            for r in t.regions() {
-                r.local().close()?;
+            for r in t.regions().iter().filter_map(RegionHandle::local) {
+                r.close()?;
             }
         }
         self.maintenance.shutdown();

@@ -9,76 +9,114 @@ use crate::catalog::TableDescriptor;
 use crate::cell::{EntryBatch, Row};
 use crate::error::Result;
 use crate::region::read::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan};
+use crate::region::remote::RemoteRegion;
 use crate::region::{Region, RegionStats};
 
 /// A region as everything above the regions reaches it: the store's
-/// writers, table scans, queries, the API and telemetry. Only regions open
-/// in this process exist today; a region owned by another node becomes
-/// another kind of handle here, and its users stay as they are.
+/// writers, table scans, queries, the API and telemetry. A region open in
+/// this process is `Local`; in cluster mode a region another node owns is
+/// `Remote`, read from what its owner published on the object store.
 #[derive(Clone)]
 pub enum RegionHandle {
     /// A region open in this process.
     Local(Arc<Region>),
+    /// A region another node owns.
+    Remote(Arc<RemoteRegion>),
 }
 
 impl RegionHandle {
-    /// The region itself, for the store that opened it (writes, splits,
-    /// recovery, shutdown).
-    pub fn local(&self) -> &Arc<Region> {
+    /// The region itself, when it is open here, for the store that opened
+    /// it (writes, splits, recovery, shutdown).
+    pub fn local(&self) -> Option<&Arc<Region>> {
         match self {
-            RegionHandle::Local(r) => r,
+            RegionHandle::Local(r) => Some(r),
+            RegionHandle::Remote(_) => None,
         }
     }
 
     pub fn id(&self) -> u64 {
-        self.local().id()
+        match self {
+            RegionHandle::Local(r) => r.id(),
+            RegionHandle::Remote(r) => r.id(),
+        }
     }
 
     /// The region's start and end rows (end empty: the table's end).
     pub fn row_range(&self) -> (&[u8], &[u8]) {
-        self.local().row_range()
+        match self {
+            RegionHandle::Local(r) => r.row_range(),
+            RegionHandle::Remote(r) => r.row_range(),
+        }
     }
 
     pub fn get(&self, get: &Get) -> Result<Option<Row>> {
-        self.local().get(get)
+        match self {
+            RegionHandle::Local(r) => r.get(get),
+            RegionHandle::Remote(r) => r.get(get),
+        }
     }
 
     /// A scanner over the region's rows in `scan`'s range.
     pub fn scanner(&self, scan: &Scan) -> Result<RowScanner> {
-        self.local().scanner(scan)
+        match self {
+            RegionHandle::Local(r) => r.scanner(scan),
+            RegionHandle::Remote(r) => r.scanner(scan),
+        }
     }
 
-    /// Flushes the MemStores to store files.
+    /// Flushes the MemStores to store files (a region another node owns
+    /// is flushed by its owner: nothing to do here).
     pub fn flush(&self) -> Result<()> {
-        self.local().flush()
+        match self {
+            RegionHandle::Local(r) => r.flush(),
+            RegionHandle::Remote(_) => Ok(()),
+        }
     }
 
     /// Asks the compaction threads to look at the region (a minor
     /// compaction if its files call for one).
     pub fn request_compaction(&self) {
-        self.local().request_compaction()
+        if let RegionHandle::Local(r) = self {
+            r.request_compaction()
+        }
     }
 
-    /// Compacts now, on the caller's thread.
+    /// Compacts now, on the caller's thread (the owner compacts a region
+    /// another node owns).
     pub fn compact(&self, major: bool) -> Result<()> {
-        self.local().compact(major)
+        match self {
+            RegionHandle::Local(r) => r.compact(major),
+            RegionHandle::Remote(_) => Ok(()),
+        }
     }
 
     /// Store files per family.
     pub fn file_counts(&self) -> std::collections::BTreeMap<Vec<u8>, usize> {
-        self.local().file_counts()
+        match self {
+            RegionHandle::Local(r) => r.file_counts(),
+            RegionHandle::Remote(r) => r.file_counts(),
+        }
     }
 
     pub fn store_bytes(&self) -> u64 {
-        self.local().store_bytes()
+        match self {
+            RegionHandle::Local(r) => r.store_bytes(),
+            RegionHandle::Remote(r) => r.store_bytes(),
+        }
     }
 
     pub fn memstore_bytes(&self) -> usize {
-        self.local().memstore_bytes()
+        match self {
+            RegionHandle::Local(r) => r.memstore_bytes(),
+            RegionHandle::Remote(_) => 0,
+        }
     }
 
     pub fn stats(&self) -> &RegionStats {
-        self.local().stats()
+        match self {
+            RegionHandle::Local(r) => r.stats(),
+            RegionHandle::Remote(r) => r.stats(),
+        }
     }
 }
 

@@ -134,7 +134,7 @@ fn salted_writes_spread_over_regions_and_scans_merge_in_key_order() {
     let busy = table
         .regions()
         .iter()
-        .filter(|r| r.memstore_bytes() > 0 || !r.local().file_paths().is_empty())
+        .filter(|r| r.memstore_bytes() > 0 || !r.local().expect("local").file_paths().is_empty())
         .count();
     assert!(
         busy >= 12,
@@ -456,7 +456,7 @@ fn regions_split_while_writers_write_and_keep_every_row() {
         // Daughters were compacted: no file holds another region's rows.
         for r in store.table(&name).expect("table").regions() {
             assert!(
-                !r.local().has_foreign_rows(),
+                !r.local().expect("local").has_foreign_rows(),
                 "region {} kept foreign rows",
                 r.id()
             );

@@ -205,3 +205,39 @@ pub(super) async fn ingest_status(State(s): State<Arc<AppState>>) -> ApiResult<R
     })?;
     Ok(Json(stats.to_json()).into_response())
 }
+
+/// Who owns what in a cluster: the partitions this node holds (with
+/// their epochs, regions and the position their published files cover),
+/// and every shard's lease on the object store (owner and epoch).
+pub(super) async fn cluster_status(State(s): State<Arc<AppState>>) -> ApiResult<Response> {
+    let store = s.store.clone();
+    let answer = blocking(move || -> Result<serde_json::Value, Error> {
+        let Some(node) = store.node_name() else {
+            return Ok(json!({ "mode": "single" }));
+        };
+        let leases: Vec<serde_json::Value> = store
+            .leases()?
+            .into_iter()
+            .map(|(shard, lease)| json!({"shard": shard, "owner": lease.owner, "epoch": lease.epoch}))
+            .collect();
+        let cache = store.file_cache().map(|c| {
+            use std::sync::atomic::Ordering::Relaxed;
+            json!({
+                "bytes": c.used(),
+                "hits": c.hits.load(Relaxed),
+                "misses": c.misses.load(Relaxed),
+                "evictions": c.evictions.load(Relaxed),
+            })
+        });
+        Ok(json!({
+            "mode": "cluster",
+            "node": node,
+            "objects": store.objects().map(|o| o.describe().to_string()),
+            "held": store.held_shards(),
+            "leases": leases,
+            "file_cache": cache,
+        }))
+    })
+    .await?;
+    Ok(Json(answer).into_response())
+}

@@ -120,6 +120,32 @@ impl KafkaIngest {
                 }),
             );
         }
+        let cluster = if store.is_cluster() {
+            let mut tables: HashMap<String, Vec<TableName>> = HashMap::new();
+            let mut fed_by: HashMap<TableName, String> = HashMap::new();
+            for route in routes.values() {
+                if let Some(other) = fed_by.insert(route.table.clone(), route.topic.clone()) {
+                    return Err(KafkaError::Topic {
+                        topic: route.topic.clone(),
+                        reason: format!(
+                            "table `{}` is fed by topic `{other}` too; in cluster mode a table \
+                             has one topic, whose partitions carry its buckets",
+                            route.table
+                        ),
+                    });
+                }
+                tables
+                    .entry(route.topic.clone())
+                    .or_default()
+                    .push(route.table.clone());
+            }
+            Some(shared::ClusterRoutes {
+                tables,
+                ..Default::default()
+            })
+        } else {
+            None
+        };
         let stats = Arc::new(IngestStats::default());
         let shared = Arc::new(Shared {
             tracker: Mutex::new(OffsetTracker::default()),
@@ -132,6 +158,7 @@ impl KafkaIngest {
             closing: AtomicBool::new(false),
             brokers_down: AtomicBool::new(false),
             sequence: Mutex::new(HashMap::new()),
+            cluster,
         });
         let mut client = ClientConfig::new();
         client
@@ -169,6 +196,29 @@ impl KafkaIngest {
             cooperative: std::sync::OnceLock::new(),
         })?;
         let topics: Vec<&str> = config.topics.iter().map(|t| t.topic.as_str()).collect();
+        if let Some(routes) = &shared.cluster {
+            // Which partition carries which bucket depends on the count.
+            for topic in &topics {
+                let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+                let partitions = md
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == *topic)
+                    .map_or(0, |t| t.partitions().len() as u32);
+                if partitions == 0 {
+                    return Err(KafkaError::Topic {
+                        topic: topic.to_string(),
+                        reason: "the topic has no partitions (create it first); in cluster mode \
+                                 its partitions are what the nodes own"
+                            .into(),
+                    });
+                }
+                routes
+                    .partitions
+                    .lock()
+                    .insert(topic.to_string(), partitions);
+            }
+        }
         consumer.subscribe(&topics)?;
         let dead_letters = match &config.dead_letter_topic {
             Some(topic) => {
@@ -473,6 +523,9 @@ impl ConsumerLoop {
                 });
                 metrics::gauge!("halite_kafka_buffered_bytes").set(buffered as f64);
             }
+            if check_time && self.shared.cluster.is_some() {
+                self.stop_fenced_partitions();
+            }
             if check_time && last_commit.elapsed() >= self.commit_interval {
                 self.shared.commit(&self.consumer, None);
                 last_commit = Instant::now();
@@ -566,6 +619,23 @@ impl ConsumerLoop {
                 }
                 Some(b)
             }
+        }
+    }
+
+    /// Cluster mode: partitions whose regions another node took while this
+    /// one still held them (a pause past the group's session, say) are
+    /// released and paused here; the group's next rebalance revokes them.
+    fn stop_fenced_partitions(&self) {
+        let fenced = self.shared.store.release_fenced();
+        if fenced.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in &fenced {
+            tpl.add_partition(topic, *partition as i32);
+        }
+        if let Err(e) = self.consumer.pause(&tpl) {
+            tracing::warn!(error = %e, "pausing fenced partitions failed");
         }
     }
 

@@ -1,7 +1,9 @@
 //! `halite produce`: deterministic TSBS-style cpu data into a Kafka topic,
 //! for the demo, the tests and the benchmarks. Point `i` is host
 //! `i % hosts` at step `i / hosts`; messages are keyed by host, so one
-//! host's points stay in order in one partition.
+//! host's points stay in order in one partition. For a cluster
+//! (`by_bucket`), a message goes to the partition that carries its
+//! series' salt bucket in the table: `bucket % partitions`.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,9 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use super::Format;
+use super::line_protocol::Precision;
+use super::{Format, PointEncoder};
+use crate::catalog::TableDescriptor;
 use crate::tsbs;
 
 /// What to produce.
@@ -25,17 +29,66 @@ pub struct ProduceSpec {
     pub format: Format,
     /// Points per second; 0 is as fast as the broker takes them.
     pub rate: u64,
+    /// Send each message to the partition of its bucket in this table
+    /// (cluster mode), instead of by the hash of its key.
+    pub by_bucket: Option<TableDescriptor>,
+}
+
+/// The salt bucket the points of `payload` (timestamps in `precision`)
+/// fall in under `table`'s key schema (the first point's: a message
+/// holds one series' points).
+pub fn bucket_of_message(
+    table: &TableDescriptor,
+    format: Format,
+    payload: &[u8],
+    precision: Precision,
+) -> Result<u32, String> {
+    let mut encoder = PointEncoder::new(table, usize::MAX)?;
+    let errors = encoder.add_body(format, payload, Some(precision), 0)?;
+    if let Some((line, why)) = errors.first() {
+        return Err(format!("point {line}: {why}"));
+    }
+    let rows = encoder.finish();
+    let key = rows
+        .batches
+        .iter()
+        .find_map(|b| b.row_key(0).map(<[u8]>::to_vec))
+        .ok_or("the message holds no point")?;
+    Ok(table.key.salt_bucket(&key).unwrap_or(0))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error("producing failed: {0}; check the brokers and the topic")]
+    Kafka(#[from] KafkaError),
+    #[error("a point does not fit table `{table}`'s key schema: {reason}")]
+    Point { table: String, reason: String },
 }
 
 /// Produces every point and waits until the broker has them all; returns
 /// the number of messages.
-pub fn produce(spec: &ProduceSpec) -> Result<u64, KafkaError> {
+pub fn produce(spec: &ProduceSpec) -> Result<u64, ProduceError> {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &spec.brokers)
         .set("linger.ms", "5")
         .set("acks", "all")
         .create()?;
     let started = Instant::now();
+    let partitions = match &spec.by_bucket {
+        Some(_) => {
+            let md = producer
+                .client()
+                .fetch_metadata(Some(&spec.topic), Duration::from_secs(10))?;
+            md.topics()
+                .iter()
+                .find(|t| t.name() == spec.topic)
+                .map_or(0, |t| t.partitions().len() as u32)
+                .max(1)
+        }
+        None => 1,
+    };
+    // A host's points are one series: one bucket, computed once.
+    let mut bucket_of_host: std::collections::HashMap<u64, u32> = Default::default();
     let hosts = spec.hosts.max(1);
     let per_message = spec.points_per_message.max(1) as u64;
     let mut messages = 0u64;
@@ -70,6 +123,27 @@ pub fn produce(spec: &ProduceSpec) -> Result<u64, KafkaError> {
             let mut record = BaseRecord::<'_, str, str>::to(&spec.topic)
                 .key(&key)
                 .payload(&payload);
+            if let Some(table) = &spec.by_bucket {
+                let bucket = match bucket_of_host.get(&host) {
+                    Some(b) => *b,
+                    None => {
+                        // TSBS points carry millisecond timestamps.
+                        let b = bucket_of_message(
+                            table,
+                            spec.format,
+                            payload.as_bytes(),
+                            Precision::Milliseconds,
+                        )
+                        .map_err(|reason| ProduceError::Point {
+                            table: table.name.to_string(),
+                            reason,
+                        })?;
+                        bucket_of_host.insert(host, b);
+                        b
+                    }
+                };
+                record = record.partition((bucket % partitions) as i32);
+            }
             loop {
                 match producer.send(record) {
                     Ok(()) => break,
@@ -77,7 +151,7 @@ pub fn produce(spec: &ProduceSpec) -> Result<u64, KafkaError> {
                         record = r;
                         std::thread::sleep(Duration::from_millis(5));
                     }
-                    Err((e, _)) => return Err(e),
+                    Err((e, _)) => return Err(e.into()),
                 }
             }
             messages += 1;

@@ -121,8 +121,10 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         None => None,
     };
 
-    let mut manifest = inner.manifest.lock();
-    let mut next = manifest.clone();
+    // Manifest changes one at a time; the manifest itself stays readable
+    // while one is written (to the object store, that is a request).
+    let _changing = inner.manifest_change.lock();
+    let mut next = inner.manifest.lock().clone();
     let list = next.families.entry(family.to_vec()).or_default();
     let at = list
         .iter()
@@ -156,8 +158,7 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         *readers = kept;
         gone
     };
-    *manifest = next;
-    drop(manifest);
+    *inner.manifest.lock() = next;
 
     let bytes_in: u64 = selected.iter().map(|f| f.size()).sum();
     let bytes_out = inner

@@ -113,8 +113,10 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
         }
     }
 
-    let mut manifest = inner.manifest.lock();
-    let mut next = manifest.clone();
+    // Manifest changes one at a time; the manifest itself stays readable
+    // while one is written (to the object store, that is a request).
+    let _changing = inner.manifest_change.lock();
+    let mut next = inner.manifest.lock().clone();
     for (family, id, _) in &finished {
         next.families.entry(family.clone()).or_default().push(*id);
     }
@@ -152,8 +154,7 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
             .flushed_bytes
             .fetch_add(bytes, Ordering::Relaxed);
     }
-    *manifest = next;
-    drop(manifest);
+    *inner.manifest.lock() = next;
     inner.wal.mark_flushed(inner.id, sealed);
     inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
     let took = started.elapsed();

@@ -89,6 +89,9 @@ pub(crate) struct Inner {
     pub(crate) mvcc: Mvcc,
     pub(crate) state: RwLock<State>,
     pub(crate) manifest: Mutex<Manifest>,
+    /// Held by a flush or compaction from reading the manifest to making
+    /// its change current, so changes never overlap.
+    pub(crate) manifest_change: Mutex<()>,
     pub(crate) next_file_id: AtomicU64,
     pub(crate) flush_lock: Mutex<()>,
     pub(crate) compaction_lock: Mutex<()>,
@@ -168,8 +171,9 @@ impl Inner {
                         region = self.id,
                         error = %e,
                         no_space,
-                        "flushing the MemStore failed; its data is safe in the WAL and \
+                        "flushing the MemStore failed; its data is safe in {} and \
                          the flush is retried, but writes wait once MemStores fill up{}",
+                        if self.shared.is_some() { "the source topic" } else { "the WAL" },
                         if no_space { " (the disk is full: free space on it)" } else { "" }
                     );
                 }
@@ -289,7 +293,6 @@ impl Inner {
     /// Reads work on a closed region too (it holds its last state): a reader
     /// that started before a split or an alter finishes on the old region.
     pub(crate) fn scanner(&self, scan: &Scan, get: Option<&Get>) -> Result<RowScanner> {
-        let (start, stop) = scan.bounds()?;
         let state = self.state.read().clone();
         let read_point = self.mvcc.read_point();
         let mut sources = Vec::new();
@@ -300,43 +303,7 @@ impl Inner {
         for m in &state.flushing {
             sources.push(Source::Mem(MemCursor::new(m.clone(), read_point)));
         }
-        for (family, files) in &state.files {
-            if !scan.columns.wants_family(family) {
-                continue;
-            }
-            let projection = scan.columns.projection_for(family).map(Arc::new);
-            for reader in files.iter().rev() {
-                if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
-                    continue;
-                }
-                // Nothing in a file entirely older than the range can change
-                // the answer: its puts are out of range and older than any
-                // in range, and its markers only mask older puts.
-                if reader.meta().max_ts < scan.time_range.min {
-                    self.stats
-                        .files_skipped_by_time
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                // A file entirely newer than the range is still read: its
-                // versions count against VERSIONS before the range applies.
-                if get.is_none() && !reader.may_contain_rows(start.as_deref(), stop.as_deref()) {
-                    self.stats
-                        .files_skipped_by_bloom
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if let Some(get) = get
-                    && !bloom_may_match(reader, get, family)
-                {
-                    self.stats
-                        .files_skipped_by_bloom
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                sources.push(Source::File(reader.iter_projected(projection.clone())));
-            }
-        }
+        add_file_sources(&state.files, scan, get, &self.stats, &mut sources)?;
         RowScanner::new(
             Merge::new(sources),
             self.families.clone(),
@@ -344,6 +311,50 @@ impl Inner {
             scan,
         )
     }
+}
+
+/// Adds a scan's sources from store files (per family, newest first),
+/// leaving out the files that cannot hold an answer.
+pub(crate) fn add_file_sources(
+    files: &BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
+    scan: &Scan,
+    get: Option<&Get>,
+    stats: &RegionStats,
+    sources: &mut Vec<Source>,
+) -> Result<()> {
+    let (start, stop) = scan.bounds()?;
+    for (family, files) in files {
+        if !scan.columns.wants_family(family) {
+            continue;
+        }
+        let projection = scan.columns.projection_for(family).map(Arc::new);
+        for reader in files.iter().rev() {
+            if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
+                continue;
+            }
+            // Nothing in a file entirely older than the range can change
+            // the answer: its puts are out of range and older than any
+            // in range, and its markers only mask older puts.
+            if reader.meta().max_ts < scan.time_range.min {
+                stats.files_skipped_by_time.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // A file entirely newer than the range is still read: its
+            // versions count against VERSIONS before the range applies.
+            if get.is_none() && !reader.may_contain_rows(start.as_deref(), stop.as_deref()) {
+                stats.files_skipped_by_bloom.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if let Some(get) = get
+                && !bloom_may_match(reader, get, family)
+            {
+                stats.files_skipped_by_bloom.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            sources.push(Source::File(reader.iter_projected(projection.clone())));
+        }
+    }
+    Ok(())
 }
 
 fn bloom_may_match(reader: &SstReader, get: &Get, family: &[u8]) -> bool {

@@ -322,6 +322,21 @@ impl Get {
             max_versions: 1,
         }
     }
+
+    /// The one-row scan that answers this get.
+    pub fn to_scan(&self) -> Scan {
+        let mut stop = self.row.clone();
+        stop.push(0);
+        Scan {
+            start: Some(self.row.clone()),
+            stop: Some(stop),
+            columns: self.columns.clone(),
+            time_range: self.time_range,
+            max_versions: self.max_versions,
+            limit: Some(1),
+            ..Scan::default()
+        }
+    }
 }
 
 /// A row readers answer from, whichever way it is held: an owned [`Row`]

@@ -87,3 +87,19 @@ impl MemoryGuard {
         })
     }
 }
+
+/// Cluster mode: reads the shared catalog again every few seconds, so
+/// tables another node created are served here too.
+pub struct CatalogRefresh;
+
+impl CatalogRefresh {
+    pub const EVERY: Duration = Duration::from_secs(5);
+
+    pub fn start(store: &Arc<Store>) -> std::io::Result<Chore> {
+        Chore::start(store, "halite-catalog", Self::EVERY, |store| {
+            if let Err(e) = store.refresh_catalog() {
+                tracing::warn!(error = %e, "reading the shared catalog failed; trying again");
+            }
+        })
+    }
+}

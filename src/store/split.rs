@@ -22,7 +22,11 @@ impl Store {
         for t in tables {
             // Daughters of a split that a crash cut off before their
             // compaction still hold foreign rows; rewrite them first.
-            for r in t.regions.iter().filter(|r| r.local().has_foreign_rows()) {
+            for r in t
+                .regions
+                .iter()
+                .filter(|r| r.local().is_some_and(|r| r.has_foreign_rows()))
+            {
                 r.compact(true)?;
             }
             let big: Vec<u64> = t
@@ -59,7 +63,10 @@ impl Store {
         let Some(i) = table.regions.iter().position(|r| r.id() == id) else {
             return Ok(None);
         };
-        let parent = table.regions[i].local().clone();
+        // A region another node owns is split by its owner.
+        let Some(parent) = table.regions[i].local().cloned() else {
+            return Ok(None);
+        };
         let Some(at) = parent.split_row() else {
             return Ok(None);
         };

@@ -13,6 +13,7 @@ pub const SECRET_KEY: &str = "halite-test-secret";
 
 pub struct S3 {
     child: Child,
+    port: u16,
     pub endpoint: String,
     /// The served directory: a bucket is a subdirectory of it.
     pub dir: tempfile::TempDir,
@@ -39,6 +40,21 @@ pub fn s3s_fs_binary() -> PathBuf {
     built
 }
 
+/// s3s-fs over `dir` on `port`, listening when this returns.
+fn serve(dir: &tempfile::TempDir, port: u16) -> Child {
+    let child = Command::new(s3s_fs_binary())
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start s3s-fs");
+    super::http::wait_until_listening(&format!("127.0.0.1:{port}"), "s3s-fs");
+    child
+}
+
 impl S3 {
     /// Starts s3s-fs over a fresh directory with `buckets` in it.
     pub fn start(buckets: &[&str]) -> S3 {
@@ -47,22 +63,25 @@ impl S3 {
             std::fs::create_dir(dir.path().join(b)).expect("bucket dir");
         }
         let port = super::http::free_port();
-        let child = Command::new(s3s_fs_binary())
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-            .arg(dir.path())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start s3s-fs");
-        let address = format!("127.0.0.1:{port}");
-        super::http::wait_until_listening(&address, "s3s-fs");
+        let child = serve(&dir, port);
         S3 {
             child,
-            endpoint: format!("http://{address}"),
+            port,
+            endpoint: format!("http://127.0.0.1:{port}"),
             dir,
         }
+    }
+
+    /// Stops the server (SIGKILL): the store is unreachable until
+    /// [`S3::restart`].
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again over the same directory and port.
+    pub fn restart(&mut self) {
+        self.child = serve(&self.dir, self.port);
     }
 
     /// The `[objects]` settings for `bucket` under `prefix`.

@@ -14,6 +14,10 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::offsets::PartitionKey;
 use super::shared::Shared;
 
+/// How long an assignment keeps trying to take a partition's regions
+/// (the object store may be away a while).
+const TAKE_DEADLINE: Duration = Duration::from_secs(30);
+
 pub(super) struct IngestContext {
     pub(super) shared: Arc<Shared>,
     /// Durable positions recovered from the store at start.
@@ -66,7 +70,11 @@ impl ConsumerContext for IngestContext {
         }
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.resume_from_store(consumer, tpl);
+                if self.shared.cluster.is_some() {
+                    self.take_shards(tpl);
+                } else {
+                    self.resume_from_store(consumer, tpl);
+                }
                 if cooperative {
                     consumer.incremental_assign(tpl)
                 } else {
@@ -155,6 +163,76 @@ impl IngestContext {
         let mut tracker = self.shared.tracker.lock();
         for p in &revoked {
             tracker.partitions.remove(p);
+        }
+        drop(tracker);
+        self.release_shards(&revoked);
+    }
+
+    /// Cluster mode: the revoked partitions' regions close here (their
+    /// MemStores dropped: the next owner replays the topic from what the
+    /// manifests cover).
+    fn release_shards(&self, revoked: &[PartitionKey]) {
+        let Some(routes) = &self.shared.cluster else {
+            return;
+        };
+        for (topic, partition) in revoked {
+            self.shared.store.release_shard(topic, *partition as u32);
+            routes.committed.lock().remove(&(topic.clone(), *partition));
+        }
+    }
+
+    /// Cluster mode: takes each assigned partition's lease and regions and
+    /// starts it where their manifests say (its start when a region never
+    /// published a position). The object store may be away for a while:
+    /// each partition is tried for up to `TAKE_DEADLINE`.
+    pub(super) fn take_shards(&self, tpl: &mut TopicPartitionList) {
+        let Some(routes) = &self.shared.cluster else {
+            return;
+        };
+        let assigned: Vec<PartitionKey> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        for (topic, partition) in assigned {
+            let partitions = routes.partitions.lock().get(&topic).copied().unwrap_or(1);
+            let tables = routes.tables.get(&topic).cloned().unwrap_or_default();
+            let deadline = Instant::now() + TAKE_DEADLINE;
+            let mut pause = Duration::from_millis(100);
+            let start = loop {
+                match self
+                    .shared
+                    .store
+                    .take_shard(&topic, partition as u32, partitions, &tables)
+                {
+                    Ok(start) => break Some(start),
+                    Err(e) if Instant::now() < deadline => {
+                        tracing::warn!(%topic, partition, error = %e, "taking the partition's regions failed; trying again");
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                    Err(e) => {
+                        tracing::error!(%topic, partition, error = %e, "cannot take the partition's regions; its points wait for the next rebalance");
+                        break None;
+                    }
+                }
+            };
+            let Some(start) = start else {
+                continue;
+            };
+            let offset = start
+                .from
+                .map_or(Offset::Beginning, |o| Offset::Offset(o as i64));
+            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                tracing::error!(%topic, partition, error = %e, "cannot start a partition at its manifests' position");
+            }
+            if let Some(from) = start.from {
+                self.shared
+                    .stats
+                    .resumed
+                    .lock()
+                    .insert((topic.clone(), partition), from as i64);
+            }
         }
     }
 

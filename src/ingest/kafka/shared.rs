@@ -42,6 +42,18 @@ pub(super) struct Shared {
     /// Per partition, which batch hands its rows to the store next, and
     /// the decoded batches waiting for their turn (see `writer::writer_loop`).
     pub(super) sequence: Mutex<HashMap<PartitionKey, PartitionSequence>>,
+    /// In cluster mode: what the group's assignments make this node own.
+    pub(super) cluster: Option<ClusterRoutes>,
+}
+
+/// Cluster mode: each topic's partition count (a table's bucket `b`
+/// travels in partition `b % partitions`) and the tables it feeds.
+#[derive(Debug, Default)]
+pub(super) struct ClusterRoutes {
+    pub(super) partitions: Mutex<HashMap<String, u32>>,
+    pub(super) tables: HashMap<String, Vec<TableName>>,
+    /// Per partition, the offset last committed (the published position).
+    pub(super) committed: Mutex<HashMap<PartitionKey, i64>>,
 }
 
 /// A partition's batches in the order they were consumed: the writers
@@ -120,13 +132,29 @@ impl Shared {
     ) {
         let started = Instant::now();
         self.settle();
-        let offsets: Vec<(PartitionKey, i64)> = self
-            .tracker
-            .lock()
-            .to_commit()
-            .into_iter()
-            .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
-            .collect();
+        let offsets: Vec<(PartitionKey, i64)> = match &self.cluster {
+            // A cluster's node commits what the object store holds: a new
+            // owner replays from there (the manifests), and the group's
+            // offsets and lag say the same.
+            Some(routes) => {
+                let held: Vec<PartitionKey> = self.assigned.lock().iter().cloned().collect();
+                let committed = routes.committed.lock();
+                held.into_iter()
+                    .filter(|p| only.is_none_or(|o| o.contains(p)))
+                    .filter_map(|p| {
+                        let at = self.store.published_position(&p.0, p.1 as u32)? as i64;
+                        (committed.get(&p) != Some(&at)).then_some((p, at))
+                    })
+                    .collect()
+            }
+            None => self
+                .tracker
+                .lock()
+                .to_commit()
+                .into_iter()
+                .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
+                .collect(),
+        };
         if offsets.is_empty() {
             return;
         }
@@ -141,6 +169,9 @@ impl Shared {
         match consumer.commit(&tpl, CommitMode::Sync) {
             Ok(()) => {
                 self.tracker.lock().committed(&offsets);
+                if let Some(routes) = &self.cluster {
+                    routes.committed.lock().extend(offsets.iter().cloned());
+                }
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.committed.lock().extend(offsets.iter().cloned());
                 metrics::histogram!("halite_kafka_commit_duration_seconds")

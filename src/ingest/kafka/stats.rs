@@ -20,6 +20,9 @@ pub struct IngestStats {
     pub pauses: AtomicU64,
     /// Delete messages carried out.
     pub deletes: AtomicU64,
+    /// Cluster mode: points dropped because their bucket travels in
+    /// another partition than the one they came in.
+    pub misrouted: AtomicU64,
     /// Last committed offset (the next to consume) per topic and partition:
     /// the group's, read at start and at each assignment, then ours.
     pub committed: Mutex<BTreeMap<PartitionKey, i64>>,
@@ -96,6 +99,7 @@ impl IngestStats {
             "commits": n(&self.commits),
             "pauses": n(&self.pauses),
             "deletes": n(&self.deletes),
+            "misrouted_points": n(&self.misrouted),
             "committed": committed,
             "partitions": partitions,
             "resumed": resumed,

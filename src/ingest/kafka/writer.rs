@@ -117,7 +117,9 @@ pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
                 state = BatchState::Failed;
             }
             Ok(()) => {
-                if state == BatchState::Done {
+                // A cluster's points are safe in the topic, and committed
+                // from the manifests: written is done.
+                if state == BatchState::Done && shared.cluster.is_none() {
                     state = match durability {
                         Durability::SyncWal => BatchState::Done,
                         Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
@@ -245,7 +247,7 @@ pub(super) fn submit_batch(
         failed: false,
     };
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
-    let (desc, entries) = match decoded {
+    let (desc, mut entries) = match decoded {
         Some(d) => {
             let payloads: Vec<(i64, &[u8])> = batch.iter().collect();
             bad.extend(
@@ -260,20 +262,55 @@ pub(super) fn submit_batch(
             None => return submitted,
         },
     };
+    if shared.cluster.is_some() {
+        match store.retain_shard_rows(&mut entries, &route.topic, batch.partition as u32) {
+            // Fenced or revoked meanwhile: the partition's owner writes it.
+            None => return submitted,
+            Some(0) => {}
+            Some(misrouted) => {
+                shared
+                    .stats
+                    .misrouted
+                    .fetch_add(misrouted as u64, Ordering::Relaxed);
+                metrics::counter!("halite_kafka_misrouted_points_total", "topic" => route.topic.clone())
+                    .increment(misrouted as u64);
+                tracing::warn!(
+                    topic = %route.topic,
+                    partition = batch.partition,
+                    first_offset = submitted.first,
+                    points = misrouted,
+                    "points of buckets another partition carries were dropped: in cluster mode a \
+                     point goes to partition bucket % partitions (halite produce does this)"
+                );
+            }
+        }
+    }
     submitted.points += entries.rows() as u64;
     submitted.cells += entries.cells() as u64;
     if entries.rows() > 0 {
-        // The record carries what is durable before it, so a restart can
-        // resume there even if no Kafka commit said so.
-        let origin = shared
-            .tracker
-            .lock()
-            .durable_below(&submitted.key)
-            .map(|durable_below| SourcePosition {
+        let origin = if shared.cluster.is_some() {
+            // In cluster mode the region's position says which messages
+            // its MemStore and files hold: a partition's rows reach a
+            // region in offset order, so all of this batch's and every
+            // earlier one's.
+            Some(SourcePosition {
                 stream: route.topic.clone(),
                 shard: batch.partition as u32,
-                durable_below: durable_below as u64,
-            });
+                durable_below: submitted.last as u64 + 1,
+            })
+        } else {
+            // The record carries what is durable before it, so a restart
+            // can resume there even if no Kafka commit said so.
+            shared
+                .tracker
+                .lock()
+                .durable_below(&submitted.key)
+                .map(|durable_below| SourcePosition {
+                    stream: route.topic.clone(),
+                    shard: batch.partition as u32,
+                    durable_below: durable_below as u64,
+                })
+        };
         match store.submit_encoded(&route.table, entries, origin) {
             Ok(pending) => submitted.write = Some((pending, desc.durability)),
             Err(e) => {

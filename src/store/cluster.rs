@@ -1,0 +1,592 @@
+//! Cluster mode (docs/cluster.md): each node's store owns the regions of
+//! the source shards (Kafka partitions) the consumer group assigned it,
+//! and reads every other region from what its owner published on the
+//! object store.
+//!
+//! A shard carries a fixed set of salt buckets: bucket `b` of a table
+//! travels in partition `b % partitions` of the topic that feeds the
+//! table (the producers send it there: `halite produce`, and HTTP writes
+//! in cluster mode). Taking a shard ([`Store::take_shard`]) takes its
+//! lease at the next epoch, adopts each of its regions' manifests and
+//! opens them from the object store; the consumer then replays the
+//! partition from the lowest position those manifests cover. Releasing
+//! it (a revoke, or a fence: another node took it) drops the regions'
+//! MemStores: whatever they held is still in the topic.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::{Store, region_dir};
+use crate::catalog::{TableDescriptor, TableName};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::objects::Objects;
+use crate::ownership::{self, ShardOwner};
+use crate::region::file_cache::FileCache;
+use crate::region::remote::RemoteRegion;
+use crate::region::shared_files::{OwnedShard, SharedFiles, names_in_manifest};
+use crate::region::sst::cache::BlockCache;
+use crate::region::wal::record::SourceShard;
+use crate::region::{RecoveringRegion, RegionDescriptor};
+use crate::schema::FamilySpec;
+use crate::table::{RegionHandle, RoutedRows, Table};
+
+/// What a cluster's node needs to reach the shared storage.
+pub struct ClusterStorage {
+    pub objects: Arc<Objects>,
+    /// This node's name: leases and manifests say who wrote them.
+    pub node: String,
+    /// Store files of regions other nodes own, downloaded for queries.
+    pub files: Arc<FileCache>,
+}
+
+/// A shard this node owns.
+struct HeldShard {
+    owner: Arc<OwnedShard>,
+    /// The shard's regions: their table and id.
+    regions: Vec<(TableName, u64)>,
+    since: Instant,
+}
+
+pub(crate) struct Cluster {
+    storage: ClusterStorage,
+    held: Mutex<BTreeMap<SourceShard, HeldShard>>,
+}
+
+/// A shard this node owns, as `/api/v1/cluster` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldShardInfo {
+    pub topic: String,
+    pub partition: u32,
+    pub epoch: u64,
+    pub regions: Vec<u64>,
+    pub fenced: bool,
+    /// Every message of the partition below this is in the published
+    /// files of all the shard's regions (none yet: absent).
+    pub published_below: Option<u64>,
+    pub held_s: f64,
+}
+
+/// Where the consumption of a shard starts once this node took it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardStart {
+    pub epoch: u64,
+    /// Every message below this is in the published files of every region
+    /// of the shard; `None`: some region never published a position, so
+    /// the partition is replayed from its start.
+    pub from: Option<u64>,
+    pub regions: usize,
+}
+
+/// The partition of a topic with `partitions` partitions that carries
+/// salt bucket `bucket`.
+pub fn partition_of_bucket(bucket: u32, partitions: u32) -> u32 {
+    bucket % partitions.max(1)
+}
+
+/// A shard's name on the object store (its lease): `topic/partition`.
+pub fn shard_name(stream: &str, shard: u32) -> String {
+    format!("{stream}/{shard}")
+}
+
+impl Cluster {
+    pub(super) fn new(storage: ClusterStorage) -> Cluster {
+        Cluster {
+            storage,
+            held: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn remote(
+        &self,
+        desc: &TableDescriptor,
+        i: usize,
+        cache: &Arc<BlockCache>,
+        clock: &Arc<dyn Clock>,
+    ) -> RegionHandle {
+        RegionHandle::Remote(Arc::new(RemoteRegion::new(
+            descriptor_of(desc, i),
+            self.storage.objects.clone(),
+            self.storage.files.clone(),
+            cache.clone(),
+            clock.clone(),
+        )))
+    }
+
+    /// A table none of whose regions this node owns.
+    pub(super) fn unowned_table(
+        &self,
+        desc: TableDescriptor,
+        cache: &Arc<BlockCache>,
+        clock: &Arc<dyn Clock>,
+    ) -> Table {
+        let regions = (0..desc.regions.len())
+            .map(|i| self.remote(&desc, i, cache, clock))
+            .collect();
+        Table { desc, regions }
+    }
+}
+
+fn descriptor_of(desc: &TableDescriptor, i: usize) -> RegionDescriptor {
+    let info = &desc.regions[i];
+    RegionDescriptor {
+        id: info.id,
+        families: desc.families.iter().map(FamilySpec::descriptor).collect(),
+        start: info.start.clone(),
+        end: info.end.clone(),
+    }
+}
+
+/// The indexes of `desc`'s regions that partition `shard` of `partitions`
+/// carries (a region's bucket is the salt of its first row).
+fn regions_of_shard(desc: &TableDescriptor, shard: u32, partitions: u32) -> Vec<usize> {
+    desc.regions
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            let bucket = desc.key.salt_bucket(&r.start).unwrap_or(0);
+            partition_of_bucket(bucket, partitions) == shard
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+impl Store {
+    /// Whether this store is a cluster's node.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The node's name in cluster mode.
+    pub fn node_name(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.storage.node.as_str())
+    }
+
+    /// The object store of a cluster's node.
+    pub fn objects(&self) -> Option<&Arc<Objects>> {
+        self.cluster.as_ref().map(|c| &c.storage.objects)
+    }
+
+    /// The file cache of a cluster's node.
+    pub fn file_cache(&self) -> Option<&Arc<FileCache>> {
+        self.cluster.as_ref().map(|c| &c.storage.files)
+    }
+
+    pub(super) fn refuse_in_cluster(&self, what: &str) -> Result<()> {
+        if self.cluster.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "{what} is not supported in cluster mode yet (docs/cluster.md)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// At open: every table of the shared catalog, none of whose regions
+    /// this node owns yet; region directories a previous run left are
+    /// removed (their data is on the object store), and the WALs keep
+    /// nothing (the topics are the log).
+    pub(super) fn open_cluster_tables(&self) -> Result<()> {
+        let regions = self.dir.join("regions");
+        if regions.exists() {
+            std::fs::remove_dir_all(&regions)
+                .map_err(|e| Error::io(&regions, "remove the previous run's regions", e))?;
+        }
+        for s in &self.shards {
+            s.wal.forget_regions_except(&Default::default());
+        }
+        self.refresh_catalog()?;
+        Ok(())
+    }
+
+    /// Reads the shared catalog again and opens the tables other nodes
+    /// created since (as regions this node does not own).
+    pub fn refresh_catalog(&self) -> Result<()> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        let _ddl = self.ddl.lock();
+        self.catalog.refresh()?;
+        for desc in self.catalog.tables(None) {
+            if self.tables.read().contains_key(&desc.name) {
+                continue;
+            }
+            let table = cluster.unowned_table(desc, &self.cache, &self.clock);
+            self.tables
+                .write()
+                .insert(table.desc.name.clone(), Arc::new(table));
+        }
+        Ok(())
+    }
+
+    /// Takes partition `shard` of topic `stream` (of `partitions`), which
+    /// feeds `tables`: its lease at the next epoch, then each of its
+    /// regions adopted from the object store and opened here. Returns
+    /// where consuming the partition must start for nothing to be lost.
+    pub fn take_shard(
+        &self,
+        stream: &str,
+        shard: u32,
+        partitions: u32,
+        tables: &[TableName],
+    ) -> Result<ShardStart> {
+        let Some(cluster) = &self.cluster else {
+            return Err(Error::InvalidInput(
+                "shards are taken in cluster mode only".into(),
+            ));
+        };
+        let _ddl = self.ddl.lock();
+        let key: SourceShard = (stream.to_string(), shard);
+        if cluster.held.lock().contains_key(&key) {
+            // Assigned again without a revoke between: this node still
+            // owns it, unless a fence said otherwise.
+            self.release_locked(cluster, &key);
+        }
+        let started = Instant::now();
+        let name = shard_name(stream, shard);
+        let owner = Arc::new(OwnedShard::new(ShardOwner::acquire(
+            cluster.storage.objects.clone(),
+            &name,
+            &cluster.storage.node,
+        )?));
+        let mut held = HeldShard {
+            owner: owner.clone(),
+            regions: Vec::new(),
+            since: Instant::now(),
+        };
+        let mut from: Option<Option<u64>> = None;
+        let mut opened = Vec::new();
+        let outcome = (|| -> Result<()> {
+            for table_name in tables {
+                let table = self.table(table_name)?;
+                let mut regions = table.regions.clone();
+                for i in regions_of_shard(&table.desc, shard, partitions) {
+                    let id = table.desc.regions[i].id;
+                    let shared = Arc::new(SharedFiles::new(
+                        cluster.storage.objects.clone(),
+                        owner.clone(),
+                        id,
+                    ));
+                    let region = RecoveringRegion::adopt(
+                        region_dir(&self.dir, id),
+                        descriptor_of(&table.desc, i),
+                        self.options.region.clone(),
+                        self.cache.clone(),
+                        shared,
+                    )?
+                    .open(
+                        self.shard_of(id).wal.clone(),
+                        self.clock.clone(),
+                        Some(self.maintenance.clone()),
+                    )?;
+                    let position = region.manifest().positions.get(&key).copied();
+                    from = Some(match from {
+                        None => position,
+                        Some(f) => f.zip(position).map(|(a, b)| a.min(b)),
+                    });
+                    let region = Arc::new(region);
+                    opened.push(region.clone());
+                    regions[i] = RegionHandle::Local(region);
+                    held.regions.push((table_name.clone(), id));
+                }
+                self.tables.write().insert(
+                    table_name.clone(),
+                    Arc::new(Table {
+                        desc: table.desc.clone(),
+                        regions,
+                    }),
+                );
+            }
+            Ok(())
+        })();
+        let regions = held.regions.len();
+        cluster.held.lock().insert(key.clone(), held);
+        if let Err(e) = outcome {
+            // What was opened goes again; the lease stays this node's
+            // until another takes it.
+            self.release_locked(cluster, &key);
+            return Err(e);
+        }
+        let start = ShardStart {
+            epoch: owner.epoch(),
+            from: from.flatten(),
+            regions,
+        };
+        tracing::info!(
+            topic = stream,
+            partition = shard,
+            epoch = start.epoch,
+            regions,
+            from = ?start.from,
+            took_s = started.elapsed().as_secs_f64(),
+            "took the partition's regions"
+        );
+        metrics::counter!("halite_cluster_shards_taken_total").increment(1);
+        metrics::histogram!("halite_cluster_take_seconds").record(started.elapsed().as_secs_f64());
+        drop(opened);
+        Ok(start)
+    }
+
+    /// Lets partition `shard` of `stream` go (revoked): its regions close
+    /// without a flush, and are read from the object store from now on.
+    pub fn release_shard(&self, stream: &str, shard: u32) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let key = (stream.to_string(), shard);
+        // Revoked long after another node took it (this one was paused
+        // past its session): that is a fence, with its clean-up.
+        let owner = cluster.held.lock().get(&key).map(|h| h.owner.clone());
+        if let Some(owner) = owner {
+            if let Err(e) = owner.with_owner(|o| o.check_lease()) {
+                tracing::debug!(topic = stream, partition = shard, error = %e, "the lease at release");
+            }
+            if owner.is_fenced() {
+                self.release_fenced();
+                return;
+            }
+        }
+        let _ddl = self.ddl.lock();
+        self.release_locked(cluster, &key);
+    }
+
+    fn release_locked(&self, cluster: &Cluster, key: &SourceShard) {
+        let Some(held) = cluster.held.lock().remove(key) else {
+            return;
+        };
+        let mut by_table: BTreeMap<&TableName, Vec<u64>> = BTreeMap::new();
+        for (t, id) in &held.regions {
+            by_table.entry(t).or_default().push(*id);
+        }
+        for (name, ids) in by_table {
+            let Ok(table) = self.table(name) else {
+                continue;
+            };
+            let mut regions = table.regions.clone();
+            for (i, handle) in table.regions.iter().enumerate() {
+                if !ids.contains(&handle.id()) {
+                    continue;
+                }
+                if let Some(r) = handle.local() {
+                    r.close_without_flush();
+                }
+                regions[i] = cluster.remote(&table.desc, i, &self.cache, &self.clock);
+                let dir = region_dir(&self.dir, handle.id());
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::debug!(dir = %dir.display(), error = %e, "removing a released region's cache failed");
+                }
+            }
+            self.tables.write().insert(
+                name.clone(),
+                Arc::new(Table {
+                    desc: table.desc.clone(),
+                    regions,
+                }),
+            );
+        }
+        tracing::info!(
+            topic = %key.0,
+            partition = key.1,
+            epoch = held.owner.epoch(),
+            regions = held.regions.len(),
+            fenced = held.owner.is_fenced(),
+            "released the partition's regions"
+        );
+        metrics::counter!("halite_cluster_shards_released_total").increment(1);
+    }
+
+    /// Releases every shard whose owner was fenced (another node took it
+    /// while this one still wrote) and deletes what this owner wrote under
+    /// its epoch that no current manifest names. Returns the shards.
+    pub fn release_fenced(&self) -> Vec<SourceShard> {
+        let Some(cluster) = &self.cluster else {
+            return Vec::new();
+        };
+        let fenced: Vec<(SourceShard, Arc<OwnedShard>, Vec<String>)> = {
+            let tables = self.tables.read();
+            cluster
+                .held
+                .lock()
+                .iter()
+                .filter(|(_, h)| h.owner.is_fenced())
+                .map(|(k, h)| {
+                    let uploaded = h
+                        .regions
+                        .iter()
+                        .filter_map(|(t, id)| {
+                            tables
+                                .get(t)?
+                                .regions
+                                .iter()
+                                .find(|r| r.id() == *id)?
+                                .local()?
+                                .shared_files()
+                                .map(|s| s.uploaded())
+                        })
+                        .flatten()
+                        .collect();
+                    (k.clone(), h.owner.clone(), uploaded)
+                })
+                .collect()
+        };
+        for (key, owner, uploaded) in &fenced {
+            tracing::warn!(
+                topic = %key.0,
+                partition = key.1,
+                epoch = owner.epoch(),
+                error = %owner.fence_error(),
+                "fenced: another node owns the partition now; this node stopped writing it \
+                 and drops its MemStores"
+            );
+            metrics::counter!("halite_cluster_fenced_total").increment(1);
+            {
+                let _ddl = self.ddl.lock();
+                self.release_locked(cluster, key);
+            }
+            match owner.with_owner(|o| o.clean_up(uploaded, names_in_manifest)) {
+                Ok(deleted) => tracing::info!(
+                    topic = %key.0,
+                    partition = key.1,
+                    deleted,
+                    "deleted what the fenced owner wrote that no manifest names"
+                ),
+                Err(e) => tracing::warn!(
+                    topic = %key.0,
+                    partition = key.1,
+                    error = %e,
+                    "cleaning up after the fence failed; the next owner's sweep deletes the rest"
+                ),
+            }
+        }
+        fenced.into_iter().map(|(k, _, _)| k).collect()
+    }
+
+    /// The shards this node owns.
+    pub fn held_shards(&self) -> Vec<HeldShardInfo> {
+        let Some(cluster) = &self.cluster else {
+            return Vec::new();
+        };
+        let held: Vec<(SourceShard, u64, bool, Vec<u64>, f64)> = cluster
+            .held
+            .lock()
+            .iter()
+            .map(|(k, h)| {
+                (
+                    k.clone(),
+                    h.owner.epoch(),
+                    h.owner.is_fenced(),
+                    h.regions.iter().map(|(_, id)| *id).collect(),
+                    h.since.elapsed().as_secs_f64(),
+                )
+            })
+            .collect();
+        held.into_iter()
+            .map(|(k, epoch, fenced, regions, held_s)| HeldShardInfo {
+                published_below: self.published_position(&k.0, k.1),
+                topic: k.0,
+                partition: k.1,
+                epoch,
+                regions,
+                fenced,
+                held_s,
+            })
+            .collect()
+    }
+
+    /// The local regions of a shard this node owns.
+    fn held_regions(&self, key: &SourceShard) -> Vec<Arc<crate::region::Region>> {
+        let Some(cluster) = &self.cluster else {
+            return Vec::new();
+        };
+        let ids: Vec<(TableName, u64)> = match cluster.held.lock().get(key) {
+            Some(h) => h.regions.clone(),
+            None => return Vec::new(),
+        };
+        let tables = self.tables.read();
+        ids.iter()
+            .filter_map(|(t, id)| {
+                tables
+                    .get(t)?
+                    .regions
+                    .iter()
+                    .find(|r| r.id() == *id)?
+                    .local()
+                    .cloned()
+            })
+            .collect()
+    }
+
+    /// Below which position every message of partition `shard` of
+    /// `stream` is in the published files of all its regions here; `None`
+    /// when this node does not own it or a region has published none.
+    pub fn published_position(&self, stream: &str, shard: u32) -> Option<u64> {
+        let key = (stream.to_string(), shard);
+        let regions = self.held_regions(&key);
+        if regions.is_empty() {
+            return None;
+        }
+        regions
+            .iter()
+            .map(|r| r.manifest().positions.get(&key).copied())
+            .try_fold(u64::MAX, |lowest, p| p.map(|p| lowest.min(p)))
+    }
+
+    /// In cluster mode, the regions of the owned shard `(stream, shard)`
+    /// that a position-only record should reach (every one of them).
+    pub(super) fn regions_for_position(
+        &self,
+        stream: &str,
+        shard: u32,
+    ) -> Vec<Arc<crate::region::Region>> {
+        self.held_regions(&(stream.to_string(), shard))
+    }
+
+    /// Leaves in `rows` only the rows of regions partition `shard` of
+    /// `stream` carries (owned here); returns how many rows it dropped
+    /// (`None`: this node does not own the partition, now). A producer
+    /// that sent a point to another partition than its bucket's made
+    /// those: their bucket's owner never sees them.
+    pub fn retain_shard_rows(
+        &self,
+        rows: &mut RoutedRows,
+        stream: &str,
+        shard: u32,
+    ) -> Option<usize> {
+        let cluster = self.cluster.as_ref()?;
+        let key = (stream.to_string(), shard);
+        let ours: Vec<u64> = match cluster.held.lock().get(&key) {
+            Some(h) if !h.owner.is_fenced() => h.regions.iter().map(|(_, id)| *id).collect(),
+            _ => return None,
+        };
+        let mut dropped = 0;
+        for (id, batch) in rows.region_ids.iter().zip(rows.batches.iter_mut()) {
+            if !batch.is_empty() && !ours.contains(id) {
+                dropped += batch.rows();
+                *batch = crate::cell::EntryBatch::new();
+            }
+        }
+        Some(dropped)
+    }
+
+    /// Who holds each shard's lease on the object store, by shard name
+    /// (`topic/partition`): the owner and epoch.
+    pub fn leases(&self) -> Result<Vec<(String, ownership::Lease)>> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(Vec::new());
+        };
+        let objects = &cluster.storage.objects;
+        let mut out = Vec::new();
+        for (name, _) in objects.list("leases")? {
+            let Some(shard) = name.strip_prefix("leases/") else {
+                continue;
+            };
+            if let Some(lease) = ownership::read_lease(objects, shard)? {
+                out.push((shard.to_string(), lease));
+            }
+        }
+        Ok(out)
+    }
+}

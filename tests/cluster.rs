@@ -1,0 +1,419 @@
+//! Three halite nodes as one cluster (docs/cluster.md): one consumer
+//! group over an 8-partition topic, one object store (s3s-fs) holding the
+//! store files, manifests, leases and the catalog. Each node owns the
+//! regions of the partitions the group assigns it and reads the others'
+//! from the object store.
+//!
+//! While points stream in, one node at a time is killed with SIGKILL at a
+//! random moment (five times): within 10 s the survivors own every
+//! partition, and the killed node comes back. At the end every point
+//! produced is readable, once, from every node.
+//!
+//! `HALITE_CLUSTER_SEED` repeats a run's kill moments and victims.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::http::{free_port, request};
+use common::kafka::assert_cpu_oracle;
+use common::s3::{ACCESS_KEY, S3, SECRET_KEY};
+use common::scenario::Scenario;
+use common::server::Server;
+use halite::objects::Objects;
+use serde_json::Value as Json;
+
+const TOPIC: &str = "cpu";
+const PARTITIONS: u32 = 8;
+const TABLE: &str = "metrics:cpu";
+
+struct Node {
+    name: String,
+    port: u16,
+    server: Option<Server>,
+}
+
+impl Node {
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+fn cluster_scenario(s3: &S3) -> Scenario {
+    Scenario::new()
+        .topic(TOPIC, PARTITIONS)
+        .seed("HALITE_CLUSTER_SEED")
+        .set("objects.url=\"s3://halite/cluster\"")
+        .set(&format!("objects.endpoint=\"{}\"", s3.endpoint))
+        .set("objects.region=\"us-east-1\"")
+        .set(&format!("objects.access_key_id=\"{ACCESS_KEY}\""))
+        .set(&format!("objects.secret_access_key=\"{SECRET_KEY}\""))
+        .set("objects.allow_http=true")
+        // Frequent flushes publish positions often: a new owner replays
+        // little.
+        .set("region.flush_age=\"2s\"")
+        .set("kafka.commit_interval=\"500ms\"")
+        .build()
+}
+
+fn start(sc: &Scenario, node: &mut Node) {
+    let setting = format!("cluster.node=\"{}\"", node.name);
+    node.server = Some(sc.start_member(&node.name, node.port, &[&setting]));
+}
+
+fn cluster_status(addr: &str) -> Option<Json> {
+    let r = request(addr, "GET", "/api/v1/cluster", None, b"").ok()?;
+    (r.status == 200).then(|| serde_json::from_slice(&r.body).ok())?
+}
+
+/// Which live node holds each partition, when every partition is held
+/// by exactly one of `nodes` (none fenced) and its lease names it.
+fn owners(nodes: &[&Node]) -> Option<BTreeMap<u32, String>> {
+    let mut held: BTreeMap<u32, String> = BTreeMap::new();
+    let mut leases = BTreeMap::new();
+    for node in nodes {
+        let s = cluster_status(&node.addr())?;
+        for h in s["held"].as_array()? {
+            if h["topic"] != TOPIC || h["fenced"] == true {
+                continue;
+            }
+            let p = h["partition"].as_u64()? as u32;
+            if held.insert(p, node.name.clone()).is_some() {
+                return None; // two nodes think they hold it
+            }
+        }
+        for l in s["leases"].as_array()? {
+            leases.insert(l["shard"].as_str()?.to_string(), l["owner"].clone());
+        }
+    }
+    let all = (0..PARTITIONS).all(|p| {
+        held.get(&p)
+            .is_some_and(|n| leases.get(&format!("{TOPIC}/{p}")) == Some(&Json::from(n.as_str())))
+    });
+    all.then_some(held)
+}
+
+fn wait_for_owners(nodes: &[&Node], within: Duration, what: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        if owners(nodes).is_some() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: the partitions were not all owned within {within:?}: {:?}",
+            nodes
+                .iter()
+                .map(|n| cluster_status(&n.addr()))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn produce(bootstrap: &str, via: &str, hosts: u64, points: u64, rate: u64) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["produce", "--brokers", bootstrap, "--topic", TOPIC])
+        .args(["--hosts", &hosts.to_string()])
+        .args(["--points", &points.to_string()])
+        .args(["--per-message", "10"])
+        .args(["--rate", &rate.to_string()])
+        .args(["--by-bucket", TABLE, "--server", via])
+        .spawn()
+        .expect("halite produce")
+}
+
+fn flush(addr: &str) {
+    let r = request(
+        addr,
+        "POST",
+        &format!("/api/v1/tables/{TABLE}/flush"),
+        None,
+        b"",
+    )
+    .expect("flush");
+    assert!((200..300).contains(&r.status), "{}", r.text());
+}
+
+fn ingested(addr: &str) -> u64 {
+    let r = request(addr, "GET", "/api/v1/ingest", None, b"").expect("ingest status");
+    let s: Json = serde_json::from_slice(&r.body).expect("json");
+    s["points"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn three_nodes_survive_five_kills_and_every_point_is_read_once_from_every_node() {
+    let s3 = S3::start(&["halite"]);
+    let mut sc = cluster_scenario(&s3);
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Node {
+            name: n.to_string(),
+            port: free_port(),
+            server: None,
+        })
+        .collect();
+    for node in &mut nodes {
+        start(&sc, node);
+    }
+    let everyone: Vec<&Node> = nodes.iter().collect();
+    wait_for_owners(&everyone, Duration::from_secs(60), "at start");
+
+    // 40 hosts x 1,500 steps at 1,500 points a second: about 40 s of
+    // ingest, through the kills.
+    let (hosts, points, rate) = (40u64, 60_000u64, 1_500u64);
+    let mut producer = produce(sc.bootstrap(), &nodes[0].addr(), hosts, points, rate);
+
+    let mut failovers = Vec::new();
+    for round in 0..5 {
+        let pause = Duration::from_millis(1_000 + sc.rng().below(4_000));
+        std::thread::sleep(pause);
+        let victim = sc.rng().below(3) as usize;
+        let killed_at = Instant::now();
+        if let Some(mut server) = nodes[victim].server.take() {
+            server.child.kill().expect("kill -9");
+            let _ = server.child.wait();
+        }
+        let survivors: Vec<&Node> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != victim)
+            .map(|(_, n)| n)
+            .collect();
+        wait_for_owners(&survivors, Duration::from_secs(10), "after a kill");
+        let failover = killed_at.elapsed();
+        eprintln!(
+            "round {round}: killed node {} after {pause:?}; the survivors owned every partition {failover:?} later",
+            nodes[victim].name
+        );
+        failovers.push(failover);
+        start(&sc, &mut nodes[victim]);
+        let everyone: Vec<&Node> = nodes.iter().collect();
+        wait_for_owners(&everyone, Duration::from_secs(60), "after a restart");
+    }
+    let status = producer.wait().expect("producer");
+    assert!(status.success(), "halite produce failed");
+    every_point_from_every_node(&nodes, hosts, points);
+    eprintln!("failovers: {failovers:?}");
+}
+
+/// Once the topic is consumed, each node flushes what it holds, and every
+/// node reads every point produced from the object store, once.
+fn every_point_from_every_node(nodes: &[Node], hosts: u64, points: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        for node in nodes {
+            flush(&node.addr());
+        }
+        let answer = common::kafka::query(
+            &nodes[0].addr(),
+            &serde_json::json!({
+                "table": TABLE,
+                "series": [["metric", "cpu"]],
+                "start_ms": 0, "end_ms": u64::MAX / 2,
+                "aggregate": {"functions": ["count"]}
+            }),
+        );
+        let stored: f64 = answer["aggregates"]
+            .as_array()
+            .expect("aggregates")
+            .iter()
+            .filter(|a| a["field"] == "usage_user")
+            .map(|a| a["values"]["count"].as_f64().unwrap_or(0.0))
+            .sum();
+        if stored as u64 == points {
+            break;
+        }
+        let counted = nodes.iter().map(|n| ingested(&n.addr())).sum::<u64>();
+        assert!(
+            Instant::now() < deadline,
+            "{stored} of {points} points readable (the nodes counted {counted} since their starts)"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for node in nodes {
+        assert_cpu_oracle(&node.addr(), hosts, points);
+    }
+}
+
+/// The store files on the object store: name and the epoch it carries.
+fn stored_files(objects: &Objects) -> BTreeSet<String> {
+    objects
+        .list("regions")
+        .expect("list")
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|n| n.ends_with(".sst"))
+        .collect()
+}
+
+fn signal(node: &Node, signal: i32) {
+    let pid = node.server.as_ref().expect("running").child.id() as i32;
+    // SAFETY: a signal to a child process of this test, by its pid.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(rc, 0, "kill({pid}, {signal})");
+}
+
+fn held_epochs(node: &Node) -> BTreeMap<u32, u64> {
+    let s = cluster_status(&node.addr()).expect("cluster status");
+    s["held"]
+        .as_array()
+        .expect("held")
+        .iter()
+        .map(|h| {
+            (
+                h["partition"].as_u64().expect("partition") as u32,
+                h["epoch"].as_u64().expect("epoch"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_paused_owner_is_fenced_when_it_resumes_and_writes_nothing_the_new_owner_reads() {
+    let s3 = S3::start(&["halite"]);
+    let sc = cluster_scenario(&s3);
+    let unused = tempfile::tempdir().expect("tmp");
+    let objects = Objects::open(&s3.config("halite", "cluster"), unused.path()).expect("objects");
+    let log = sc.dir().join("a.log");
+    let mut a = Node {
+        name: "a".into(),
+        port: free_port(),
+        server: None,
+    };
+    let mut cmd = sc.command_at(&sc.dir().join("a"), a.port, &["cluster.node=\"a\""]);
+    cmd.stderr(std::fs::File::create(&log).expect("log file"));
+    a.server = Some(common::server::spawn_ready(cmd, a.port));
+    wait_for_owners(&[&a], Duration::from_secs(60), "node a alone");
+
+    // Points stream in the whole time, so a's MemStores hold some when it
+    // stops.
+    let (hosts, points, rate) = (40u64, 24_000u64, 1_000u64);
+    let mut producer = produce(sc.bootstrap(), &a.addr(), hosts, points, rate);
+    std::thread::sleep(Duration::from_secs(4));
+    let a_epochs = held_epochs(&a);
+    assert_eq!(a_epochs.len(), PARTITIONS as usize);
+    signal(&a, libc::SIGSTOP);
+
+    // The group moves everything to b, which takes the leases at newer
+    // epochs and adopts the manifests.
+    let mut b = Node {
+        name: "b".into(),
+        port: free_port(),
+        server: None,
+    };
+    start(&sc, &mut b);
+    wait_for_owners(&[&b], Duration::from_secs(30), "b while a is paused");
+    for (p, epoch) in held_epochs(&b) {
+        assert!(
+            epoch > a_epochs[&p],
+            "partition {p}: b at {epoch}, a had {}",
+            a_epochs[&p]
+        );
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let before = stored_files(&objects);
+
+    signal(&a, libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("fenced: another node owns the partition now") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a never said it was fenced:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let nodes = [a, b];
+    let everyone: Vec<&Node> = nodes.iter().collect();
+    wait_for_owners(&everyone, Duration::from_secs(60), "after a resumed");
+    let status = producer.wait().expect("producer");
+    assert!(status.success(), "halite produce failed");
+    every_point_from_every_node(&nodes, hosts, points);
+
+    // Whatever a uploaded under its old epochs after it resumed, its
+    // clean-up deleted: no manifest names it, and it is gone.
+    let old: BTreeSet<u64> = a_epochs.values().copied().collect();
+    for name in stored_files(&objects).difference(&before) {
+        let epoch = halite::ownership::epoch_of_file(name).expect("an epoch");
+        assert!(
+            !old.contains(&epoch),
+            "{name} written under a fenced epoch and left behind"
+        );
+    }
+}
+
+#[test]
+fn an_object_store_outage_holds_ingestion_back_and_loses_nothing() {
+    let mut s3 = S3::start(&["halite"]);
+    let sc = Scenario::new()
+        .topic(TOPIC, PARTITIONS)
+        .set("objects.url=\"s3://halite/cluster\"")
+        .set(&format!("objects.endpoint=\"{}\"", s3.endpoint))
+        .set("objects.region=\"us-east-1\"")
+        .set(&format!("objects.access_key_id=\"{ACCESS_KEY}\""))
+        .set(&format!("objects.secret_access_key=\"{SECRET_KEY}\""))
+        .set("objects.allow_http=true")
+        .set("region.flush_age=\"1s\"")
+        // Small MemStores and buffers: an outage of a few seconds fills
+        // them, and the consumer must hold back.
+        .set("region.flush_size=\"64KiB\"")
+        .set("region.blocking_multiplier=2")
+        .set("region.global_memstore_size=\"1MiB\"")
+        .set("kafka.max_buffered=\"256KiB\"")
+        .build();
+    let mut a = Node {
+        name: "a".into(),
+        port: free_port(),
+        server: None,
+    };
+    start(&sc, &mut a);
+    wait_for_owners(&[&a], Duration::from_secs(60), "at start");
+    let (hosts, points, rate) = (40u64, 30_000u64, 2_000u64);
+    let mut producer = produce(sc.bootstrap(), &a.addr(), hosts, points, rate);
+    std::thread::sleep(Duration::from_secs(3));
+
+    s3.stop();
+    let stopped = Instant::now();
+    let pauses_before = ingest_counter(&a, "pauses");
+    let mut held_back = false;
+    while stopped.elapsed() < Duration::from_secs(10) {
+        held_back |= ingest_counter(&a, "pauses") > pauses_before;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let failures = metric_sum(&a, "halite_flush_failures_total");
+    s3.restart();
+    assert!(
+        held_back,
+        "the consumer never paused while the object store was away"
+    );
+    assert!(
+        failures > 0.0,
+        "no flush failed while the object store was away"
+    );
+
+    let status = producer.wait().expect("producer");
+    assert!(status.success(), "halite produce failed");
+    every_point_from_every_node(&[a], hosts, points);
+}
+
+fn ingest_counter(node: &Node, name: &str) -> u64 {
+    let r = request(&node.addr(), "GET", "/api/v1/ingest", None, b"").expect("ingest status");
+    let s: Json = serde_json::from_slice(&r.body).expect("json");
+    s[name].as_u64().unwrap_or(0)
+}
+
+/// The sum of a metric's samples in `/metrics`.
+fn metric_sum(node: &Node, name: &str) -> f64 {
+    let r = request(&node.addr(), "GET", "/metrics", None, b"").expect("metrics");
+    r.text()
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
