@@ -11,6 +11,7 @@ use crate::api::{self, AppState};
 use crate::catalog::{CreateTable, TableName};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::ingest::kafka::topic_writer::TopicWriter;
 use crate::ingest::kafka::{DeleteFailure, KafkaIngest, PointDeletes, read_delete};
 use crate::objects::Objects;
 use crate::query::Query;
@@ -96,6 +97,12 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         None
     };
+    // A cluster's HTTP writes go through the topics, as every other point.
+    let topics = if store.is_cluster() {
+        Some(Arc::new(TopicWriter::start(&config.kafka)?))
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
         store: store.clone(),
         queries: queries.clone(),
@@ -104,6 +111,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         max_body: config.server.max_body.0 as usize,
         body_timeout: config.server.body_timeout.0,
         ingest: kafka.as_ref().map(|k| k.stats.clone()),
+        topics,
         telemetry,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -274,10 +274,12 @@ impl Catalog {
         let Backing::Objects { objects, version } = &self.backing else {
             return Ok(false);
         };
+        // Read under the lock a change holds too: a change made meanwhile
+        // is never replaced by what was read before it.
+        let mut data = self.data.lock();
         let Some((fresh, fresh_version)) = load_object(objects)? else {
             return Ok(false);
         };
-        let mut data = self.data.lock();
         let mut held = version.lock();
         if held.as_ref() == Some(&fresh_version) {
             return Ok(false);

@@ -52,6 +52,10 @@ pub enum Error {
     /// In cluster mode: a write for a region this node does not own.
     #[error("{0}")]
     NotOwned(String),
+    /// Something the request needs is away for now (the brokers, say);
+    /// the same request may succeed later.
+    #[error("{0}")]
+    Unavailable(String),
     #[error(
         "region stopped accepting writes after a fatal I/O error; restart to recover from the WAL. cause: {0}"
     )]
@@ -82,7 +86,7 @@ impl Error {
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::CatalogCorrupt { .. } => ErrorKind::Corruption,
             Error::Closed | Error::Poisoned(_) => ErrorKind::Closed,
-            Error::NotOwned(_) => ErrorKind::Unavailable,
+            Error::NotOwned(_) | Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::Io { .. } | Error::Internal(_) => ErrorKind::Internal,
         }
     }

@@ -12,6 +12,7 @@ pub mod json;
 pub mod kafka;
 pub mod line_protocol;
 pub mod produce;
+pub mod rows_message;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Deserialize;
 
 use crate::catalog::TableDescriptor;
-use crate::cell::{CellKind, EntryBatch, MAX_QUALIFIER_LEN};
+use crate::cell::{CellKind, EntryBatch, KeyRef, MAX_QUALIFIER_LEN};
 use crate::codec::{bytes_equal, compare_bytes, quote_prefix};
 use crate::key::{FieldEncoding, FieldRef, KeyField};
 use crate::table::RoutedRows;
@@ -498,6 +499,49 @@ impl<'t> PointEncoder<'t> {
         true
     }
 
+    /// Adds rows encoded elsewhere (a rows message, `rows_message.rs`),
+    /// each to its region by its key. A row whose key does not fit the
+    /// table's key schema is refused (the rows before it stay added).
+    pub fn add_encoded_rows(&mut self, rows: Vec<Vec<crate::cell::Entry>>) -> Result<(), String> {
+        let table = self.table;
+        for (i, row) in rows.into_iter().enumerate() {
+            let Some(first) = row.first() else {
+                continue;
+            };
+            let row_key = crate::cell::row_of(&first.key).to_vec();
+            if row_key.len() != table.key.key_len() {
+                return Err(format!(
+                    "row {i}: a key of {} bytes, where table `{}` has keys of {}",
+                    row_key.len(),
+                    table.name,
+                    table.key.key_len()
+                ));
+            }
+            let region = table
+                .regions
+                .partition_point(|r| compare_bytes(&r.start, &row_key).is_le())
+                .saturating_sub(1);
+            let batch = &mut self.batches[region];
+            for e in &row {
+                let k = KeyRef::parse(&e.key)
+                    .filter(|k| k.row == row_key.as_slice())
+                    .ok_or_else(|| format!("row {i}: a cell key of another row"))?;
+                batch.push(
+                    k.row,
+                    k.family,
+                    k.qualifier,
+                    k.timestamp,
+                    k.kind,
+                    e.ttl_ms,
+                    &e.value,
+                );
+            }
+            batch.end_row();
+            self.rows += 1;
+        }
+        Ok(())
+    }
+
     pub fn finish(self) -> RoutedRows {
         RoutedRows {
             region_ids: self.table.regions.iter().map(|r| r.id).collect(),
@@ -577,8 +621,39 @@ pub struct LinesWritten {
 /// region: of two points with the same key the later line wins, as in one
 /// batch. Bad lines are skipped and reported; the good ones are written.
 /// A body that is not UTF-8 anywhere is refused before anything is written.
-pub fn write_lines(
-    store: &crate::store::Store,
+/// Where a write's encoded rows go: a single node's store (its regions'
+/// WALs and MemStores), or in cluster mode the table's topic
+/// (`kafka/topic_writer.rs`). Submitting hands rows on; waiting returns
+/// once they are as durable as the destination makes them.
+pub trait RowsSink {
+    type Pending;
+    fn submit_rows(
+        &self,
+        table: &TableDescriptor,
+        rows: RoutedRows,
+    ) -> Result<Self::Pending, crate::error::Error>;
+    fn wait_rows(&self, pending: Self::Pending) -> Result<(), crate::error::Error>;
+}
+
+impl RowsSink for crate::store::Store {
+    type Pending = crate::store::PendingBatch;
+
+    fn submit_rows(
+        &self,
+        table: &TableDescriptor,
+        rows: RoutedRows,
+    ) -> Result<Self::Pending, crate::error::Error> {
+        self.submit_encoded(&table.name, rows, None)
+    }
+
+    fn wait_rows(&self, pending: Self::Pending) -> Result<(), crate::error::Error> {
+        self.wait(pending)
+    }
+}
+
+pub fn write_lines<S: RowsSink>(
+    sink: &S,
+    max_value_size: usize,
     table: &TableDescriptor,
     body: &[u8],
     precision: Precision,
@@ -586,7 +661,6 @@ pub fn write_lines(
     now_ms: u64,
 ) -> Result<LinesWritten, WriteLinesError> {
     let text = std::str::from_utf8(body).map_err(WriteLinesError::NotUtf8)?;
-    let name = &table.name;
     let mut out = LinesWritten::default();
     let mut pending = Vec::new();
     let mut lines_before = 0;
@@ -602,7 +676,7 @@ pub fn write_lines(
         let (piece, after) = rest.split_at(cut);
         rest = after;
         let mut encoder =
-            PointEncoder::new(table, store.max_value_size()).map_err(WriteLinesError::Table)?;
+            PointEncoder::new(table, max_value_size).map_err(WriteLinesError::Table)?;
         encoder.set_seen(seen.take());
         encoder.set_number_base(lines_before);
         encoder.set_ttl(ttl_ms);
@@ -618,14 +692,13 @@ pub fn write_lines(
         if rows.rows() > 0 {
             out.rows += rows.rows();
             pending.push(
-                store
-                    .submit_encoded(name, rows, None)
+                sink.submit_rows(table, rows)
                     .map_err(WriteLinesError::Store)?,
             );
         }
     }
     for p in pending {
-        store.wait(p).map_err(WriteLinesError::Store)?;
+        sink.wait_rows(p).map_err(WriteLinesError::Store)?;
     }
     Ok(out)
 }

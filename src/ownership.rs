@@ -478,23 +478,36 @@ impl ShardOwner {
     /// After a fence (step 4): deletes the files of `written` (names this
     /// owner wrote under its epoch) that no current manifest of the
     /// adopted regions names; `files_of` lists the file names a region's
-    /// manifest body names. Returns how many it deleted.
+    /// manifest body names (`None`: it cannot read the body, and then
+    /// nothing is deleted: what it names is unknown). Returns how many it
+    /// deleted.
     pub fn clean_up(
         &self,
         written: &[String],
-        files_of: impl Fn(u64, &Bytes) -> Vec<String>,
+        files_of: impl Fn(u64, &Bytes) -> Option<Vec<String>>,
     ) -> Result<usize, OwnershipError> {
         let mut named = std::collections::BTreeSet::new();
+        let mut bodies: Vec<(u64, Bytes)> = Vec::new();
         for &region in self.adopted.keys() {
             if let Some(m) = read_manifest(&self.objects, region)? {
-                named.extend(files_of(region, &m.body));
+                bodies.push((region, m.body));
             }
         }
         // A manifest write with no answer may still land: what it names
         // stays (a later owner's sweep of unnamed files takes it if not).
-        for (&region, bodies) in &self.unresolved {
-            for body in bodies {
-                named.extend(files_of(region, body));
+        for (&region, unresolved) in &self.unresolved {
+            bodies.extend(unresolved.iter().map(|b| (region, b.clone())));
+        }
+        for (region, body) in &bodies {
+            match files_of(*region, body) {
+                Some(files) => named.extend(files),
+                None => {
+                    return Err(OwnershipError::Corrupt {
+                        name: manifest_name(*region),
+                        what: "region manifest",
+                        reason: "its body cannot be read, so the clean-up deletes nothing",
+                    });
+                }
             }
         }
         let mut deleted = 0;

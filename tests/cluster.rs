@@ -58,9 +58,25 @@ fn cluster_scenario(s3: &S3) -> Scenario {
         .build()
 }
 
+/// Starts `node` on a fresh port, and makes sure the node answering there
+/// is this one (tests running beside this one pick free ports too, and a
+/// port can be taken between being found free and being bound).
 fn start(sc: &Scenario, node: &mut Node) {
     let setting = format!("cluster.node=\"{}\"", node.name);
-    node.server = Some(sc.start_member(&node.name, node.port, &[&setting]));
+    for _ in 0..5 {
+        node.port = free_port();
+        let mut server = sc.start_member(&node.name, node.port, &[&setting]);
+        std::thread::sleep(Duration::from_millis(200));
+        let ours = matches!(server.child.try_wait(), Ok(None))
+            && cluster_status(&node.addr()).is_some_and(|s| s["node"] == node.name.as_str());
+        if ours {
+            node.server = Some(server);
+            return;
+        }
+        let _ = server.child.kill();
+        let _ = server.child.wait();
+    }
+    panic!("node {} did not start", node.name);
 }
 
 fn cluster_status(addr: &str) -> Option<Json> {
@@ -137,6 +153,26 @@ fn flush(addr: &str) {
     assert!((200..300).contains(&r.status), "{}", r.text());
 }
 
+/// The points of the table a node reads (counted by one field).
+fn count(addr: &str) -> u64 {
+    let answer = common::kafka::query(
+        addr,
+        &serde_json::json!({
+            "table": TABLE,
+            "series": [["metric", "cpu"]],
+            "start_ms": 0, "end_ms": u64::MAX / 2,
+            "aggregate": {"functions": ["count"]}
+        }),
+    );
+    answer["aggregates"]
+        .as_array()
+        .expect("aggregates")
+        .iter()
+        .filter(|a| a["field"] == "usage_user")
+        .map(|a| a["values"]["count"].as_f64().unwrap_or(0.0))
+        .sum::<f64>() as u64
+}
+
 fn ingested(addr: &str) -> u64 {
     let r = request(addr, "GET", "/api/v1/ingest", None, b"").expect("ingest status");
     let s: Json = serde_json::from_slice(&r.body).expect("json");
@@ -200,36 +236,23 @@ fn three_nodes_survive_five_kills_and_every_point_is_read_once_from_every_node()
 }
 
 /// Once the topic is consumed, each node flushes what it holds, and every
-/// node reads every point produced from the object store, once.
+/// node reads every point produced from the object store, once. (A node
+/// reads other nodes' regions as their owners last published them: the
+/// owners flush until every node counts every point.)
 fn every_point_from_every_node(nodes: &[Node], hosts: u64, points: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         for node in nodes {
             flush(&node.addr());
         }
-        let answer = common::kafka::query(
-            &nodes[0].addr(),
-            &serde_json::json!({
-                "table": TABLE,
-                "series": [["metric", "cpu"]],
-                "start_ms": 0, "end_ms": u64::MAX / 2,
-                "aggregate": {"functions": ["count"]}
-            }),
-        );
-        let stored: f64 = answer["aggregates"]
-            .as_array()
-            .expect("aggregates")
-            .iter()
-            .filter(|a| a["field"] == "usage_user")
-            .map(|a| a["values"]["count"].as_f64().unwrap_or(0.0))
-            .sum();
-        if stored as u64 == points {
+        let stored: Vec<u64> = nodes.iter().map(|n| count(&n.addr())).collect();
+        if stored.iter().all(|s| *s == points) {
             break;
         }
         let counted = nodes.iter().map(|n| ingested(&n.addr())).sum::<u64>();
         assert!(
             Instant::now() < deadline,
-            "{stored} of {points} points readable (the nodes counted {counted} since their starts)"
+            "{stored:?} of {points} points readable (the nodes counted {counted} since their starts)"
         );
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -286,6 +309,10 @@ fn a_paused_owner_is_fenced_when_it_resumes_and_writes_nothing_the_new_owner_rea
     let mut cmd = sc.command_at(&sc.dir().join("a"), a.port, &["cluster.node=\"a\""]);
     cmd.stderr(std::fs::File::create(&log).expect("log file"));
     a.server = Some(common::server::spawn_ready(cmd, a.port));
+    assert!(
+        cluster_status(&a.addr()).is_some_and(|s| s["node"] == "a"),
+        "another server took node a's port"
+    );
     wait_for_owners(&[&a], Duration::from_secs(60), "node a alone");
 
     // Points stream in the whole time, so a's MemStores hold some when it
@@ -416,4 +443,49 @@ fn metric_sum(node: &Node, name: &str) -> f64 {
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+#[test]
+fn http_writes_go_through_the_topic_and_every_node_reads_them() {
+    let s3 = S3::start(&["halite"]);
+    let sc = cluster_scenario(&s3);
+    let mut nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .map(|n| Node {
+            name: n.to_string(),
+            port: free_port(),
+            server: None,
+        })
+        .collect();
+    for node in &mut nodes {
+        start(&sc, node);
+    }
+    let everyone: Vec<&Node> = nodes.iter().collect();
+    wait_for_owners(&everyone, Duration::from_secs(60), "at start");
+
+    // The same points `halite produce` would make, written over HTTP to
+    // one node in bodies of mixed hosts: each point reaches the owner of
+    // its bucket through the topic.
+    let (hosts, points) = (30u64, 6_000u64);
+    let mut body = String::new();
+    for i in 0..points {
+        halite::tsbs::cpu_line(i % hosts, i / hosts, &mut body);
+        if body.len() > 64 * 1024 || i + 1 == points {
+            let via = &nodes[(i % 2) as usize].addr();
+            let r = request(
+                via,
+                "POST",
+                &format!("/api/v1/write?table={TABLE}&precision=ms"),
+                None,
+                body.as_bytes(),
+            )
+            .expect("write");
+            assert_eq!(r.status, 204, "{}", r.text());
+            body.clear();
+        }
+    }
+    every_point_from_every_node(&nodes, hosts, points);
+    for node in &nodes {
+        assert_eq!(ingest_counter(node, "misrouted_points"), 0);
+    }
 }

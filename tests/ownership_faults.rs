@@ -216,7 +216,7 @@ fn files_of_a_publish_without_an_answer_survive_the_clean_up_and_its_late_landin
         a.publish(1, body(&["x.sst"])),
         Err(OwnershipError::Fenced { .. })
     ));
-    a.clean_up(std::slice::from_ref(&file), |_, b| files_of(b))
+    a.clean_up(std::slice::from_ref(&file), |_, b| Some(files_of(b)))
         .expect("clean up");
     // The held write lands now (region 2 is still at A's version).
     let rt = tokio::runtime::Builder::new_current_thread()

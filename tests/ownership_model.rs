@@ -83,7 +83,7 @@ impl Node {
         assert!(owner.is_fenced());
         let written = std::mem::take(&mut self.written);
         owner
-            .clean_up(&written, |_, b| files_of(b))
+            .clean_up(&written, |_, b| Some(files_of(b)))
             .expect("clean up");
         // Complete: every file it wrote that is left is one a manifest
         // names.
@@ -140,7 +140,7 @@ impl World {
             // Kafka assigns the shard to this node: it takes the lease.
             0 | 1 => {
                 if let Some(old) = node.owner.take() {
-                    old.clean_up(&std::mem::take(&mut node.written), |_, b| files_of(b))
+                    old.clean_up(&std::mem::take(&mut node.written), |_, b| Some(files_of(b)))
                         .expect("clean up the old epoch");
                 }
                 let owner = ShardOwner::acquire(node.objects.clone(), shard.as_str(), &node.name)

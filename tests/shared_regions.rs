@@ -187,7 +187,8 @@ fn a_new_owner_opens_regions_from_the_object_store_and_the_old_one_is_fenced() {
     r8.flush().expect("flush region 8");
     let (epoch, manifest) = published(&a.objects, 7);
     assert_eq!(epoch, 1);
-    let named: Vec<String> = names_in_manifest(7, &bytes::Bytes::from(manifest.encode()));
+    let named: Vec<String> =
+        names_in_manifest(7, &bytes::Bytes::from(manifest.encode())).expect("readable");
     assert_eq!(named.len(), 2, "the compaction's output and the last flush");
     assert_eq!(
         stored_files(&a.objects, 7),
@@ -292,4 +293,34 @@ fn an_adopting_owner_sweeps_files_older_epochs_left_unnamed() {
     let left = stored_files(&b.objects, 3);
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(!left[0].ends_with("4294967999.sst"), "{left:?}");
+}
+
+#[test]
+fn an_idle_region_publishes_how_far_its_source_moved() {
+    let s3 = S3::start(&["halite"]);
+    let a = Node::new(&s3);
+    let owner = a.acquire("node-a");
+    let r = a.adopt(&owner, 5);
+    write(&r, 0..10).expect("write");
+    r.flush().expect("flush");
+    assert_eq!(
+        published(&a.objects, 5).1.positions[&("cpu".to_string(), 0)],
+        10
+    );
+    // Messages up to 500 held no row for this region: the consumer says
+    // so with a record of its position alone. With nothing to flush, a
+    // flush publishes the position, and a new owner replays from there.
+    let origin = SourcePosition {
+        stream: "cpu".into(),
+        shard: 0,
+        durable_below: 500,
+    };
+    r.submit(&[], Durability::SyncWal, Some(&origin))
+        .expect("submit")
+        .wait()
+        .expect("position");
+    r.flush().expect("flush");
+    let (_, manifest) = published(&a.objects, 5);
+    assert_eq!(manifest.positions[&("cpu".to_string(), 0)], 500);
+    assert_eq!(manifest.families[b"cf".as_slice()].len(), 1, "no new file");
 }

@@ -14,6 +14,7 @@ use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::ingest::kafka::IngestStats;
+use crate::ingest::kafka::topic_writer::TopicWriter;
 use crate::query::engine::QueryEngine;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
@@ -33,6 +34,8 @@ pub struct AppState {
     pub ingest: Option<Arc<IngestStats>>,
     /// The metrics recorder behind `/metrics`, when installed.
     pub telemetry: Option<Arc<Telemetry>>,
+    /// Cluster mode: writes go through their table's topic.
+    pub topics: Option<Arc<TopicWriter>>,
 }
 
 /// Query parameters, read strictly: an unknown or malformed one is a 400

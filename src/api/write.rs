@@ -18,7 +18,7 @@ use super::state::AppState;
 use super::state::{Params, blocking, body_bytes, field_error, table_name};
 use crate::catalog::from_hex;
 use crate::ingest::line_protocol::Precision;
-use crate::ingest::{self, PointEncoder};
+use crate::ingest::{self, PointEncoder, RowsSink};
 use crate::query::Query;
 
 /// HBase's Delete of one row: the whole row, a family, a column (every
@@ -137,19 +137,26 @@ pub(super) async fn write(
     } else {
         ingest::Format::Line
     };
+    let max_value_size = s.store.max_value_size();
     let (written, errors) = match format {
         ingest::Format::Line => {
             let store = s.store.clone();
+            let topics = s.topics.clone();
             let precision = precision.unwrap_or_default();
             let ttl = p.ttl_ms;
-            let done =
-                blocking(move || ingest::write_lines(&store, &desc, &bytes, precision, ttl, now))
-                    .await?;
+            let done = blocking(move || match topics {
+                Some(t) => {
+                    ingest::write_lines(&*t, max_value_size, &desc, &bytes, precision, ttl, now)
+                }
+                None => {
+                    ingest::write_lines(&*store, max_value_size, &desc, &bytes, precision, ttl, now)
+                }
+            })
+            .await?;
             (done.rows, done.rejected)
         }
         ingest::Format::Json => {
-            let mut encoder =
-                PointEncoder::new(&desc, s.store.max_value_size()).map_err(ApiError::bad)?;
+            let mut encoder = PointEncoder::new(&desc, max_value_size).map_err(ApiError::bad)?;
             encoder.set_ttl(p.ttl_ms);
             let errors = encoder
                 .add_body(format, &bytes, precision, now)
@@ -158,7 +165,12 @@ pub(super) async fn write(
             let written = batch.rows();
             if written > 0 {
                 let store = s.store.clone();
-                blocking(move || store.write_encoded(&name, batch, None)).await?;
+                let topics = s.topics.clone();
+                blocking(move || match topics {
+                    Some(t) => t.submit_rows(&desc, batch).and_then(|p| t.wait_rows(p)),
+                    None => store.write_encoded(&name, batch, None),
+                })
+                .await?;
             }
             (written, errors)
         }

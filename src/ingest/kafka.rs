@@ -33,6 +33,7 @@ mod offsets;
 mod rebalance;
 mod shared;
 pub mod stats;
+pub mod topic_writer;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -43,11 +44,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 use parking_lot::{Condvar, Mutex};
-use rdkafka::TopicPartitionList;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError as KafkaErr, RDKafkaErrorCode};
 use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::catalog::TableName;
 use crate::clock::Clock;
@@ -221,27 +222,10 @@ impl KafkaIngest {
         }
         consumer.subscribe(&topics)?;
         let dead_letters = match &config.dead_letter_topic {
-            Some(topic) => {
-                let mut pc = ClientConfig::new();
-                pc.set("bootstrap.servers", &config.brokers)
-                    .set("linger.ms", "5");
-                for (k, v) in &config.client {
-                    // Consumer-only settings would make the producer refuse to start.
-                    if !k.starts_with("session.")
-                        && !k.starts_with("heartbeat.")
-                        && !k.starts_with("fetch.")
-                        && !k.starts_with("auto.")
-                        && !k.starts_with("group.")
-                        && !k.starts_with("enable.auto")
-                    {
-                        pc.set(k, v);
-                    }
-                }
-                Some(DeadLetters {
-                    topic: topic.clone(),
-                    producer: pc.create()?,
-                })
-            }
+            Some(topic) => Some(DeadLetters {
+                topic: topic.clone(),
+                producer: config.producer_config().create()?,
+            }),
             None => None,
         };
         let dead_letters = Arc::new(dead_letters);
@@ -346,6 +330,9 @@ impl Drop for KafkaIngest {
     }
 }
 
+/// How often partitions marked to be taken again are tried.
+const RETAKE_EVERY: Duration = Duration::from_secs(1);
+
 /// How long a stop waits for the consumer to drain, commit and close.
 const STOP_DEADLINE: Duration = Duration::from_secs(8);
 
@@ -411,6 +398,7 @@ impl ConsumerLoop {
         let mut seen_generation = self.shared.generation.load(Ordering::SeqCst);
         let mut polls = 0u64;
         let mut last_commit = Instant::now();
+        let mut last_retake = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             while let Some(b) = ready.pop_front() {
                 let bytes = b.bytes();
@@ -446,10 +434,14 @@ impl ConsumerLoop {
                     let at = match at {
                         Some(at) => Some(at),
                         None => self.routes.get(m.topic()).map(|route| {
+                            let incarnation = self.shared.cluster.as_ref().map_or(0, |c| {
+                                c.incarnation(&(m.topic().to_string(), m.partition()))
+                            });
                             pending.push(Batch {
                                 topic: route.clone(),
                                 partition: m.partition(),
                                 generation: self.shared.generation.load(Ordering::SeqCst),
+                                incarnation,
                                 seq: 0,
                                 started: Instant::now(),
                                 payloads: Vec::new(),
@@ -525,6 +517,11 @@ impl ConsumerLoop {
             }
             if check_time && self.shared.cluster.is_some() {
                 self.stop_fenced_partitions();
+                if last_retake.elapsed() >= RETAKE_EVERY {
+                    last_retake = Instant::now();
+                    self.retake_partitions(&mut pending, &mut ready);
+                    buffered = pending.iter().chain(&ready).map(Batch::bytes).sum();
+                }
             }
             if check_time && last_commit.elapsed() >= self.commit_interval {
                 self.shared.commit(&self.consumer, None);
@@ -636,6 +633,68 @@ impl ConsumerLoop {
         }
         if let Err(e) = self.consumer.pause(&tpl) {
             tracing::warn!(error = %e, "pausing fenced partitions failed");
+        }
+    }
+
+    /// Cluster mode: takes the partitions marked for it again, each once
+    /// none of its batches is being written: its fetched batches are
+    /// dropped, its regions released and taken from their manifests, and
+    /// it is read again from their position. One that cannot be taken
+    /// yet stays paused and marked.
+    fn retake_partitions(&mut self, pending: &mut Vec<Batch>, ready: &mut VecDeque<Batch>) {
+        let Some(routes) = &self.shared.cluster else {
+            return;
+        };
+        let marked: Vec<PartitionKey> = routes.retake.lock().iter().cloned().collect();
+        for key in marked {
+            let (topic, partition) = (&key.0, key.1);
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(topic, partition);
+            if !self.shared.assigned.lock().contains(&key) {
+                routes.retake.lock().remove(&key);
+                continue;
+            }
+            if let Err(e) = self.consumer.pause(&tpl) {
+                tracing::warn!(%topic, partition, error = %e, "pausing a partition to take it again failed");
+            }
+            if self.shared.tracker.lock().in_flight(&key) > 0 {
+                continue; // next time
+            }
+            routes.next_incarnation(&key);
+            pending.retain(|b| b.topic.topic != *topic || b.partition != partition);
+            ready.retain(|b| b.topic.topic != *topic || b.partition != partition);
+            self.shared.store.release_shard(topic, partition as u32);
+            let partitions = routes.partitions.lock().get(topic).copied().unwrap_or(1);
+            let tables = routes.tables.get(topic).cloned().unwrap_or_default();
+            match self
+                .shared
+                .store
+                .take_shard(topic, partition as u32, partitions, &tables)
+            {
+                Ok(start) => {
+                    routes.next_incarnation(&key);
+                    self.shared.tracker.lock().partitions.remove(&key);
+                    let offset = start
+                        .from
+                        .map_or(Offset::Beginning, |o| Offset::Offset(o as i64));
+                    if let Err(e) =
+                        self.consumer
+                            .seek(topic, partition, offset, Duration::from_secs(10))
+                    {
+                        tracing::warn!(%topic, partition, error = %e, "seeking a partition taken again failed; trying again");
+                        continue;
+                    }
+                    if let Err(e) = self.consumer.resume(&tpl) {
+                        tracing::warn!(%topic, partition, error = %e, "resuming a partition taken again failed; trying again");
+                        continue;
+                    }
+                    routes.retake.lock().remove(&key);
+                    tracing::info!(%topic, partition, epoch = start.epoch, from = ?start.from, "took the partition again; reading it from its manifests' position");
+                }
+                Err(e) => {
+                    tracing::warn!(%topic, partition, error = %e, "taking the partition failed; it stays paused and is tried again");
+                }
+            }
         }
     }
 

@@ -67,10 +67,18 @@ impl FileCache {
         self.state.lock().used
     }
 
-    /// The local path of object `name`, downloaded first when the cache
-    /// does not hold it. An object the store does not hold (a compaction
-    /// replaced it since its manifest was read) is [`Error::NotFound`].
-    pub fn get(&self, objects: &Objects, name: &str) -> Result<PathBuf> {
+    /// Opens object `name` from the cache with `open`, downloading it
+    /// first when the cache does not hold it. The open runs under the
+    /// cache's lock, which eviction takes too: a file is never deleted
+    /// between being found and being opened (an open file stays readable
+    /// after). An object the store does not hold (a compaction replaced it
+    /// since its manifest was read) is [`Error::NotFound`].
+    pub fn open_file<T>(
+        &self,
+        objects: &Objects,
+        name: &str,
+        open: impl Fn(&Path) -> Result<T>,
+    ) -> Result<T> {
         {
             let mut st = self.state.lock();
             st.tick += 1;
@@ -79,7 +87,7 @@ impl FileCache {
                 e.last_used = tick;
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("halite_file_cache_hits_total").increment(1);
-                return Ok(e.path.clone());
+                return open(&e.path);
             }
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
@@ -121,9 +129,10 @@ impl FileCache {
             st.used -= old.size;
         }
         st.used += size;
+        let opened = open(&path);
         self.evict(&mut st, name);
         metrics::gauge!("halite_file_cache_bytes").set(st.used as f64);
-        Ok(path)
+        opened
     }
 
     /// Deletes the least recently read files until the cache fits its

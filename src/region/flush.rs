@@ -33,6 +33,15 @@ pub(crate) fn flush(inner: &Inner) -> Result<()> {
         let _w = inner.write_lock.lock();
         let mut st = inner.state.write();
         if st.active.is_empty() {
+            // Every write so far is in published files: a region on the
+            // object store publishes how far its source positions moved
+            // (messages without rows for it), so a new owner starts there.
+            if inner.shared.is_some() {
+                let positions = inner.positions.lock().clone();
+                drop(st);
+                drop(_w);
+                return publish_positions(inner, positions);
+            }
             return Ok(());
         }
         // Every sequence id handed out so far belongs to this MemStore or
@@ -45,6 +54,26 @@ pub(crate) fn flush(inner: &Inner) -> Result<()> {
         old
     };
     flush_snapshot(inner, snapshot)
+}
+
+/// Publishes the region's manifest with `positions` when they moved past
+/// the published ones (a region on the object store only).
+fn publish_positions(
+    inner: &Inner,
+    positions: BTreeMap<crate::region::wal::record::SourceShard, u64>,
+) -> Result<()> {
+    let Some(shared) = &inner.shared else {
+        return Ok(());
+    };
+    let _changing = inner.manifest_change.lock();
+    let mut next = inner.manifest.lock().clone();
+    if next.positions == positions {
+        return Ok(());
+    }
+    next.positions = positions;
+    shared.publish(&next)?;
+    *inner.manifest.lock() = next;
+    Ok(())
 }
 
 fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {

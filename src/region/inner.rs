@@ -231,6 +231,19 @@ impl Inner {
         aged || self.flush_forced.load(Ordering::SeqCst)
             || self.needs_flush()
             || self.memstore_bytes() >= self.blocking_limit()
+            || self.positions_to_publish()
+    }
+
+    /// A region on the object store whose MemStore is empty while its
+    /// source positions moved (messages without rows for it) publishes
+    /// them as often as it would flush by age.
+    fn positions_to_publish(&self) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        shared.since_published() >= self.options.flush_age
+            && self.state.read().active.is_empty()
+            && *self.positions.lock() != self.manifest.lock().positions
     }
 
     pub(crate) fn blocking_limit(&self) -> usize {

@@ -195,14 +195,15 @@ impl RemoteRegion {
             let mut readers = Vec::with_capacity(ids.len());
             for id in ids {
                 let name = object_name(self.id(), &family.name, id);
-                let path = self.files.get(&self.objects, &name)?;
-                readers.push(SstReader::open(
-                    &path,
-                    id,
-                    self.cache.clone(),
-                    family.block_cache,
-                    family.in_memory,
-                )?);
+                readers.push(self.files.open_file(&self.objects, &name, |path| {
+                    Ok(SstReader::open(
+                        path,
+                        id,
+                        self.cache.clone(),
+                        family.block_cache,
+                        family.in_memory,
+                    )?)
+                })?);
             }
             files.insert(family.name.clone(), readers);
         }

@@ -54,15 +54,20 @@ pub fn object_name(region: u64, family: &[u8], file_id: u64) -> String {
     )
 }
 
-/// Every object name a manifest body names (for the fence's clean-up).
-pub fn names_in_manifest(region: u64, body: &Bytes) -> Vec<String> {
-    let Ok(m) = Manifest::decode(body) else {
-        return Vec::new();
-    };
-    m.families
-        .iter()
-        .flat_map(|(family, ids)| ids.iter().map(|id| object_name(region, family, *id)))
-        .collect()
+/// Every object name a manifest body names (for the fence's clean-up);
+/// `None` when the body cannot be read (it may name anything). An empty
+/// body (adopted, never published) names nothing.
+pub fn names_in_manifest(region: u64, body: &Bytes) -> Option<Vec<String>> {
+    if body.is_empty() {
+        return Some(Vec::new());
+    }
+    let m = Manifest::decode(body).ok()?;
+    Some(
+        m.families
+            .iter()
+            .flat_map(|(family, ids)| ids.iter().map(|id| object_name(region, family, *id)))
+            .collect(),
+    )
 }
 
 /// A source shard's owner as the shard's regions share it: every
@@ -125,6 +130,9 @@ pub struct SharedFiles {
     /// Objects replaced by a compaction, and since when.
     retired: Mutex<Vec<(Instant, String)>>,
     retire_grace: Duration,
+    /// When this owner last published the region's manifest (or adopted
+    /// it).
+    published_at: Mutex<Instant>,
 }
 
 impl std::fmt::Debug for SharedFiles {
@@ -148,6 +156,7 @@ impl SharedFiles {
             uploaded: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             retire_grace: RETIRE_GRACE,
+            published_at: Mutex::new(Instant::now()),
         }
     }
 
@@ -266,9 +275,15 @@ impl SharedFiles {
         let started = Instant::now();
         let body = Bytes::from(manifest.encode());
         self.owner.with_owner(|o| o.publish(self.region, body))?;
+        *self.published_at.lock() = Instant::now();
         metrics::histogram!("halite_manifest_publish_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// How long since this owner last published the manifest.
+    pub fn since_published(&self) -> Duration {
+        self.published_at.lock().elapsed()
     }
 
     /// Queues the objects of files a compaction replaced for deletion

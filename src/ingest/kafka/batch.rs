@@ -13,6 +13,10 @@ pub(super) struct Batch {
     pub(super) topic: Arc<TopicRoute>,
     pub(super) partition: i32,
     pub(super) generation: u64,
+    /// Cluster mode: the partition's incarnation when the batch was
+    /// fetched (see `shared::ClusterRoutes`); a batch of an earlier one
+    /// is dropped instead of written.
+    pub(super) incarnation: u64,
     /// Its place among the partition's batches handed to the writers.
     pub(super) seq: u64,
     pub(super) started: Instant,

@@ -91,4 +91,28 @@ impl KafkaConfig {
     pub fn enabled(&self) -> bool {
         !self.brokers.is_empty() && !self.topics.is_empty()
     }
+
+    /// A producer's settings: the brokers and the `client` settings a
+    /// producer takes (consumer-only ones would make it refuse to start).
+    pub fn producer_config(&self) -> rdkafka::config::ClientConfig {
+        let mut pc = rdkafka::config::ClientConfig::new();
+        pc.set("bootstrap.servers", &self.brokers)
+            .set("linger.ms", "5");
+        for (k, v) in &self.client {
+            let consumer_only = [
+                "session.",
+                "heartbeat.",
+                "fetch.",
+                "auto.",
+                "group.",
+                "enable.auto",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p));
+            if !consumer_only {
+                pc.set(k, v);
+            }
+        }
+        pc
+    }
 }

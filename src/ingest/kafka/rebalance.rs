@@ -16,7 +16,7 @@ use super::shared::Shared;
 
 /// How long an assignment keeps trying to take a partition's regions
 /// (the object store may be away a while).
-const TAKE_DEADLINE: Duration = Duration::from_secs(30);
+const TAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 pub(super) struct IngestContext {
     pub(super) shared: Arc<Shared>,
@@ -70,16 +70,25 @@ impl ConsumerContext for IngestContext {
         }
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                if self.shared.cluster.is_some() {
-                    self.take_shards(tpl);
+                let untaken = if self.shared.cluster.is_some() {
+                    self.take_shards(tpl)
                 } else {
                     self.resume_from_store(consumer, tpl);
-                }
-                if cooperative {
+                    TopicPartitionList::new()
+                };
+                let assigned = if cooperative {
                     consumer.incremental_assign(tpl)
                 } else {
                     consumer.assign(tpl)
+                };
+                // Held back until they are taken (the consumer loop tries
+                // again every second).
+                if untaken.count() > 0
+                    && let Err(e) = consumer.pause(&untaken)
+                {
+                    tracing::error!(error = %e, "pausing partitions not yet taken failed");
                 }
+                assigned
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.revoke(consumer, tpl);
@@ -176,30 +185,42 @@ impl IngestContext {
             return;
         };
         for (topic, partition) in revoked {
+            let key = (topic.clone(), *partition);
+            routes.next_incarnation(&key);
+            routes.retake.lock().remove(&key);
             self.shared.store.release_shard(topic, *partition as u32);
-            routes.committed.lock().remove(&(topic.clone(), *partition));
+            routes.committed.lock().remove(&key);
         }
     }
 
     /// Cluster mode: takes each assigned partition's lease and regions and
     /// starts it where their manifests say (its start when a region never
     /// published a position). The object store may be away for a while:
-    /// each partition is tried for up to `TAKE_DEADLINE`.
-    pub(super) fn take_shards(&self, tpl: &mut TopicPartitionList) {
+    /// each partition is tried for up to `TAKE_DEADLINE`; those it could
+    /// not take come back, to be paused and taken later.
+    pub(super) fn take_shards(&self, tpl: &mut TopicPartitionList) -> TopicPartitionList {
+        let mut untaken = TopicPartitionList::new();
         let Some(routes) = &self.shared.cluster else {
-            return;
+            return untaken;
         };
         let assigned: Vec<PartitionKey> = tpl
             .elements()
             .iter()
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
+        // One deadline for the whole assignment: past it, the partitions
+        // left are not tried here (each try may wait out the object
+        // store's own retries) but paused and taken later.
+        let deadline = Instant::now() + TAKE_DEADLINE;
+        let mut gave_up = false;
         for (topic, partition) in assigned {
             let partitions = routes.partitions.lock().get(&topic).copied().unwrap_or(1);
             let tables = routes.tables.get(&topic).cloned().unwrap_or_default();
-            let deadline = Instant::now() + TAKE_DEADLINE;
             let mut pause = Duration::from_millis(100);
             let start = loop {
+                if gave_up {
+                    break None;
+                }
                 match self
                     .shared
                     .store
@@ -212,14 +233,19 @@ impl IngestContext {
                         pause = (pause * 2).min(Duration::from_secs(2));
                     }
                     Err(e) => {
-                        tracing::error!(%topic, partition, error = %e, "cannot take the partition's regions; its points wait for the next rebalance");
+                        tracing::error!(%topic, partition, error = %e, "cannot take the partition's regions now; it stays paused and is tried again");
+                        gave_up = true;
                         break None;
                     }
                 }
             };
+            let key = (topic.clone(), partition);
             let Some(start) = start else {
+                untaken.add_partition(&topic, partition);
+                routes.retake.lock().insert(key);
                 continue;
             };
+            routes.next_incarnation(&key);
             let offset = start
                 .from
                 .map_or(Offset::Beginning, |o| Offset::Offset(o as i64));
@@ -234,6 +260,7 @@ impl IngestContext {
                     .insert((topic.clone(), partition), from as i64);
             }
         }
+        untaken
     }
 
     /// Starts assigned partitions at the store's durable position where it

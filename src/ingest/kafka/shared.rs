@@ -54,6 +54,25 @@ pub(super) struct ClusterRoutes {
     pub(super) tables: HashMap<String, Vec<TableName>>,
     /// Per partition, the offset last committed (the published position).
     pub(super) committed: Mutex<HashMap<PartitionKey, i64>>,
+    /// Per partition, how many times this node took it (or let it go):
+    /// batches fetched before the last change are dropped, so nothing
+    /// read before a partition was taken again writes into its regions
+    /// (their positions would claim what the replay has not rewritten).
+    pub(super) incarnations: Mutex<HashMap<PartitionKey, u64>>,
+    /// Partitions to take again from their manifests' positions: a take
+    /// that failed (paused until it succeeds), or a batch that could not
+    /// be written (later batches must not move positions past it).
+    pub(super) retake: Mutex<BTreeSet<PartitionKey>>,
+}
+
+impl ClusterRoutes {
+    pub(super) fn incarnation(&self, p: &PartitionKey) -> u64 {
+        self.incarnations.lock().get(p).copied().unwrap_or(0)
+    }
+
+    pub(super) fn next_incarnation(&self, p: &PartitionKey) {
+        *self.incarnations.lock().entry(p.clone()).or_insert(0) += 1;
+    }
 }
 
 /// A partition's batches in the order they were consumed: the writers

@@ -93,6 +93,8 @@ pub(super) struct Submitted {
     pub(super) cells: u64,
     /// Something already failed: the batch is `Failed` whatever comes.
     pub(super) failed: bool,
+    /// Cluster mode: the partition's incarnation the batch belongs to.
+    pub(super) incarnation: u64,
 }
 
 /// Marks a submitted batch finished once its points are durable (or
@@ -156,13 +158,25 @@ pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
         metrics::counter!("halite_kafka_batches_failed_total", "topic" => route.topic.clone())
             .increment(1);
     }
+    if let Some(routes) = &shared.cluster
+        && state == BatchState::Failed
+    {
+        // Later batches would move the regions' positions past this one:
+        // the partition is read again from its manifests' position.
+        tracing::warn!(topic = %route.topic, partition = s.key.1, first_offset = s.first, "a batch was not written; the partition is taken again and replayed from its manifests");
+        routes.retake.lock().insert(s.key.clone());
+    }
     let drained_at = {
         let mut tracker = shared.tracker.lock();
         tracker.finished(&s.key, s.first, s.last, state);
         tracker.drained_position(&s.key)
     };
     shared.batch_done.notify_all();
-    if let Some(durable_below) = drained_at {
+    let current = shared
+        .cluster
+        .as_ref()
+        .is_none_or(|routes| routes.incarnation(&s.key) == s.incarnation);
+    if let Some(durable_below) = drained_at.filter(|_| current) {
         note_drained_position(&s.route, &s.key, durable_below, store, shared);
     }
 }
@@ -245,7 +259,15 @@ pub(super) fn submit_batch(
         points: 0,
         cells: 0,
         failed: false,
+        incarnation: batch.incarnation,
     };
+    if let Some(routes) = &shared.cluster
+        && routes.incarnation(&submitted.key) != batch.incarnation
+    {
+        // Fetched before the partition was taken again (or let go): the
+        // replay from the manifests' position reads it again.
+        return submitted;
+    }
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
     let (desc, mut entries) = match decoded {
         Some(d) => {
@@ -403,6 +425,21 @@ pub(super) fn decode_in_turn<'b>(
         if route.format == Format::Json
             && let Some(delete) = delete_message(payload)
         {
+            if shared.cluster.is_some() {
+                // A delete reaches every bucket, and a cluster's buckets
+                // are owned partition by partition: not carried out.
+                bad.push((
+                    offset,
+                    payload,
+                    BadMessage {
+                        kind: "bad_delete",
+                        reason: "delete messages are not carried out in cluster mode yet \
+                                 (docs/cluster.md); delete through a single node's API"
+                            .into(),
+                    },
+                ));
+                continue;
+            }
             // A delete applies to every point before it in the partition
             // and to none after: those before are made readable first.
             let Ok(fresh) = PointEncoder::new(&desc, store.max_value_size()) else {
@@ -523,6 +560,15 @@ pub(super) fn decode_message(
     payload: &[u8],
     now: u64,
 ) -> Result<(), BadMessage> {
+    if crate::ingest::rows_message::is_rows_message(payload) {
+        // An HTTP write a cluster's node passed through the topic.
+        return crate::ingest::rows_message::decode_rows_message(payload)
+            .and_then(|rows| encoder.add_encoded_rows(rows))
+            .map_err(|reason| BadMessage {
+                kind: "bad_rows",
+                reason,
+            });
+    }
     let rows_before = encoder.rows();
     let errors = encoder
         .add_body(route.format, payload, route.precision, now)
