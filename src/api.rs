@@ -15,6 +15,7 @@
 //! | `POST /api/v1/query` | logical series query, raw or aggregated |
 //! | `GET /api/v1/ingest` | the Kafka consumer's counters and positions |
 //! | `GET /api/v1/cluster` | cluster mode: partitions held here, every lease |
+//! | `GET /internal/v1/regions/{id}/tail` | cluster mode: a region's MemStore edits and files, for the other nodes |
 //!
 //! This file routes requests and guards their bodies; the handlers are in
 //! `admin.rs`, `read.rs` and `write.rs`, what they share in `state.rs`,
@@ -24,6 +25,7 @@
 mod admin;
 mod arrow;
 mod error;
+mod internal;
 mod json;
 mod read;
 mod state;
@@ -97,6 +99,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
         .route("/api/v1/cluster", get(cluster_status))
+        .route("/internal/v1/regions/{id}/tail", get(internal::region_tail))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

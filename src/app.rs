@@ -17,6 +17,7 @@ use crate::objects::Objects;
 use crate::query::Query;
 use crate::query::engine::QueryEngine;
 use crate::region::file_cache::FileCache;
+use crate::region::remote::Nodes;
 use crate::store::Store;
 use crate::store::chores::{CatalogRefresh, MemoryGuard, Splitter};
 use crate::store::cluster::ClusterStorage;
@@ -242,8 +243,14 @@ fn open_store(config: &Config, clock: Arc<dyn Clock>) -> Result<Store, Box<dyn s
         config.store_options(),
         clock,
         ClusterStorage {
+            nodes: Arc::new(Nodes::new(objects.clone())),
             objects,
             node: config.cluster.node.clone(),
+            address: if config.cluster.advertise.is_empty() {
+                config.server.listen.clone()
+            } else {
+                config.cluster.advertise.clone()
+            },
             files,
         },
     )?)

@@ -49,8 +49,37 @@ pub fn request_with(
     extra_headers: &[(&str, &str)],
     body: &[u8],
 ) -> std::io::Result<Response> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    request_within(
+        addr,
+        method,
+        path,
+        extra_headers,
+        body,
+        Duration::from_secs(60),
+    )
+}
+
+/// A request that gives up when connecting or any read takes longer
+/// than `timeout` (a node asking another, which may be gone).
+pub fn request_within(
+    addr: &str,
+    method: &str,
+    path: &str,
+    extra_headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Response> {
+    // Every address the name has, in turn (`localhost` may be ::1 first).
+    let mut connected = Err(std::io::Error::other(format!("no address for {addr}")));
+    for target in std::net::ToSocketAddrs::to_socket_addrs(addr)? {
+        connected = TcpStream::connect_timeout(&target, timeout);
+        if connected.is_ok() {
+            break;
+        }
+    }
+    let mut s = connected?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()

@@ -152,6 +152,9 @@ pub struct QueryPage {
     pub rows: Vec<ScannedRow>,
     pub continuation: Option<ContinuationToken>,
     pub buckets_scanned: usize,
+    /// Cluster mode: regions read without their owner's MemStore edits
+    /// (it did not answer): the page may miss their newest points.
+    pub partial: Vec<u64>,
 }
 
 /// Aggregates of one series, field and window.
@@ -226,4 +229,6 @@ pub struct AggregatePage {
     pub aggregates: Vec<SeriesAggregate>,
     /// Where the next page starts, when `limit` cut this one short.
     pub continuation: Option<ContinuationToken>,
+    /// As [`QueryPage::partial`].
+    pub partial: Vec<u64>,
 }

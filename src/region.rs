@@ -41,6 +41,7 @@ pub mod read;
 pub mod remote;
 pub mod shared_files;
 pub mod sst;
+pub mod tail;
 pub mod wal;
 mod write;
 
@@ -73,6 +74,16 @@ use sst::SstReader;
 use sst::cache::BlockCache;
 use wal::Wal;
 use wal::record::{Edits, SourcePosition, SourceShard};
+
+/// A region's MemStore edits in a row range and the store files it reads,
+/// from one snapshot (see [`Region::tail`]).
+#[derive(Debug)]
+pub struct RegionTail {
+    /// The owner's epoch (cluster mode).
+    pub epoch: u64,
+    pub files: BTreeMap<Vec<u8>, Vec<u64>>,
+    pub rows: cell::EntryBatch,
+}
 
 /// What a region is: its id, families and rows.
 #[derive(Debug, Clone, Default)]
@@ -516,6 +527,76 @@ impl Region {
             .iter()
             .map(|(f, v)| (f.clone(), v.len()))
             .collect()
+    }
+
+    /// What a node reading this region from elsewhere needs besides the
+    /// object store (cluster mode): the store files this region reads now
+    /// (ids per family: all published) and every edit of its MemStores in
+    /// rows `[start, stop)` (delete markers too, newest first among equal
+    /// keys), taken from one snapshot, so the two together are exactly
+    /// what a read here would merge.
+    pub fn tail(&self, start: Option<&[u8]>, stop: Option<&[u8]>) -> Result<RegionTail> {
+        let state = self.inner.state.read().clone();
+        let read_point = self.inner.mvcc.read_point();
+        let files = state
+            .files
+            .iter()
+            .map(|(f, readers)| (f.clone(), readers.iter().map(|r| r.file_id()).collect()))
+            .collect();
+        let mut sources = vec![read::merge::Source::Mem(memstore::cursor::MemCursor::new(
+            state.active.clone(),
+            read_point,
+        ))];
+        for m in &state.flushing {
+            sources.push(read::merge::Source::Mem(memstore::cursor::MemCursor::new(
+                m.clone(),
+                read_point,
+            )));
+        }
+        let mut merge = read::merge::Merge::new(sources);
+        merge.seek(&cell::first_key_of_row(start.unwrap_or_default()))?;
+        let mut rows = cell::EntryBatch::new();
+        let mut row: Vec<u8> = Vec::new();
+        let mut last: Vec<u8> = Vec::new();
+        while merge.valid() {
+            let key = merge.key();
+            if stop.is_some_and(|s| cell::row_of(key) >= s) {
+                break;
+            }
+            // Equal keys: the first (newest edit) wins, as a flush keeps.
+            if !last.is_empty() && cell::compare_keys(&last, key) == std::cmp::Ordering::Equal {
+                merge.advance()?;
+                continue;
+            }
+            let k = cell::KeyRef::parse(key)
+                .ok_or_else(|| Error::InvalidInput("malformed key in MemStore".into()))?;
+            if k.row != row.as_slice() {
+                if !row.is_empty() {
+                    rows.end_row();
+                }
+                row = k.row.to_vec();
+            }
+            rows.push(
+                k.row,
+                k.family,
+                k.qualifier,
+                k.timestamp,
+                k.kind,
+                merge.ttl_ms(),
+                merge.value(),
+            );
+            last.clear();
+            last.extend_from_slice(key);
+            merge.advance()?;
+        }
+        if !row.is_empty() {
+            rows.end_row();
+        }
+        Ok(RegionTail {
+            epoch: self.inner.shared.as_ref().map_or(0, |s| s.epoch()),
+            files,
+            rows,
+        })
     }
 
     /// The region's way to the object store, when its files live there.

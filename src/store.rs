@@ -208,7 +208,7 @@ impl Store {
             store
                 .tables
                 .write()
-                .insert(desc.name.clone(), Arc::new(Table { desc, regions }));
+                .insert(desc.name.clone(), Arc::new(Table::new(desc, regions)));
         }
         store.remove_leftovers()?;
         Ok(store)
@@ -229,7 +229,7 @@ impl Store {
                 self.open_region(info, &families)?,
             )));
         }
-        Ok(Table { desc, regions })
+        Ok(Table::new(desc, regions))
     }
 
     fn open_region(
@@ -829,7 +829,7 @@ impl Store {
 
     pub fn get(&self, name: &TableName, get: &Get) -> Result<Option<Row>> {
         let table = self.table(name)?;
-        table.regions[region_index(&table, &get.row)].get(get)
+        table.regions[region_index(&table, &get.row)].get(get, None)
     }
 
     /// A raw scan over the table's regions in order (reverse: backwards),

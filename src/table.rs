@@ -9,7 +9,7 @@ use crate::catalog::TableDescriptor;
 use crate::cell::{EntryBatch, Row};
 use crate::error::Result;
 use crate::region::read::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan};
-use crate::region::remote::RemoteRegion;
+use crate::region::remote::{ReadReport, RemoteRegion};
 use crate::region::{Region, RegionStats};
 
 /// A region as everything above the regions reaches it: the store's
@@ -49,18 +49,21 @@ impl RegionHandle {
         }
     }
 
-    pub fn get(&self, get: &Get) -> Result<Option<Row>> {
+    /// One row; `report` hears of a region another node owns read
+    /// without its owner's MemStore edits.
+    pub fn get(&self, get: &Get, report: Option<&ReadReport>) -> Result<Option<Row>> {
         match self {
             RegionHandle::Local(r) => r.get(get),
-            RegionHandle::Remote(r) => r.get(get),
+            RegionHandle::Remote(r) => r.get(get, report),
         }
     }
 
-    /// A scanner over the region's rows in `scan`'s range.
-    pub fn scanner(&self, scan: &Scan) -> Result<RowScanner> {
+    /// A scanner over the region's rows in `scan`'s range; `report` as
+    /// for [`RegionHandle::get`].
+    pub fn scanner(&self, scan: &Scan, report: Option<&ReadReport>) -> Result<RowScanner> {
         match self {
             RegionHandle::Local(r) => r.scanner(scan),
-            RegionHandle::Remote(r) => r.scanner(scan),
+            RegionHandle::Remote(r) => r.scanner(scan, report),
         }
     }
 
@@ -124,9 +127,39 @@ impl RegionHandle {
 pub struct Table {
     pub desc: TableDescriptor,
     pub(crate) regions: Vec<RegionHandle>,
+    /// For one request's reads (cluster mode): which regions were read
+    /// without their owner's MemStore edits (see [`Table::for_reads`]).
+    pub reads: Option<Arc<ReadReport>>,
 }
 
 impl Table {
+    pub fn new(desc: TableDescriptor, regions: Vec<RegionHandle>) -> Table {
+        Table {
+            desc,
+            regions,
+            reads: None,
+        }
+    }
+
+    /// This table as one request reads it: the same regions, and a report
+    /// of those read partially (a region whose owner did not answer).
+    pub fn for_reads(&self) -> (Arc<Table>, Arc<ReadReport>) {
+        let report = Arc::new(ReadReport::default());
+        let table = Table {
+            desc: self.desc.clone(),
+            regions: self.regions.clone(),
+            reads: Some(report.clone()),
+        };
+        (Arc::new(table), report)
+    }
+
+    /// Whether some region is owned by another node (cluster mode).
+    pub fn has_remote_regions(&self) -> bool {
+        self.regions
+            .iter()
+            .any(|r| matches!(r, RegionHandle::Remote(_)))
+    }
+
     pub fn regions(&self) -> &[RegionHandle] {
         &self.regions
     }
@@ -262,7 +295,7 @@ impl TableScanner {
         {
             scan.stop = Some(info.end.clone());
         }
-        self.current = Some(self.table.regions[i].scanner(&scan)?);
+        self.current = Some(self.table.regions[i].scanner(&scan, self.table.reads.as_deref())?);
         Ok(true)
     }
 

@@ -23,6 +23,7 @@ use super::state::{
 use super::stream;
 use super::stream::{Format, RowSource};
 use super::token::{PageKind, PageScope};
+use crate::catalog::TableDescriptor;
 use crate::catalog::{TableName, from_hex};
 use crate::codec::{bytes_equal, compare_bytes};
 use crate::error::Error;
@@ -607,7 +608,8 @@ pub(super) async fn query(
         q.limit = answer_limit(format, q.limit);
     }
     let queries = s.queries.clone();
-    let schema = s.store.catalog().table(&name)?.key;
+    let desc = s.store.catalog().table(&name)?;
+    let schema = desc.key.clone();
     if shape == Shape::Series && (format != Format::Json || q.aggregate.is_some()) {
         return Err(ApiError::bad(
             "`shape: series` lays out raw rows in a JSON answer: drop it for aggregates \
@@ -617,13 +619,14 @@ pub(super) async fn query(
     if let Some(agg) = q.aggregate.clone() {
         let page = blocking_here(move || queries.aggregate(&name, &q)).await?;
         let continuation = page.continuation.map(|t| scope.encode(&t));
-        return aggregate_answer(
+        let answer = aggregate_answer(
             format,
             &schema,
             &agg.functions,
             &page.aggregates,
             continuation,
-        );
+        )?;
+        return Ok(mark_partial(answer, &desc, &page.partial).await);
     }
     if format != Format::Json {
         return stream::stream_rows(format, schema, paged, scope, move || {
@@ -640,12 +643,57 @@ pub(super) async fn query(
         Shape::Rows => page_answer::<ScannedRow>,
         Shape::Series => series_answer::<ScannedRow>,
     };
-    Ok(answer(
+    let answer = answer(
         &schema,
         &page.rows,
         page.continuation.map(|t| scope.encode(&t)),
         Some(page.buckets_scanned),
-    ))
+    );
+    Ok(mark_partial(answer, &desc, &page.partial).await)
+}
+
+/// Marks an answer that read some regions without their owner's MemStore
+/// edits (cluster mode: the owner did not answer, say while its partition
+/// moves): a `Halite-Partial` header naming the salt buckets, and in a
+/// JSON answer `"partial": true` with `missing_buckets` and
+/// `missing_regions`. Other answers are left as they are.
+async fn mark_partial(answer: Response, desc: &TableDescriptor, regions: &[u64]) -> Response {
+    if regions.is_empty() {
+        return answer;
+    }
+    let mut buckets: Vec<u32> = desc
+        .regions
+        .iter()
+        .filter(|r| regions.contains(&r.id))
+        .map(|r| desc.key.salt_bucket(&r.start).unwrap_or(0))
+        .collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    let listed = buckets
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let (mut parts, body) = answer.into_parts();
+    if let Ok(v) = HeaderValue::from_str(&listed) {
+        parts.headers.insert("halite-partial", v);
+    }
+    let is_json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    if is_json && let Ok(Json_::Object(mut obj)) = serde_json::from_slice::<Json_>(&bytes) {
+        obj.insert("partial".into(), Json_::Bool(true));
+        obj.insert("missing_buckets".into(), json!(buckets));
+        obj.insert("missing_regions".into(), json!(regions));
+        let body = serde_json::to_vec(&Json_::Object(obj)).unwrap_or_default();
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, axum::body::Body::from(body));
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// One aggregate as JSON: `{"series": {field: value}, "field", "window_ms",

@@ -460,6 +460,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
     Ok(AggregatePage {
         aggregates,
         continuation,
+        partial: Vec::new(),
     })
 }
 

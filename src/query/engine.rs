@@ -10,7 +10,9 @@ use super::rows::{QueryRows, delete, run};
 use super::{AggregatePage, Query, QueryPage};
 use crate::catalog::TableName;
 use crate::error::Result;
+use crate::region::remote::ReadReport;
 use crate::store::Store;
+use crate::table::Table;
 
 /// Runs logical queries over one store's tables with a bounded pool of
 /// bucket-scan threads.
@@ -48,11 +50,29 @@ impl QueryEngine {
 
     /// A logical series query (see [`run`]): one page of rows.
     pub fn query(&self, name: &TableName, q: &Query) -> Result<QueryPage> {
-        run(self.store.table(name)?, self.pool.clone(), q)
+        let (table, report) = self.table_for_read(name)?;
+        let mut page = run(table, self.pool.clone(), q)?;
+        page.partial = report.map(|r| r.missing()).unwrap_or_default();
+        Ok(page)
     }
 
     /// A logical series query with aggregation pushed into the bucket scans.
     pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<AggregatePage> {
-        aggregate(self.store.table(name)?, &self.pool, q)
+        let (table, report) = self.table_for_read(name)?;
+        let mut page = aggregate(table, &self.pool, q)?;
+        page.partial = report.map(|r| r.missing()).unwrap_or_default();
+        Ok(page)
+    }
+
+    /// The table as one request reads it: in cluster mode with a report of
+    /// the regions another node owns that it read without their MemStore
+    /// edits (their owner did not answer).
+    fn table_for_read(&self, name: &TableName) -> Result<(Arc<Table>, Option<Arc<ReadReport>>)> {
+        let table = self.store.table(name)?;
+        if !table.has_remote_regions() {
+            return Ok((table, None));
+        }
+        let (table, report) = table.for_reads();
+        Ok((table, Some(report)))
     }
 }

@@ -378,5 +378,6 @@ pub fn run(table: Arc<Table>, pool: Arc<QueryPool>, q: &Query) -> Result<QueryPa
         continuation: rows_of.continuation()?,
         buckets_scanned: rows_of.buckets(),
         rows,
+        partial: Vec::new(),
     })
 }

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::objects::Objects;
 use crate::ownership::{self, ShardOwner};
 use crate::region::file_cache::FileCache;
-use crate::region::remote::RemoteRegion;
+use crate::region::remote::{Nodes, RemoteRegion};
 use crate::region::shared_files::{OwnedShard, SharedFiles, names_in_manifest};
 use crate::region::sst::cache::BlockCache;
 use crate::region::wal::record::SourceShard;
@@ -40,6 +40,10 @@ pub struct ClusterStorage {
     pub objects: Arc<Objects>,
     /// This node's name: leases and manifests say who wrote them.
     pub node: String,
+    /// Where the other nodes reach this node's API (`host:port`).
+    pub address: String,
+    /// Where every node listens (for their regions' MemStore tails).
+    pub nodes: Arc<Nodes>,
     /// Store files of regions other nodes own, downloaded for queries.
     pub files: Arc<FileCache>,
 }
@@ -112,6 +116,7 @@ impl Cluster {
             descriptor_of(desc, i),
             self.storage.objects.clone(),
             self.storage.files.clone(),
+            self.storage.nodes.clone(),
             cache.clone(),
             clock.clone(),
         )))
@@ -127,7 +132,7 @@ impl Cluster {
         let regions = (0..desc.regions.len())
             .map(|i| self.remote(&desc, i, cache, clock))
             .collect();
-        Table { desc, regions }
+        Table::new(desc, regions)
     }
 }
 
@@ -197,6 +202,11 @@ impl Store {
         }
         for s in &self.shards {
             s.wal.forget_regions_except(&Default::default());
+        }
+        if let Some(c) = &self.cluster {
+            c.storage
+                .nodes
+                .register(&c.storage.node, &c.storage.address)?;
         }
         self.refresh_catalog()?;
         Ok(())
@@ -294,10 +304,7 @@ impl Store {
                 }
                 self.tables.write().insert(
                     table_name.clone(),
-                    Arc::new(Table {
-                        desc: table.desc.clone(),
-                        regions,
-                    }),
+                    Arc::new(Table::new(table.desc.clone(), regions)),
                 );
             }
             Ok(())
@@ -381,10 +388,7 @@ impl Store {
             }
             self.tables.write().insert(
                 name.clone(),
-                Arc::new(Table {
-                    desc: table.desc.clone(),
-                    regions,
-                }),
+                Arc::new(Table::new(table.desc.clone(), regions)),
             );
         }
         tracing::info!(
@@ -494,6 +498,16 @@ impl Store {
                 held_s,
             })
             .collect()
+    }
+
+    /// The region `id` when it is open here (owned, in cluster mode).
+    pub fn local_region(&self, id: u64) -> Option<Arc<crate::region::Region>> {
+        self.tables.read().values().find_map(|t| {
+            t.regions
+                .iter()
+                .find(|r| r.id() == id)
+                .and_then(|r| r.local().cloned())
+        })
     }
 
     /// The local regions of a shard this node owns.

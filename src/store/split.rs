@@ -101,10 +101,7 @@ impl Store {
                 ));
                 self.tables.write().insert(
                     name.clone(),
-                    Arc::new(Table {
-                        desc: table.desc.clone(),
-                        regions,
-                    }),
+                    Arc::new(Table::new(table.desc.clone(), regions)),
                 );
                 return Err(e);
             }
@@ -122,7 +119,7 @@ impl Store {
         );
         self.tables
             .write()
-            .insert(name.clone(), Arc::new(Table { desc, regions }));
+            .insert(name.clone(), Arc::new(Table::new(desc, regions)));
         // Everything of the parent is in the daughters' files now.
         self.shard_of(id).wal.mark_flushed(id, u64::MAX);
         let d = region_dir(&self.dir, id);

@@ -1,0 +1,62 @@
+//! Routes the nodes of a cluster call on each other (docs/cluster.md):
+//! `GET /internal/v1/regions/{id}/tail?start=<hex>&stop=<hex>` answers a
+//! region's MemStore edits in those rows and the store files it reads
+//! now, in the layout of `region/tail.rs`, when this node owns the region
+//! (404 otherwise: the reader then reads what the manifest names and
+//! calls its answer partial).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::error::{ApiError, ApiResult};
+use super::state::{AppState, Params, blocking};
+use crate::catalog::from_hex;
+use crate::error::Error;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TailParams {
+    start: Option<String>,
+    stop: Option<String>,
+}
+
+pub(super) async fn region_tail(
+    State(s): State<Arc<AppState>>,
+    Path(id): Path<u64>,
+    Params(p): Params<TailParams>,
+) -> ApiResult<Response> {
+    let hex = |v: Option<String>| {
+        v.map(|h| from_hex(&h))
+            .transpose()
+            .map_err(|e| ApiError::bad(format!("start and stop are hex rows: {e}")))
+    };
+    let (start, stop) = (hex(p.start)?, hex(p.stop)?);
+    let store = s.store.clone();
+    let tail = blocking(move || -> Result<Option<Vec<u8>>, Error> {
+        let Some(region) = store.local_region(id) else {
+            return Ok(None);
+        };
+        let tail = region.tail(start.as_deref(), stop.as_deref())?;
+        Ok(Some(crate::region::tail::encode_tail(&tail)))
+    })
+    .await?;
+    match tail {
+        Some(bytes) => Ok((
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            )],
+            bytes,
+        )
+            .into_response()),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_owned",
+            format!("region {id} is not owned by this node"),
+        )),
+    }
+}
