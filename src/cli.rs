@@ -111,6 +111,81 @@ impl Client {
         })
     }
 
+    /// `halite cluster`: every partition's lease, and what the server
+    /// holds (`/api/v1/cluster`).
+    pub fn cluster(&self) -> CliResult {
+        let r = self.call("GET", "/api/v1/cluster", None, b"")?;
+        self.finish(r, |s| {
+            if s["mode"] != "cluster" {
+                return "a single node (no [cluster] node set)\n".to_string();
+            }
+            let node = s["node"].as_str().unwrap_or("");
+            let held: std::collections::BTreeMap<String, &Value> = s["held"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|h| {
+                    (
+                        format!("{}/{}", h["topic"].as_str().unwrap_or(""), h["partition"]),
+                        h,
+                    )
+                })
+                .collect();
+            let rows: Vec<Vec<String>> = s["leases"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|l| {
+                    let shard = l["shard"].as_str().unwrap_or("").to_string();
+                    let here = held.get(&shard);
+                    vec![
+                        shard,
+                        l["owner"].as_str().unwrap_or("").to_string(),
+                        l["epoch"].to_string(),
+                        here.map_or(String::new(), |h| {
+                            h["regions"]
+                                .as_array()
+                                .map(|r| {
+                                    r.iter()
+                                        .map(|x| x.to_string())
+                                        .collect::<Vec<_>>()
+                                        .join(",")
+                                })
+                                .unwrap_or_default()
+                        }),
+                        here.map_or(String::new(), |h| match h["published_below"].as_u64() {
+                            Some(p) => p.to_string(),
+                            None => "-".into(),
+                        }),
+                        here.map_or(String::new(), |h| {
+                            if h["fenced"] == true {
+                                "fenced"
+                            } else {
+                                "held here"
+                            }
+                            .to_string()
+                        }),
+                    ]
+                })
+                .collect();
+            format!(
+                "node {node}, objects {}\n{}",
+                s["objects"].as_str().unwrap_or(""),
+                render(
+                    &[
+                        "PARTITION",
+                        "OWNER",
+                        "EPOCH",
+                        "REGIONS",
+                        "PUBLISHED BELOW",
+                        "HERE"
+                    ],
+                    &rows
+                )
+            )
+        })
+    }
+
     pub fn table_describe(&self, name: &str) -> CliResult {
         let r = self.call("GET", &format!("/api/v1/tables/{name}"), None, b"")?;
         self.finish(r, |t| {

@@ -159,6 +159,12 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Who owns what in a cluster: every partition's lease (owner and
+    /// epoch) and the partitions the server holds.
+    Cluster {
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Manage namespaces on a running server.
     Namespace {
         #[command(subcommand)]
@@ -538,6 +544,7 @@ fn run_client(command: Command) -> Result<(), String> {
                 TableCmd::Compact { name } => c.table_compact(&name),
             }
         }
+        Command::Cluster { conn } => client(&conn).cluster(),
         Command::Namespace { cmd, conn } => {
             let c = client(&conn);
             match cmd {

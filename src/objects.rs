@@ -268,11 +268,35 @@ impl Objects {
         Ok(path)
     }
 
-    /// Runs `request` on the store's runtime and waits for its answer.
-    /// The caller's thread blocks for as long as the store takes (its
-    /// retries included): call from a dedicated thread or a blocking task,
-    /// never from an async task.
+    /// Runs `request` (an `op`: get, put, delete or list) on the store's
+    /// runtime and waits for its answer, counting it and its time. The
+    /// caller's thread blocks for as long as the store takes (its retries
+    /// included): call from a dedicated thread or a blocking task, never
+    /// from an async task.
     fn wait<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        request: impl Future<Output = Result<T, object_store::Error>> + Send + 'static,
+    ) -> Result<T, object_store::Error> {
+        let started = std::time::Instant::now();
+        let answer = self.wait_untimed(request);
+        let outcome = match &answer {
+            Ok(_) => "ok",
+            Err(object_store::Error::NotFound { .. }) => "not_found",
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => "lost",
+            Err(_) => "error",
+        };
+        metrics::counter!("halite_object_store_requests_total", "op" => op, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("halite_object_store_request_seconds", "op" => op)
+            .record(started.elapsed().as_secs_f64());
+        answer
+    }
+
+    fn wait_untimed<T: Send + 'static>(
         &self,
         request: impl Future<Output = Result<T, object_store::Error>> + Send + 'static,
     ) -> Result<T, object_store::Error> {
@@ -310,7 +334,7 @@ impl Objects {
     pub fn get(&self, name: &str) -> Result<Option<(Bytes, Version)>, ObjectError> {
         let store = self.store.clone();
         let path = self.path(name)?;
-        let answer = self.wait(async move {
+        let answer = self.wait("get", async move {
             let got = store.get(&path).await?;
             let version = UpdateVersion {
                 e_tag: got.meta.e_tag.clone(),
@@ -353,7 +377,7 @@ impl Objects {
             mode,
             ..PutOptions::default()
         };
-        let answer = self.wait(async move {
+        let answer = self.wait("put", async move {
             store
                 .put_opts(&path, PutPayload::from_bytes(bytes), options)
                 .await
@@ -376,7 +400,7 @@ impl Objects {
     pub fn delete(&self, name: &str) -> Result<(), ObjectError> {
         let store = self.store.clone();
         let path = self.path(name)?;
-        match self.wait(async move { store.delete(&path).await }) {
+        match self.wait("delete", async move { store.delete(&path).await }) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.failed("delete", name, e)),
         }
@@ -387,7 +411,7 @@ impl Objects {
     pub fn list(&self, dir: &str) -> Result<Vec<(String, u64)>, ObjectError> {
         let store = self.store.clone();
         let path = self.path(dir)?;
-        let listed = self.wait(async move {
+        let listed = self.wait("list", async move {
             store
                 .list(Some(&path))
                 .map_ok(|meta| (meta.location, meta.size))

@@ -92,6 +92,102 @@ impl Telemetry {
     }
 }
 
+/// The metrics of cluster mode (docs/cluster.md), present once a node
+/// of a cluster did what they count.
+fn describe_cluster() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "halite_cluster_shards_taken_total",
+        "Partitions this node took (lease at a new epoch, regions adopted)."
+    );
+    describe_counter!(
+        "halite_cluster_shards_released_total",
+        "Partitions this node let go (revoked or fenced)."
+    );
+    describe_counter!(
+        "halite_cluster_fenced_total",
+        "Partitions another node took while this one still held them."
+    );
+    describe_histogram!(
+        "halite_cluster_take_seconds",
+        Unit::Seconds,
+        "Taking a partition: lease, adoption of its regions, downloads."
+    );
+    describe_gauge!(
+        "halite_cluster_partition_epoch",
+        "The epoch this node holds a partition at (0: not held)."
+    );
+    describe_gauge!(
+        "halite_cluster_partitions_held",
+        "Partitions this node holds."
+    );
+    describe_counter!(
+        "halite_cluster_replay_bytes_total",
+        Unit::Bytes,
+        "Message bytes replayed after taking partitions, up to where they ended then."
+    );
+    describe_histogram!(
+        "halite_cluster_replay_seconds",
+        Unit::Seconds,
+        "Replaying a partition taken, up to where it ended then."
+    );
+    describe_counter!(
+        "halite_object_store_requests_total",
+        "Object-store requests, by op and outcome (ok, not_found, lost, error)."
+    );
+    describe_histogram!(
+        "halite_object_store_request_seconds",
+        Unit::Seconds,
+        "Object-store requests, by op, retries included."
+    );
+    describe_counter!(
+        "halite_object_store_uploaded_bytes_total",
+        Unit::Bytes,
+        "Store file bytes uploaded."
+    );
+    describe_counter!(
+        "halite_object_store_downloaded_bytes_total",
+        Unit::Bytes,
+        "Store file bytes downloaded."
+    );
+    describe_histogram!(
+        "halite_object_store_upload_seconds",
+        Unit::Seconds,
+        "Uploading one store file."
+    );
+    describe_histogram!(
+        "halite_object_store_download_seconds",
+        Unit::Seconds,
+        "Downloading one store file."
+    );
+    describe_histogram!(
+        "halite_manifest_publish_seconds",
+        Unit::Seconds,
+        "Publishing a region manifest (a conditional write)."
+    );
+    describe_counter!(
+        "halite_file_cache_hits_total",
+        "Reads of other nodes' store files the file cache held."
+    );
+    describe_counter!(
+        "halite_file_cache_misses_total",
+        "Reads of other nodes' store files the file cache downloaded."
+    );
+    describe_counter!(
+        "halite_file_cache_evictions_total",
+        "Files the file cache deleted to stay in its budget."
+    );
+    describe_gauge!(
+        "halite_file_cache_bytes",
+        Unit::Bytes,
+        "Bytes the file cache holds."
+    );
+    describe_counter!(
+        "halite_kafka_misrouted_points_total",
+        "Points dropped: their bucket travels in another partition than the one they came in."
+    );
+}
+
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_gauge!(
@@ -112,6 +208,7 @@ fn describe() {
         "Partitions paused because the writers are saturated."
     );
     describe_gauge!("halite_healthy", "1 while the process answers (/healthz).");
+    describe_cluster();
     describe_gauge!(
         "halite_disk_full",
         "1 while writes wait for disk space (a WAL segment or a flush failed with ENOSPC)."

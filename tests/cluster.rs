@@ -493,4 +493,30 @@ fn http_writes_go_through_the_topic_and_every_node_reads_them() {
     for node in &nodes {
         assert_eq!(ingest_counter(node, "misrouted_points"), 0);
     }
+
+    // `halite cluster` shows every partition's owner and epoch, and which
+    // it holds itself.
+    let owners = owners(&everyone).expect("owners");
+    let out = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .args(["cluster", "--server", &nodes[0].addr()])
+        .output()
+        .expect("halite cluster");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("node a, objects s3://halite/cluster"),
+        "{text}"
+    );
+    for (p, owner) in &owners {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("cpu/{p} ")))
+            .unwrap_or_else(|| panic!("no cpu/{p} in\n{text}"));
+        assert!(line.contains(&format!(" {owner} ")), "{line}");
+        assert_eq!(line.contains("held here"), owner == "a", "{line}");
+    }
 }

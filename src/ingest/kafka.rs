@@ -453,6 +453,18 @@ impl ConsumerLoop {
                     if let Some(at) = at {
                         let payload = m.payload().unwrap_or_default();
                         buffered += payload.len();
+                        if let Some(routes) = &self.shared.cluster
+                            && routes.replays.load(Ordering::Relaxed) > 0
+                        {
+                            let key = (m.topic().to_string(), m.partition());
+                            routes.replayed(&key, m.offset(), payload.len(), || {
+                                shared::cached_high_watermark(
+                                    &self.consumer,
+                                    m.topic(),
+                                    m.partition(),
+                                )
+                            });
+                        }
                         pending[at].push(m.offset(), payload);
                         if pending[at].messages.len() >= self.batch_messages
                             || pending[at].bytes() >= self.batch_bytes
@@ -673,6 +685,7 @@ impl ConsumerLoop {
             {
                 Ok(start) => {
                     routes.next_incarnation(&key);
+                    routes.replay_from(&key, start.from.unwrap_or(0) as i64, None);
                     self.shared.tracker.lock().partitions.remove(&key);
                     let offset = start
                         .from

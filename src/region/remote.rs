@@ -293,6 +293,8 @@ impl RemoteRegion {
                 let key = (family.name.clone(), id);
                 named.insert(key.clone());
                 if let Some(r) = self.open.lock().get(&key) {
+                    // Open already: a read the cache served.
+                    metrics::counter!("halite_file_cache_hits_total").increment(1);
                     readers.push(r.clone());
                     continue;
                 }

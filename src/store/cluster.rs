@@ -332,6 +332,13 @@ impl Store {
             "took the partition's regions"
         );
         metrics::counter!("halite_cluster_shards_taken_total").increment(1);
+        metrics::gauge!(
+            "halite_cluster_partition_epoch",
+            "topic" => stream.to_string(),
+            "partition" => shard.to_string()
+        )
+        .set(start.epoch as f64);
+        metrics::gauge!("halite_cluster_partitions_held").set(cluster.held.lock().len() as f64);
         metrics::histogram!("halite_cluster_take_seconds").record(started.elapsed().as_secs_f64());
         drop(opened);
         Ok(start)
@@ -400,6 +407,13 @@ impl Store {
             "released the partition's regions"
         );
         metrics::counter!("halite_cluster_shards_released_total").increment(1);
+        metrics::gauge!(
+            "halite_cluster_partition_epoch",
+            "topic" => key.0.clone(),
+            "partition" => key.1.to_string()
+        )
+        .set(0.0);
+        metrics::gauge!("halite_cluster_partitions_held").set(cluster.held.lock().len() as f64);
     }
 
     /// Releases every shard whose owner was fenced (another node took it

@@ -188,6 +188,7 @@ impl IngestContext {
             let key = (topic.clone(), *partition);
             routes.next_incarnation(&key);
             routes.retake.lock().remove(&key);
+            routes.end_replay(&key);
             self.shared.store.release_shard(topic, *partition as u32);
             routes.committed.lock().remove(&key);
         }
@@ -246,6 +247,7 @@ impl IngestContext {
                 continue;
             };
             routes.next_incarnation(&key);
+            routes.replay_from(&key, start.from.unwrap_or(0) as i64, None);
             let offset = start
                 .from
                 .map_or(Offset::Beginning, |o| Offset::Offset(o as i64));

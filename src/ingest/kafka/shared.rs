@@ -63,6 +63,24 @@ pub(super) struct ClusterRoutes {
     /// that failed (paused until it succeeds), or a batch that could not
     /// be written (later batches must not move positions past it).
     pub(super) retake: Mutex<BTreeSet<PartitionKey>>,
+    /// Partitions being replayed since they were taken, until the consumer
+    /// reaches where the partition ended when it was taken.
+    pub(super) replaying: Mutex<HashMap<PartitionKey, Replay>>,
+    /// How many there are (read per message without the lock).
+    pub(super) replays: std::sync::atomic::AtomicUsize,
+}
+
+/// A partition's replay after it was taken: from its manifests' position
+/// to the end the partition had then.
+#[derive(Debug)]
+pub(super) struct Replay {
+    pub(super) from: i64,
+    /// The partition's end when it was taken (the high watermark of the
+    /// consumer's fetches; unknown until the first one).
+    pub(super) until: Option<i64>,
+    pub(super) started: Instant,
+    pub(super) messages: u64,
+    pub(super) bytes: u64,
 }
 
 impl ClusterRoutes {
@@ -72,6 +90,66 @@ impl ClusterRoutes {
 
     pub(super) fn next_incarnation(&self, p: &PartitionKey) {
         *self.incarnations.lock().entry(p.clone()).or_insert(0) += 1;
+    }
+
+    /// A partition was taken and is read from `from` (its start: 0).
+    pub(super) fn replay_from(&self, p: &PartitionKey, from: i64, until: Option<i64>) {
+        let mut r = self.replaying.lock();
+        r.insert(
+            p.clone(),
+            Replay {
+                from,
+                until,
+                started: Instant::now(),
+                messages: 0,
+                bytes: 0,
+            },
+        );
+        self.replays.store(r.len(), Ordering::Relaxed);
+    }
+
+    /// A message of a partition being replayed came (`high`: the
+    /// partition's end as the last fetch said); a replay that reached its
+    /// end is logged and measured.
+    pub(super) fn replayed(
+        &self,
+        p: &PartitionKey,
+        offset: i64,
+        bytes: usize,
+        high: impl FnOnce() -> Option<i64>,
+    ) {
+        let mut r = self.replaying.lock();
+        let Some(replay) = r.get_mut(p) else {
+            return;
+        };
+        replay.messages += 1;
+        replay.bytes += bytes as u64;
+        if replay.until.is_none() {
+            replay.until = high();
+        }
+        if replay.until.is_some_and(|until| offset + 1 >= until) {
+            let took = replay.started.elapsed().as_secs_f64();
+            tracing::info!(
+                topic = %p.0,
+                partition = p.1,
+                from = replay.from,
+                messages = replay.messages,
+                bytes = replay.bytes,
+                took_s = took,
+                "replayed the partition up to where it ended when it was taken"
+            );
+            metrics::counter!("halite_cluster_replay_bytes_total").increment(replay.bytes);
+            metrics::histogram!("halite_cluster_replay_seconds").record(took);
+            r.remove(p);
+            self.replays.store(r.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// A partition let go stops counting as replayed.
+    pub(super) fn end_replay(&self, p: &PartitionKey) {
+        let mut r = self.replaying.lock();
+        r.remove(p);
+        self.replays.store(r.len(), Ordering::Relaxed);
     }
 }
 
