@@ -528,6 +528,75 @@ impl Catalog {
         })
     }
 
+    /// Starts a salt epoch: points of `name` at or after `from` (in the
+    /// table's time unit) are salted into `buckets` buckets. A count above
+    /// every earlier one gets a region per new bucket, carved off the end
+    /// of the region that holds the old last bucket's successor; no key
+    /// written so far moves, as every one has a salt below the old count.
+    /// `prepare` sees the new descriptor and the ids of the new regions
+    /// before the catalog names them.
+    pub fn add_salt_epoch(
+        &self,
+        name: &TableName,
+        from: u64,
+        buckets: u32,
+        mut prepare: impl FnMut(&TableDescriptor, &[u64]) -> Result<()>,
+    ) -> Result<(TableDescriptor, Vec<u64>)> {
+        self.update(|d| {
+            let next_id = &mut d.next_region_id;
+            let t = d
+                .tables
+                .get_mut(&name.to_string())
+                .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))?;
+            let mut key = t.key.clone();
+            let Some(salt) = key.salt.as_mut() else {
+                return Err(Error::InvalidInput(format!(
+                    "table `{name}` has no salt: only a salted table's bucket count can change"
+                )));
+            };
+            if let Some(last) = salt.epochs.last()
+                && last.from >= from
+            {
+                return Err(Error::InvalidInput(format!(
+                    "table `{name}` already has a salt epoch from {}; a new one starts later",
+                    last.from
+                )));
+            }
+            let old_max = salt.max_buckets();
+            salt.epochs.push(crate::key::SaltEpoch { from, buckets });
+            key.validate()?;
+            let mut regions = t.regions.clone();
+            let mut new_ids = Vec::new();
+            for b in old_max..buckets {
+                let at = key.salt_bytes(b);
+                let i = regions
+                    .iter()
+                    .position(|r| r.contains(&at))
+                    .ok_or_else(|| Error::Internal("regions do not cover every row".into()))?;
+                if regions[i].start == at {
+                    continue;
+                }
+                let end = std::mem::replace(&mut regions[i].end, at.clone());
+                regions.insert(
+                    i + 1,
+                    RegionInfo {
+                        id: *next_id,
+                        start: at,
+                        end,
+                    },
+                );
+                new_ids.push(*next_id);
+                *next_id += 1;
+            }
+            let mut next = t.clone();
+            next.key = key;
+            next.regions = regions;
+            prepare(&next, &new_ids)?;
+            *t = next.clone();
+            Ok((next, new_ids))
+        })
+    }
+
     /// Records that `parent` of `name` is about to split at row `at`, and
     /// gives its daughters their ids.
     pub fn begin_split(&self, name: &TableName, parent: u64, at: &[u8]) -> Result<SplitIntent> {

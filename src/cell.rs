@@ -629,6 +629,24 @@ impl EntryBatch {
         self.row_ends.is_empty()
     }
 
+    /// Lets `rewrite` change every entry's row key in place (its length
+    /// stays): a row encoded before its table's salt changed gets its
+    /// bucket again.
+    pub fn rewrite_rows(&mut self, mut rewrite: impl FnMut(&mut [u8])) {
+        for e in &self.entries {
+            let key = &mut self.buf[e.start..e.start + e.key_len];
+            let Some(len) = key
+                .get(..2)
+                .map(|l| u16::from_be_bytes([l[0], l[1]]) as usize)
+            else {
+                continue;
+            };
+            if let Some(row) = key.get_mut(2..2 + len) {
+                rewrite(row);
+            }
+        }
+    }
+
     /// Entries (cells) in all rows.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -546,6 +546,7 @@ impl<'t> PointEncoder<'t> {
         RoutedRows {
             region_ids: self.table.regions.iter().map(|r| r.id).collect(),
             batches: self.batches,
+            salt_generation: self.table.key.salt_generation(),
         }
     }
 }

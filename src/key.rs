@@ -164,6 +164,21 @@ pub struct Salt {
     pub width: usize,
     #[serde(default)]
     pub from: SaltFrom,
+    /// Later bucket counts, each from a time on (in the table's time unit),
+    /// oldest first: a point is salted with the count of the epoch its time
+    /// falls in, so keys written before a change keep their buckets and
+    /// nothing is rewritten.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub epochs: Vec<SaltEpoch>,
+}
+
+/// A bucket count from a time on: `{ from = 1790000000000, buckets = 16 }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaltEpoch {
+    /// The first time (in the table's time unit) salted with `buckets`.
+    pub from: u64,
+    pub buckets: u32,
 }
 
 fn one() -> usize {
@@ -171,6 +186,37 @@ fn one() -> usize {
 }
 
 impl Salt {
+    /// The bucket count of points at time `ts`.
+    pub fn buckets_at(&self, ts: u64) -> u32 {
+        self.epochs
+            .iter()
+            .rev()
+            .find(|e| e.from <= ts)
+            .map_or(self.buckets, |e| e.buckets)
+    }
+
+    /// Every bucket count in use, with the times `[from, until)` it
+    /// salts (`until` None: from then on).
+    pub fn epoch_spans(&self) -> Vec<(u64, Option<u64>, u32)> {
+        let mut spans = Vec::with_capacity(self.epochs.len() + 1);
+        let mut from = 0;
+        let mut buckets = self.buckets;
+        for e in &self.epochs {
+            spans.push((from, Some(e.from), buckets));
+            (from, buckets) = (e.from, e.buckets);
+        }
+        spans.push((from, None, buckets));
+        spans
+    }
+
+    /// The most buckets any epoch has: the table's bucket regions.
+    pub fn max_buckets(&self) -> u32 {
+        self.epochs
+            .iter()
+            .map(|e| e.buckets)
+            .fold(self.buckets, u32::max)
+    }
+
     /// Whether the salt hashes this field.
     pub fn hashes(&self, f: &KeyField) -> bool {
         match &self.from {
@@ -391,11 +437,22 @@ impl KeySchema {
                 return Err(invalid("salt width must be 1 or 2 bytes".into()));
             }
             let max = if s.width == 1 { 256 } else { 65_536 };
-            if s.buckets < 2 || s.buckets > max {
-                return Err(invalid(format!(
-                    "salt buckets must be 2..={max} for a {}-byte salt, got {}",
-                    s.width, s.buckets
-                )));
+            for buckets in std::iter::once(s.buckets).chain(s.epochs.iter().map(|e| e.buckets)) {
+                if buckets < 2 || buckets > max {
+                    return Err(invalid(format!(
+                        "salt buckets must be 2..={max} for a {}-byte salt, got {buckets}",
+                        s.width
+                    )));
+                }
+            }
+            if !s.epochs.is_empty() && self.time_field().is_none() {
+                return Err(invalid(
+                    "salt epochs need a timestamp key field: a point's time picks its bucket count"
+                        .into(),
+                ));
+            }
+            if s.epochs.windows(2).any(|w| w[0].from >= w[1].from) {
+                return Err(invalid("salt epochs must start at increasing times".into()));
             }
             let salt_fields = self.salt_field_indexes();
             if salt_fields.is_empty() {
@@ -431,8 +488,66 @@ impl KeySchema {
                 .sum::<usize>()
     }
 
+    /// Buckets (and bucket regions) of the table: the most any salt epoch
+    /// has.
     pub fn buckets(&self) -> u32 {
-        self.salt.as_ref().map_or(1, |s| s.buckets)
+        self.salt.as_ref().map_or(1, Salt::max_buckets)
+    }
+
+    /// How many times the bucket count changed: rows encoded under another
+    /// generation may need their salt again ([`KeySchema::resalt_row`]).
+    pub fn salt_generation(&self) -> usize {
+        self.salt.as_ref().map_or(0, |s| s.epochs.len())
+    }
+
+    /// The index and byte offset (within the encoded fields) of the first
+    /// time field: the time that picks a point's salt epoch.
+    fn time_field(&self) -> Option<(usize, usize)> {
+        let mut at = 0;
+        for (i, f) in self.fields.iter().enumerate() {
+            if f.encoding.is_time() {
+                return Some((i, at));
+            }
+            at += f.encoding.width();
+        }
+        None
+    }
+
+    /// The time of encoded fields, for their salt epoch.
+    fn time_of(&self, encoded_fields: &[u8]) -> u64 {
+        let Some((i, at)) = self.time_field() else {
+            return 0;
+        };
+        let raw = encoded_fields
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_be_bytes);
+        match self.fields[i].encoding {
+            FieldEncoding::ReversedTimestamp => u64::MAX - raw,
+            _ => raw,
+        }
+    }
+
+    /// Sets the salt of a full row key again from its fields, for rows
+    /// encoded before the bucket count changed; `false` when the row is not
+    /// one of this schema's keys (left as it is).
+    pub fn resalt_row(&self, row: &mut [u8]) -> bool {
+        let Some(salt) = &self.salt else {
+            return true;
+        };
+        if row.len() != self.key_len() {
+            return false;
+        }
+        let (head, fields) = row.split_at_mut(self.prefix_len());
+        let Some(b) = self.bucket_of(fields) else {
+            return true;
+        };
+        if salt.width == 1 {
+            head[0] = b as u8;
+        } else {
+            head[..2].copy_from_slice(&(b as u16).to_be_bytes());
+        }
+        true
     }
 
     /// Indexes of the fields the salt hashes, in key order.
@@ -558,7 +673,12 @@ impl KeySchema {
                 xxhash_rust::xxh3::xxh3_64(&hashed)
             }
         };
-        Some((hash % u64::from(salt.buckets)) as u32)
+        let buckets = if salt.epochs.is_empty() {
+            salt.buckets
+        } else {
+            salt.buckets_at(self.time_of(encoded_fields))
+        };
+        Some((hash % u64::from(buckets)) as u32)
     }
 
     /// The salt bytes of a bucket.
@@ -648,11 +768,27 @@ impl KeySchema {
     }
 
     /// The bucket a query with these leading values lands in, when they fix
-    /// every salt field; `None` when it must fan out.
+    /// every salt field; `None` when it must fan out. Under the first salt
+    /// epoch: [`KeySchema::buckets_for_leading`] knows them all.
     pub fn bucket_for_leading(&self, values: &[FieldValue]) -> Result<Option<u32>, Error> {
-        if self.salt.is_none() {
+        Ok(self
+            .buckets_for_leading(values, 0, 1)?
+            .and_then(|b| b.first().copied()))
+    }
+
+    /// The buckets a query with these leading values and times `[start,
+    /// end)` (in the table's unit) reads, when the values fix
+    /// every salt field: one per salt epoch the times meet (fewer where
+    /// epochs agree); `None` when it must fan out over every bucket.
+    pub fn buckets_for_leading(
+        &self,
+        values: &[FieldValue],
+        start: u64,
+        end: u64,
+    ) -> Result<Option<Vec<u32>>, Error> {
+        let Some(salt) = &self.salt else {
             return Ok(None);
-        }
+        };
         let salt_fields = self.salt_field_indexes();
         if salt_fields.iter().any(|&i| i >= values.len()) {
             return Ok(None);
@@ -660,7 +796,37 @@ impl KeySchema {
         let mut encoded = self.encode_leading(values)?;
         let full: usize = self.fields.iter().map(|f| f.encoding.width()).sum();
         encoded.resize(full, 0);
-        Ok(self.bucket_of(&encoded))
+        if salt.epochs.is_empty() {
+            return Ok(self.bucket_of(&encoded).map(|b| vec![b]));
+        }
+        // The salt fields are fixed, so only the time moves a point between
+        // buckets: put each epoch's first time met into the fields.
+        let Some((i, at)) = self.time_field() else {
+            return Ok(None);
+        };
+        if salt_fields.contains(&i) {
+            // The values fix the time too: one point in time, one epoch.
+            return Ok(self.bucket_of(&encoded).map(|b| vec![b]));
+        }
+        let mut buckets = Vec::new();
+        for (from, until, _) in salt.epoch_spans() {
+            if until.is_some_and(|u| u <= start) || from >= end {
+                continue;
+            }
+            let t = from.max(start);
+            let raw = match self.fields[i].encoding {
+                FieldEncoding::ReversedTimestamp => u64::MAX - t,
+                _ => t,
+            };
+            encoded[at..at + 8].copy_from_slice(&raw.to_be_bytes());
+            if let Some(b) = self.bucket_of(&encoded)
+                && !buckets.contains(&b)
+            {
+                buckets.push(b);
+            }
+        }
+        buckets.sort_unstable();
+        Ok(Some(buckets))
     }
 
     /// Decodes a key back to named fields.
@@ -810,6 +976,78 @@ mod tests {
         .unwrap()
     }
 
+    /// A point is salted with its time's epoch; a series query reads the
+    /// bucket of each epoch its range meets; a row encoded under the old
+    /// count is salted again.
+    #[test]
+    fn salt_epochs_pick_the_count_by_the_points_time() {
+        let before = cpu();
+        let mut grown = cpu();
+        grown.salt.as_mut().unwrap().epochs.push(SaltEpoch {
+            from: 1_000,
+            buckets: 64,
+        });
+        grown.validate().unwrap();
+        assert_eq!(grown.buckets(), 64);
+        assert_eq!(grown.salt_generation(), 1);
+        let values = |host: &str, ts: u64| {
+            vec![
+                FieldValue::Str("cpu".into()),
+                FieldValue::Str(host.into()),
+                FieldValue::Uint(ts),
+            ]
+        };
+        // A host whose bucket differs between 16 and 64 buckets.
+        let host = (0..100)
+            .map(|i| format!("h{i}"))
+            .find(|h| {
+                before.encode_ordered(&values(h, 0)).unwrap()[0]
+                    != grown.encode_ordered(&values(h, 1_000)).unwrap()[0]
+            })
+            .expect("some host moves");
+        let old = before.encode_ordered(&values(&host, 999)).unwrap()[0];
+        let new = grown.encode_ordered(&values(&host, 1_000)).unwrap()[0];
+        assert_eq!(grown.encode_ordered(&values(&host, 999)).unwrap()[0], old);
+        let lead = &values(&host, 0)[..2];
+        let mut both = vec![u32::from(old), u32::from(new)];
+        both.sort_unstable();
+        assert_eq!(
+            grown.buckets_for_leading(lead, 0, 5_000).unwrap(),
+            Some(both)
+        );
+        assert_eq!(
+            grown.buckets_for_leading(lead, 0, 1_000).unwrap(),
+            Some(vec![u32::from(old)])
+        );
+        assert_eq!(
+            grown.buckets_for_leading(lead, 1_000, 1_001).unwrap(),
+            Some(vec![u32::from(new)])
+        );
+        assert_eq!(
+            grown.buckets_for_leading(&lead[..1], 0, 5_000).unwrap(),
+            None
+        );
+        let mut row = before.encode_ordered(&values(&host, 2_000)).unwrap();
+        assert!(grown.resalt_row(&mut row));
+        assert_eq!(row, grown.encode_ordered(&values(&host, 2_000)).unwrap());
+        assert!(!grown.resalt_row(&mut [1, 2, 3]));
+        // Epochs start at increasing times, within the salt's width.
+        let mut bad = grown.clone();
+        bad.salt.as_mut().unwrap().epochs.push(SaltEpoch {
+            from: 1_000,
+            buckets: 8,
+        });
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("increasing")
+        );
+        let mut bad = grown.clone();
+        bad.salt.as_mut().unwrap().epochs[0].buckets = 257;
+        assert!(bad.validate().unwrap_err().to_string().contains("2..=256"));
+    }
+
     /// The salt is part of the stored format: pin how it is computed.
     #[test]
     fn salt_hashes_the_salted_fields_adjacent_or_not() {
@@ -930,6 +1168,7 @@ mod tests {
             buckets: 300,
             width: 1,
             from: SaltFrom::Series,
+            epochs: Vec::new(),
         });
         assert!(bad.validate().unwrap_err().to_string().contains("2..=256"));
         let mut bad = cpu();

@@ -269,28 +269,80 @@ impl Store {
                 if self.cluster.is_some() {
                     return Ok(());
                 }
-                let mut parent = None;
-                for r in &desc.regions {
-                    let dir = region_dir(&self.dir, r.id);
-                    std::fs::create_dir_all(&dir)
-                        .map_err(|e| Error::io(&dir, "create region directory", e))?;
-                    crate::region::manifest::Manifest {
-                        next_file_id: 1,
-                        ..Default::default()
-                    }
-                    .store(&dir)?;
-                    parent = dir.parent().map(Path::to_path_buf);
-                }
-                if let Some(parent) = parent {
-                    crate::fsutil::fsync_dir(&parent)
-                        .map_err(|e| Error::io(&parent, "sync regions directory", e))?;
-                }
-                Ok(())
+                let ids: Vec<u64> = desc.regions.iter().map(|r| r.id).collect();
+                self.make_region_dirs(&ids)
             })?;
         let table = self.open_table(desc.clone())?;
         self.tables
             .write()
             .insert(desc.name.clone(), Arc::new(table));
+        Ok(desc)
+    }
+
+    /// Empty regions' directories, each with an empty manifest, synced.
+    fn make_region_dirs(&self, ids: &[u64]) -> Result<()> {
+        let mut parent = None;
+        for &id in ids {
+            let dir = region_dir(&self.dir, id);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::io(&dir, "create region directory", e))?;
+            crate::region::manifest::Manifest {
+                next_file_id: 1,
+                ..Default::default()
+            }
+            .store(&dir)?;
+            parent = dir.parent().map(Path::to_path_buf);
+        }
+        if let Some(parent) = parent {
+            crate::fsutil::fsync_dir(&parent)
+                .map_err(|e| Error::io(&parent, "sync regions directory", e))?;
+        }
+        Ok(())
+    }
+
+    /// Changes a salted table's bucket count from time `from` (in the
+    /// table's unit) on; nothing written is rewritten. `from` must lie
+    /// ahead of the server's clock, so no point already stored is salted
+    /// under the old count at a time the new one covers. The regions are
+    /// closed and reopened (with a new region per new bucket): a batch
+    /// encoded under the old count meets a closed region, comes back, and
+    /// is salted again before it is routed to the new layout.
+    pub fn add_salt_epoch(
+        &self,
+        name: &TableName,
+        from: u64,
+        buckets: u32,
+    ) -> Result<TableDescriptor> {
+        let _ddl = self.ddl.lock();
+        self.refuse_in_cluster("changing a table's bucket count")?;
+        let old = self.table(name)?;
+        let now = old.desc.key.time_unit.from_ms_ceil(self.clock.now_ms());
+        if from <= now {
+            return Err(Error::InvalidInput(format!(
+                "a salt epoch starts ahead of the server's clock (now {now} in the table's unit \
+                 `{}`, asked {from}): points already written keep the buckets they have",
+                old.desc.key.time_unit.name()
+            )));
+        }
+        for r in old.regions().iter().filter_map(RegionHandle::local) {
+            r.close()?;
+        }
+        let changed = self
+            .catalog
+            .add_salt_epoch(name, from, buckets, |_, ids| self.make_region_dirs(ids));
+        let desc = match changed {
+            Ok((desc, _)) => desc,
+            Err(e) => {
+                let table = self.open_table(old.desc.clone())?;
+                self.tables.write().insert(name.clone(), Arc::new(table));
+                return Err(e);
+            }
+        };
+        let table = self.open_table(desc.clone())?;
+        self.tables
+            .write()
+            .insert(desc.name.clone(), Arc::new(table));
+        tracing::info!(table = %name, from, buckets, regions = desc.regions.len(), "salt epoch added");
         Ok(desc)
     }
 
@@ -411,6 +463,17 @@ impl Store {
     ) -> Result<PendingBatch> {
         self.wait_for_memory()?;
         let table = self.table(name)?;
+        let mut rows = rows;
+        if rows.salt_generation != table.desc.key.salt_generation() {
+            // Encoded before the bucket count changed: salted again, and
+            // (as the layout changed with it) routed again below.
+            for b in &mut rows.batches {
+                b.rewrite_rows(|row| {
+                    table.desc.key.resalt_row(row);
+                });
+            }
+            rows.region_ids.clear();
+        }
         let same_layout = rows.region_ids.len() == table.desc.regions.len()
             && rows
                 .region_ids
@@ -541,6 +604,20 @@ impl Store {
                 std::thread::sleep(Duration::from_millis(2));
             }
             table = self.table(&name)?;
+            let refused = refused
+                .into_iter()
+                .map(|rows| match rows {
+                    // Encoded rows met a region the layout change closed:
+                    // salted again in case the bucket count changed with it.
+                    Rows::Entries(mut b) => {
+                        b.rewrite_rows(|row| {
+                            table.desc.key.resalt_row(row);
+                        });
+                        Rows::Entries(b)
+                    }
+                    other => other,
+                })
+                .collect();
             replies = self.send_once(&table, refused, origin.as_ref())?;
         }
     }

@@ -182,6 +182,9 @@ pub struct RoutedRows {
     pub region_ids: Vec<u64>,
     /// One batch per region, in the same order; empty where no row fell.
     pub batches: Vec<EntryBatch>,
+    /// The salt generation of the schema that encoded the rows
+    /// ([`crate::key::KeySchema::salt_generation`]).
+    pub salt_generation: usize,
 }
 
 impl RoutedRows {

@@ -490,7 +490,7 @@ fn record_bucket_bytes(
             prefix(start)
         };
         let past = if end.is_empty() {
-            Some(u64::from(salt.buckets))
+            Some(u64::from(salt.max_buckets()))
         } else if end.len() == w {
             prefix(end)
         } else {

@@ -127,6 +127,18 @@ pub(super) struct AlterReq {
     pub(super) families: Vec<FamilySpec>,
     /// `SKIP_WAL`, `ASYNC_WAL` or `SYNC_WAL`: HBase's ALTER DURABILITY.
     pub(super) durability: Option<crate::schema::Durability>,
+    /// A new bucket count from a time on (a salt epoch).
+    pub(super) salt: Option<SaltChange>,
+}
+
+/// `{"buckets": 16, "from": T}` (T in the table's time unit) or
+/// `{"buckets": 16, "from_ms": T}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SaltChange {
+    buckets: u32,
+    from: Option<u64>,
+    from_ms: Option<u64>,
 }
 
 pub(super) async fn alter_table(
@@ -137,6 +149,29 @@ pub(super) async fn alter_table(
     let name = table_name(&t)?;
     let req: AlterReq = json_body(body)?;
     let store = s.store.clone();
+    if let Some(salt) = req.salt {
+        if !req.families.is_empty() || req.durability.is_some() {
+            return Err(Error::InvalidInput(
+                "change the salt in a request of its own, without families or durability".into(),
+            )
+            .into());
+        }
+        let unit = store.table(&name)?.desc.key.time_unit;
+        let from = match (salt.from, salt.from_ms) {
+            (Some(t), None) => t,
+            (None, Some(ms)) => unit.from_ms_ceil(ms),
+            _ => {
+                return Err(Error::InvalidInput(
+                    "a salt change needs `from` (in the table's time unit) or `from_ms`, one of them"
+                        .into(),
+                )
+                .into());
+            }
+        };
+        return Ok(Json(
+            blocking(move || store.add_salt_epoch(&name, from, salt.buckets)).await?,
+        ));
+    }
     Ok(Json(
         blocking(move || store.alter(&name, &req.families, req.durability)).await?,
     ))

@@ -211,9 +211,9 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             "time range is inverted: start {start} > end {end}"
         )));
     }
-    let buckets: Vec<u32> = match schema.bucket_for_leading(&values)? {
+    let buckets: Vec<u32> = match schema.buckets_for_leading(&values, start, end)? {
         _ if start == end => Vec::new(), // an empty range matches nothing
-        Some(b) => vec![b],
+        Some(b) => b,
         None => (0..schema.buckets()).collect(),
     };
     let (mut lo, mut hi) = (lead.clone(), prefix_successor(&lead));

@@ -107,10 +107,10 @@ pub(super) fn count_bucket_rows(table: &Table, rows: &Rows) {
     let Some(salt) = &table.desc.key.salt else {
         return;
     };
-    if salt.buckets > 4096 {
+    if salt.max_buckets() > 4096 {
         return;
     }
-    let mut counts = vec![0u64; salt.buckets as usize];
+    let mut counts = vec![0u64; salt.max_buckets() as usize];
     let mut add = |row: &[u8]| {
         let bucket = match (salt.width, row) {
             (1, [b, ..]) => usize::from(*b),
