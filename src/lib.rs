@@ -8,7 +8,8 @@
 //! ```text
 //! app         serve(): wiring and ordered shutdown     (main.rs: the CLI)
 //! demo        `make run`: serve on its own broker and producer
-//! api/        HTTP: writes, reads, admin; JSON, NDJSON and Arrow answers
+//! api/        HTTP: writes, reads, admin, internal (node to node); JSON,
+//!             NDJSON and Arrow answers
 //! telemetry   metrics and logs, from the store's region stats
 //! config      every stage's settings, read from TOML
 //!   ▼
@@ -17,7 +18,8 @@
 //!             which app wires to the query engine)
 //! query/      logical queries: plan, rows (bucket scans merged),
 //!   ▼         aggregate, pool; engine = the query pool over the store
-//! store       tables, writer shards, splits, recovery, the memory limit
+//! store       tables, writer shards, splits, recovery, the memory limit;
+//!             cluster mode (partitions taken and released)
 //! verify      `halite verify`: a data directory checked offline
 //!   ▼
 //! table       routing, RoutedRows, TableScanner, RegionHandle
@@ -31,6 +33,8 @@
 //!         ├─ sst/        store files: frame, blocks, time-series blocks,
 //!         │              bloom, reader, writer; the block cache
 //!         ├─ manifest    the live file set, replaced atomically
+//!         ├─ shared_files cluster mode: uploads, publishes, adoption
+//!         ├─ remote      a region another node owns (file_cache, tail)
 //!         └─ read/       merge → resolve versions/deletes/TTL → filters → pages
 //!   ▼
 //! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
