@@ -767,15 +767,6 @@ impl KeySchema {
         Ok(out)
     }
 
-    /// The bucket a query with these leading values lands in, when they fix
-    /// every salt field; `None` when it must fan out. Under the first salt
-    /// epoch: [`KeySchema::buckets_for_leading`] knows them all.
-    pub fn bucket_for_leading(&self, values: &[FieldValue]) -> Result<Option<u32>, Error> {
-        Ok(self
-            .buckets_for_leading(values, 0, 1)?
-            .and_then(|b| b.first().copied()))
-    }
-
     /// The buckets a query with these leading values and times `[start,
     /// end)` (in the table's unit) reads, when the values fix
     /// every salt field: one per salt epoch the times meet (fewer where
@@ -1123,15 +1114,19 @@ mod tests {
             .unwrap();
         assert_eq!(key[0], other_time[0]);
         assert_eq!(
-            s.bucket_for_leading(&[
-                FieldValue::Str("cpu".into()),
-                FieldValue::Str("host_7".into())
-            ])
+            s.buckets_for_leading(
+                &[
+                    FieldValue::Str("cpu".into()),
+                    FieldValue::Str("host_7".into())
+                ],
+                0,
+                u64::MAX
+            )
             .unwrap(),
-            Some(u32::from(key[0]))
+            Some(vec![u32::from(key[0])])
         );
         assert_eq!(
-            s.bucket_for_leading(&[FieldValue::Str("cpu".into())])
+            s.buckets_for_leading(&[FieldValue::Str("cpu".into())], 0, u64::MAX)
                 .unwrap(),
             None
         );

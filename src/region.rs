@@ -665,6 +665,23 @@ impl Region {
             .sum()
     }
 
+    /// The newest cell version (ms) the region holds, in its MemStores or
+    /// store files; 0 when it holds none.
+    pub fn newest_cell_ms(&self) -> u64 {
+        let st = self.inner.state.read();
+        let memstores = std::iter::once(&st.active)
+            .chain(st.flushing.iter())
+            .filter(|m| m.cells() > 0)
+            .map(|m| m.time_range().1);
+        let files = st
+            .files
+            .values()
+            .flatten()
+            .filter(|r| r.meta().entries > 0)
+            .map(|r| r.meta().max_ts);
+        memstores.chain(files).max().unwrap_or(0)
+    }
+
     /// Whether some store file holds rows outside the region's range: files
     /// linked from a split parent, until a compaction rewrites them. Such a
     /// region must not split again.

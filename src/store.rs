@@ -257,6 +257,9 @@ impl Store {
 
     pub fn create_table(&self, req: &CreateTable) -> Result<TableDescriptor> {
         let _ddl = self.ddl.lock();
+        if req.key.salt_generation() > 0 {
+            self.refuse_in_cluster("a table with salt epochs")?;
+        }
         // The regions' directories (with empty manifests) are made and
         // synced before the catalog names them, as a split's daughters
         // are: a crash in between leaves directories no catalog names
@@ -301,12 +304,13 @@ impl Store {
     }
 
     /// Changes a salted table's bucket count from time `from` (in the
-    /// table's unit) on; nothing written is rewritten. `from` must lie
-    /// ahead of the server's clock, so no point already stored is salted
-    /// under the old count at a time the new one covers. The regions are
-    /// closed and reopened (with a new region per new bucket): a batch
-    /// encoded under the old count meets a closed region, comes back, and
-    /// is salted again before it is routed to the new layout.
+    /// table's unit) on; nothing written is rewritten. No point of the new
+    /// epoch may be stored under the old count, so `from` must lie ahead of
+    /// the server's clock, and ahead of every cell the table holds, once
+    /// its regions are closed and nothing more can be written under the
+    /// old count. The regions reopen with the new layout (a region per new
+    /// bucket): a batch encoded under the old count meets a closed region,
+    /// comes back, and is salted again before it is routed.
     pub fn add_salt_epoch(
         &self,
         name: &TableName,
@@ -316,33 +320,89 @@ impl Store {
         let _ddl = self.ddl.lock();
         self.refuse_in_cluster("changing a table's bucket count")?;
         let old = self.table(name)?;
-        let now = old.desc.key.time_unit.from_ms_ceil(self.clock.now_ms());
-        if from <= now {
+        let unit = old.desc.key.time_unit;
+        // The request checked before anything closes.
+        let mut key = old.desc.key.clone();
+        let Some(salt) = key.salt.as_mut() else {
             return Err(Error::InvalidInput(format!(
-                "a salt epoch starts ahead of the server's clock (now {now} in the table's unit \
-                 `{}`, asked {from}): points already written keep the buckets they have",
-                old.desc.key.time_unit.name()
+                "table `{name}` has no salt: only a salted table's bucket count can change"
+            )));
+        };
+        if let Some(last) = salt.epochs.last()
+            && last.from >= from
+        {
+            return Err(Error::InvalidInput(format!(
+                "table `{name}` already has a salt epoch from {}; a new one starts later",
+                last.from
             )));
         }
-        for r in old.regions().iter().filter_map(RegionHandle::local) {
-            r.close()?;
-        }
-        let changed = self
-            .catalog
-            .add_salt_epoch(name, from, buckets, |_, ids| self.make_region_dirs(ids));
+        salt.epochs.push(crate::key::SaltEpoch { from, buckets });
+        key.validate()?;
+        let ahead_of_clock = || {
+            let now = unit.from_ms_ceil(self.clock.now_ms());
+            if from <= now {
+                return Err(Error::InvalidInput(format!(
+                    "a salt epoch starts ahead of the server's clock (now {now} in the table's \
+                     unit `{}`, asked {from}): points already written keep the buckets they have",
+                    unit.name()
+                )));
+            }
+            Ok(())
+        };
+        ahead_of_clock()?;
+        let from_ms = unit.to_ms_floor(from).unwrap_or(u64::MAX);
+        let desc = self.with_regions_closed(&old, || {
+            ahead_of_clock()?;
+            for r in old.regions().iter().filter_map(RegionHandle::local) {
+                let newest = r.newest_cell_ms();
+                if newest >= from_ms {
+                    return Err(Error::InvalidInput(format!(
+                        "table `{name}` already holds a point stamped {newest} ms, at or after \
+                         the new epoch's start ({from_ms} ms): it would stay under the old \
+                         bucket count where reads of the new epoch do not look; start the \
+                         epoch after the newest point"
+                    )));
+                }
+            }
+            let (desc, _) = self
+                .catalog
+                .add_salt_epoch(name, from, buckets, |_, ids| self.make_region_dirs(ids))?;
+            Ok(desc)
+        })?;
+        tracing::info!(table = %name, from, buckets, regions = desc.regions.len(), "salt epoch added");
+        Ok(desc)
+    }
+
+    /// Closes `table`'s regions (flushed; writes meeting them come back
+    /// and are routed again), runs `change`, which returns the table's new
+    /// descriptor, and opens the regions it names. When a close or
+    /// `change` fails, the table opens again as the catalog has it.
+    fn with_regions_closed(
+        &self,
+        table: &Table,
+        change: impl FnOnce() -> Result<TableDescriptor>,
+    ) -> Result<TableDescriptor> {
+        let changed = table
+            .regions()
+            .iter()
+            .filter_map(RegionHandle::local)
+            .try_for_each(|r| r.close())
+            .and_then(|()| change());
         let desc = match changed {
-            Ok((desc, _)) => desc,
+            Ok(desc) => desc,
             Err(e) => {
-                let table = self.open_table(old.desc.clone())?;
-                self.tables.write().insert(name.clone(), Arc::new(table));
+                let current = self.catalog.table(&table.desc.name)?;
+                let reopened = self.open_table(current)?;
+                self.tables
+                    .write()
+                    .insert(table.desc.name.clone(), Arc::new(reopened));
                 return Err(e);
             }
         };
-        let table = self.open_table(desc.clone())?;
+        let reopened = self.open_table(desc.clone())?;
         self.tables
             .write()
-            .insert(desc.name.clone(), Arc::new(table));
-        tracing::info!(table = %name, from, buckets, regions = desc.regions.len(), "salt epoch added");
+            .insert(desc.name.clone(), Arc::new(reopened));
         Ok(desc)
     }
 
@@ -371,14 +431,9 @@ impl Store {
         self.refuse_in_cluster("altering a table")?;
         let old = self.table(name)?;
         let desc = self.catalog.alter(name, families, durability)?;
-        for r in old.regions().iter().filter_map(RegionHandle::local) {
-            r.close()?;
-        }
-        let table = self.open_table(desc.clone())?;
-        self.tables
-            .write()
-            .insert(desc.name.clone(), Arc::new(table));
-        Ok(desc)
+        // The catalog changed first: the regions reopen with the new
+        // attributes whatever the closes say.
+        self.with_regions_closed(&old, || Ok(desc))
     }
 
     /// Drops a table: out of the catalog first (so a crash cannot bring it

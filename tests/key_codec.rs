@@ -128,8 +128,9 @@ proptest! {
                 let lead = schema.encode_leading(&t[..n]).expect("leading");
                 prop_assert!(k[schema.prefix_len()..].starts_with(&lead));
             }
-            if let Some(b) = schema.bucket_for_leading(t).expect("bucket") {
-                prop_assert_eq!(Some(b), d.bucket);
+            if let Some(b) = schema.buckets_for_leading(t, 0, u64::MAX).expect("bucket") {
+                prop_assert_eq!(b.first().copied(), d.bucket);
+                prop_assert_eq!(b.len(), 1);
             }
         }
         for i in 0..keys.len() {

@@ -236,6 +236,42 @@ fn a_bucket_count_changed_mid_ingest_answers_as_if_it_had_always_been() {
         .sum();
     assert_eq!(total, (HOSTS * STEPS) as f64);
 
+    // A point already stored at or after the asked start would stay under
+    // the old count: refused, and the table takes writes as before.
+    create_table(&a, &table("early", 4));
+    let future = now_ms + 3_600_000;
+    let write = |ts: u64| {
+        request(
+            &a,
+            "POST",
+            "/api/v1/write?table=early&precision=ms",
+            Some("text/plain"),
+            format!("cpu,host=h01 user=1.5,idle=3i {ts}\n").as_bytes(),
+        )
+        .expect("write")
+    };
+    assert_eq!(write(future).status, 204);
+    let r = post(
+        &a,
+        "PATCH",
+        "/api/v1/tables/early",
+        &json!({"salt": {"buckets": 8, "from_ms": future - 60_000}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("already holds a point stamped"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(write(future + 1).status, 204, "the table reopened");
+    let r = post(
+        &a,
+        "PATCH",
+        "/api/v1/tables/early",
+        &json!({"salt": {"buckets": 8, "from_ms": future + 60_000}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+
     // A restart keeps the epochs: the same answers from what is on disk.
     let q = json!({"table": "grown", "series": [["metric", "cpu"], ["host", "h07"]]});
     let before = all_pages(&a, &q);
