@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv tools bench bench-peers bench-engine bench-query bench-kafka crash torture soak fuzz lint fmt clean
+.PHONY: run test build venv tools bench bench-peers bench-engine bench-query bench-kafka bench-cluster crash torture soak fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -73,6 +73,13 @@ bench-query:
 ## from a real broker: a bare consumer against halite ingesting durably.
 bench-kafka: venv
 	$(CARGO) bench --bench kafka
+## The cluster benchmark (issue #21): the same TSBS rows (1,000,000;
+## HALITE_BENCH_ROWS) ingested by one node and by three of a cluster over a
+## real broker and s3s-fs; CPU per row, q1/q2 through a node that does not
+## own the host against its owner, failover time and replay bytes after a
+## SIGKILL.
+bench-cluster: venv tools
+	$(CARGO) bench --bench cluster
 
 ## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
 crash:

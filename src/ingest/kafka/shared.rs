@@ -138,7 +138,8 @@ impl ClusterRoutes {
                 took_s = took,
                 "replayed the partition up to where it ended when it was taken"
             );
-            metrics::counter!("halite_cluster_replay_bytes_total").increment(replay.bytes);
+            let labels = [("topic", p.0.clone()), ("partition", p.1.to_string())];
+            metrics::counter!("halite_cluster_replay_bytes_total", &labels).increment(replay.bytes);
             metrics::histogram!("halite_cluster_replay_seconds").record(took);
             r.remove(p);
             self.replays.store(r.len(), Ordering::Relaxed);
