@@ -12,7 +12,9 @@
 //!    and rebalances included) per row.
 //! 3. q1 (the last 100 points of one host) and q2 (one host, all fields,
 //!    one hour) through a node of the three that does not own the host's
-//!    bucket, through its owner, and through the single node.
+//!    bucket, through its owner, and through the single node, once every
+//!    region was major-compacted (no flush or compaction under the
+//!    timings).
 //! 4. One of the three killed (SIGKILL) while its partitions hold unflushed
 //!    points: the time until the survivors own every partition, and the
 //!    bytes they replay against the bytes the victim had not published.
@@ -63,11 +65,18 @@ fn get_json(addr: &str, path: &str) -> Option<Json> {
 /// group) without waiting for it.
 fn spawn_node(sc: &Scenario, cluster: &str, name: &str) -> Node {
     let port = free_port();
-    let settings = [
+    let mut settings = vec![
         format!("cluster.node=\"{name}\""),
         format!("objects.url=\"s3://halite/{cluster}\""),
         format!("kafka.group_id=\"{cluster}\""),
     ];
+    // HALITE_BENCH_SET="region.flush_age=\"10s\"" tries other settings.
+    settings.extend(
+        std::env::var("HALITE_BENCH_SET")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from),
+    );
     let refs: Vec<&str> = settings.iter().map(String::as_str).collect();
     let data = sc.dir().join(format!("{cluster}-{name}"));
     Node {
@@ -260,7 +269,18 @@ fn main() {
     let steps = rows / HOSTS;
     let rows = steps * HOSTS;
     let s3 = S3::start(&["halite"]);
-    let sc = Scenario::new()
+    let mut builder = Scenario::new();
+    // HALITE_BENCH_CLIENT='"partition.assignment.strategy" = "cooperative-sticky"'
+    // adds lines to [kafka.client] (librdkafka settings), `;`-separated.
+    for line in std::env::var("HALITE_BENCH_CLIENT")
+        .unwrap_or_default()
+        .split(';')
+    {
+        if !line.trim().is_empty() {
+            builder = builder.client(line.trim());
+        }
+    }
+    let sc = builder
         .topic(TOPIC, PARTITIONS)
         .set(&format!("objects.endpoint=\"{}\"", s3.endpoint))
         .set("objects.region=\"us-east-1\"")
@@ -335,7 +355,20 @@ fn main() {
         std::thread::sleep(Duration::from_millis(100));
     };
 
-    // 3. q1 and q2 through a non-owner, the owner, and the single node.
+    // 3. q1 and q2 through a non-owner, the owner, and the single node,
+    // each region major-compacted by its owner first so that flushes and
+    // compactions after the ingest do not run under the timings.
+    for n in trio.iter().chain([&solo]) {
+        let r = request(
+            n.addr(),
+            "POST",
+            &format!("/api/v1/tables/{TABLE}/compact"),
+            None,
+            b"",
+        )
+        .expect("compact");
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
     let host = "host_0042";
     let desc = get_json(trio[0].addr(), &format!("/api/v1/tables/{TABLE}")).expect("table");
     let bucket_of_host = {
