@@ -184,7 +184,7 @@ fn describe_cluster() {
     );
     describe_counter!(
         "halite_kafka_misrouted_points_total",
-        "Points dropped: their bucket travels in another partition than the one they came in."
+        "Points that came in a partition not carrying their bucket, sent on to the one that does."
     );
 }
 

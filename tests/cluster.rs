@@ -519,4 +519,25 @@ fn http_writes_go_through_the_topic_and_every_node_reads_them() {
         assert!(line.contains(&format!(" {owner} ")), "{line}");
         assert_eq!(line.contains("held here"), owner == "a", "{line}");
     }
+
+    // A producer that keys by host (not by bucket) sends most points to a
+    // partition that does not carry their bucket: its consumer sends them
+    // on to the right one, and every point is read from every node (the
+    // 30 hosts again, whose points are the same cells, and 10 new ones).
+    common::kafka::produce(
+        sc.bootstrap(),
+        TOPIC,
+        common::kafka::Load {
+            hosts: 40,
+            points: 8_000,
+            per_message: 10,
+            rate: 0,
+        },
+    );
+    every_point_from_every_node(&nodes, 40, 8_000);
+    let misrouted: u64 = nodes
+        .iter()
+        .map(|n| ingest_counter(n, "misrouted_points"))
+        .sum();
+    assert!(misrouted > 0, "keyed by host, some points were misrouted");
 }

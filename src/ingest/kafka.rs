@@ -159,6 +159,12 @@ impl KafkaIngest {
             closing: AtomicBool::new(false),
             brokers_down: AtomicBool::new(false),
             sequence: Mutex::new(HashMap::new()),
+            // Points a producer sent to another partition than their
+            // bucket's go on to that partition.
+            forward: match &cluster {
+                Some(_) => Some(topic_writer::TopicWriter::start(config)?),
+                None => None,
+            },
             cluster,
         });
         let mut client = ClientConfig::new();

@@ -572,31 +572,39 @@ impl Store {
         self.held_regions(&(stream.to_string(), shard))
     }
 
-    /// Leaves in `rows` only the rows of regions partition `shard` of
-    /// `stream` carries (owned here); returns how many rows it dropped
-    /// (`None`: this node does not own the partition, now). A producer
-    /// that sent a point to another partition than its bucket's made
-    /// those: their bucket's owner never sees them.
-    pub fn retain_shard_rows(
+    /// Takes out of `rows` the rows of regions partition `shard` of
+    /// `stream` does not carry, and returns them (`None`: this node does
+    /// not own the partition, now). A producer that sent a point to
+    /// another partition than its bucket's made those: the ingest sends
+    /// them on to their bucket's partition.
+    pub fn split_off_foreign_rows(
         &self,
         rows: &mut RoutedRows,
         stream: &str,
         shard: u32,
-    ) -> Option<usize> {
+    ) -> Option<RoutedRows> {
         let cluster = self.cluster.as_ref()?;
         let key = (stream.to_string(), shard);
         let ours: Vec<u64> = match cluster.held.lock().get(&key) {
             Some(h) if !h.owner.is_fenced() => h.regions.iter().map(|(_, id)| *id).collect(),
             _ => return None,
         };
-        let mut dropped = 0;
-        for (id, batch) in rows.region_ids.iter().zip(rows.batches.iter_mut()) {
+        let mut foreign = RoutedRows {
+            region_ids: rows.region_ids.clone(),
+            batches: vec![crate::cell::EntryBatch::new(); rows.batches.len()],
+            salt_generation: rows.salt_generation,
+        };
+        for ((id, batch), out) in rows
+            .region_ids
+            .iter()
+            .zip(rows.batches.iter_mut())
+            .zip(foreign.batches.iter_mut())
+        {
             if !batch.is_empty() && !ours.contains(id) {
-                dropped += batch.rows();
-                *batch = crate::cell::EntryBatch::new();
+                *out = std::mem::take(batch);
             }
         }
-        Some(dropped)
+        Some(foreign)
     }
 
     /// Who holds each shard's lease on the object store, by shard name

@@ -44,6 +44,9 @@ pub(super) struct Shared {
     pub(super) sequence: Mutex<HashMap<PartitionKey, PartitionSequence>>,
     /// In cluster mode: what the group's assignments make this node own.
     pub(super) cluster: Option<ClusterRoutes>,
+    /// In cluster mode: sends rows a message brought to the wrong
+    /// partition on to their bucket's.
+    pub(super) forward: Option<super::topic_writer::TopicWriter>,
 }
 
 /// Cluster mode: each topic's partition count (a table's bucket `b`

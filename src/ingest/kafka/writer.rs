@@ -285,25 +285,48 @@ pub(super) fn submit_batch(
         },
     };
     if shared.cluster.is_some() {
-        match store.retain_shard_rows(&mut entries, &route.topic, batch.partition as u32) {
+        match store.split_off_foreign_rows(&mut entries, &route.topic, batch.partition as u32) {
             // Fenced or revoked meanwhile: the partition's owner writes it.
             None => return submitted,
-            Some(0) => {}
-            Some(misrouted) => {
+            Some(foreign) if foreign.rows() == 0 => {}
+            Some(foreign) => {
+                let misrouted = foreign.rows();
                 shared
                     .stats
                     .misrouted
                     .fetch_add(misrouted as u64, Ordering::Relaxed);
                 metrics::counter!("halite_kafka_misrouted_points_total", "topic" => route.topic.clone())
                     .increment(misrouted as u64);
-                tracing::warn!(
+                tracing::debug!(
                     topic = %route.topic,
                     partition = batch.partition,
                     first_offset = submitted.first,
                     points = misrouted,
-                    "points of buckets another partition carries were dropped: in cluster mode a \
-                     point goes to partition bucket % partitions (halite produce does this)"
+                    "points of buckets another partition carries go on to it"
                 );
+                // Acknowledged by the brokers before this batch counts as
+                // written: a failure reads the batch again (and sends them
+                // again: the same cells, written twice, are one).
+                let sent = shared
+                    .forward
+                    .as_ref()
+                    .ok_or_else(|| crate::error::Error::Internal("no forwarding producer".into()))
+                    .and_then(|f| {
+                        use crate::ingest::RowsSink;
+                        let pending = f.submit_rows(&desc, foreign)?;
+                        f.wait_rows(pending)
+                    });
+                if let Err(e) = sent {
+                    tracing::error!(
+                        topic = %route.topic,
+                        partition = batch.partition,
+                        first_offset = submitted.first,
+                        error = %e,
+                        "sending points on to their bucket's partition failed; the batch is read again"
+                    );
+                    submitted.failed = true;
+                    return submitted;
+                }
             }
         }
     }
