@@ -517,9 +517,13 @@ impl<'t> PointEncoder<'t> {
                     table.key.key_len()
                 ));
             }
+            // Salted as this node's schema says: the sender may have
+            // encoded it before the table's bucket count changed.
+            let mut salted = row_key.clone();
+            table.key.resalt_row(&mut salted);
             let region = table
                 .regions
-                .partition_point(|r| compare_bytes(&r.start, &row_key).is_le())
+                .partition_point(|r| compare_bytes(&r.start, &salted).is_le())
                 .saturating_sub(1);
             let batch = &mut self.batches[region];
             for e in &row {
@@ -527,7 +531,7 @@ impl<'t> PointEncoder<'t> {
                     .filter(|k| k.row == row_key.as_slice())
                     .ok_or_else(|| format!("row {i}: a cell key of another row"))?;
                 batch.push(
-                    k.row,
+                    &salted,
                     k.family,
                     k.qualifier,
                     k.timestamp,

@@ -318,7 +318,6 @@ impl Store {
         buckets: u32,
     ) -> Result<TableDescriptor> {
         let _ddl = self.ddl.lock();
-        self.refuse_in_cluster("changing a table's bucket count")?;
         let old = self.table(name)?;
         let unit = old.desc.key.time_unit;
         // The request checked before anything closes.
@@ -351,6 +350,9 @@ impl Store {
         };
         ahead_of_clock()?;
         let from_ms = unit.to_ms_floor(from).unwrap_or(u64::MAX);
+        if let Some(cluster) = &self.cluster {
+            return self.add_cluster_salt_epoch(cluster, &old, from, from_ms, buckets);
+        }
         let desc = self.with_regions_closed(&old, || {
             ahead_of_clock()?;
             for r in old.regions().iter().filter_map(RegionHandle::local) {

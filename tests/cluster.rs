@@ -541,3 +541,224 @@ fn http_writes_go_through_the_topic_and_every_node_reads_them() {
         .sum();
     assert!(misrouted > 0, "keyed by host, some points were misrouted");
 }
+
+/// Every point of series `host` a node reads, as `(ts, usage_user)`.
+fn series_points(addr: &str, host: &str) -> Vec<(u64, f64)> {
+    let answer = common::kafka::query(
+        addr,
+        &serde_json::json!({
+            "table": TABLE,
+            "series": [["metric", "cpu"], ["host", host]],
+            "fields": ["usage_user"]
+        }),
+    );
+    assert!(answer.get("partial").is_none(), "{answer}");
+    answer["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r["key"]["fields"]["ts"].as_u64().expect("ts"),
+                r["cells"][0]["value"].as_f64().expect("value"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_salt_epoch_in_a_cluster_gives_new_buckets_to_their_partitions_and_every_node_reads_them() {
+    let s3 = S3::start(&["halite"]);
+    let sc = cluster_scenario(&s3);
+    let mut nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .map(|n| Node {
+            name: n.to_string(),
+            port: free_port(),
+            server: None,
+        })
+        .collect();
+    for node in &mut nodes {
+        start(&sc, node);
+    }
+    let everyone: Vec<&Node> = nodes.iter().collect();
+    wait_for_owners(&everyone, Duration::from_secs(60), "at start");
+
+    // Points stamped ahead of the clock, so that the epoch (which starts
+    // ahead of it) can start in their middle.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let (hosts, steps, step_ms) = (20u64, 200u64, 1_000u64);
+    let t0 = now_ms + 600_000;
+    let from = t0 + steps / 2 * step_ms;
+    let value = |h: u64, s: u64| ((h * 7 + s * 3) % 100) as f64 + 0.25;
+    let write = |steps: std::ops::Range<u64>| {
+        for s in steps {
+            let body: String = (0..hosts)
+                .map(|h| {
+                    format!(
+                        "cpu,host=h{h:02} usage_user={},usage_idle={}i {}\n",
+                        value(h, s),
+                        h + s,
+                        t0 + s * step_ms
+                    )
+                })
+                .collect();
+            let via = nodes[(s % 2) as usize].addr();
+            let r = request(
+                &via,
+                "POST",
+                &format!("/api/v1/write?table={TABLE}&precision=ms"),
+                None,
+                body.as_bytes(),
+            )
+            .expect("write");
+            assert_eq!(r.status, 204, "{}", r.text());
+        }
+    };
+    let patch = |via: &Node, body: Json| {
+        request(
+            &via.addr(),
+            "PATCH",
+            &format!("/api/v1/tables/{TABLE}"),
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+        .expect("patch")
+    };
+    // Too close to the clock for every node to learn it in time.
+    let r = patch(
+        &nodes[1],
+        serde_json::json!({"salt": {"buckets": 32, "from_ms": now_ms + 2_000}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("ahead of the clock"), "{}", r.text());
+    write(0..steps / 2);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while nodes.iter().any(|n| count(&n.addr()) != hosts * steps / 2) {
+        assert!(Instant::now() < deadline, "the first half was not read");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Points at or after the start are already stored (the last step
+    // written is before `from`, so ask for one inside what was written).
+    let r = patch(
+        &nodes[1],
+        serde_json::json!({"salt": {"buckets": 32, "from_ms": from - 10 * step_ms}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("already holds points"), "{}", r.text());
+
+    let r = patch(
+        &nodes[1],
+        serde_json::json!({"salt": {"buckets": 32, "from_ms": from}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let desc: Json = serde_json::from_slice(&r.body).expect("json");
+    let region_ids: BTreeSet<u64> = desc["regions"]
+        .as_array()
+        .expect("regions")
+        .iter()
+        .map(|r| r["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(region_ids.len(), 32, "a region per bucket: {desc}");
+    // Within a few refreshes every node has the new layout, and each new
+    // bucket's region is held by the node holding its partition.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held: BTreeSet<u64> = nodes
+            .iter()
+            .filter_map(|n| cluster_status(&n.addr()))
+            .flat_map(|s| {
+                s["held"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .flat_map(|h| {
+                        h["regions"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|r| r.as_u64())
+                    })
+            })
+            .collect();
+        let layouts_known = nodes.iter().all(|n| {
+            request(
+                &n.addr(),
+                "GET",
+                &format!("/api/v1/tables/{TABLE}"),
+                None,
+                b"",
+            )
+            .ok()
+            .and_then(|r| serde_json::from_slice::<Json>(&r.body).ok())
+            .is_some_and(|d| d["regions"].as_array().map(Vec::len) == Some(32))
+        });
+        if layouts_known && held == region_ids {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "held {held:?} of {region_ids:?}, layouts known: {layouts_known}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    write(steps / 2..steps);
+    let expected = |h: u64| -> Vec<(u64, f64)> {
+        // Newest first: the key's time is reversed.
+        (0..steps)
+            .rev()
+            .map(|s| (t0 + s * step_ms, value(h, s)))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for node in &nodes {
+        for h in 0..hosts {
+            loop {
+                let got = series_points(&node.addr(), &format!("h{h:02}"));
+                if got == expected(h) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {} host {h}: {} of {steps} points",
+                    node.name,
+                    got.len()
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+
+    // The survivor of a kill takes the new buckets' regions with the rest
+    // and reads every point again.
+    nodes[1]
+        .server
+        .as_mut()
+        .expect("b runs")
+        .child
+        .kill()
+        .expect("kill -9");
+    let survivor = [&nodes[0]];
+    wait_for_owners(&survivor, Duration::from_secs(30), "after the kill");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for h in 0..hosts {
+        loop {
+            let got = series_points(&nodes[0].addr(), &format!("h{h:02}"));
+            if got == expected(h) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after the kill, host {h}: {} of {steps} points",
+                got.len()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}

@@ -168,6 +168,14 @@ pub(super) async fn alter_table(
                 .into());
             }
         };
+        if store.is_cluster() {
+            // Points of the new epoch already stored anywhere (in any
+            // node's regions or MemStores) would stay under the old count:
+            // asked of the whole cluster through a query first.
+            let queries = s.queries.clone();
+            let check_name = name.clone();
+            blocking(move || stored_from(&queries, &check_name, from)).await?;
+        }
         return Ok(Json(
             blocking(move || store.add_salt_epoch(&name, from, salt.buckets)).await?,
         ));
@@ -175,6 +183,41 @@ pub(super) async fn alter_table(
     Ok(Json(
         blocking(move || store.alter(&name, &req.families, req.durability)).await?,
     ))
+}
+
+/// Refuses a salt epoch from `from` (the table's unit) when the table
+/// already holds a point at or after it, or cannot tell (a partition is
+/// moving).
+fn stored_from(
+    queries: &crate::query::engine::QueryEngine,
+    name: &crate::catalog::TableName,
+    from: u64,
+) -> Result<(), Error> {
+    let q = crate::query::Query {
+        start: Some(from),
+        aggregate: Some(crate::query::Aggregate {
+            functions: vec![crate::query::AggFn::Count],
+            downsample_ms: None,
+            downsample: None,
+        }),
+        ..Default::default()
+    };
+    let page = queries.aggregate(name, &q)?;
+    if !page.partial.is_empty() {
+        return Err(Error::Unavailable(
+            "a partition of the table is moving between nodes, so its newest points are not \
+             known now; try again"
+                .into(),
+        ));
+    }
+    if !page.aggregates.is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "table `{name}` already holds points at or after the new epoch's start ({from} in \
+             the table's unit): they would stay under the old count where reads of the new \
+             epoch do not look; start the epoch after the newest point"
+        )));
+    }
+    Ok(())
 }
 
 pub(super) async fn drop_table(

@@ -93,7 +93,7 @@ impl MemoryGuard {
 pub struct CatalogRefresh;
 
 impl CatalogRefresh {
-    pub const EVERY: Duration = Duration::from_secs(5);
+    pub const EVERY: Duration = super::cluster::CATALOG_REFRESH;
 
     pub fn start(store: &Arc<Store>) -> std::io::Result<Chore> {
         Chore::start(store, "halite-catalog", Self::EVERY, |store| {

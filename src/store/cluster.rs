@@ -53,6 +53,10 @@ struct HeldShard {
     owner: Arc<OwnedShard>,
     /// The shard's regions: their table and id.
     regions: Vec<(TableName, u64)>,
+    /// The tables the shard feeds, and its stream's shard count: which
+    /// buckets it carries (a region a salt epoch adds joins it).
+    tables: Vec<TableName>,
+    partitions: u32,
     since: Instant,
 }
 
@@ -91,6 +95,14 @@ pub struct ShardStart {
 pub fn partition_of_bucket(bucket: u32, partitions: u32) -> u32 {
     bucket % partitions.max(1)
 }
+
+/// How often a node reads the shared catalog again (new tables, changed
+/// layouts).
+pub const CATALOG_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How many catalog refreshes ahead of the clock a salt epoch starts in
+/// cluster mode.
+pub const EPOCH_LEAD_REFRESHES: u64 = 3;
 
 /// A shard's name on the object store (its lease): `topic/partition`.
 pub fn shard_name(stream: &str, shard: u32) -> String {
@@ -220,14 +232,24 @@ impl Store {
         };
         let _ddl = self.ddl.lock();
         self.catalog.refresh()?;
+        self.open_catalog_changes(cluster)
+    }
+
+    /// Opens the tables the shared catalog gained and the layouts it
+    /// changed. Called under the DDL lock.
+    pub(super) fn open_catalog_changes(&self, cluster: &Cluster) -> Result<()> {
         for desc in self.catalog.tables(None) {
-            if self.tables.read().contains_key(&desc.name) {
-                continue;
+            let known = self.tables.read().get(&desc.name).map(|t| t.desc.clone());
+            match known {
+                Some(known) if known == desc => {}
+                Some(_) => self.relayout_table(cluster, desc)?,
+                None => {
+                    let table = cluster.unowned_table(desc, &self.cache, &self.clock);
+                    self.tables
+                        .write()
+                        .insert(table.desc.name.clone(), Arc::new(table));
+                }
             }
-            let table = cluster.unowned_table(desc, &self.cache, &self.clock);
-            self.tables
-                .write()
-                .insert(table.desc.name.clone(), Arc::new(table));
         }
         Ok(())
     }
@@ -265,6 +287,8 @@ impl Store {
         let mut held = HeldShard {
             owner: owner.clone(),
             regions: Vec::new(),
+            tables: tables.to_vec(),
+            partitions,
             since: Instant::now(),
         };
         let mut from: Option<Option<u64>> = None;
@@ -275,23 +299,7 @@ impl Store {
                 let mut regions = table.regions.clone();
                 for i in regions_of_shard(&table.desc, shard, partitions) {
                     let id = table.desc.regions[i].id;
-                    let shared = Arc::new(SharedFiles::new(
-                        cluster.storage.objects.clone(),
-                        owner.clone(),
-                        id,
-                    ));
-                    let region = RecoveringRegion::adopt(
-                        region_dir(&self.dir, id),
-                        descriptor_of(&table.desc, i),
-                        self.options.region.clone(),
-                        self.cache.clone(),
-                        shared,
-                    )?
-                    .open(
-                        self.shard_of(id).wal.clone(),
-                        self.clock.clone(),
-                        Some(self.maintenance.clone()),
-                    )?;
+                    let region = self.adopt_region(cluster, &owner, &table.desc, i)?;
                     let position = region.manifest().positions.get(&key).copied();
                     from = Some(match from {
                         None => position,
@@ -342,6 +350,153 @@ impl Store {
         metrics::histogram!("halite_cluster_take_seconds").record(started.elapsed().as_secs_f64());
         drop(opened);
         Ok(start)
+    }
+
+    /// Region `i` of `desc`, adopted from the object store under
+    /// `owner`'s epoch and opened here.
+    fn adopt_region(
+        &self,
+        cluster: &Cluster,
+        owner: &Arc<OwnedShard>,
+        desc: &TableDescriptor,
+        i: usize,
+    ) -> Result<crate::region::Region> {
+        let id = desc.regions[i].id;
+        let shared = Arc::new(SharedFiles::new(
+            cluster.storage.objects.clone(),
+            owner.clone(),
+            id,
+        ));
+        RecoveringRegion::adopt(
+            region_dir(&self.dir, id),
+            descriptor_of(desc, i),
+            self.options.region.clone(),
+            self.cache.clone(),
+            shared,
+        )?
+        .open(
+            self.shard_of(id).wal.clone(),
+            self.clock.clone(),
+            Some(self.maintenance.clone()),
+        )
+    }
+
+    /// A table whose layout changed in the shared catalog (a salt epoch
+    /// added regions for new buckets): the regions it had keep their
+    /// handles; a new one is adopted by the shard held here that carries
+    /// its bucket (and starts at the position the shard has published:
+    /// no message before it was salted into it), or read as another
+    /// node's. Called under the DDL lock.
+    pub(super) fn relayout_table(&self, cluster: &Cluster, desc: TableDescriptor) -> Result<()> {
+        let old = self.table(&desc.name)?;
+        let mut regions = Vec::with_capacity(desc.regions.len());
+        let mut seeds: Vec<(SourceShard, Option<u64>)> = Vec::new();
+        for (i, info) in desc.regions.iter().enumerate() {
+            if let Some(h) = old.regions.iter().find(|h| h.id() == info.id) {
+                regions.push(h.clone());
+                continue;
+            }
+            let bucket = desc.key.salt_bucket(&info.start).unwrap_or(0);
+            let holder = cluster
+                .held
+                .lock()
+                .iter()
+                .find(|(key, h)| {
+                    h.tables.contains(&desc.name)
+                        && !h.owner.is_fenced()
+                        && partition_of_bucket(bucket, h.partitions) == key.1
+                })
+                .map(|(key, h)| (key.clone(), h.owner.clone()));
+            let Some((key, owner)) = holder else {
+                regions.push(cluster.remote(&desc, i, &self.cache, &self.clock));
+                continue;
+            };
+            if !seeds.iter().any(|(k, _)| k == &key) {
+                seeds.push((key.clone(), self.published_position(&key.0, key.1)));
+            }
+            let region = Arc::new(self.adopt_region(cluster, &owner, &desc, i)?);
+            if let Some(h) = cluster.held.lock().get_mut(&key)
+                && !h.regions.iter().any(|(_, id)| *id == info.id)
+            {
+                h.regions.push((desc.name.clone(), info.id));
+            }
+            tracing::info!(
+                table = %desc.name,
+                region = info.id,
+                bucket,
+                topic = %key.0,
+                partition = key.1,
+                "took a new bucket's region with its partition"
+            );
+            regions.push(RegionHandle::Local(region));
+        }
+        let name = desc.name.clone();
+        self.tables
+            .write()
+            .insert(name.clone(), Arc::new(Table::new(desc, regions)));
+        // The new regions start where their shard's published files do:
+        // a position record (the older regions keep their higher ones),
+        // published by a flush of nothing.
+        for (key, position) in seeds {
+            let Some(durable_below) = position else {
+                continue;
+            };
+            let origin = crate::region::wal::record::SourcePosition {
+                stream: key.0.clone(),
+                shard: key.1,
+                durable_below,
+            };
+            self.wait(self.submit_position(&name, origin)?)?;
+            for r in self.held_regions(&key) {
+                if !r.manifest().positions.contains_key(&key) {
+                    r.flush()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Store::add_salt_epoch`] in cluster mode (under the DDL lock, the
+    /// request checked): every node learns the new count from the shared
+    /// catalog within [`CATALOG_REFRESH`], so the epoch must start
+    /// [`EPOCH_LEAD_REFRESHES`] refreshes ahead of the clock; points this
+    /// node holds at or after it refuse the change (the API asks every
+    /// node's, through a query, first). The new buckets' regions join the
+    /// partitions that carry them, here and on every node that refreshes.
+    pub(super) fn add_cluster_salt_epoch(
+        &self,
+        cluster: &Cluster,
+        table: &Table,
+        from: u64,
+        from_ms: u64,
+        buckets: u32,
+    ) -> Result<TableDescriptor> {
+        let lead_ms = CATALOG_REFRESH.as_millis() as u64 * EPOCH_LEAD_REFRESHES;
+        let earliest_ms = self.clock.now_ms() + lead_ms;
+        if from_ms < earliest_ms {
+            return Err(Error::InvalidInput(format!(
+                "in cluster mode a salt epoch starts at least {} s ahead of the clock (every \
+                 node must have the new count before its first point): start it at or after \
+                 {earliest_ms} ms, asked {from_ms} ms",
+                lead_ms / 1000
+            )));
+        }
+        for r in table.regions().iter().filter_map(RegionHandle::local) {
+            let newest = r.newest_cell_ms();
+            if newest >= from_ms {
+                return Err(Error::InvalidInput(format!(
+                    "table `{}` already holds a point stamped {newest} ms, at or after the new \
+                     epoch's start ({from_ms} ms); start the epoch after the newest point",
+                    table.desc.name
+                )));
+            }
+        }
+        let (desc, _) = self
+            .catalog
+            .add_salt_epoch(&table.desc.name, from, buckets, |_, _| Ok(()))?;
+        self.relayout_table(cluster, desc.clone())?;
+        tracing::info!(table = %desc.name, from, buckets, regions = desc.regions.len(), "salt epoch added");
+        Ok(desc)
     }
 
     /// Lets partition `shard` of `stream` go (revoked): its regions close
