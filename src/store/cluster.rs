@@ -238,11 +238,19 @@ impl Store {
     /// Opens the tables the shared catalog gained and the layouts it
     /// changed. Called under the DDL lock.
     pub(super) fn open_catalog_changes(&self, cluster: &Cluster) -> Result<()> {
+        let mut first_error = None;
         for desc in self.catalog.tables(None) {
             let known = self.tables.read().get(&desc.name).map(|t| t.desc.clone());
             match known {
                 Some(known) if known == desc => {}
-                Some(_) => self.relayout_table(cluster, desc)?,
+                Some(_) => {
+                    let name = desc.name.clone();
+                    // One table's trouble does not hold the others back.
+                    if let Err(e) = self.relayout_table(cluster, desc) {
+                        tracing::warn!(table = %name, error = %e, "laying the table out again failed; the next refresh tries again");
+                        first_error.get_or_insert(e);
+                    }
+                }
                 None => {
                     let table = cluster.unowned_table(desc, &self.cache, &self.clock);
                     self.tables
@@ -251,7 +259,7 @@ impl Store {
                 }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Takes partition `shard` of topic `stream` (of `partitions`), which
@@ -390,7 +398,7 @@ impl Store {
     pub(super) fn relayout_table(&self, cluster: &Cluster, desc: TableDescriptor) -> Result<()> {
         let old = self.table(&desc.name)?;
         let mut regions = Vec::with_capacity(desc.regions.len());
-        let mut seeds: Vec<(SourceShard, Option<u64>)> = Vec::new();
+        let mut joined: Vec<(SourceShard, u64)> = Vec::new();
         for (i, info) in desc.regions.iter().enumerate() {
             if let Some(h) = old.regions.iter().find(|h| h.id() == info.id) {
                 regions.push(h.clone());
@@ -411,14 +419,26 @@ impl Store {
                 regions.push(cluster.remote(&desc, i, &self.cache, &self.clock));
                 continue;
             };
-            if !seeds.iter().any(|(k, _)| k == &key) {
-                seeds.push((key.clone(), self.published_position(&key.0, key.1)));
-            }
-            let region = Arc::new(self.adopt_region(cluster, &owner, &desc, i)?);
-            if let Some(h) = cluster.held.lock().get_mut(&key)
-                && !h.regions.iter().any(|(_, id)| *id == info.id)
-            {
-                h.regions.push((desc.name.clone(), info.id));
+            let region = self.adopt_region(cluster, &owner, &desc, i)?;
+            // It starts where its shard's published files do (no message
+            // before was salted into it), published before it serves, so
+            // the shard's commits and a next owner's start never wait on
+            // it. A failure leaves everything as it was: the next refresh
+            // tries again.
+            if let Some(durable_below) = self.published_position(&key.0, key.1) {
+                let origin = crate::region::wal::record::SourcePosition {
+                    stream: key.0.clone(),
+                    shard: key.1,
+                    durable_below,
+                };
+                region
+                    .submit_batch(
+                        &crate::cell::EntryBatch::new(),
+                        desc.durability,
+                        Some(&origin),
+                    )?
+                    .wait()?;
+                region.flush()?;
             }
             tracing::info!(
                 table = %desc.name,
@@ -428,29 +448,21 @@ impl Store {
                 partition = key.1,
                 "took a new bucket's region with its partition"
             );
-            regions.push(RegionHandle::Local(region));
+            joined.push((key, info.id));
+            regions.push(RegionHandle::Local(Arc::new(region)));
         }
         let name = desc.name.clone();
         self.tables
             .write()
             .insert(name.clone(), Arc::new(Table::new(desc, regions)));
-        // The new regions start where their shard's published files do:
-        // a position record (the older regions keep their higher ones),
-        // published by a flush of nothing.
-        for (key, position) in seeds {
-            let Some(durable_below) = position else {
-                continue;
-            };
-            let origin = crate::region::wal::record::SourcePosition {
-                stream: key.0.clone(),
-                shard: key.1,
-                durable_below,
-            };
-            self.wait(self.submit_position(&name, origin)?)?;
-            for r in self.held_regions(&key) {
-                if !r.manifest().positions.contains_key(&key) {
-                    r.flush()?;
-                }
+        // After the table, never with its lock held: readers take the
+        // tables' lock first, then the shards'.
+        let mut held = cluster.held.lock();
+        for (key, id) in joined {
+            if let Some(h) = held.get_mut(&key)
+                && !h.regions.iter().any(|(_, r)| *r == id)
+            {
+                h.regions.push((name.clone(), id));
             }
         }
         Ok(())
@@ -494,7 +506,11 @@ impl Store {
         let (desc, _) = self
             .catalog
             .add_salt_epoch(&table.desc.name, from, buckets, |_, _| Ok(()))?;
-        self.relayout_table(cluster, desc.clone())?;
+        // The epoch is in the catalog now: laying the table out here is
+        // what every refresh does, and the next one tries again.
+        if let Err(e) = self.relayout_table(cluster, desc.clone()) {
+            tracing::warn!(table = %desc.name, error = %e, "laying the table out again failed; the next refresh tries again");
+        }
         tracing::info!(table = %desc.name, from, buckets, regions = desc.regions.len(), "salt epoch added");
         Ok(desc)
     }

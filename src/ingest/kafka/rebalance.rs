@@ -18,6 +18,9 @@ use super::shared::Shared;
 /// (the object store may be away a while).
 const TAKE_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long an assignment waits for the group's committed offsets.
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(3);
+
 pub(super) struct IngestContext {
     pub(super) shared: Arc<Shared>,
     /// Durable positions recovered from the store at start.
@@ -281,7 +284,9 @@ impl IngestContext {
                 self.recovered.get(&p).map(|&o| (p, o))
             })
             .collect();
-        let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+        // Well inside the stop's deadline (8 s): a broker that dies while
+        // this waits must not keep a Ctrl-C from stopping the service.
+        let committed = match consumer.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT) {
             Ok(c) => c,
             Err(e) => {
                 // Starting from the committed offsets replays more; no loss.

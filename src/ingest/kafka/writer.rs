@@ -220,7 +220,9 @@ pub(super) fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> O
     {
         return None;
     }
-    let desc = store.catalog().table(&route.table).ok()?;
+    // The layout the store routes by now (in cluster mode the catalog can
+    // be ahead of it for a moment, while a refresh lays the table out).
+    let desc = store.table(&route.table).ok()?.desc.clone();
     let mut encoder = PointEncoder::new(&desc, store.max_value_size()).ok()?;
     encoder.reserve_for_bytes(batch.bytes());
     let stream = Uniquifiers::stream(&route.topic, batch.partition);
@@ -425,8 +427,8 @@ pub(super) fn decode_in_turn<'b>(
     bad: &mut Vec<(i64, &'b [u8], BadMessage)>,
 ) -> Option<(crate::catalog::TableDescriptor, crate::table::RoutedRows)> {
     let route = &batch.topic;
-    let desc = match store.catalog().table(&route.table) {
-        Ok(d) => d,
+    let desc = match store.table(&route.table) {
+        Ok(t) => t.desc.clone(),
         Err(e) => {
             tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
             submitted.failed = true;
