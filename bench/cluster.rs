@@ -34,7 +34,7 @@ use common::s3::{ACCESS_KEY, S3, SECRET_KEY};
 use common::scenario::Scenario;
 use common::server::Server;
 use serde_json::Value as Json;
-use support::{Conn, percentiles, process_cpu_secs};
+use support::{process_cpu_secs, time_query};
 
 const TOPIC: &str = "cpu";
 const PARTITIONS: u32 = 8;
@@ -238,29 +238,6 @@ fn payload_bytes(bootstrap: &str, partition: i32, from: i64) -> u64 {
     }
 }
 
-fn time_query(addr: &str, body: &str, runs: usize, check: impl Fn(&Json)) -> (f64, f64) {
-    let mut c = Conn::open(addr);
-    let mut lat = Vec::with_capacity(runs);
-    for i in 0..runs + 5 {
-        let t = Instant::now();
-        let (status, out) = c.call("POST", "/api/v1/query", "application/json", body.as_bytes());
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
-        if i == 0 {
-            let answer: Json = serde_json::from_slice(&out).expect("json");
-            assert!(
-                answer.get("partial").is_none(),
-                "a partial answer: {answer}"
-            );
-            check(&answer);
-        }
-        if i >= 5 {
-            lat.push(us);
-        }
-    }
-    percentiles(lat)
-}
-
 fn main() {
     let rows: u64 = std::env::var("HALITE_BENCH_ROWS")
         .ok()
@@ -402,6 +379,7 @@ fn main() {
         ("q2", &q2, 200, 360.min(steps as usize)),
     ] {
         let check = |a: &Json| {
+            assert!(a.get("partial").is_none(), "a partial answer: {a}");
             assert_eq!(a["rows"].as_array().map(Vec::len), Some(want), "{label}");
         };
         let (solo_p50, _) = time_query(solo.addr(), body, runs, check);

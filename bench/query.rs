@@ -30,36 +30,13 @@ use halite::query::pool::QueryPool;
 use halite::query::{AggFn, Aggregate, Query};
 use halite::store::Store;
 use halite::tsbs::{CPU_FIELDS, cpu_value};
-use support::{Conn, percentiles, process_cpu_secs};
+use support::{Conn, process_cpu_secs, time_query};
 
 mod support;
 
 const HOSTS: u64 = 100;
 const BATCH_LINES: usize = 5_000;
 const T0_MS: u64 = 1_700_000_000_000;
-
-fn time_query(
-    addr: &str,
-    body: &str,
-    runs: usize,
-    check: impl Fn(&serde_json::Value),
-) -> (f64, f64) {
-    let mut c = Conn::open(addr);
-    let mut lat = Vec::with_capacity(runs);
-    for i in 0..runs + 5 {
-        let t = Instant::now();
-        let (status, out) = c.call("POST", "/api/v1/query", "application/json", body.as_bytes());
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
-        if i == 0 {
-            check(&serde_json::from_slice(&out).expect("json"));
-        }
-        if i >= 5 {
-            lat.push(us);
-        }
-    }
-    percentiles(lat)
-}
 
 /// The three queries of the issue, with their answers checked.
 struct Queries {

@@ -204,3 +204,28 @@ pub fn command_line_output(cmd: &str, args: &[&str]) -> String {
         Err(e) => format!("not available ({e})"),
     }
 }
+
+/// (p50, p99) µs of `runs` POSTs of the query `body` on one keep-alive
+/// connection, after 5 warm-up requests; `check` sees the first answer.
+pub fn time_query(
+    addr: &str,
+    body: &str,
+    runs: usize,
+    check: impl Fn(&serde_json::Value),
+) -> (f64, f64) {
+    let mut c = Conn::open(addr);
+    let mut lat = Vec::with_capacity(runs);
+    for i in 0..runs + 5 {
+        let t = Instant::now();
+        let (status, out) = c.call("POST", "/api/v1/query", "application/json", body.as_bytes());
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+        if i == 0 {
+            check(&serde_json::from_slice(&out).expect("json"));
+        }
+        if i >= 5 {
+            lat.push(us);
+        }
+    }
+    percentiles(lat)
+}

@@ -548,23 +548,8 @@ impl Catalog {
                 .tables
                 .get_mut(&name.to_string())
                 .ok_or_else(|| Error::NotFound(format!("no such table. table=`{name}`")))?;
-            let mut key = t.key.clone();
-            let Some(salt) = key.salt.as_mut() else {
-                return Err(Error::InvalidInput(format!(
-                    "table `{name}` has no salt: only a salted table's bucket count can change"
-                )));
-            };
-            if let Some(last) = salt.epochs.last()
-                && last.from >= from
-            {
-                return Err(Error::InvalidInput(format!(
-                    "table `{name}` already has a salt epoch from {}; a new one starts later",
-                    last.from
-                )));
-            }
-            let old_max = salt.max_buckets();
-            salt.epochs.push(crate::key::SaltEpoch { from, buckets });
-            key.validate()?;
+            let old_max = t.key.buckets();
+            let key = t.key.with_salt_epoch(&name.to_string(), from, buckets)?;
             let mut regions = t.regions.clone();
             let mut new_ids = Vec::new();
             for b in old_max..buckets {

@@ -494,6 +494,34 @@ impl KeySchema {
         self.salt.as_ref().map_or(1, Salt::max_buckets)
     }
 
+    /// This schema with the bucket count `buckets` from `from` (in its
+    /// time unit) on, checked: a salted schema, an epoch later than the
+    /// last, a count the salt's width holds. `table` names it in errors.
+    pub fn with_salt_epoch(
+        &self,
+        table: &str,
+        from: u64,
+        buckets: u32,
+    ) -> Result<KeySchema, Error> {
+        let mut key = self.clone();
+        let Some(salt) = key.salt.as_mut() else {
+            return Err(invalid(format!(
+                "table `{table}` has no salt: only a salted table's bucket count can change"
+            )));
+        };
+        if let Some(last) = salt.epochs.last()
+            && last.from >= from
+        {
+            return Err(invalid(format!(
+                "table `{table}` already has a salt epoch from {}; a new one starts later",
+                last.from
+            )));
+        }
+        salt.epochs.push(SaltEpoch { from, buckets });
+        key.validate()?;
+        Ok(key)
+    }
+
     /// How many times the bucket count changed: rows encoded under another
     /// generation may need their salt again ([`KeySchema::resalt_row`]).
     pub fn salt_generation(&self) -> usize {

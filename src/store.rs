@@ -320,23 +320,11 @@ impl Store {
         let _ddl = self.ddl.lock();
         let old = self.table(name)?;
         let unit = old.desc.key.time_unit;
-        // The request checked before anything closes.
-        let mut key = old.desc.key.clone();
-        let Some(salt) = key.salt.as_mut() else {
-            return Err(Error::InvalidInput(format!(
-                "table `{name}` has no salt: only a salted table's bucket count can change"
-            )));
-        };
-        if let Some(last) = salt.epochs.last()
-            && last.from >= from
-        {
-            return Err(Error::InvalidInput(format!(
-                "table `{name}` already has a salt epoch from {}; a new one starts later",
-                last.from
-            )));
-        }
-        salt.epochs.push(crate::key::SaltEpoch { from, buckets });
-        key.validate()?;
+        // The request checked before anything closes (the catalog checks
+        // it again under its own lock).
+        old.desc
+            .key
+            .with_salt_epoch(&name.to_string(), from, buckets)?;
         let ahead_of_clock = || {
             let now = unit.from_ms_ceil(self.clock.now_ms());
             if from <= now {
