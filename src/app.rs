@@ -80,8 +80,21 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let queries = Arc::new(QueryEngine::new(store.clone(), config.server.query_threads));
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let memory_guard = MemoryGuard::start(&store)?;
+    // A cluster's HTTP writes go through the topics, as every other point;
+    // the consumer forwards misrouted points through the same producer.
+    let topics = if store.is_cluster() {
+        Some(Arc::new(TopicWriter::start(&config.kafka)?))
+    } else {
+        None
+    };
     let kafka = if config.kafka.enabled() {
-        let k = KafkaIngest::start(&config.kafka, store.clone(), queries.clone(), clock.clone())?;
+        let k = KafkaIngest::start(
+            &config.kafka,
+            store.clone(),
+            queries.clone(),
+            clock.clone(),
+            topics.clone(),
+        )?;
         tracing::info!(
             topics = %config
                 .kafka
@@ -95,12 +108,6 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             "consuming from Kafka"
         );
         Some(k)
-    } else {
-        None
-    };
-    // A cluster's HTTP writes go through the topics, as every other point.
-    let topics = if store.is_cluster() {
-        Some(Arc::new(TopicWriter::start(&config.kafka)?))
     } else {
         None
     };

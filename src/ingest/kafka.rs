@@ -30,6 +30,7 @@ pub mod config;
 mod dead_letter;
 mod deletes;
 mod offsets;
+mod polled_producer;
 mod rebalance;
 mod shared;
 pub mod stats;
@@ -90,6 +91,7 @@ impl KafkaIngest {
         store: Arc<Store>,
         deletes: Arc<dyn PointDeletes>,
         clock: Arc<dyn Clock>,
+        topics: Option<Arc<topic_writer::TopicWriter>>,
     ) -> Result<KafkaIngest, KafkaError> {
         let mut routes = HashMap::new();
         for t in &config.topics {
@@ -160,10 +162,12 @@ impl KafkaIngest {
             brokers_down: AtomicBool::new(false),
             sequence: Mutex::new(HashMap::new()),
             // Points a producer sent to another partition than their
-            // bucket's go on to that partition.
-            forward: match &cluster {
-                Some(_) => Some(topic_writer::TopicWriter::start(config)?),
-                None => None,
+            // bucket's go on to that partition (through the node's one
+            // producer, which its HTTP writes use too).
+            forward: match (&cluster, topics) {
+                (Some(_), Some(t)) => Some(t),
+                (Some(_), None) => Some(Arc::new(topic_writer::TopicWriter::start(config)?)),
+                (None, _) => None,
             },
             cluster,
         });
@@ -230,7 +234,10 @@ impl KafkaIngest {
         let dead_letters = match &config.dead_letter_topic {
             Some(topic) => Some(DeadLetters {
                 topic: topic.clone(),
-                producer: config.producer_config().create()?,
+                producer: polled_producer::PolledProducer::create(
+                    &config.producer_config(),
+                    rdkafka::producer::DefaultProducerContext,
+                )?,
             }),
             None => None,
         };
@@ -416,10 +423,16 @@ impl ConsumerLoop {
                     }
                 }
             }
-            let timeout = if ready.is_empty() {
+            // Short polls only while something waits on time (a batch to
+            // hand over, one filling up): an idle consumer wakes ten times
+            // a second (every poll ends in rdkafka's busy wait of up to a
+            // millisecond; a message wakes a poll at once anyway).
+            let timeout = if !ready.is_empty() {
+                Duration::from_millis(1)
+            } else if !pending.is_empty() {
                 Duration::from_millis(10)
             } else {
-                Duration::from_millis(1)
+                Duration::from_millis(100)
             };
             let polled = self.consumer.poll(timeout);
             // The clock is read now and then, not per message.

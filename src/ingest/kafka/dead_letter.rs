@@ -3,11 +3,13 @@
 use std::time::Duration;
 
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer};
+
+use super::polled_producer::PolledProducer;
 
 pub(super) struct DeadLetters {
     pub(super) topic: String,
-    pub(super) producer: ThreadedProducer<DefaultProducerContext>,
+    pub(super) producer: PolledProducer<DefaultProducerContext>,
 }
 
 impl DeadLetters {

@@ -46,7 +46,7 @@ pub(super) struct Shared {
     pub(super) cluster: Option<ClusterRoutes>,
     /// In cluster mode: sends rows a message brought to the wrong
     /// partition on to their bucket's.
-    pub(super) forward: Option<super::topic_writer::TopicWriter>,
+    pub(super) forward: Option<Arc<super::topic_writer::TopicWriter>>,
 }
 
 /// Cluster mode: each topic's partition count (a table's bucket `b`

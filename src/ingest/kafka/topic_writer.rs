@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use rdkafka::ClientContext;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use super::KafkaError;
 use super::config::KafkaConfig;
+use super::polled_producer::PolledProducer;
 use crate::catalog::{TableDescriptor, TableName};
 use crate::cell::EntryBatch;
 use crate::error::Error;
@@ -44,7 +45,7 @@ impl ProducerContext for Deliveries {
 
 /// Writes a table's rows into its topic.
 pub struct TopicWriter {
-    producer: ThreadedProducer<Deliveries>,
+    producer: PolledProducer<Deliveries>,
     /// Per table: its topic and the topic's partition count.
     routes: HashMap<TableName, (String, u32)>,
 }
@@ -60,7 +61,7 @@ impl TopicWriter {
     pub fn start(config: &KafkaConfig) -> Result<TopicWriter, KafkaError> {
         let mut pc = config.producer_config();
         pc.set("acks", "all");
-        let producer: ThreadedProducer<Deliveries> = pc.create_with_context(Deliveries)?;
+        let producer = PolledProducer::create(&pc, Deliveries)?;
         let mut routes = HashMap::new();
         for t in &config.topics {
             let table = TableName::parse(&t.table).map_err(|e| KafkaError::Topic {
