@@ -46,6 +46,9 @@ use crate::table::{RegionHandle, RoutedRows, Table, TableScanner, region_index};
 
 use shard::{Rows, Shard, Submitted, WriteJob, count_bucket_rows, shard_loop};
 
+/// A cluster node's WAL segment size: nothing is written there.
+const CLUSTER_WAL_SEGMENT: u64 = 64 * 1024;
+
 /// Store settings.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -143,11 +146,22 @@ impl Store {
             None => Catalog::open(dir.join("catalog"))?,
         };
         let cache = BlockCache::new(options.block_cache_bytes);
+        // In a cluster the topic is the log and no point goes to a WAL:
+        // its segments are not preallocated (two zero-filled 64 MiB files
+        // per shard took 0.15-0.2 s of CPU at every start, and the disk).
+        let wal_options = match &storage {
+            Some(_) => WalOptions {
+                segment_size: CLUSTER_WAL_SEGMENT,
+                spare_segments: 0,
+                ..options.wal.clone()
+            },
+            None => options.wal.clone(),
+        };
         let mut shards = Vec::with_capacity(options.shards.max(1));
         for i in 0..options.shards.max(1) {
             let wal = Arc::new(Wal::open(
                 dir.join("wal").join(format!("shard-{i}")),
-                options.wal.clone(),
+                wal_options.clone(),
             )?);
             let (tx, rx) = bounded(options.queue_depth.max(1));
             let thread = std::thread::Builder::new()
