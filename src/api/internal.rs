@@ -13,9 +13,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::state::{AppState, Params, blocking};
+use super::state::{AppState, Params, blocking, run_here};
 use crate::catalog::from_hex;
 use crate::error::Error;
+
+/// MemStores up to this size answer a tail on the HTTP worker.
+const INLINE_TAIL_BYTES: usize = 256 * 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,15 +38,25 @@ pub(super) async fn region_tail(
             .map_err(|e| ApiError::bad(format!("start and stop are hex rows: {e}")))
     };
     let (start, stop) = (hex(p.start)?, hex(p.stop)?);
-    let store = s.store.clone();
-    let tail = blocking(move || -> Result<Option<Vec<u8>>, Error> {
-        let Some(region) = store.local_region(id) else {
+    let region = s.store.local_region(id);
+    // A tail is at most the region's MemStores: a small one is answered
+    // on this worker (a hand-over to the blocking pool and back cost as
+    // much as a one-series tail); a big one where it blocks no one.
+    let small = region
+        .as_ref()
+        .is_none_or(|r| r.memstore_bytes() <= INLINE_TAIL_BYTES);
+    let answer = move || -> Result<Option<Vec<u8>>, Error> {
+        let Some(region) = region else {
             return Ok(None);
         };
         let tail = region.tail(start.as_deref(), stop.as_deref())?;
         Ok(Some(crate::region::tail::encode_tail(&tail)))
-    })
-    .await?;
+    };
+    let tail = if small {
+        run_here(answer)?
+    } else {
+        blocking(answer).await?
+    };
     match tail {
         Some(bytes) => Ok((
             [(

@@ -30,6 +30,7 @@ use super::sst::SstReader;
 use super::sst::cache::BlockCache;
 use super::tail::decode_tail;
 use crate::cell::Row;
+use crate::client::ConnectionPool;
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::objects::Objects;
@@ -60,6 +61,8 @@ pub fn node_object(node: &str) -> String {
 pub struct Nodes {
     objects: Arc<Objects>,
     known: Mutex<HashMap<String, (String, Instant)>>,
+    /// Kept-alive connections to the nodes, for the tails reads ask for.
+    connections: ConnectionPool,
 }
 
 impl Nodes {
@@ -67,6 +70,7 @@ impl Nodes {
         Nodes {
             objects,
             known: Mutex::new(HashMap::new()),
+            connections: ConnectionPool::default(),
         }
     }
 
@@ -97,7 +101,9 @@ impl Nodes {
     /// Forgets a node's address after it did not answer (it may have
     /// restarted elsewhere).
     pub fn forget(&self, node: &str) {
-        self.known.lock().remove(node);
+        if let Some((address, _)) = self.known.lock().remove(node) {
+            self.connections.forget(&address);
+        }
     }
 }
 
@@ -336,7 +342,7 @@ impl RemoteRegion {
         if let Some(s) = &stop {
             path.push_str(&format!("stop={}", crate::codec::to_hex(s)));
         }
-        let answer = crate::client::request_within(&address, "GET", &path, &[], b"", TAIL_TIMEOUT);
+        let answer = self.nodes.connections.get(&address, &path, TAIL_TIMEOUT);
         let answer = match answer {
             Ok(a) if a.status == 200 => a,
             Ok(a) => {
