@@ -15,7 +15,11 @@
 //!    bucket, through its owner, and through the single node, once every
 //!    region was major-compacted (no flush or compaction under the
 //!    timings).
-//! 4. One of the three killed (SIGKILL) while its partitions hold unflushed
+//! 4. A steady stream at a fixed rate, consumed by the single node and the
+//!    three at once: the CPU per row of each over the same window (the
+//!    catch-up's CPU in 2 also holds the flushes by age and compactions its
+//!    length brings, and three nodes on two cores take longer).
+//! 5. One of the three killed (SIGKILL) while its partitions hold unflushed
 //!    points: the time until the survivors own every partition, and the
 //!    bytes they replay against the bytes the victim had not published.
 //!
@@ -34,12 +38,15 @@ use common::s3::{ACCESS_KEY, S3, SECRET_KEY};
 use common::scenario::Scenario;
 use common::server::Server;
 use serde_json::Value as Json;
-use support::{process_cpu_secs, time_query};
+use support::{process_cpu_secs, thread_cpu_secs, time_query};
 
 const TOPIC: &str = "cpu";
 const PARTITIONS: u32 = 8;
 const TABLE: &str = "metrics:cpu";
 const HOSTS: u64 = 100;
+/// Long enough for several flushes by age (5 s) of every region, so that
+/// when one lands does not decide the CPU per row.
+const STEADY_WINDOW: Duration = Duration::from_secs(22);
 
 struct Node {
     name: String,
@@ -54,6 +61,60 @@ impl Node {
     fn cpu(&self) -> f64 {
         process_cpu_secs(self.server.child.id())
     }
+}
+
+/// The nodes' CPU seconds by thread name, summed over the nodes.
+fn threads(nodes: &[&Node]) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    for n in nodes {
+        for (name, secs) in thread_cpu_secs(n.server.child.id()) {
+            *by_name.entry(name).or_insert(0.0) += secs;
+        }
+    }
+    by_name
+}
+
+/// Where the nodes' CPU went from `before` (by thread name, the largest
+/// first), and the flushes and compactions they ran: what a cluster adds
+/// per row shows up here.
+fn print_work(label: &str, nodes: &[&Node], before: &BTreeMap<String, f64>) {
+    let mut sorted: Vec<(String, f64)> = threads(nodes)
+        .into_iter()
+        .map(|(name, secs)| {
+            let was = before.get(&name).copied().unwrap_or(0.0);
+            (name, secs - was)
+        })
+        .collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let top: Vec<String> = sorted
+        .iter()
+        .take(12)
+        .map(|(name, secs)| format!("{}={secs:.2}", name.replace(' ', "_")))
+        .collect();
+    println!("cluster_threads {label} cpu_s {}", top.join(" "));
+    let sum = |name: &str| -> f64 { nodes.iter().map(|n| metric_sum(n.addr(), name)).sum() };
+    println!(
+        "cluster_work {label} flushes={} flushed_mib={:.1} compactions={} compaction_read_mib={:.1} (from the start)",
+        sum("halite_flushes_total"),
+        sum("halite_flushed_bytes_total") / 1048576.0,
+        sum("halite_compactions_total"),
+        sum("halite_compaction_read_bytes_total") / 1048576.0,
+    );
+}
+
+/// A metric's samples in a node's scrape, summed over their labels.
+fn metric_sum(addr: &str, name: &str) -> f64 {
+    let Ok(r) = request(addr, "GET", "/metrics", None, b"") else {
+        return 0.0;
+    };
+    r.text()
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn get_json(addr: &str, path: &str) -> Option<Json> {
@@ -298,6 +359,7 @@ fn main() {
     wait_ready(&solo);
     let (secs, cpu) = ingest(&[&solo], rows, since, 0.0);
     let solo_cpu_us = cpu / rows as f64 * 1e6;
+    print_work("nodes=1", &[&solo], &BTreeMap::new());
     println!(
         "cluster_ingest nodes=1 rows_per_s={:.0} secs={secs:.2} cpu_us_per_row={solo_cpu_us:.2}",
         rows as f64 / secs
@@ -313,6 +375,7 @@ fn main() {
     let refs: Vec<&Node> = trio.iter().collect();
     let (secs, cpu) = ingest(&refs, rows, since, 0.0);
     let trio_cpu_us = cpu / rows as f64 * 1e6;
+    print_work("nodes=3", &refs, &BTreeMap::new());
     let points = ingested(&refs);
     println!(
         "cluster_ingest nodes=3 rows_per_s={:.0} secs={secs:.2} cpu_us_per_row={trio_cpu_us:.2} \
@@ -396,22 +459,65 @@ fn main() {
     for l in &q_lines {
         println!("{l}");
     }
-    drop(solo);
 
-    // 4. A node killed while it ingests: the same rows produced again
-    // (the same cells written again) over 30 s, flushes every few
-    // seconds, the victim and the producer killed together. What the
-    // victim had not published is what the survivors must replay.
+    // Idle: what the nodes cost with nothing to ingest (consumers'
+    // polls, catalog refreshes, chores), per node and second.
+    let (solo_idle, trio_idle) = (threads(&[&solo]), threads(&refs));
+    std::thread::sleep(Duration::from_secs(5));
+    print_work("idle_5s nodes=1", &[&solo], &solo_idle);
+    print_work("idle_5s nodes=3", &refs, &trio_idle);
+
+    // 4. A steady stream: the same rows produced again (the same cells
+    // written again) at rows/45 per second, consumed by the single node
+    // and by the three at once (each its own group), so both see the same
+    // rate, the same flushes by age and the same contention over one
+    // window: the CPU per row a running cluster costs, apart from the
+    // catch-up above (whose length decides how many flushes by age, and
+    // so compactions, it runs).
     let mut producer = std::process::Command::new(env!("CARGO_BIN_EXE_halite"))
         .args(["produce", "--brokers", sc.bootstrap(), "--topic", TOPIC])
         .args(["--hosts", &HOSTS.to_string(), "--points", &rows.to_string()])
-        .args(["--per-message", "10", "--rate", &(rows / 30).to_string()])
+        .args(["--per-message", "10", "--rate", &(rows / 45).to_string()])
         .args(["--by-bucket", TABLE])
         .args(["--server", trio[0].addr()])
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("halite produce");
-    std::thread::sleep(Duration::from_secs(12));
+    std::thread::sleep(Duration::from_secs(2));
+    let steady_sample = || {
+        (
+            solo.cpu(),
+            ingested(&[&solo]),
+            refs.iter().map(|n| n.cpu()).sum::<f64>(),
+            ingested(&refs),
+        )
+    };
+    let (solo_cpu0, solo_points0, trio_cpu0, trio_points0) = steady_sample();
+    let (solo_threads, trio_threads) = (threads(&[&solo]), threads(&refs));
+    std::thread::sleep(STEADY_WINDOW);
+    let (solo_cpu1, solo_points1, trio_cpu1, trio_points1) = steady_sample();
+    let solo_steady_us =
+        (solo_cpu1 - solo_cpu0) / (solo_points1 - solo_points0).max(1) as f64 * 1e6;
+    let trio_steady_us =
+        (trio_cpu1 - trio_cpu0) / (trio_points1 - trio_points0).max(1) as f64 * 1e6;
+    println!(
+        "cluster_steady rate_rows_per_s={} window_s={} nodes=1 rows={} cpu_us_per_row={solo_steady_us:.2} \
+         nodes=3 rows={} cpu_us_per_row={trio_steady_us:.2} cpu_ratio_to_one_node={:.2}",
+        rows / 45,
+        STEADY_WINDOW.as_secs(),
+        solo_points1 - solo_points0,
+        trio_points1 - trio_points0,
+        trio_steady_us / solo_steady_us
+    );
+    print_work("steady nodes=1", &[&solo], &solo_threads);
+    print_work("steady nodes=3", &refs, &trio_threads);
+    drop(solo);
+    drop(refs);
+
+    // 5. A node killed while it ingests the stream, flushes every few
+    // seconds, the victim and the producer killed together. What the
+    // victim had not published is what the survivors must replay.
+    std::thread::sleep(Duration::from_secs(1));
     let replayed_before = replayed(&trio[..2].iter().collect::<Vec<_>>());
     let status = get_json(trio[2].addr(), "/api/v1/cluster").expect("victim status");
     let mut trio = trio;

@@ -144,6 +144,34 @@ pub fn process_cpu_secs(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
+/// CPU seconds of each of `pid`'s live threads, summed by thread name
+/// (digits dropped, so a pool's workers add up under one name): where a
+/// process's CPU goes.
+pub fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name: String = head
+            .split_once('(')
+            .map_or("", |(_, n)| n)
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        *out.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / hz;
+    }
+    out
+}
+
 /// A `/proc/<pid>/status` field in MiB (`VmHWM:` is the peak RSS).
 pub fn status_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
