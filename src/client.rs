@@ -87,41 +87,13 @@ pub fn request_within(
     // A server may answer (413, say) and close before taking the whole
     // body; the answer is still there to read.
     let sent = s.write_all(body);
-    let mut raw = Vec::new();
-    let read = s.read_to_end(&mut raw);
-    if raw.is_empty() {
-        sent?;
-        read?;
+    match read_response(&mut BufReader::new(s), method == "HEAD") {
+        Ok((response, _)) => Ok(response),
+        Err(e) => {
+            sent?;
+            Err(e)
+        }
     }
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    if chunked {
-        body = dechunk(&body).ok_or_else(|| std::io::Error::other("malformed chunked body"))?;
-    }
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
 }
 
 /// A connection to `addr` whose connect, reads and writes give up after
@@ -157,12 +129,14 @@ impl ConnectionPool {
     /// `GET path` on `addr`, on an idle connection when there is one. A
     /// kept connection the server closed meanwhile fails at once; the GET
     /// then goes once more on a new connection (it changes nothing, so
-    /// sending it twice is safe).
+    /// sending it twice is safe). A server too slow to answer is not asked
+    /// twice.
     pub fn get(&self, addr: &str, path: &str, timeout: Duration) -> std::io::Result<Response> {
         let kept = self.idle.lock().get_mut(addr).and_then(Vec::pop);
         if let Some(conn) = kept {
-            if let Ok(r) = self.exchange(addr, conn, path, timeout) {
-                return Ok(r);
+            match self.exchange(addr, conn, path, timeout) {
+                Err(e) if closed_meanwhile(&e) => {}
+                answered => return answered,
             }
         }
         let conn = BufReader::new(connect(addr, timeout)?);
@@ -185,7 +159,7 @@ impl ConnectionPool {
         conn.get_ref().set_write_timeout(Some(timeout))?;
         let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n");
         conn.get_mut().write_all(head.as_bytes())?;
-        let (response, reusable) = read_response(&mut conn)?;
+        let (response, reusable) = read_response(&mut conn, false)?;
         if reusable {
             let mut idle = self.idle.lock();
             let kept = idle.entry(addr.to_string()).or_default();
@@ -197,9 +171,24 @@ impl ConnectionPool {
     }
 }
 
-/// Reads one response off a kept-alive connection: (the response, whether
-/// the connection can carry another request).
-fn read_response(conn: &mut BufReader<TcpStream>) -> std::io::Result<(Response, bool)> {
+/// Whether an exchange on a kept connection failed because the server had
+/// closed it (as servers do with idle connections).
+fn closed_meanwhile(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+    )
+}
+
+/// Reads one response: (the response, whether the connection can carry
+/// another request). The body is as long as its length or its chunks say,
+/// else up to the end of the connection; the answer to a HEAD, a 204 or a
+/// 304 has none.
+fn read_response(
+    conn: &mut BufReader<TcpStream>,
+    to_head: bool,
+) -> std::io::Result<(Response, bool)> {
     let mut line = String::new();
     if conn.read_line(&mut line)? == 0 {
         return Err(std::io::Error::new(
@@ -234,7 +223,9 @@ fn read_response(conn: &mut BufReader<TcpStream>) -> std::io::Result<(Response, 
     let chunked = header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
     let length = header("content-length").and_then(|v| v.parse::<usize>().ok());
     let mut body = Vec::new();
-    let reusable = if chunked {
+    let reusable = if to_head || status == 204 || status == 304 {
+        !closes
+    } else if chunked {
         loop {
             line.clear();
             conn.read_line(&mut line)?;
@@ -280,21 +271,6 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-/// Decodes a chunked body; `None` if it is malformed.
-fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let nl = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&rest[..nl]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(rest.get(nl + 2..nl + 2 + size)?);
-        rest = rest.get(nl + 2 + size + 2..)?;
-    }
 }
 
 #[cfg(test)]
@@ -349,12 +325,31 @@ mod tests {
         assert_eq!((first.status, first.text().as_str()), (200, "first"));
         let second = pool.get(&addr, "/b", t).unwrap();
         assert_eq!(second.text(), "second");
-        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection for both");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for both"
+        );
         // The server closed that connection after two answers: the kept
         // one fails, and the GET goes again on a new one.
         let third = pool.get(&addr, "/c", t).unwrap();
         assert_eq!(third.text(), "first");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn one_shot_requests_read_lengths_chunks_and_bodiless_answers() {
+        let (addr, _) = serve(vec![
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        ]);
+        let r = request(&addr, "GET", "/", None, b"").unwrap();
+        assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+        // A HEAD's answer names the length of a body it does not carry.
+        let (addr, _) = serve(vec!["HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"]);
+        let r = request(&addr, "HEAD", "/", None, b"").unwrap();
+        assert_eq!((r.status, r.body.len()), (200, 0));
+        let (addr, _) = serve(vec!["HTTP/1.1 204 No Content\r\n\r\n"]);
+        assert_eq!(request(&addr, "POST", "/", None, b"").unwrap().status, 204);
     }
 
     #[test]
