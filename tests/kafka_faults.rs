@@ -475,3 +475,38 @@ fn ingesting_a_topic_twice_more_changes_no_answer_by_a_byte() {
         server::stop(srv);
     }
 }
+
+/// A stop while the broker hangs (or died a moment ago): the last commit
+/// cannot reach the group coordinator and must not hold the stop up. A
+/// synchronous commit waited for the coordinator without a bound, and the
+/// demo's Ctrl-C overran its 8 s deadline (exit 1, "the kafka consumer did
+/// not stop") when the stop came before librdkafka saw the broker gone.
+#[test]
+fn a_stop_while_the_broker_hangs_ends_in_time() {
+    // Nothing is committed before the stop: the last commit has it all.
+    let sc = Scenario::new()
+        .topic("cpu", 4)
+        .set("kafka.commit_interval=\"1h\"")
+        .build();
+    sc.produce(
+        "cpu",
+        Load {
+            hosts: 10,
+            points: 20_000,
+            per_message: 10,
+            rate: 0,
+        },
+    );
+    let srv = sc.start();
+    wait_for(&srv.addr, "every point ingested", |s| {
+        s["points"].as_u64() >= Some(20_000)
+    });
+    sc.broker().freeze();
+    let signalled = Instant::now();
+    server::stop(srv);
+    assert!(
+        signalled.elapsed() < Duration::from_secs(8),
+        "the stop took {:?}",
+        signalled.elapsed()
+    );
+}

@@ -80,6 +80,9 @@ pub enum KafkaError {
 /// The running pipeline; [`KafkaIngest::stop`] drains it.
 pub struct KafkaIngest {
     stop: Arc<AtomicBool>,
+    /// The consumer loop is done: batches written, last commit tried, the
+    /// store no longer held (the consumer may still be leaving the group).
+    stopped: Arc<AtomicBool>,
     consumer: Option<JoinHandle<()>>,
     pub stats: Arc<IngestStats>,
 }
@@ -202,7 +205,7 @@ impl KafkaIngest {
             }
         }
         let consumer: BaseConsumer<IngestContext> = client.create_with_context(IngestContext {
-            shared: shared.clone(),
+            shared: Arc::downgrade(&shared),
             recovered,
             cooperative: std::sync::OnceLock::new(),
         })?;
@@ -285,8 +288,10 @@ impl KafkaIngest {
             );
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::new(AtomicBool::new(false));
         let consumer_loop = ConsumerLoop {
-            consumer,
+            consumer: Arc::new(consumer),
+            commit_busy: Arc::new(AtomicBool::new(false)),
             shared,
             routes,
             tx: Some(tx),
@@ -301,13 +306,24 @@ impl KafkaIngest {
         };
         let handle = std::thread::Builder::new()
             .name("halite-kafka".into())
-            .spawn(move || consumer_loop.run())
+            .spawn({
+                let stopped = stopped.clone();
+                move || {
+                    let consumer = consumer_loop.run();
+                    // Everything is written and the store let go of: what is
+                    // left is leaving the group, which waits for brokers that
+                    // may not answer (a hung broker: a socket timeout).
+                    stopped.store(true, Ordering::SeqCst);
+                    drop(consumer);
+                }
+            })
             .map_err(|e| KafkaError::Topic {
                 topic: String::new(),
                 reason: format!("cannot start the consumer thread: {e}"),
             })?;
         Ok(KafkaIngest {
             stop,
+            stopped,
             consumer: Some(handle),
             stats,
         })
@@ -329,10 +345,23 @@ impl Drop for KafkaIngest {
             // shutdown forever: it is left behind, loudly.
             let deadline = Instant::now() + STOP_DEADLINE;
             while !h.is_finished() && Instant::now() < deadline {
+                if self.stopped.load(Ordering::SeqCst) {
+                    // Only the group leave is left: a moment for it, not more.
+                    let leave = Instant::now() + GROUP_LEAVE_WAIT;
+                    while !h.is_finished() && Instant::now() < leave.min(deadline) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
             if h.is_finished() {
                 let _ = h.join();
+            } else if self.stopped.load(Ordering::SeqCst) {
+                tracing::warn!(
+                    "the kafka consumer is still leaving its group (the brokers do not answer); \
+                     left to finish: everything it took is written"
+                );
             } else {
                 tracing::error!(
                     waited_s = STOP_DEADLINE.as_secs(),
@@ -346,11 +375,23 @@ impl Drop for KafkaIngest {
 /// How often partitions marked to be taken again are tried.
 const RETAKE_EVERY: Duration = Duration::from_secs(1);
 
+/// How long the consumer loop waits for the coordinator's answer to a
+/// commit (the last one at a stop inside [`STOP_DEADLINE`]).
+const COMMIT_WAIT: Duration = Duration::from_secs(3);
+
+/// How long a stop waits for the consumer to leave its group once the
+/// rest is done (the group notices a member gone after its session
+/// timeout anyway).
+const GROUP_LEAVE_WAIT: Duration = Duration::from_secs(2);
+
 /// How long a stop waits for the consumer to drain, commit and close.
 const STOP_DEADLINE: Duration = Duration::from_secs(8);
 
 struct ConsumerLoop {
-    consumer: BaseConsumer<IngestContext>,
+    /// Shared with a commit still waiting for the coordinator.
+    consumer: Arc<BaseConsumer<IngestContext>>,
+    /// A commit is out (see `Shared::commit_within`).
+    commit_busy: Arc<AtomicBool>,
     shared: Arc<Shared>,
     routes: HashMap<String, Arc<TopicRoute>>,
     tx: Option<Sender<Batch>>,
@@ -397,7 +438,9 @@ impl ConsumerLoop {
         }
     }
 
-    fn run(mut self) {
+    /// Consumes until stopped; hands back the consumer, which has left
+    /// the group or is still leaving it, once nothing else is held.
+    fn run(mut self) -> Arc<BaseConsumer<IngestContext>> {
         self.read_group_offsets();
         // Batches still filling, one per partition (a few dozen at most: a
         // scan beats hashing the topic name of every message)...
@@ -555,7 +598,8 @@ impl ConsumerLoop {
                 }
             }
             if check_time && last_commit.elapsed() >= self.commit_interval {
-                self.shared.commit(&self.consumer, None);
+                self.shared
+                    .commit_within(&self.consumer, COMMIT_WAIT, &self.commit_busy);
                 last_commit = Instant::now();
             }
         }
@@ -592,18 +636,24 @@ impl ConsumerLoop {
                 }
             }
         }
-        // A commit waits for the group coordinator: with every broker down
-        // it could take a session timeout, and nothing is lost without it
-        // (a restart resumes at the store's durable positions).
+        // The last commit waits for the group coordinator a few seconds at
+        // most: with the brokers down or hung it would not answer, and
+        // nothing is lost without it (a restart resumes at the store's
+        // durable positions). Messages fetched meanwhile are not taken.
+        // Everything fetched is written: a revoke from now on (the session
+        // lost while waiting, the close) has nothing to wait for or commit.
+        self.shared.closing.store(true, Ordering::SeqCst);
         if self.shared.brokers_down.load(Ordering::Relaxed) {
             tracing::info!(
                 "kafka brokers are down: the last commit is left to the store's positions"
             );
         } else {
-            self.shared.commit(&self.consumer, None);
+            self.shared
+                .commit_within(&self.consumer, COMMIT_WAIT, &self.commit_busy);
         }
-        self.shared.closing.store(true, Ordering::SeqCst);
         self.consumer.unsubscribe();
+        let ConsumerLoop { consumer, .. } = self;
+        consumer
     }
 
     fn track(&self, b: &Batch) {

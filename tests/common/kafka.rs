@@ -46,6 +46,13 @@ pub fn tansu_binary() -> PathBuf {
 }
 
 impl Broker {
+    /// SIGSTOP: the broker hangs, its connections open (a stuck broker,
+    /// or a network that drops everything).
+    pub fn freeze(&self) {
+        // SAFETY: signals our own child process by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGSTOP) };
+    }
+
     pub fn start() -> Broker {
         let bin = tansu_binary();
         let port = super::http::free_port();

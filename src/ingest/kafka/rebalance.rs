@@ -3,7 +3,7 @@
 //! position where that is ahead of the group's.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,9 @@ const TAKE_DEADLINE: Duration = Duration::from_secs(10);
 const COMMITTED_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub(super) struct IngestContext {
-    pub(super) shared: Arc<Shared>,
+    /// Weak: a consumer closing after its loop stopped (brokers hung, the
+    /// group leave unanswered) does not hold the store.
+    pub(super) shared: Weak<Shared>,
     /// Durable positions recovered from the store at start.
     pub(super) recovered: HashMap<PartitionKey, i64>,
     /// Whether the group rebalances cooperatively, read at the first
@@ -57,6 +59,24 @@ impl ConsumerContext for IngestContext {
                 RebalanceProtocol::Cooperative
             )
         });
+        let Some(shared) = self.shared.upgrade() else {
+            // The consumer loop is gone (the close after a stop): only
+            // librdkafka's side of the rebalance is left.
+            let result = match err {
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS if cooperative => {
+                    consumer.incremental_assign(tpl)
+                }
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => consumer.assign(tpl),
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if cooperative => {
+                    consumer.incremental_unassign(tpl)
+                }
+                _ => consumer.unassign(),
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "applying a rebalance while closing failed");
+            }
+            return;
+        };
         let partitions: Vec<String> = tpl
             .elements()
             .iter()
@@ -73,10 +93,10 @@ impl ConsumerContext for IngestContext {
         }
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let untaken = if self.shared.cluster.is_some() {
-                    self.take_shards(tpl)
+                let untaken = if shared.cluster.is_some() {
+                    self.take_shards(&shared, tpl)
                 } else {
-                    self.resume_from_store(consumer, tpl);
+                    self.resume_from_store(&shared, consumer, tpl);
                     TopicPartitionList::new()
                 };
                 let assigned = if cooperative {
@@ -94,7 +114,7 @@ impl ConsumerContext for IngestContext {
                 assigned
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                self.revoke(consumer, tpl);
+                self.revoke(&shared, consumer, tpl);
                 if cooperative {
                     consumer.incremental_unassign(tpl)
                 } else {
@@ -103,7 +123,7 @@ impl ConsumerContext for IngestContext {
             }
             other => {
                 tracing::error!(error = ?other, "kafka rebalance failed; dropping the assignment");
-                self.revoke(consumer, tpl);
+                self.revoke(&shared, consumer, tpl);
                 consumer.unassign()
             }
         };
@@ -116,7 +136,7 @@ impl ConsumerContext for IngestContext {
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
         let assigned = {
-            let mut held = self.shared.assigned.lock();
+            let mut held = shared.assigned.lock();
             match err {
                 RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                     if !cooperative {
@@ -133,7 +153,7 @@ impl ConsumerContext for IngestContext {
             }
             held.len()
         };
-        let stats = &self.shared.stats;
+        let stats = &shared.stats;
         stats
             .assigned_partitions
             .store(assigned as u64, Ordering::Relaxed);
@@ -148,43 +168,53 @@ impl IngestContext {
     /// Waits for the revoked partitions' batches in flight to become
     /// durable and commits them, so the next owner starts where we stopped
     /// instead of replaying.
-    pub(super) fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
-        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    pub(super) fn revoke(
+        &self,
+        shared: &Shared,
+        consumer: &BaseConsumer<Self>,
+        tpl: &TopicPartitionList,
+    ) {
+        shared.generation.fetch_add(1, Ordering::SeqCst);
         let revoked: Vec<PartitionKey> = tpl
             .elements()
             .iter()
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
-        if self.shared.closing.load(Ordering::SeqCst) {
+        if shared.closing.load(Ordering::SeqCst) {
             // The consumer drained and committed before it closed.
-            let mut tracker = self.shared.tracker.lock();
+            let mut tracker = shared.tracker.lock();
             for p in &revoked {
                 tracker.partitions.remove(p);
             }
             return;
         }
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut tracker = self.shared.tracker.lock();
+        let mut tracker = shared.tracker.lock();
         while revoked.iter().any(|p| tracker.in_flight(p) > 0) && Instant::now() < deadline {
-            self.shared
+            shared
                 .batch_done
                 .wait_for(&mut tracker, Duration::from_millis(50));
         }
         drop(tracker);
-        self.shared.commit(consumer, Some(&revoked));
-        let mut tracker = self.shared.tracker.lock();
+        // Partitions lost with the session (the coordinator did not hear
+        // from us in time) have a new generation without us: a commit
+        // would be refused, or wait for a coordinator that does not answer.
+        if !consumer.assignment_lost() {
+            shared.commit(consumer, Some(&revoked));
+        }
+        let mut tracker = shared.tracker.lock();
         for p in &revoked {
             tracker.partitions.remove(p);
         }
         drop(tracker);
-        self.release_shards(&revoked);
+        self.release_shards(shared, &revoked);
     }
 
     /// Cluster mode: the revoked partitions' regions close here (their
     /// MemStores dropped: the next owner replays the topic from what the
     /// manifests cover).
-    fn release_shards(&self, revoked: &[PartitionKey]) {
-        let Some(routes) = &self.shared.cluster else {
+    fn release_shards(&self, shared: &Shared, revoked: &[PartitionKey]) {
+        let Some(routes) = &shared.cluster else {
             return;
         };
         for (topic, partition) in revoked {
@@ -192,7 +222,7 @@ impl IngestContext {
             routes.next_incarnation(&key);
             routes.retake.lock().remove(&key);
             routes.end_replay(&key);
-            self.shared.store.release_shard(topic, *partition as u32);
+            shared.store.release_shard(topic, *partition as u32);
             routes.committed.lock().remove(&key);
         }
     }
@@ -202,9 +232,13 @@ impl IngestContext {
     /// published a position). The object store may be away for a while:
     /// each partition is tried for up to `TAKE_DEADLINE`; those it could
     /// not take come back, to be paused and taken later.
-    pub(super) fn take_shards(&self, tpl: &mut TopicPartitionList) -> TopicPartitionList {
+    pub(super) fn take_shards(
+        &self,
+        shared: &Shared,
+        tpl: &mut TopicPartitionList,
+    ) -> TopicPartitionList {
         let mut untaken = TopicPartitionList::new();
-        let Some(routes) = &self.shared.cluster else {
+        let Some(routes) = &shared.cluster else {
             return untaken;
         };
         let assigned: Vec<PartitionKey> = tpl
@@ -225,8 +259,7 @@ impl IngestContext {
                 if gave_up {
                     break None;
                 }
-                match self
-                    .shared
+                match shared
                     .store
                     .take_shard(&topic, partition as u32, partitions, &tables)
                 {
@@ -258,7 +291,7 @@ impl IngestContext {
                 tracing::error!(%topic, partition, error = %e, "cannot start a partition at its manifests' position");
             }
             if let Some(from) = start.from {
-                self.shared
+                shared
                     .stats
                     .resumed
                     .lock()
@@ -273,6 +306,7 @@ impl IngestContext {
     /// write and the commit that would have covered it).
     pub(super) fn resume_from_store(
         &self,
+        shared: &Shared,
         consumer: &BaseConsumer<Self>,
         tpl: &mut TopicPartitionList,
     ) {
@@ -294,7 +328,7 @@ impl IngestContext {
                 return;
             }
         };
-        self.shared.stats.record_committed(&committed);
+        shared.stats.record_committed(&committed);
         if ours.is_empty() {
             return;
         }
@@ -321,11 +355,11 @@ impl IngestContext {
                 );
                 // Committed at the next commit even if no message comes,
                 // so the group (and its lag) learns what the store holds.
-                self.shared
+                shared
                     .tracker
                     .lock()
                     .resumed_at(&(topic.clone(), partition), durable);
-                self.shared
+                shared
                     .stats
                     .resumed
                     .lock()

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
@@ -225,13 +225,80 @@ impl Shared {
     }
 
     /// Commits what is durable, synchronously; `only` limits it to some
-    /// partitions.
+    /// partitions. A revoke commits this way (the partitions' next owner
+    /// reads the commit, and a rebalance means the brokers answer); the
+    /// consumer loop uses [`Shared::commit_within`].
     pub(super) fn commit<C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
         only: Option<&[PartitionKey]>,
     ) {
         let started = Instant::now();
+        let Some((tpl, offsets)) = self.to_commit(consumer, only) else {
+            return;
+        };
+        match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => self.committed(&offsets, started),
+            // Not fatal: the next commit carries the same (or later) offsets.
+            Err(e) => tracing::warn!(error = %e, "offset commit failed (will retry)"),
+        }
+    }
+
+    /// Commits what is durable, waiting at most `wait` for the group
+    /// coordinator. A synchronous commit waits for it without a bound:
+    /// with the brokers hung, or gone a moment before librdkafka noticed,
+    /// the consumer loop (and a stop) waited with it. The commit goes on
+    /// a thread of its own, which holds the consumer (not this state, nor
+    /// the store) until the coordinator answers or librdkafka gives up;
+    /// `busy` says one is still out, and no other starts meanwhile.
+    pub(super) fn commit_within<C: ConsumerContext + 'static>(
+        &self,
+        consumer: &Arc<BaseConsumer<C>>,
+        wait: Duration,
+        busy: &Arc<AtomicBool>,
+    ) {
+        if busy.load(Ordering::SeqCst) {
+            return;
+        }
+        let started = Instant::now();
+        let Some((tpl, offsets)) = self.to_commit(consumer, None) else {
+            return;
+        };
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        busy.store(true, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name("halite-commit".into())
+            .spawn({
+                let (consumer, busy) = (consumer.clone(), busy.clone());
+                move || {
+                    let result = consumer.commit(&tpl, CommitMode::Sync);
+                    busy.store(false, Ordering::SeqCst);
+                    let _ = tx.send(result);
+                }
+            });
+        if let Err(e) = spawned {
+            busy.store(false, Ordering::SeqCst);
+            tracing::warn!(error = %e, "cannot start a commit; the next one carries its offsets");
+            return;
+        }
+        match rx.recv_timeout(wait) {
+            Ok(Ok(())) => self.committed(&offsets, started),
+            Ok(Err(e)) => tracing::warn!(error = %e, "offset commit failed (will retry)"),
+            Err(_) => tracing::warn!(
+                waited_s = wait.as_secs_f64(),
+                "the group coordinator did not answer a commit in time; the store's positions \
+                 stand in for it until one gets through"
+            ),
+        }
+    }
+
+    /// What is durable and not committed yet, as a partition list and as
+    /// offsets; the consumer lag gauges are set from it.
+    fn to_commit<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        only: Option<&[PartitionKey]>,
+    ) -> Option<(TopicPartitionList, Vec<(PartitionKey, i64)>)> {
         self.settle();
         let offsets: Vec<(PartitionKey, i64)> = match &self.cluster {
             // A cluster's node commits what the object store holds: a new
@@ -257,7 +324,7 @@ impl Shared {
                 .collect(),
         };
         if offsets.is_empty() {
-            return;
+            return None;
         }
         // Durable whether or not the commit gets through.
         self.stats.durable.lock().extend(offsets.iter().cloned());
@@ -266,33 +333,36 @@ impl Shared {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
                 tracing::error!(%topic, partition, offset, error = %e, "cannot list an offset to commit");
             }
-        }
-        match consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => {
-                self.tracker.lock().committed(&offsets);
-                if let Some(routes) = &self.cluster {
-                    routes.committed.lock().extend(offsets.iter().cloned());
-                }
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                self.stats.committed.lock().extend(offsets.iter().cloned());
-                metrics::histogram!("halite_kafka_commit_duration_seconds")
-                    .record(started.elapsed().as_secs_f64());
-                for ((topic, partition), offset) in &offsets {
-                    let labels = [
-                        ("topic", topic.clone()),
-                        ("partition", partition.to_string()),
-                    ];
-                    metrics::gauge!("halite_kafka_committed_offset", &labels).set(*offset as f64);
-                    // The high watermark librdkafka saw in its last fetch
-                    // response (no broker round trip).
-                    if let Some(high) = cached_high_watermark(consumer, topic, *partition) {
-                        metrics::gauge!("halite_kafka_consumer_lag", &labels)
-                            .set((high - offset).max(0) as f64);
-                    }
-                }
+            // The high watermark librdkafka saw in its last fetch response
+            // (no broker round trip) against what is durable.
+            if let Some(high) = cached_high_watermark(consumer, topic, *partition) {
+                let labels = [
+                    ("topic", topic.clone()),
+                    ("partition", partition.to_string()),
+                ];
+                metrics::gauge!("halite_kafka_consumer_lag", &labels)
+                    .set((high - offset).max(0) as f64);
             }
-            // Not fatal: the next commit carries the same (or later) offsets.
-            Err(e) => tracing::warn!(error = %e, "offset commit failed (will retry)"),
+        }
+        Some((tpl, offsets))
+    }
+
+    /// Records offsets the group holds now.
+    fn committed(&self, offsets: &[(PartitionKey, i64)], started: Instant) {
+        self.tracker.lock().committed(offsets);
+        if let Some(routes) = &self.cluster {
+            routes.committed.lock().extend(offsets.iter().cloned());
+        }
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        self.stats.committed.lock().extend(offsets.iter().cloned());
+        metrics::histogram!("halite_kafka_commit_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        for ((topic, partition), offset) in offsets {
+            let labels = [
+                ("topic", topic.clone()),
+                ("partition", partition.to_string()),
+            ];
+            metrics::gauge!("halite_kafka_committed_offset", &labels).set(*offset as f64);
         }
     }
 }
