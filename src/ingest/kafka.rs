@@ -636,13 +636,13 @@ impl ConsumerLoop {
                 }
             }
         }
+        // Everything fetched is written: a revoke from now on (the session
+        // lost meanwhile, the close) has nothing to wait for or commit.
+        self.shared.closing.store(true, Ordering::SeqCst);
         // The last commit waits for the group coordinator a few seconds at
         // most: with the brokers down or hung it would not answer, and
         // nothing is lost without it (a restart resumes at the store's
-        // durable positions). Messages fetched meanwhile are not taken.
-        // Everything fetched is written: a revoke from now on (the session
-        // lost while waiting, the close) has nothing to wait for or commit.
-        self.shared.closing.store(true, Ordering::SeqCst);
+        // durable positions).
         if self.shared.brokers_down.load(Ordering::Relaxed) {
             tracing::info!(
                 "kafka brokers are down: the last commit is left to the store's positions"
