@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::process_cpu_secs;
+use crate::support::{process_cpu_secs, thread_cpu_secs};
 use crate::{http, kafka};
 
 use rdkafka::config::ClientConfig;
@@ -15,33 +15,6 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const HOSTS: u64 = 100;
 pub const PARTITIONS: i32 = 8;
-
-/// CPU seconds per kind of server thread (names with their digits
-/// dropped: `halite-kafka-w0` counts as `halite-kafka-w`).
-fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
-    let mut by_kind = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return by_kind;
-    };
-    for t in tasks.flatten() {
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let name: String = head
-            .split_once('(')
-            .map_or("", |(_, n)| n)
-            .chars()
-            .filter(|c| !c.is_ascii_digit())
-            .collect();
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        *by_kind.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / hz;
-    }
-    by_kind
-}
 
 /// Reads every message of the topic from the beginning; rows/s.
 fn consume_only(bootstrap: &str, topic: &str, messages: u64) -> f64 {
