@@ -62,17 +62,7 @@ impl ConsumerContext for IngestContext {
         let Some(shared) = self.shared.upgrade() else {
             // The consumer loop is gone (the close after a stop): only
             // librdkafka's side of the rebalance is left.
-            let result = match err {
-                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS if cooperative => {
-                    consumer.incremental_assign(tpl)
-                }
-                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => consumer.assign(tpl),
-                RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if cooperative => {
-                    consumer.incremental_unassign(tpl)
-                }
-                _ => consumer.unassign(),
-            };
-            if let Err(e) = result {
+            if let Err(e) = apply_rebalance(consumer, err, tpl, cooperative) {
                 tracing::debug!(error = %e, "applying a rebalance while closing failed");
             }
             return;
@@ -91,44 +81,32 @@ impl ConsumerContext for IngestContext {
             }
             _ => {}
         }
-        let result = match err {
+        let mut untaken = TopicPartitionList::new();
+        match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let untaken = if shared.cluster.is_some() {
-                    self.take_shards(&shared, tpl)
+                if shared.cluster.is_some() {
+                    untaken = self.take_shards(&shared, tpl);
                 } else {
                     self.resume_from_store(&shared, consumer, tpl);
-                    TopicPartitionList::new()
-                };
-                let assigned = if cooperative {
-                    consumer.incremental_assign(tpl)
-                } else {
-                    consumer.assign(tpl)
-                };
-                // Held back until they are taken (the consumer loop tries
-                // again every second).
-                if untaken.count() > 0
-                    && let Err(e) = consumer.pause(&untaken)
-                {
-                    tracing::error!(error = %e, "pausing partitions not yet taken failed");
                 }
-                assigned
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.revoke(&shared, consumer, tpl);
-                if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                }
             }
             other => {
                 tracing::error!(error = ?other, "kafka rebalance failed; dropping the assignment");
                 self.revoke(&shared, consumer, tpl);
-                consumer.unassign()
             }
-        };
-        if let Err(e) = result {
+        }
+        if let Err(e) = apply_rebalance(consumer, err, tpl, cooperative) {
             tracing::error!(error = %e, "applying the kafka rebalance failed");
+        }
+        // Held back until they are taken (the consumer loop tries again
+        // every second).
+        if untaken.count() > 0
+            && let Err(e) = consumer.pause(&untaken)
+        {
+            tracing::error!(error = %e, "pausing partitions not yet taken failed");
         }
         let listed: Vec<PartitionKey> = tpl
             .elements()
@@ -161,6 +139,26 @@ impl ConsumerContext for IngestContext {
             stats.joined.store(true, Ordering::Release);
         }
         metrics::gauge!("halite_kafka_assigned_partitions").set(assigned as f64);
+    }
+}
+
+/// librdkafka's side of a rebalance: the partitions assigned, or let go
+/// (all of them when the rebalance failed).
+fn apply_rebalance(
+    consumer: &BaseConsumer<IngestContext>,
+    err: RDKafkaRespErr,
+    tpl: &TopicPartitionList,
+    cooperative: bool,
+) -> rdkafka::error::KafkaResult<()> {
+    match err {
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS if cooperative => {
+            consumer.incremental_assign(tpl)
+        }
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => consumer.assign(tpl),
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if cooperative => {
+            consumer.incremental_unassign(tpl)
+        }
+        _ => consumer.unassign(),
     }
 }
 
