@@ -9,7 +9,9 @@
 //!    then three nodes (another consumer group, another object-store
 //!    prefix) consume it. Rows/s from the nodes' start to every point
 //!    readable, and the CPU the nodes used by then (start-up, group joins
-//!    and rebalances included) per row.
+//!    and rebalances included) per row; and the CPU per row once the
+//!    flushes and compactions the rows brought are done (a catch-up cut
+//!    at its last row leaves a varying share of them owed).
 //! 3. q1 (the last 100 points of one host) and q2 (one host, all fields,
 //!    one hour) through a node of the three that does not own the host's
 //!    bucket, through its owner, and through the single node, once every
@@ -267,6 +269,37 @@ fn ingest(nodes: &[&Node], rows: u64, since: Instant, cpu_before: f64) -> (f64, 
     (secs, cpu - cpu_before)
 }
 
+/// Waits until the nodes' MemStores are flushed and no flush or
+/// compaction has run for 3 s: the work the ingested rows brought, done.
+/// A catch-up cut off at its last row leaves compactions owed, and how
+/// many depends on when flushes by age fell; the CPU up to here is what
+/// the rows cost. (CPU seconds the nodes used from `cpu_before`, seconds
+/// the wait took.)
+fn settle(nodes: &[&Node], cpu_before: f64) -> (f64, f64) {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    let work = || -> (f64, f64) {
+        let sum = |name: &str| -> f64 { nodes.iter().map(|n| metric_sum(n.addr(), name)).sum() };
+        (
+            sum("halite_memstore_bytes"),
+            sum("halite_flushes_total") + sum("halite_compactions_total"),
+        )
+    };
+    let (mut done, mut still_since) = (work().1, Instant::now());
+    loop {
+        assert!(Instant::now() < deadline, "the nodes never settled");
+        std::thread::sleep(Duration::from_millis(250));
+        let (memstore, now) = work();
+        if now != done || memstore > 0.0 {
+            (done, still_since) = (now, Instant::now());
+        } else if still_since.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+    }
+    let cpu: f64 = nodes.iter().map(|n| n.cpu()).sum();
+    (cpu - cpu_before, started.elapsed().as_secs_f64())
+}
+
 /// Message payload bytes of `partition` from `from` to its end (the
 /// producer is stopped: the end does not move).
 fn payload_bytes(bootstrap: &str, partition: i32, from: i64) -> u64 {
@@ -384,6 +417,21 @@ fn main() {
          cpu_ratio_to_one_node={:.2} points_ingested={points} (replays after rebalances count again)",
         rows as f64 / secs,
         trio_cpu_us / solo_cpu_us
+    );
+    // 2c. Both settled: the compactions each still owed, done.
+    let (solo_settled, solo_wait) = settle(&[&solo], 0.0);
+    let (trio_settled, trio_wait) = settle(&refs, 0.0);
+    print_work("settled nodes=1", &[&solo], &BTreeMap::new());
+    print_work("settled nodes=3", &refs, &BTreeMap::new());
+    let (solo_settled_us, trio_settled_us) = (
+        solo_settled / rows as f64 * 1e6,
+        trio_settled / rows as f64 * 1e6,
+    );
+    println!(
+        "cluster_settled nodes=1 cpu_us_per_row={solo_settled_us:.2} waited_s={solo_wait:.1} \
+         nodes=3 cpu_us_per_row={trio_settled_us:.2} waited_s={trio_wait:.1} \
+         cpu_ratio_to_one_node={:.2} (from the start until no flush or compaction is owed)",
+        trio_settled_us / solo_settled_us
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     let owner_of = loop {
