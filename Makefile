@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv tools bench bench-peers bench-engine bench-query bench-kafka bench-cluster crash torture soak fuzz lint fmt clean
+.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster crash torture soak fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -32,9 +32,21 @@ tools: $(S3S_FS)
 $(S3S_FS):
 	$(CARGO) install --quiet --locked --root .tools s3s-fs@0.14.1 --features binary
 
+## The real systems the protocol tests compare halite's answers with:
+## InfluxDB 1.6 (Debian's influxdb; the influx CLI is influxdb-client),
+## installed when missing.
+ORACLES := influxdb influxdb-client
+oracles:
+	@missing=""; for p in $(ORACLES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
 ## Runs every test (unit, property, crash, corruption, WAL backends, HTTP,
-## the object store).
-test: venv tools
+## the object store, the InfluxDB protocol against a real InfluxDB).
+test: venv tools oracles
 ifeq ($(HAVE_NEXTEST),yes)
 	$(CARGO) nextest run --release --no-fail-fast
 else
@@ -104,7 +116,7 @@ soak: venv
 ## crash stops it; the input is left in tests/fuzz/artifacts/<target>/ —
 ## copy it into tests/fuzz/regressions/<target>/ with the fix.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := line_protocol json_points key_codec wal_segment store_file scan_request
+FUZZ_TARGETS := line_protocol json_points key_codec wal_segment store_file scan_request influxql
 fuzz:
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz@0.13.2
 	RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build --fuzz-dir tests/fuzz -O

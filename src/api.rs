@@ -16,6 +16,7 @@
 //! | `GET /api/v1/ingest` | the Kafka consumer's counters and positions |
 //! | `GET /api/v1/cluster` | cluster mode: partitions held here, every lease |
 //! | `GET /internal/v1/regions/{id}/tail` | cluster mode: a region's MemStore edits and files, for the other nodes |
+//! | `GET\|HEAD /ping`, `POST /write`, `POST /api/v2/write`, `GET\|POST /query` | the InfluxDB 1.x protocol (`influx.rs`, docs/compatibility.md) |
 //!
 //! This file routes requests and guards their bodies; the handlers are in
 //! `admin.rs`, `read.rs` and `write.rs`, what they share in `state.rs`,
@@ -25,6 +26,7 @@
 mod admin;
 mod arrow;
 mod error;
+mod influx;
 mod internal;
 mod json;
 mod read;
@@ -100,6 +102,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/ingest", get(ingest_status))
         .route("/api/v1/cluster", get(cluster_status))
         .route("/internal/v1/regions/{id}/tail", get(internal::region_tail))
+        .route("/ping", get(influx::ping).head(influx::ping))
+        .route("/write", post(influx::write_v1))
+        .route("/api/v2/write", post(influx::write_v2))
+        .route("/query", get(influx::query).post(influx::query))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -139,6 +145,11 @@ fn content_type_accepted(path: &str, content_type: Option<&str>) -> Result<(), S
     let Some(ct) = content_type else {
         return Ok(());
     };
+    // InfluxDB reads these bodies whatever their type says (Telegraf sends
+    // text/plain, Grafana a form, other clients octet-stream).
+    if matches!(path, "/write" | "/api/v2/write" | "/query") {
+        return Ok(());
+    }
     let essence = ct
         .split(';')
         .next()

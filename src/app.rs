@@ -121,6 +121,8 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         ingest: kafka.as_ref().map(|k| k.stats.clone()),
         topics,
         telemetry,
+        tag_sets: Arc::new(crate::series::TagSets::new()),
+        influx: config.influx.clone(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

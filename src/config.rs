@@ -55,6 +55,29 @@ pub struct Config {
     pub objects: crate::objects::ObjectsConfig,
     pub cluster: ClusterConfig,
     pub log: LogConfig,
+    pub influx: InfluxConfig,
+}
+
+/// `[influx]`: the InfluxDB 1.x protocol (`/write`, `/query`, `/ping`).
+/// A database is a namespace; a measurement is a table of open tag sets,
+/// made on its first point with these settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InfluxConfig {
+    /// Salt buckets (and regions) of a measurement's table (default 4).
+    pub buckets: u32,
+    /// Most series a measurement's table holds (default 1,000,000); a
+    /// write of new series past it is answered 503.
+    pub series_limit: u64,
+}
+
+impl Default for InfluxConfig {
+    fn default() -> Self {
+        InfluxConfig {
+            buckets: 4,
+            series_limit: 1_000_000,
+        }
+    }
 }
 
 /// `[cluster]`: several nodes sharing one consumer group and one object
@@ -229,6 +252,7 @@ impl Default for Config {
             objects: crate::objects::ObjectsConfig::default(),
             cluster: ClusterConfig::default(),
             log: LogConfig::default(),
+            influx: InfluxConfig::default(),
         }
     }
 }

@@ -125,3 +125,35 @@ pub fn store_file(data: &[u8]) {
 pub fn scan_request(data: &[u8]) {
     let _ = crate::api::parse_scan_request(data);
 }
+
+/// An InfluxQL `/query` text: parsed, or refused with InfluxDB's words;
+/// and the same bytes as an open-tag row key, which decodes only when its
+/// tag count and length agree.
+pub fn influxql(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        match crate::query::influxql::parse(text) {
+            Ok(statements) => assert!(!statements.is_empty()),
+            Err(e) => assert!(e.contains(" at line "), "{e}"),
+        }
+    }
+    let schema = crate::key::KeySchema {
+        fields: Vec::new(),
+        salt: Some(crate::key::Salt {
+            buckets: 4,
+            width: 1,
+            from: crate::key::SaltFrom::Series,
+            epochs: Vec::new(),
+        }),
+        md5_prefix: 0,
+        time_unit: crate::key::TimeUnit::Nanoseconds,
+        tags: Some(crate::key::OpenTags::default()),
+    };
+    // Only keys halite writes (tags sorted by tag key) encode back.
+    if let Some(k) = schema.decode_tag_key(data)
+        && k.tags.windows(2).all(|w| w[0].0 < w[1].0)
+    {
+        let mut again = Vec::new();
+        schema.encode_tag_key(k.metric, &k.tags, k.time, &mut again);
+        assert_eq!(again[1..], data[1..], "a decoded open-tag key encodes back");
+    }
+}

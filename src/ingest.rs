@@ -22,7 +22,8 @@ use serde::Deserialize;
 use crate::catalog::TableDescriptor;
 use crate::cell::{CellKind, EntryBatch, KeyRef, MAX_QUALIFIER_LEN};
 use crate::codec::{bytes_equal, compare_bytes, quote_prefix};
-use crate::key::{FieldEncoding, FieldRef, KeyField};
+use crate::key::{FieldEncoding, FieldRef, KeyField, OpenTags};
+use crate::series::{Dictionary, FieldType, SeriesOutcome, UidKind};
 use crate::table::RoutedRows;
 use crate::value::Value;
 use json::JsonPoint;
@@ -113,6 +114,16 @@ pub struct PointEncoder<'t> {
     write_ttl: Option<u64>,
     /// The cell TTL of the point being added: its own, else the write's.
     point_ttl: Option<u64>,
+    /// The namespace's dictionary, for a table of open tag sets.
+    dictionary: Option<&'t Dictionary>,
+    /// The points added used a UID, field type or series that is not
+    /// durable yet: [`Dictionary::make_durable`] before submitting them.
+    undurable: bool,
+    /// Points refused because their new series would pass the table's
+    /// series limit.
+    series_refused: usize,
+    /// The tag UIDs of the point being added (reused).
+    tag_uids: Vec<(u32, u32)>,
 }
 
 /// Where the numbers of a key's uniquifier field come from when a point
@@ -185,7 +196,29 @@ impl<'t> PointEncoder<'t> {
             uniquifiers: Uniquifiers::default(),
             write_ttl: None,
             point_ttl: None,
+            dictionary: None,
+            undurable: false,
+            series_refused: 0,
+            tag_uids: Vec::new(),
         })
+    }
+
+    /// The dictionary of the table's namespace: a table of open tag sets
+    /// takes points only with one.
+    pub fn set_dictionary(&mut self, dictionary: &'t Dictionary) {
+        self.dictionary = Some(dictionary);
+    }
+
+    /// Whether the points added used UIDs, field types or series that
+    /// must be made durable ([`Dictionary::make_durable`]) before the
+    /// points are submitted.
+    pub fn needs_durable_dictionary(&self) -> bool {
+        self.undurable
+    }
+
+    /// Points refused for the table's series limit.
+    pub fn series_refused(&self) -> usize {
+        self.series_refused
     }
 
     /// A cell TTL in milliseconds for the points added next (a JSON point's
@@ -346,7 +379,7 @@ impl<'t> PointEncoder<'t> {
             .to_ms_floor(time)
             .ok_or_else(|| format!("timestamp {time}{} is out of range", unit.name()))?;
         for (k, _) in point.tags() {
-            if !table.key.fields.iter().any(|f| f.name == k) {
+            if table.key.tags.is_none() && !table.key.fields.iter().any(|f| f.name == k) {
                 return Err(format!(
                     "tag `{}` is not a key field of table `{}` (key fields: {})",
                     quote_prefix(k),
@@ -387,22 +420,26 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
-        let uniquifier = match table.key.fields.iter().find(|f| {
-            matches!(f.encoding, FieldEncoding::Uniquifier { .. })
-                && !point.tags().any(|(k, _)| k == f.name)
-        }) {
-            Some(f) => Some(self.next_uniquifier(f)?),
-            None => None,
-        };
-        table
-            .key
-            .encode_with(&mut self.key, |_, f| {
-                key_field_value(table, f, point, time, uniquifier)
-            })
-            .map_err(|e| match e {
-                crate::error::Error::InvalidInput(reason) => reason,
-                other => other.to_string(),
-            })?;
+        if let Some(open) = &table.key.tags {
+            self.encode_open_tags(point, open, time)?;
+        } else {
+            let uniquifier = match table.key.fields.iter().find(|f| {
+                matches!(f.encoding, FieldEncoding::Uniquifier { .. })
+                    && !point.tags().any(|(k, _)| k == f.name)
+            }) {
+                Some(f) => Some(self.next_uniquifier(f)?),
+                None => None,
+            };
+            table
+                .key
+                .encode_with(&mut self.key, |_, f| {
+                    key_field_value(table, f, point, time, uniquifier)
+                })
+                .map_err(|e| match e {
+                    crate::error::Error::InvalidInput(reason) => reason,
+                    other => other.to_string(),
+                })?;
+        }
         if precision.unit().per_second() > unit.per_second() {
             let number = self.number_base + self.point_number;
             let seen = self.seen.get_or_insert_with(HashMap::new);
@@ -455,6 +492,100 @@ impl<'t> PointEncoder<'t> {
         }
         batch.end_row();
         self.rows += 1;
+        Ok(())
+    }
+
+    /// The key of a point of a table of open tag sets: its measurement and
+    /// tags as UIDs (assigned when new), its series recorded, its fields'
+    /// types checked against the table's (InfluxDB's rules and words).
+    fn encode_open_tags(
+        &mut self,
+        point: &impl PointFields,
+        open: &OpenTags,
+        time: u64,
+    ) -> Result<(), String> {
+        let table = self.table;
+        let Some(dictionary) = self.dictionary else {
+            return Err(format!(
+                "table `{}` has open tag sets: write it through /write?db={} (InfluxDB line protocol)",
+                table.name, table.name.namespace
+            ));
+        };
+        let measurement = point.measurement();
+        let table_name = table.name.table.as_str();
+        for i in 0..point.field_count() {
+            let (name, _) = point.field(i);
+            if name == "time" {
+                return Err(format!(
+                    "invalid field name: input field \"time\" on measurement \"{}\" is invalid",
+                    quote_prefix(measurement)
+                ));
+            }
+        }
+        self.tag_uids.clear();
+        for (k, v) in point.tags() {
+            if k == "time" {
+                return Err(format!(
+                    "invalid tag key: input tag \"time\" on measurement \"{}\" is invalid",
+                    quote_prefix(measurement)
+                ));
+            }
+            if self.tag_uids.len() == open.max_tags {
+                return Err(format!(
+                    "a point has more than {} tags, the most table `{}` allows",
+                    open.max_tags, table.name
+                ));
+            }
+            let (k, new_k) = dictionary.uid(UidKind::TagKey, k);
+            let (v, new_v) = dictionary.uid(UidKind::TagValue, v);
+            self.undurable |= new_k | new_v;
+            self.tag_uids.push((k, v));
+        }
+        self.tag_uids.sort_unstable();
+        if self.tag_uids.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err("duplicate tags".into());
+        }
+        let (metric, new_metric) = dictionary.uid(UidKind::Metric, measurement);
+        self.undurable |= new_metric;
+        table
+            .key
+            .encode_tag_key(metric, &self.tag_uids, time, &mut self.key);
+        let series = &self.key[table.key.prefix_len()..self.key.len() - 8];
+        match dictionary.series(table_name, series, open.series_limit) {
+            SeriesOutcome::Known => {}
+            SeriesOutcome::Pending => self.undurable = true,
+            SeriesOutcome::OverLimit => {
+                self.series_refused += 1;
+                metrics::counter!("halite_series_refused_total", "table" => table.name.to_string())
+                    .increment(1);
+                return Err(format!(
+                    "table `{}` holds its limit of {} series: points of new series are refused \
+                     (raise the table's series_limit, or drop series)",
+                    table.name, open.series_limit
+                ));
+            }
+        }
+        // The series is recorded even when a field's type refuses the
+        // point, as InfluxDB does (SHOW SERIES lists it).
+        for i in 0..point.field_count() {
+            let (name, value) = point.field(i);
+            if let Some(had) = dictionary.field_type(table_name, name)
+                && had != FieldType::of(value)
+            {
+                return Err(format!(
+                    "field type conflict: input field \"{}\" on measurement \"{}\" is type {}, already exists as type {}",
+                    quote_prefix(name),
+                    quote_prefix(measurement),
+                    FieldType::of(value).name(),
+                    had.name()
+                ));
+            }
+        }
+        for i in 0..point.field_count() {
+            let (name, value) = point.field(i);
+            self.undurable |=
+                dictionary.field(table_name, measurement, name, FieldType::of(value))?;
+        }
         Ok(())
     }
 
@@ -617,6 +748,8 @@ pub const WRITE_PIECE_BYTES: usize = 256 * 1024;
 pub struct LinesWritten {
     pub rows: usize,
     pub rejected: Vec<(usize, String)>,
+    /// Of the rejected, points of new series past the table's limit.
+    pub series_refused: usize,
 }
 
 /// Writes line protocol `body` into table `table` of `store`, returning
@@ -658,13 +791,17 @@ impl RowsSink for crate::store::Store {
 
 pub fn write_lines<S: RowsSink>(
     sink: &S,
-    max_value_size: usize,
     table: &TableDescriptor,
     body: &[u8],
-    precision: Precision,
-    ttl_ms: Option<u64>,
-    now_ms: u64,
+    how: &LineWrite<'_>,
 ) -> Result<LinesWritten, WriteLinesError> {
+    let LineWrite {
+        max_value_size,
+        precision,
+        ttl_ms,
+        now_ms,
+        dictionary,
+    } = *how;
     let text = std::str::from_utf8(body).map_err(WriteLinesError::NotUtf8)?;
     let mut out = LinesWritten::default();
     let mut pending = Vec::new();
@@ -685,8 +822,17 @@ pub fn write_lines<S: RowsSink>(
         encoder.set_seen(seen.take());
         encoder.set_number_base(lines_before);
         encoder.set_ttl(ttl_ms);
+        if let Some((d, _)) = dictionary {
+            encoder.set_dictionary(d);
+        }
         let errors = encoder.add_lines(piece, precision, now_ms);
         seen = encoder.take_seen();
+        out.series_refused += encoder.series_refused();
+        if encoder.needs_durable_dictionary()
+            && let Some((d, store)) = dictionary
+        {
+            d.make_durable(store).map_err(WriteLinesError::Store)?;
+        }
         out.rejected.extend(
             errors
                 .into_iter()
@@ -706,6 +852,21 @@ pub fn write_lines<S: RowsSink>(
         sink.wait_rows(p).map_err(WriteLinesError::Store)?;
     }
     Ok(out)
+}
+
+/// How [`write_lines`] reads and writes a body.
+#[derive(Clone, Copy)]
+pub struct LineWrite<'a> {
+    /// A value longer refuses its point.
+    pub max_value_size: usize,
+    pub precision: Precision,
+    /// Cell TTL of the written points.
+    pub ttl_ms: Option<u64>,
+    /// The time of points without one.
+    pub now_ms: u64,
+    /// For a table of open tag sets: its namespace's dictionary, and the
+    /// store that keeps it.
+    pub dictionary: Option<(&'a Dictionary, &'a crate::store::Store)>,
 }
 
 /// Why [`write_lines`] failed as a whole.

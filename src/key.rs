@@ -242,6 +242,56 @@ pub struct KeySchema {
     /// versions stay in milliseconds (TTL and the region clock use them).
     #[serde(default, skip_serializing_if = "TimeUnit::is_default")]
     pub time_unit: TimeUnit,
+    /// Open tag sets (OpenTSDB's layout) instead of declared `fields`:
+    /// every series is a metric and any set of tags, each string a UID
+    /// from the namespace's dictionary (`series.rs`), and the key is
+    /// `[salt][metric uid][tag count][tag-key uid, tag-value uid … by
+    /// tag-key uid][reversed time]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<OpenTags>,
+}
+
+/// Bytes of one UID in an open-tag key.
+pub const UID_WIDTH: usize = 4;
+
+/// What a table of open tag sets allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenTags {
+    /// Most tags one series may carry (one byte counts them).
+    #[serde(default = "OpenTags::default_max_tags")]
+    pub max_tags: usize,
+    /// Most series the table holds: a point of a new series past it is
+    /// refused (and counted), the table's other series go on.
+    #[serde(default = "OpenTags::default_series_limit")]
+    pub series_limit: u64,
+}
+
+impl OpenTags {
+    fn default_max_tags() -> usize {
+        64
+    }
+    fn default_series_limit() -> u64 {
+        1_000_000
+    }
+}
+
+impl Default for OpenTags {
+    fn default() -> Self {
+        OpenTags {
+            max_tags: Self::default_max_tags(),
+            series_limit: Self::default_series_limit(),
+        }
+    }
+}
+
+/// An open-tag key taken apart: the metric's UID, the (tag key, tag
+/// value) UIDs in key order, and the time (in the table's unit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagKey {
+    pub metric: u32,
+    pub tags: Vec<(u32, u32)>,
+    pub time: u64,
 }
 
 /// The unit of a table's time fields.
@@ -381,6 +431,9 @@ fn invalid(msg: String) -> Error {
 impl KeySchema {
     /// Checks the schema; every problem names the field.
     pub fn validate(&self) -> Result<(), Error> {
+        if let Some(tags) = &self.tags {
+            return self.validate_open_tags(tags);
+        }
         if self.fields.is_empty() {
             return Err(invalid("a key schema needs at least one field".into()));
         }
@@ -471,6 +524,92 @@ impl KeySchema {
             }
         }
         Ok(())
+    }
+
+    fn validate_open_tags(&self, tags: &OpenTags) -> Result<(), Error> {
+        if !self.fields.is_empty() {
+            return Err(invalid(
+                "a key of open tag sets has no declared fields: every tag of a point is part of its series"
+                    .into(),
+            ));
+        }
+        if self.md5_prefix != 0 {
+            return Err(invalid(
+                "a key of open tag sets takes a salt, not an md5_prefix".into(),
+            ));
+        }
+        if tags.max_tags == 0 || tags.max_tags > 255 {
+            return Err(invalid("max_tags must be 1..=255".into()));
+        }
+        if tags.series_limit == 0 {
+            return Err(invalid("series_limit must be at least 1".into()));
+        }
+        if let Some(s) = &self.salt {
+            if s.width != 1 && s.width != 2 {
+                return Err(invalid("salt width must be 1 or 2 bytes".into()));
+            }
+            let max = if s.width == 1 { 256 } else { 65_536 };
+            if s.buckets < 2 || s.buckets > max {
+                return Err(invalid(format!(
+                    "salt buckets must be 2..={max} for a {}-byte salt, got {}",
+                    s.width, s.buckets
+                )));
+            }
+            if s.from != SaltFrom::Series || !s.epochs.is_empty() {
+                return Err(invalid(
+                    "a key of open tag sets is salted by its series, with one bucket count".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the table's series are open tag sets (no declared fields).
+    pub fn is_open_tags(&self) -> bool {
+        self.tags.is_some()
+    }
+
+    /// Encodes an open-tag key into `out` (replacing what it held): `tags`
+    /// sorted by tag-key UID, `time` in the table's unit. The salt hashes
+    /// the series (metric and tags), so a series lives in one bucket.
+    pub fn encode_tag_key(&self, metric: u32, tags: &[(u32, u32)], time: u64, out: &mut Vec<u8>) {
+        debug_assert!(tags.windows(2).all(|w| w[0].0 < w[1].0));
+        out.clear();
+        let prefix = self.prefix_len();
+        out.resize(prefix, 0);
+        out.extend_from_slice(&metric.to_be_bytes());
+        out.push(tags.len() as u8);
+        for (k, v) in tags {
+            out.extend_from_slice(&k.to_be_bytes());
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        out.extend_from_slice(&(u64::MAX - time).to_be_bytes());
+        if let Some(salt) = &self.salt {
+            let series = &out[prefix..out.len() - 8];
+            let b = (xxhash_rust::xxh3::xxh3_64(series) % u64::from(salt.buckets)) as u32;
+            if salt.width == 1 {
+                out[0] = b as u8;
+            } else {
+                out[..2].copy_from_slice(&(b as u16).to_be_bytes());
+            }
+        }
+    }
+
+    /// The series part of an open-tag key: metric, tag count and tags,
+    /// without salt or time; `None` when `key` is not such a key.
+    pub fn tag_series<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        let prefix = self.prefix_len();
+        let n = *key.get(prefix + UID_WIDTH)? as usize;
+        let end = prefix + UID_WIDTH + 1 + n * 2 * UID_WIDTH;
+        (key.len() == end + 8).then(|| &key[prefix..end])
+    }
+
+    /// Takes an open-tag key apart; `None` when it is not one.
+    pub fn decode_tag_key(&self, key: &[u8]) -> Option<TagKey> {
+        let series = self.tag_series(key)?;
+        let (metric, tags) = decode_tag_series(series)?;
+        let time = u64::MAX - u64::from_be_bytes(key[key.len() - 8..].try_into().ok()?);
+        Some(TagKey { metric, tags, time })
     }
 
     /// Bytes of salt (and hash prefix) before the fields.
@@ -595,6 +734,10 @@ impl KeySchema {
     /// timestamp or uniquifier, plus salt and hash prefix. The ROWPREFIX bloom
     /// filter covers this many bytes.
     pub fn series_prefix_len(&self) -> usize {
+        if self.tags.is_some() {
+            // Series differ in length: the bloom covers salt and metric.
+            return self.prefix_len() + UID_WIDTH;
+        }
         let fields: usize = self
             .fields
             .iter()
@@ -946,6 +1089,28 @@ impl KeySchema {
 }
 
 /// One field's value from its bytes in a key.
+/// A series of an open-tag key (`KeySchema::tag_series`) taken apart:
+/// the metric UID and the (tag key, tag value) UIDs.
+pub fn decode_tag_series(series: &[u8]) -> Option<(u32, Vec<(u32, u32)>)> {
+    let uid = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(
+            series.get(at..at + UID_WIDTH)?.try_into().ok()?,
+        ))
+    };
+    let metric = uid(0)?;
+    let n = *series.get(UID_WIDTH)? as usize;
+    if series.len() != UID_WIDTH + 1 + n * 2 * UID_WIDTH {
+        return None;
+    }
+    let tags = (0..n)
+        .map(|i| {
+            let at = UID_WIDTH + 1 + i * 2 * UID_WIDTH;
+            Some((uid(at)?, uid(at + UID_WIDTH)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((metric, tags))
+}
+
 fn decode_field<'k>(f: &KeyField, bytes: &'k [u8]) -> Result<FieldRef<'k>, Error> {
     Ok(match f.encoding {
         FieldEncoding::String { .. } => {
@@ -1264,5 +1429,88 @@ mod tests {
             .encode_ordered(&[FieldValue::Uint(7), FieldValue::Uint(99)])
             .unwrap();
         assert_eq!(k[..2], k2[..2]);
+    }
+
+    fn open_tags(buckets: Option<u32>) -> KeySchema {
+        KeySchema {
+            fields: Vec::new(),
+            salt: buckets.map(|b| Salt {
+                buckets: b,
+                width: 1,
+                from: SaltFrom::Series,
+                epochs: Vec::new(),
+            }),
+            md5_prefix: 0,
+            time_unit: TimeUnit::Nanoseconds,
+            tags: Some(OpenTags::default()),
+        }
+    }
+
+    #[test]
+    fn open_tag_keys_round_trip_and_keep_a_series_in_one_bucket() {
+        let k = open_tags(Some(16));
+        k.validate().expect("valid");
+        let mut key = Vec::new();
+        let tags = [(1, 7), (3, 2)];
+        k.encode_tag_key(5, &tags, 1_700_000_000_000_000_000, &mut key);
+        assert_eq!(key.len(), 1 + 4 + 1 + 2 * 8 + 8);
+        let back = k.decode_tag_key(&key).expect("decodes");
+        assert_eq!(
+            back,
+            TagKey {
+                metric: 5,
+                tags: tags.to_vec(),
+                time: 1_700_000_000_000_000_000
+            }
+        );
+        // Every time of a series: one bucket, newest first.
+        let mut later = Vec::new();
+        k.encode_tag_key(5, &tags, 1_700_000_000_000_000_001, &mut later);
+        assert_eq!(later[0], key[0]);
+        assert!(later < key);
+        assert_eq!(k.tag_series(&later), k.tag_series(&key));
+        // A series with one more tag is not a key range of the shorter
+        // one: the tag count tells them apart before the tags do.
+        let mut shorter = Vec::new();
+        k.encode_tag_key(5, &tags[..1], 0, &mut shorter);
+        let short_series = k.tag_series(&shorter).expect("series");
+        let long_series = k.tag_series(&key).expect("series");
+        assert!(!long_series.starts_with(short_series));
+        // Not an open-tag key: nothing decodes.
+        assert_eq!(k.decode_tag_key(&key[..key.len() - 1]), None);
+        assert_eq!(k.decode_tag_key(b""), None);
+        let mut unsalted = Vec::new();
+        open_tags(None).encode_tag_key(5, &[], 9, &mut unsalted);
+        assert_eq!(
+            open_tags(None)
+                .decode_tag_key(&unsalted)
+                .map(|t| (t.metric, t.tags.len(), t.time)),
+            Some((5, 0, 9))
+        );
+    }
+
+    #[test]
+    fn open_tag_schemas_refuse_what_they_cannot_hold() {
+        let mut k = open_tags(Some(4));
+        k.fields.push(KeyField {
+            name: "host".into(),
+            encoding: FieldEncoding::String { width: 8 },
+        });
+        assert!(k.validate().is_err());
+        let mut k = open_tags(Some(4));
+        k.salt.as_mut().expect("salt").epochs.push(SaltEpoch {
+            from: 10,
+            buckets: 8,
+        });
+        assert!(k.validate().is_err());
+        let mut k = open_tags(None);
+        k.tags = Some(OpenTags {
+            max_tags: 0,
+            series_limit: 1,
+        });
+        assert!(k.validate().is_err());
+        let mut k = open_tags(None);
+        k.md5_prefix = 2;
+        assert!(k.validate().is_err());
     }
 }

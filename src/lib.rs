@@ -18,6 +18,8 @@
 //!             which app wires to the query engine)
 //! query/      logical queries: plan, rows (bucket scans merged),
 //!   ▼         aggregate, pool; engine = the query pool over the store
+//! series      open tag sets: the UID dictionary, field types and
+//!             series index in each namespace's `__tags` table
 //! store       tables, writer shards, splits, recovery, the memory limit;
 //!             cluster mode (partitions taken and released)
 //! verify      `halite verify`: a data directory checked offline
@@ -80,6 +82,7 @@ pub mod ownership;
 pub mod query;
 pub mod region;
 pub mod schema;
+pub mod series;
 pub mod store;
 pub mod table;
 pub mod telemetry;

@@ -113,6 +113,12 @@ impl FamilySpec {
         DataBlockEncoding::Prefix
     }
 
+    /// A family with every attribute at its default.
+    pub fn named(name: &str) -> FamilySpec {
+        serde_json::from_value(serde_json::json!({ "name": name }))
+            .expect("a family of defaults deserialises")
+    }
+
     pub fn descriptor(&self) -> FamilyDescriptor {
         FamilyDescriptor {
             name: self.name.as_bytes().to_vec(),

@@ -9,13 +9,14 @@ use std::path::Path;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 6] = [
+const TARGETS: [(&str, Target); 7] = [
     ("line_protocol", halite::fuzz::line_protocol),
     ("json_points", halite::fuzz::json_points),
     ("key_codec", halite::fuzz::key_codec),
     ("wal_segment", halite::fuzz::wal_segment),
     ("store_file", halite::fuzz::store_file),
     ("scan_request", halite::fuzz::scan_request),
+    ("influxql", halite::fuzz::influxql),
 ];
 
 fn inputs(kind: &str, target: &str) -> Vec<(String, Vec<u8>)> {

@@ -33,6 +33,7 @@ fn schemas() -> Vec<KeySchema> {
             salt: None,
             md5_prefix: 0,
             time_unit: TimeUnit::default(),
+            tags: None,
         },
         KeySchema {
             fields: base.clone(),
@@ -44,6 +45,7 @@ fn schemas() -> Vec<KeySchema> {
             }),
             md5_prefix: 0,
             time_unit: TimeUnit::default(),
+            tags: None,
         },
         KeySchema {
             fields: ints.clone(),
@@ -55,12 +57,14 @@ fn schemas() -> Vec<KeySchema> {
             }),
             md5_prefix: 0,
             time_unit: TimeUnit::default(),
+            tags: None,
         },
         KeySchema {
             fields: ints,
             salt: None,
             md5_prefix: 0,
             time_unit: TimeUnit::default(),
+            tags: None,
         },
     ]
 }
@@ -153,6 +157,7 @@ fn padding_orders_like_the_seed_articles_say() {
         salt: None,
         md5_prefix: 0,
         time_unit: TimeUnit::default(),
+        tags: None,
     };
     let enc = |v: &str| {
         s.encode_ordered(&[FieldValue::Str(v.into())])

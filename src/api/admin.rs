@@ -107,6 +107,12 @@ pub(super) async fn create_table(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let req: CreateTable = json_body(body)?;
+    if req.name.table.starts_with("__") {
+        return Err(ApiError::bad(format!(
+            "table names starting with `__` are halite's own (`{}` keeps a namespace's open tag sets); choose another name",
+            crate::series::TAGS_TABLE
+        )));
+    }
     let store = s.store.clone();
     let desc = blocking(move || store.create_table(&req)).await?;
     Ok((StatusCode::CREATED, Json(desc)).into_response())
@@ -227,8 +233,30 @@ pub(super) async fn drop_table(
     Path(t): Path<String>,
 ) -> ApiResult<StatusCode> {
     let name = table_name(&t)?;
+    if name.table == crate::series::TAGS_TABLE {
+        let users: Vec<String> = s
+            .store
+            .catalog()
+            .tables(Some(&name.namespace))
+            .into_iter()
+            .filter(|d| d.key.is_open_tags())
+            .map(|d| d.name.to_string())
+            .collect();
+        if !users.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "`{name}` holds the UIDs and series of {}: drop those tables first",
+                    users.join(", ")
+                ),
+            ));
+        }
+    }
     let store = s.store.clone();
+    let namespace = name.namespace.clone();
     blocking(move || store.drop_table(&name)).await?;
+    s.tag_sets.forget(&namespace);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -36,6 +36,9 @@ pub struct AppState {
     pub telemetry: Option<Arc<Telemetry>>,
     /// Cluster mode: writes go through their table's topic.
     pub topics: Option<Arc<TopicWriter>>,
+    /// Every namespace's UID dictionary and series (open tag sets).
+    pub tag_sets: Arc<crate::series::TagSets>,
+    pub influx: crate::config::InfluxConfig,
 }
 
 /// Query parameters, read strictly: an unknown or malformed one is a 400

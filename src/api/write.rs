@@ -139,18 +139,47 @@ pub(super) async fn write(
         ingest::Format::Line
     };
     let max_value_size = s.store.max_value_size();
+    let dictionary = match (&s.topics, desc.key.is_open_tags()) {
+        (Some(_), true) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "unsupported",
+                format!(
+                    "table `{name}` has open tag sets, which cluster mode does not take yet; \
+                     write it on a single node"
+                ),
+            ));
+        }
+        (None, true) => {
+            let (store, tag_sets, ns) =
+                (s.store.clone(), s.tag_sets.clone(), name.namespace.clone());
+            Some(blocking(move || tag_sets.dictionary(&store, &ns)).await?)
+        }
+        _ => None,
+    };
     let (written, errors) = match format {
         ingest::Format::Line => {
             let store = s.store.clone();
             let topics = s.topics.clone();
             let precision = precision.unwrap_or_default();
             let ttl = p.ttl_ms;
-            let done = blocking(move || match topics {
-                Some(t) => {
-                    ingest::write_lines(&*t, max_value_size, &desc, &bytes, precision, ttl, now)
-                }
-                None => {
-                    ingest::write_lines(&*store, max_value_size, &desc, &bytes, precision, ttl, now)
+            let done = blocking(move || {
+                let how = ingest::LineWrite {
+                    max_value_size,
+                    precision,
+                    ttl_ms: ttl,
+                    now_ms: now,
+                    dictionary: None,
+                };
+                match topics {
+                    Some(t) => ingest::write_lines(&*t, &desc, &bytes, &how),
+                    None => {
+                        let how = ingest::LineWrite {
+                            dictionary: dictionary.as_deref().map(|d| (d, &*store)),
+                            ..how
+                        };
+                        ingest::write_lines(&*store, &desc, &bytes, &how)
+                    }
                 }
             })
             .await?;
@@ -159,9 +188,18 @@ pub(super) async fn write(
         ingest::Format::Json => {
             let mut encoder = PointEncoder::new(&desc, max_value_size).map_err(ApiError::bad)?;
             encoder.set_ttl(p.ttl_ms);
+            if let Some(d) = &dictionary {
+                encoder.set_dictionary(d);
+            }
             let errors = encoder
                 .add_body(format, &bytes, precision, now)
                 .map_err(ApiError::bad)?;
+            if encoder.needs_durable_dictionary()
+                && let Some(d) = dictionary.clone()
+            {
+                let store = s.store.clone();
+                blocking(move || d.make_durable(&store)).await?;
+            }
             let batch = encoder.finish();
             let written = batch.rows();
             if written > 0 {

@@ -42,6 +42,9 @@ pub enum Precision {
     Microseconds,
     Milliseconds,
     Seconds,
+    /// InfluxDB's `m` and `h` (its `/write` takes them).
+    Minutes,
+    Hours,
 }
 
 impl Precision {
@@ -61,7 +64,7 @@ impl Precision {
             Precision::Nanoseconds => TimeUnit::Nanoseconds,
             Precision::Microseconds => TimeUnit::Microseconds,
             Precision::Milliseconds => TimeUnit::Milliseconds,
-            Precision::Seconds => TimeUnit::Seconds,
+            Precision::Seconds | Precision::Minutes | Precision::Hours => TimeUnit::Seconds,
         }
     }
 
@@ -70,6 +73,11 @@ impl Precision {
     /// u64 range.
     pub fn to_unit(self, ts: i64, unit: TimeUnit) -> Option<(u64, bool)> {
         let ts = u64::try_from(ts).ok()?;
+        let ts = match self {
+            Precision::Minutes => ts.checked_mul(60)?,
+            Precision::Hours => ts.checked_mul(3600)?,
+            _ => ts,
+        };
         let (from, to) = (self.unit().per_second(), unit.per_second());
         if from >= to {
             let step = from / to;

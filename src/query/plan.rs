@@ -173,6 +173,13 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             "this table has hashed keys (md5_prefix): it serves gets and raw scans, not series queries".into(),
         ));
     }
+    if schema.is_open_tags() {
+        return Err(Error::InvalidInput(
+            "this table has open tag sets: browse it with InfluxQL through /query (SHOW …); \
+             its series queries are not answered yet"
+                .into(),
+        ));
+    }
     let mut values = Vec::with_capacity(q.series.len());
     for (i, (name, v)) in q.series.iter().enumerate() {
         match schema.fields.get(i) {

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod influx;
 pub mod kafka;
 pub mod rng;
 pub mod s3;

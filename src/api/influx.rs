@@ -1,0 +1,739 @@
+//! The InfluxDB 1.x HTTP protocol, as Telegraf, Grafana and InfluxDB's
+//! clients speak it: `/ping`, `/write`, `/api/v2/write` and `/query`
+//! (`docs/compatibility.md` lists what is answered). A database is a
+//! namespace; a measurement is a table of open tag sets in it, made on its
+//! first point (`[influx]` settings). Answers take InfluxDB's shapes:
+//! `{"error": "…"}` bodies, 204 for a write, `{"results": […]}`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query as QueryParams, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value as Json, json};
+
+use super::state::AppState;
+use crate::catalog::{CreateTable, TableName};
+use crate::error::Error;
+use crate::ingest::{self, line_protocol::Precision};
+use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
+use crate::query::influxql::{self, Statement};
+use crate::schema::{Durability, FamilySpec};
+use crate::series::Dictionary;
+
+/// The InfluxDB version halite's protocol follows (its headers say so;
+/// clients such as influxdb-python read it).
+const VERSION: &str = "1.8.10";
+
+/// An answer in InfluxDB's shape, with its headers.
+fn influx(status: StatusCode, body: Option<Json>) -> Response {
+    let mut resp = match body {
+        Some(b) => {
+            let mut text = b.to_string();
+            text.push('\n');
+            (status, text).into_response()
+        }
+        None => status.into_response(),
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert("X-Influxdb-Version", HeaderValue::from_static(VERSION));
+    h.insert("X-Influxdb-Build", HeaderValue::from_static("OSS"));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+/// A request refused, answered as [`influx_error`] does.
+pub(super) struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+fn refuse(status: StatusCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        message: message.into(),
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        influx_error(self.status, self.message)
+    }
+}
+
+fn influx_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let message = message.into();
+    let mut resp = influx(status, Some(json!({ "error": message })));
+    if let Ok(v) = HeaderValue::from_str(&crate::codec::bounded(&message, 1024)) {
+        resp.headers_mut().insert("X-Influxdb-Error", v);
+    }
+    resp
+}
+
+/// A store error as InfluxDB would answer it: overload and closing are
+/// 503 (Telegraf drops a batch on a 4xx, retries a 5xx).
+fn store_error(e: Error) -> Refusal {
+    let status = match e.kind() {
+        crate::error::ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+        crate::error::ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        crate::error::ErrorKind::Unavailable | crate::error::ErrorKind::Closed => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, e.to_string())
+}
+
+async fn on_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+) -> Result<T, Refusal> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        )
+    })?
+}
+
+/// `GET|HEAD /ping`: 204, or with `verbose` 200 and the version.
+pub(super) async fn ping(QueryParams(p): QueryParams<BTreeMap<String, String>>) -> Response {
+    match p.get("verbose").map(String::as_str) {
+        None | Some("" | "0" | "false") => influx(StatusCode::NO_CONTENT, None),
+        Some(_) => influx(StatusCode::OK, Some(json!({ "version": VERSION }))),
+    }
+}
+
+/// `POST /write?db=&rp=&precision=` (InfluxDB 1.x).
+pub(super) async fn write_v1(
+    State(s): State<Arc<AppState>>,
+    QueryParams(p): QueryParams<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let precision = match p.get("precision").map(String::as_str) {
+        None | Some("" | "n" | "ns") => Precision::Nanoseconds,
+        Some("u") => Precision::Microseconds,
+        Some("ms") => Precision::Milliseconds,
+        Some("s") => Precision::Seconds,
+        Some("m") => Precision::Minutes,
+        Some("h") => Precision::Hours,
+        Some(other) => {
+            return influx_error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid precision {other:?} (use n, u, ms, s, m or h)"),
+            );
+        }
+    };
+    if let Some(c) = p.get("consistency")
+        && !["any", "one", "quorum", "all"].contains(&c.to_ascii_lowercase().as_str())
+    {
+        return influx_error(StatusCode::BAD_REQUEST, "invalid consistency level");
+    }
+    let db = p.get("db").cloned().unwrap_or_default();
+    write(s, db, p.get("rp").cloned(), precision, headers, body).await
+}
+
+/// `POST /api/v2/write?bucket=db[/rp]&precision=` (InfluxDB 1.8's
+/// compatibility endpoint; `org` is ignored).
+pub(super) async fn write_v2(
+    State(s): State<Arc<AppState>>,
+    QueryParams(p): QueryParams<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let precision = match p.get("precision").map(String::as_str) {
+        None | Some("" | "ns") => Precision::Nanoseconds,
+        Some("us") => Precision::Microseconds,
+        Some("ms") => Precision::Milliseconds,
+        Some("s") => Precision::Seconds,
+        Some(other) => {
+            return influx_error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid precision {other:?} (use ns, us, ms or s)"),
+            );
+        }
+    };
+    let bucket = p.get("bucket").cloned().unwrap_or_default();
+    let (db, rp) = match bucket.split_once('/') {
+        Some((db, rp)) => (db.to_string(), Some(rp.to_string())),
+        None => (bucket.clone(), None),
+    };
+    if db.is_empty() {
+        return influx_error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "bucket name {bucket:?} is missing a database; use \"database\" or \"database/retention-policy\""
+            ),
+        );
+    }
+    write(s, db, rp, precision, headers, body).await
+}
+
+fn database_exists(s: &AppState, db: &str) -> bool {
+    s.store.catalog().namespaces().iter().any(|n| n == db)
+}
+
+/// The body, gunzipped when it says so, within `server.max_body`.
+fn body_text(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, Refusal> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            refuse(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large")
+        } else {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}"),
+            )
+        }
+    })?;
+    let gzipped = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    if !gzipped {
+        return Ok(bytes);
+    }
+    let mut out = Vec::new();
+    // A small body may expand a thousandfold: the limit holds for what it
+    // expands to.
+    let mut reader = flate2::read::GzDecoder::new(&bytes[..]).take(s.max_body as u64 + 1);
+    reader
+        .read_to_end(&mut out)
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, e.to_string()))?;
+    if out.len() > s.max_body {
+        return Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request Entity Too Large",
+        ));
+    }
+    Ok(Bytes::from(out))
+}
+
+/// The measurement of a line (before its first unescaped `,` or space).
+fn measurement_of(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+            }
+            ',' | ' ' => break,
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn measurement_table_request(s: &AppState, name: &TableName) -> CreateTable {
+    CreateTable {
+        name: name.clone(),
+        families: vec![FamilySpec::named("f")],
+        key: KeySchema {
+            fields: Vec::new(),
+            salt: (s.influx.buckets >= 2).then(|| Salt {
+                buckets: s.influx.buckets,
+                width: if s.influx.buckets > 256 { 2 } else { 1 },
+                from: SaltFrom::Series,
+                epochs: Vec::new(),
+            }),
+            md5_prefix: 0,
+            time_unit: TimeUnit::Nanoseconds,
+            tags: Some(OpenTags {
+                series_limit: s.influx.series_limit,
+                ..OpenTags::default()
+            }),
+        },
+        durability: Durability::SyncWal,
+        split_points: Vec::new(),
+    }
+}
+
+/// What one write did, over its measurements.
+#[derive(Default)]
+struct Outcome {
+    written: usize,
+    /// Lines that could not be read: `unable to parse '…': reason`.
+    unparsed: Vec<String>,
+    /// Points refused for what they hold (a field type conflict …).
+    refused: Vec<String>,
+    over_limit: Vec<String>,
+}
+
+async fn write(
+    s: Arc<AppState>,
+    db: String,
+    rp: Option<String>,
+    precision: Precision,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if db.is_empty() {
+        return influx_error(StatusCode::BAD_REQUEST, "database is required");
+    }
+    if !database_exists(&s, &db) {
+        return influx_error(StatusCode::NOT_FOUND, format!("database not found: {db:?}"));
+    }
+    if let Some(rp) = rp.filter(|rp| !rp.is_empty() && rp != "autogen") {
+        return influx_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("retention policy not found: {rp}"),
+        );
+    }
+    if s.topics.is_some() {
+        return influx_error(
+            StatusCode::NOT_IMPLEMENTED,
+            "halite's cluster mode does not take InfluxDB writes yet: write to a single node",
+        );
+    }
+    let body = match body_text(&s, &headers, body) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let state = s.clone();
+    let done = on_blocking(move || write_body(&state, &db, &body, precision)).await;
+    let outcome = match done {
+        Ok(o) => o,
+        Err(r) => return r.into_response(),
+    };
+    if !outcome.over_limit.is_empty() {
+        return influx_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "partial write: {} dropped={}",
+                outcome.over_limit[0],
+                outcome.over_limit.len()
+            ),
+        );
+    }
+    let mut reasons = outcome.unparsed.clone();
+    reasons.extend(outcome.refused.iter().cloned());
+    if reasons.is_empty() {
+        return influx(StatusCode::NO_CONTENT, None);
+    }
+    let joined = reasons.join("\n");
+    if outcome.written == 0 && outcome.refused.is_empty() {
+        return influx_error(StatusCode::BAD_REQUEST, joined);
+    }
+    influx_error(
+        StatusCode::BAD_REQUEST,
+        format!("partial write: {joined} dropped={}", outcome.refused.len()),
+    )
+}
+
+/// Writes the lines of `body` into their measurements' tables (made when
+/// missing), measurement by measurement, in the body's order within each.
+fn write_body(
+    s: &AppState,
+    db: &str,
+    body: &[u8],
+    precision: Precision,
+) -> Result<Outcome, Refusal> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("line protocol must be UTF-8: {e}"),
+        )
+    })?;
+    let mut outcome = Outcome::default();
+    // Lines by measurement, in first-seen order.
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let m = measurement_of(trimmed);
+        match groups.iter_mut().find(|(name, _)| *name == m) {
+            Some((_, lines)) => lines.push(trimmed),
+            None => groups.push((m, vec![trimmed])),
+        }
+    }
+    let dictionary = s.tag_sets.dictionary(&s.store, db).map_err(store_error)?;
+    let now = s.clock.now_ms();
+    for (measurement, lines) in groups {
+        let unparsed = |reason: &str| -> Vec<String> {
+            lines
+                .iter()
+                .map(|l| format!("unable to parse '{l}': {reason}"))
+                .collect()
+        };
+        if measurement.is_empty() {
+            outcome.unparsed.extend(unparsed("missing measurement"));
+            continue;
+        }
+        let name = match TableName::parse(&format!("{db}:{measurement}")) {
+            Ok(n) if !measurement.starts_with("__") => n,
+            _ => {
+                outcome.unparsed.extend(unparsed(
+                    "halite names a measurement's table after it: use letters, digits, '_', '-' and '.' \
+                     (not starting with \"__\")",
+                ));
+                continue;
+            }
+        };
+        let table = match s.store.table(&name) {
+            Ok(t) => t,
+            Err(Error::NotFound(_)) => {
+                match s.store.create_table(&measurement_table_request(s, &name)) {
+                    Ok(_) | Err(Error::Conflict(_)) => {}
+                    Err(e) => return Err(store_error(e)),
+                }
+                s.store.table(&name).map_err(store_error)?
+            }
+            Err(e) => return Err(store_error(e)),
+        };
+        if !table.desc.key.is_open_tags() {
+            outcome.unparsed.extend(unparsed(&format!(
+                "table `{name}` has a declared key; write it through /api/v1/write"
+            )));
+            continue;
+        }
+        let joined = lines.join("\n");
+        let how = ingest::LineWrite {
+            max_value_size: s.store.max_value_size(),
+            precision,
+            ttl_ms: None,
+            now_ms: now,
+            dictionary: Some((&dictionary, &s.store)),
+        };
+        let done =
+            ingest::write_lines(&*s.store, &table.desc, joined.as_bytes(), &how).map_err(|e| {
+                match e {
+                    ingest::WriteLinesError::Store(e) => store_error(e),
+                    other => refuse(StatusCode::BAD_REQUEST, other.to_string()),
+                }
+            })?;
+        outcome.written += done.rows;
+        for (number, reason) in done.rejected {
+            let line = lines.get(number.wrapping_sub(1)).copied().unwrap_or("");
+            if reason.contains("series: points of new series are refused") {
+                outcome.over_limit.push(reason);
+            } else if reason.starts_with("field type conflict")
+                || reason.starts_with("invalid tag key")
+                || reason.starts_with("invalid field name")
+            {
+                outcome.refused.push(reason);
+            } else {
+                outcome
+                    .unparsed
+                    .push(format!("unable to parse '{line}': {reason}"));
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// `GET|POST /query?q=&db=&epoch=`: `q` in the URL or a form body.
+pub(super) async fn query(
+    State(s): State<Arc<AppState>>,
+    method: Method,
+    QueryParams(mut p): QueryParams<BTreeMap<String, String>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if let Ok(b) = body
+        && !b.is_empty()
+        && let Ok(form) = serde_urlencoded::from_bytes::<Vec<(String, String)>>(&b)
+    {
+        for (k, v) in form {
+            p.entry(k).or_insert(v);
+        }
+    }
+    let Some(q) = p.get("q").filter(|q| !q.trim().is_empty()).cloned() else {
+        return influx_error(StatusCode::BAD_REQUEST, "missing required parameter \"q\"");
+    };
+    let statements = match influxql::parse(&q) {
+        Ok(st) => st,
+        Err(e) => {
+            return influx_error(StatusCode::BAD_REQUEST, format!("error parsing query: {e}"));
+        }
+    };
+    let db = p.get("db").cloned().filter(|d| !d.is_empty());
+    let read_only = method == Method::GET;
+    let state = s.clone();
+    let results = on_blocking(move || {
+        let mut results = Vec::new();
+        for (i, st) in statements.iter().enumerate() {
+            let mut r = match run(&state, st, db.as_deref()) {
+                Ok(series) => {
+                    let mut r = json!({ "statement_id": i });
+                    if !series.is_empty() {
+                        r["series"] = Json::Array(series);
+                    }
+                    r
+                }
+                Err(e) => json!({ "statement_id": i, "error": e }),
+            };
+            if read_only && let Statement::CreateDatabase { .. } = st {
+                r["messages"] = json!([{
+                    "level": "warning",
+                    "text": format!("deprecated use of '{}' in a read only context, please use a POST request instead", statement_text(st)),
+                }]);
+            }
+            let failed = r.get("error").is_some();
+            results.push(r);
+            // InfluxDB stops at a failing statement.
+            if failed {
+                break;
+            }
+        }
+        Ok(results)
+    })
+    .await;
+    match results {
+        Ok(results) => influx(StatusCode::OK, Some(json!({ "results": results }))),
+        Err(r) => r.into_response(),
+    }
+}
+
+fn statement_text(st: &Statement) -> String {
+    match st {
+        Statement::CreateDatabase { name } => format!("CREATE DATABASE {name}"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn one_series(name: Option<&str>, columns: &[&str], values: Vec<Vec<Json>>) -> Json {
+    let mut s = json!({ "columns": columns });
+    if let Some(n) = name {
+        s["name"] = json!(n);
+    }
+    if !values.is_empty() {
+        s["values"] = json!(values);
+    }
+    s
+}
+
+/// The database a SHOW statement reads: `None` when it does not exist,
+/// which InfluxDB answers with no series rather than an error.
+fn database<'a>(
+    s: &AppState,
+    on: Option<&'a str>,
+    db: Option<&'a str>,
+) -> Result<Option<&'a str>, String> {
+    let db = on.or(db).ok_or("database name required")?;
+    Ok(database_exists(s, db).then_some(db))
+}
+
+/// The measurements to list: one, or every measurement of the database
+/// (tables with series that still exist).
+fn measurements(
+    s: &AppState,
+    db: &str,
+    dictionary: &Dictionary,
+    from: Option<&str>,
+) -> Vec<String> {
+    dictionary
+        .tables()
+        .into_iter()
+        .filter(|t| from.is_none_or(|m| m == t))
+        .filter(|t| {
+            TableName::parse(&format!("{db}:{t}"))
+                .is_ok_and(|name| s.store.catalog().table(&name).is_ok())
+        })
+        .collect()
+}
+
+/// A tag key or value in a series key, escaped as line protocol does.
+fn escape_tag(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, ',' | '=' | ' ') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn limited<T>(mut v: Vec<T>, limit: Option<usize>) -> Vec<T> {
+    if let Some(n) = limit.filter(|n| *n > 0) {
+        v.truncate(n);
+    }
+    v
+}
+
+/// One statement's series (InfluxDB's answer shape), or its error.
+fn run(s: &AppState, st: &Statement, db: Option<&str>) -> Result<Vec<Json>, String> {
+    let dictionary_of = |db: &str| -> Result<Arc<Dictionary>, String> {
+        s.tag_sets
+            .dictionary(&s.store, db)
+            .map_err(|e| e.to_string())
+    };
+    match st {
+        Statement::CreateDatabase { name } => {
+            if s.topics.is_some() {
+                return Err("halite's cluster mode does not take InfluxDB databases yet".into());
+            }
+            match s.store.catalog().create_namespace(name) {
+                Ok(()) | Err(Error::Conflict(_)) => Ok(Vec::new()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Statement::ShowDatabases => {
+            let values: Vec<Vec<Json>> = s
+                .store
+                .catalog()
+                .namespaces()
+                .into_iter()
+                .map(|n| vec![json!(n)])
+                .collect();
+            Ok(vec![one_series(Some("databases"), &["name"], values)])
+        }
+        Statement::ShowRetentionPolicies { on } => {
+            if database(s, on.as_deref(), db)?.is_none() {
+                return Err(format!(
+                    "database not found: {}",
+                    on.as_deref().or(db).unwrap_or_default()
+                ));
+            }
+            Ok(vec![one_series(
+                None,
+                &[
+                    "name",
+                    "duration",
+                    "shardGroupDuration",
+                    "replicaN",
+                    "default",
+                ],
+                vec![vec![
+                    json!("autogen"),
+                    json!("0s"),
+                    json!("168h0m0s"),
+                    json!(1),
+                    json!(true),
+                ]],
+            )])
+        }
+        Statement::ShowMeasurements { on, limit } => {
+            let Some(db) = database(s, on.as_deref(), db)? else {
+                return Ok(Vec::new());
+            };
+            let d = dictionary_of(db)?;
+            let values = limited(
+                measurements(s, db, &d, None)
+                    .into_iter()
+                    .map(|m| vec![json!(m)])
+                    .collect(),
+                *limit,
+            );
+            if values.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(vec![one_series(Some("measurements"), &["name"], values)])
+        }
+        Statement::ShowTagKeys { on, from, limit } => {
+            let Some(db) = database(s, on.as_deref(), db)? else {
+                return Ok(Vec::new());
+            };
+            let d = dictionary_of(db)?;
+            let mut out = Vec::new();
+            for m in measurements(s, db, &d, from.as_deref()) {
+                let keys: BTreeSet<String> = d
+                    .series_of(&m)
+                    .into_iter()
+                    .flat_map(|(_, tags)| tags.into_keys())
+                    .collect();
+                let values = limited(keys.into_iter().map(|k| vec![json!(k)]).collect(), *limit);
+                if !values.is_empty() {
+                    out.push(one_series(Some(&m), &["tagKey"], values));
+                }
+            }
+            Ok(out)
+        }
+        Statement::ShowTagValues {
+            on,
+            from,
+            keys,
+            limit,
+        } => {
+            let Some(db) = database(s, on.as_deref(), db)? else {
+                return Ok(Vec::new());
+            };
+            let d = dictionary_of(db)?;
+            let mut out = Vec::new();
+            for m in measurements(s, db, &d, from.as_deref()) {
+                let pairs: BTreeSet<(String, String)> = d
+                    .series_of(&m)
+                    .into_iter()
+                    .flat_map(|(_, tags)| tags.into_iter())
+                    .filter(|(k, _)| keys.contains(k))
+                    .collect();
+                let values = limited(
+                    pairs
+                        .into_iter()
+                        .map(|(k, v)| vec![json!(k), json!(v)])
+                        .collect(),
+                    *limit,
+                );
+                if !values.is_empty() {
+                    out.push(one_series(Some(&m), &["key", "value"], values));
+                }
+            }
+            Ok(out)
+        }
+        Statement::ShowFieldKeys { on, from, limit } => {
+            let Some(db) = database(s, on.as_deref(), db)? else {
+                return Ok(Vec::new());
+            };
+            let d = dictionary_of(db)?;
+            let mut out = Vec::new();
+            for m in measurements(s, db, &d, from.as_deref()) {
+                let values = limited(
+                    d.fields_of(&m)
+                        .into_iter()
+                        .map(|(f, t)| vec![json!(f), json!(t.name())])
+                        .collect(),
+                    *limit,
+                );
+                if !values.is_empty() {
+                    out.push(one_series(Some(&m), &["fieldKey", "fieldType"], values));
+                }
+            }
+            Ok(out)
+        }
+        Statement::ShowSeries { on, from, limit } => {
+            let Some(db) = database(s, on.as_deref(), db)? else {
+                return Ok(Vec::new());
+            };
+            let d = dictionary_of(db)?;
+            let mut keys = Vec::new();
+            for m in measurements(s, db, &d, from.as_deref()) {
+                for (metric, tags) in d.series_of(&m) {
+                    let mut key = escape_tag(&metric).replace("\\=", "=");
+                    for (k, v) in tags {
+                        key.push(',');
+                        key.push_str(&escape_tag(&k));
+                        key.push('=');
+                        key.push_str(&escape_tag(&v));
+                    }
+                    keys.push(key);
+                }
+            }
+            keys.sort();
+            let values = limited(keys.into_iter().map(|k| vec![json!(k)]).collect(), *limit);
+            if values.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(vec![one_series(None, &["key"], values)])
+        }
+        Statement::Unsupported(what) => Err(format!(
+            "halite does not answer {what} statements yet (docs/compatibility.md lists what it answers)"
+        )),
+    }
+}

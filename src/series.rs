@@ -1,0 +1,567 @@
+//! Open tag sets: a namespace's UID dictionary (metric names, tag keys and
+//! tag values as 4-byte UIDs, as OpenTSDB's `tsdb-uid`), its tables' field
+//! types and their series, kept in the namespace's own table `__tags`
+//! (SYNC_WAL, one region) and in memory once loaded.
+//!
+//! The rule that keeps a crash from giving one UID two names: a UID, a
+//! field type or a series entry is durable before any point that uses it
+//! is submitted. The encoder assigns in memory and notes that it used
+//! something not yet durable; the write path then calls
+//! [`Dictionary::make_durable`], one synced write of everything pending,
+//! before it submits the points. A UID assigned in memory and lost in a
+//! crash was used by no durable point, so handing it out again is safe.
+//! `docs/row-keys.md` ("Open tag sets") has the layouts.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::catalog::{CreateTable, TableName};
+use crate::cell::RowMutation;
+use crate::error::{Error, Result};
+use crate::key::{FieldEncoding, KeyField, KeySchema, decode_tag_series};
+use crate::region::read::Scan;
+use crate::schema::{Durability, FamilySpec};
+use crate::store::Store;
+use crate::value::Value;
+
+/// The table of each namespace that holds its dictionary and series.
+pub const TAGS_TABLE: &str = "__tags";
+const FAMILY: &[u8] = b"d";
+const QUALIFIER: &[u8] = b"v";
+/// Cells of `__tags` are written again unchanged (a replay, a second
+/// make_durable): one fixed version makes that a no-op.
+const VERSION: u64 = 1;
+
+/// What a UID names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UidKind {
+    Metric = 1,
+    TagKey = 2,
+    TagValue = 3,
+}
+
+impl UidKind {
+    fn from_byte(b: u8) -> Option<UidKind> {
+        match b {
+            1 => Some(UidKind::Metric),
+            2 => Some(UidKind::TagKey),
+            3 => Some(UidKind::TagValue),
+            _ => None,
+        }
+    }
+}
+
+/// A field's type, fixed by its first point (InfluxDB refuses a point
+/// whose field has another type than the measurement's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldType {
+    Float = 1,
+    Integer = 2,
+    Unsigned = 3,
+    Boolean = 4,
+    String = 5,
+}
+
+impl FieldType {
+    pub fn of(v: &Value) -> FieldType {
+        match v {
+            Value::Float(_) => FieldType::Float,
+            Value::Int(_) => FieldType::Integer,
+            Value::Uint(_) => FieldType::Unsigned,
+            Value::Bool(_) => FieldType::Boolean,
+            Value::Str(_) => FieldType::String,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<FieldType> {
+        match b {
+            1 => Some(FieldType::Float),
+            2 => Some(FieldType::Integer),
+            3 => Some(FieldType::Unsigned),
+            4 => Some(FieldType::Boolean),
+            5 => Some(FieldType::String),
+            _ => None,
+        }
+    }
+
+    /// InfluxDB's name for it (`SHOW FIELD KEYS`, type conflicts).
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::Float => "float",
+            FieldType::Integer => "integer",
+            FieldType::Unsigned => "unsigned",
+            FieldType::Boolean => "boolean",
+            FieldType::String => "string",
+        }
+    }
+}
+
+/// Every namespace's dictionary, each loaded on first use.
+#[derive(Default)]
+pub struct TagSets {
+    namespaces: Mutex<HashMap<String, Arc<Dictionary>>>,
+}
+
+impl TagSets {
+    pub fn new() -> TagSets {
+        TagSets::default()
+    }
+
+    /// The dictionary of `namespace`, read from its `__tags` table (made
+    /// the first time).
+    pub fn dictionary(&self, store: &Store, namespace: &str) -> Result<Arc<Dictionary>> {
+        let mut namespaces = self.namespaces.lock();
+        // A dictionary whose table was dropped (with its namespace's
+        // tables) is read again from a new one.
+        if let Some(d) = namespaces.get(namespace)
+            && store.table(&d.table).is_ok()
+        {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(Dictionary::open(store, namespace)?);
+        namespaces.insert(namespace.to_string(), d.clone());
+        Ok(d)
+    }
+
+    /// Forgets a namespace's dictionary (its tables were dropped).
+    pub fn forget(&self, namespace: &str) {
+        self.namespaces.lock().remove(namespace);
+    }
+}
+
+/// One namespace's UIDs, field types and series.
+pub struct Dictionary {
+    table: TableName,
+    state: RwLock<State>,
+    /// Something was assigned that is not durable yet.
+    dirty: AtomicBool,
+    /// One make_durable at a time.
+    persist: Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Name → UID, one map per kind (indexed by kind).
+    uids: [HashMap<Box<str>, Assigned>; 4],
+    names: HashMap<(UidKind, u32), Box<str>>,
+    /// The next UID of each kind (index by kind).
+    next: [u32; 4],
+    /// Each table's fields: type, and whether that is durable.
+    fields: HashMap<Box<str>, FieldTypes>,
+    /// Series of each table (metric, tag count, tags: `KeySchema::tag_series`).
+    series: HashMap<Box<str>, HashMap<Box<[u8]>, bool>>,
+}
+
+type FieldTypes = HashMap<Box<str>, (FieldType, bool)>;
+
+#[derive(Clone, Copy)]
+struct Assigned {
+    uid: u32,
+    durable: bool,
+}
+
+/// What resolving a point's series found.
+pub enum SeriesOutcome {
+    Known,
+    /// New to the table (or not durable yet): make_durable before writing.
+    Pending,
+    /// New, and the table holds `series_limit` series already.
+    OverLimit,
+}
+
+fn tags_table_request(namespace: &str) -> Result<CreateTable> {
+    Ok(CreateTable {
+        name: TableName::parse(&format!("{namespace}:{TAGS_TABLE}"))?,
+        families: vec![FamilySpec::named("d")],
+        // Rows are written whole (`Store::write`), never through a key
+        // schema; the schema only has to be valid.
+        key: KeySchema {
+            fields: vec![KeyField {
+                name: "row".into(),
+                encoding: FieldEncoding::String { width: 1 },
+            }],
+            salt: None,
+            md5_prefix: 0,
+            time_unit: Default::default(),
+            tags: None,
+        },
+        durability: Durability::SyncWal,
+        split_points: Vec::new(),
+    })
+}
+
+fn table_part(out: &mut Vec<u8>, table: &str) {
+    out.push(table.len() as u8);
+    out.extend_from_slice(table.as_bytes());
+}
+
+/// Splits `[len][table][rest]`.
+fn split_table(b: &[u8]) -> Option<(&str, &[u8])> {
+    let n = *b.first()? as usize;
+    let name = std::str::from_utf8(b.get(1..1 + n)?).ok()?;
+    Some((name, &b[1 + n..]))
+}
+
+impl Dictionary {
+    fn open(store: &Store, namespace: &str) -> Result<Dictionary> {
+        let req = tags_table_request(namespace)?;
+        let table = req.name.clone();
+        if store.table(&table).is_err() {
+            match store.create_table(&req) {
+                Ok(_) | Err(Error::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut state = State {
+            next: [1; 4],
+            ..State::default()
+        };
+        let mut scanner = store.scanner(&table, &Scan::default())?;
+        while let Some(row) = scanner.next_row()? {
+            let Some(value) = row.cells.first().map(|c| c.value.clone()) else {
+                continue;
+            };
+            state.load_row(&row.key, &value);
+        }
+        Ok(Dictionary {
+            table,
+            state: RwLock::new(state),
+            dirty: AtomicBool::new(false),
+            persist: Mutex::new(()),
+        })
+    }
+
+    /// The UID of `name`, assigned (in memory) when new; `true` with it
+    /// when it is not durable yet.
+    pub fn uid(&self, kind: UidKind, name: &str) -> (u32, bool) {
+        if let Some(a) = self.state.read().uids[kind as usize].get(name) {
+            return (a.uid, !a.durable);
+        }
+        let mut state = self.state.write();
+        if let Some(a) = state.uids[kind as usize].get(name) {
+            return (a.uid, !a.durable);
+        }
+        let uid = state.next[kind as usize];
+        state.next[kind as usize] += 1;
+        state.uids[kind as usize].insert(
+            name.into(),
+            Assigned {
+                uid,
+                durable: false,
+            },
+        );
+        state.names.insert((kind, uid), name.into());
+        self.dirty.store(true, Ordering::Release);
+        (uid, true)
+    }
+
+    /// The name of a UID.
+    pub fn name(&self, kind: UidKind, uid: u32) -> Option<String> {
+        self.state
+            .read()
+            .names
+            .get(&(kind, uid))
+            .map(|n| n.to_string())
+    }
+
+    /// The type of `field` in `table`, when it has one.
+    pub fn field_type(&self, table: &str, field: &str) -> Option<FieldType> {
+        self.state
+            .read()
+            .fields
+            .get(table)
+            .and_then(|f| f.get(field))
+            .map(|(t, _)| *t)
+    }
+
+    /// Checks a field's type against the table's (recording it when new):
+    /// `Ok(true)` when the record is not durable yet; the error is
+    /// InfluxDB's field type conflict.
+    pub fn field(
+        &self,
+        table: &str,
+        measurement: &str,
+        field: &str,
+        ty: FieldType,
+    ) -> std::result::Result<bool, String> {
+        let known = self
+            .state
+            .read()
+            .fields
+            .get(table)
+            .and_then(|f| f.get(field).copied());
+        let (had, durable) = match known {
+            Some(k) => k,
+            None => {
+                let mut state = self.state.write();
+                let entry = state
+                    .fields
+                    .entry(table.into())
+                    .or_default()
+                    .entry(field.into())
+                    .or_insert_with(|| {
+                        self.dirty.store(true, Ordering::Release);
+                        (ty, false)
+                    });
+                *entry
+            }
+        };
+        if had != ty {
+            return Err(format!(
+                "field type conflict: input field \"{field}\" on measurement \"{measurement}\" is type {}, already exists as type {}",
+                ty.name(),
+                had.name()
+            ));
+        }
+        Ok(!durable)
+    }
+
+    /// Records `series` (`KeySchema::tag_series`) of `table` unless it
+    /// would pass `limit` series.
+    pub fn series(&self, table: &str, series: &[u8], limit: u64) -> SeriesOutcome {
+        if let Some(durable) = self
+            .state
+            .read()
+            .series
+            .get(table)
+            .and_then(|s| s.get(series).copied())
+        {
+            return if durable {
+                SeriesOutcome::Known
+            } else {
+                SeriesOutcome::Pending
+            };
+        }
+        let mut state = self.state.write();
+        let of_table = state.series.entry(table.into()).or_default();
+        if let Some(&durable) = of_table.get(series) {
+            return if durable {
+                SeriesOutcome::Known
+            } else {
+                SeriesOutcome::Pending
+            };
+        }
+        if of_table.len() as u64 >= limit {
+            return SeriesOutcome::OverLimit;
+        }
+        of_table.insert(series.into(), false);
+        self.dirty.store(true, Ordering::Release);
+        SeriesOutcome::Pending
+    }
+
+    /// Series the table holds.
+    pub fn series_count(&self, table: &str) -> usize {
+        self.state.read().series.get(table).map_or(0, HashMap::len)
+    }
+
+    /// Writes everything assigned but not durable yet to `__tags` in one
+    /// synced write, then marks it durable. Points that used any of it may
+    /// be submitted once this returned Ok.
+    pub fn make_durable(&self, store: &Store) -> Result<()> {
+        // Under the lock even when nothing looks pending: a write of what
+        // the caller used may be under way in another thread, and the
+        // caller's points must wait for it.
+        let _one = self.persist.lock();
+        if !self.dirty.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // Cleared before collecting: what is assigned from here on sets it
+        // again and is written by the next call.
+        self.dirty.store(false, Ordering::Release);
+        let mut rows = Vec::new();
+        let (mut uids, mut fields, mut series) = (Vec::new(), Vec::new(), Vec::new());
+        {
+            let state = self.state.read();
+            let kinds = [UidKind::Metric, UidKind::TagKey, UidKind::TagValue];
+            for (kind, name, a) in kinds
+                .iter()
+                .flat_map(|k| state.uids[*k as usize].iter().map(move |(n, a)| (k, n, a)))
+            {
+                if a.durable {
+                    continue;
+                }
+                let mut forward = vec![b'u', *kind as u8];
+                forward.extend_from_slice(name.as_bytes());
+                rows.push(RowMutation::new(forward).put(
+                    FAMILY,
+                    QUALIFIER,
+                    VERSION,
+                    a.uid.to_be_bytes().to_vec(),
+                ));
+                let mut reverse = vec![b'n', *kind as u8];
+                reverse.extend_from_slice(&a.uid.to_be_bytes());
+                rows.push(RowMutation::new(reverse).put(
+                    FAMILY,
+                    QUALIFIER,
+                    VERSION,
+                    name.as_bytes().to_vec(),
+                ));
+                uids.push((*kind, name.clone()));
+            }
+            for (table, of_table) in &state.fields {
+                for (field, (ty, durable)) in of_table {
+                    if *durable {
+                        continue;
+                    }
+                    let mut row = vec![b'f'];
+                    table_part(&mut row, table);
+                    row.extend_from_slice(field.as_bytes());
+                    rows.push(RowMutation::new(row).put(
+                        FAMILY,
+                        QUALIFIER,
+                        VERSION,
+                        vec![*ty as u8],
+                    ));
+                    fields.push((table.clone(), field.clone()));
+                }
+            }
+            for (table, of_table) in &state.series {
+                for (s, durable) in of_table {
+                    if *durable {
+                        continue;
+                    }
+                    let mut row = vec![b's'];
+                    table_part(&mut row, table);
+                    row.extend_from_slice(s);
+                    rows.push(RowMutation::new(row).put(FAMILY, QUALIFIER, VERSION, vec![1]));
+                    series.push((table.clone(), s.clone()));
+                }
+            }
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = store.write(&self.table, rows, None) {
+            self.dirty.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let mut state = self.state.write();
+        for (kind, name) in uids {
+            if let Some(a) = state.uids[kind as usize].get_mut(&name) {
+                a.durable = true;
+            }
+        }
+        for (table, field) in fields {
+            if let Some(f) = state.fields.get_mut(&table).and_then(|f| f.get_mut(&field)) {
+                f.1 = true;
+            }
+        }
+        for (table, s) in series {
+            if let Some(d) = state.series.get_mut(&table).and_then(|t| t.get_mut(&s)) {
+                *d = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every series of `table` as (metric, tags by tag key), names
+    /// resolved, sorted.
+    pub fn series_of(&self, table: &str) -> Vec<(String, BTreeMap<String, String>)> {
+        let state = self.state.read();
+        let Some(of_table) = state.series.get(table) else {
+            return Vec::new();
+        };
+        let name = |kind, uid| -> String {
+            state
+                .names
+                .get(&(kind, uid))
+                .map_or_else(|| format!("#{uid}"), |n| n.to_string())
+        };
+        let mut out: Vec<_> = of_table
+            .keys()
+            .filter_map(|s| decode_tag_series(s))
+            .map(|(metric, tags)| {
+                (
+                    name(UidKind::Metric, metric),
+                    tags.into_iter()
+                        .map(|(k, v)| (name(UidKind::TagKey, k), name(UidKind::TagValue, v)))
+                        .collect(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The tables with series, sorted.
+    pub fn tables(&self) -> BTreeSet<String> {
+        self.state
+            .read()
+            .series
+            .iter()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(t, _)| t.to_string())
+            .collect()
+    }
+
+    /// The fields of `table` with their types, by name.
+    pub fn fields_of(&self, table: &str) -> BTreeMap<String, FieldType> {
+        self.state
+            .read()
+            .fields
+            .get(table)
+            .map(|f| f.iter().map(|(k, (t, _))| (k.to_string(), *t)).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl State {
+    fn load_row(&mut self, key: &[u8], value: &[u8]) {
+        match key.split_first() {
+            Some((b'u', rest)) => {
+                let (Some((&kind, name)), Ok(uid)) =
+                    (rest.split_first(), <[u8; 4]>::try_from(value))
+                else {
+                    return;
+                };
+                let (Some(kind), Ok(name)) = (UidKind::from_byte(kind), std::str::from_utf8(name))
+                else {
+                    return;
+                };
+                let uid = u32::from_be_bytes(uid);
+                self.uids[kind as usize].insert(name.into(), Assigned { uid, durable: true });
+                self.names.insert((kind, uid), name.into());
+                let next = &mut self.next[kind as usize];
+                *next = (*next).max(uid + 1);
+            }
+            // A reverse row without its forward one (a torn pair cannot
+            // happen: both are in one write) still keeps its UID from
+            // being handed out again.
+            Some((b'n', rest)) => {
+                if let (Some((&kind, uid)), true) = (rest.split_first(), rest.len() == 5)
+                    && let (Some(kind), Ok(uid)) =
+                        (UidKind::from_byte(kind), <[u8; 4]>::try_from(uid))
+                {
+                    let uid = u32::from_be_bytes(uid);
+                    let next = &mut self.next[kind as usize];
+                    *next = (*next).max(uid + 1);
+                }
+            }
+            Some((b'f', rest)) => {
+                if let Some((table, field)) = split_table(rest)
+                    && let Ok(field) = std::str::from_utf8(field)
+                    && let Some(ty) = value.first().copied().and_then(FieldType::from_byte)
+                {
+                    self.fields
+                        .entry(table.into())
+                        .or_default()
+                        .insert(field.into(), (ty, true));
+                }
+            }
+            Some((b's', rest)) => {
+                if let Some((table, series)) = split_table(rest)
+                    && decode_tag_series(series).is_some()
+                {
+                    self.series
+                        .entry(table.into())
+                        .or_default()
+                        .insert(series.into(), true);
+                }
+            }
+            _ => {}
+        }
+    }
+}

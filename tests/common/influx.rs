@@ -1,0 +1,83 @@
+//! A real InfluxDB 1.x (Debian's `influxd`) on a loopback port with its
+//! own directory: the oracle the InfluxDB protocol tests compare halite
+//! against. Stopped (killed) when dropped.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::http::{free_port, request};
+
+pub struct Influx {
+    child: Child,
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Influx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Influx {
+    /// Starts `influxd` and waits until `/ping` answers.
+    pub fn start() -> Influx {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let conf = dir.path().join("influxdb.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"reporting-disabled = true
+bind-address = "127.0.0.1:{rpc}"
+
+[meta]
+  dir = "{d}/meta"
+
+[data]
+  dir = "{d}/data"
+  wal-dir = "{d}/wal"
+  query-log-enabled = false
+
+[monitor]
+  store-enabled = false
+
+[http]
+  bind-address = "127.0.0.1:{port}"
+  log-enabled = false
+
+[logging]
+  level = "warn"
+"#,
+                rpc = free_port(),
+                d = dir.path().display()
+            ),
+        )
+        .expect("influxdb.conf");
+        let child = Command::new("influxd")
+            .arg("-config")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("influxd: install Debian's influxdb package (make test does)");
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = request(&addr, "GET", "/ping", None, b"")
+                && r.status == 204
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "influxd did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Influx {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}

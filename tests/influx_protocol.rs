@@ -1,0 +1,376 @@
+//! The InfluxDB 1.x protocol (issue #22), checked against a real InfluxDB
+//! (Debian's `influxd`, 1.6): the same writes and statements through both,
+//! the same answers. Statements halite does not answer yet (SELECT) are
+//! listed in docs/compatibility.md.
+
+mod common;
+
+use std::io::Write;
+
+use common::http::{free_port, request, request_with};
+use common::influx::Influx;
+use common::server::{Server, command, spawn_ready};
+use serde_json::{Value as Json, json};
+
+const DB: &str = "telegraf";
+
+/// What Telegraf's outputs.influxdb sends, with the escapes line protocol
+/// has, several measurements and every field type InfluxDB 1.6 takes.
+const LINES: &str = r#"cpu,cpu=cpu0,host=web-1,region=eu-west usage_user=12.5,usage_idle=80.25 1700000000000000000
+cpu,cpu=cpu1,host=web-1,region=eu-west usage_user=3,usage_idle=95 1700000000000000000
+cpu,cpu=cpu0,host=db\ 2,region=us-east usage_user=40.125,usage_idle=55.5 1700000010000000000
+cpu,cpu=cpu-total,host=web-1 usage_user=7.5,usage_idle=90 1700000010000000000
+mem,host=web-1 used=1024i,available_percent=42.5,active=true 1700000000000000000
+disk,host=web-1,path=/var,fstype=ext4 free=123456789i,used_percent=61.2 1700000000000000000
+disk,device=a\,b\=c,host=web-1 free=5i 1700000000000000000
+system,host=web-1 uptime_format="3 days, 4:05",load1=0.5 1700000000000000000
+"#;
+
+struct Pair {
+    influx: Influx,
+    halite: Server,
+    _dir: tempfile::TempDir,
+}
+
+fn start() -> Pair {
+    let influx = Influx::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(command(dir.path(), port, &[] as &[&str]), port);
+    Pair {
+        influx,
+        halite,
+        _dir: dir,
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).expect("gzip");
+    e.finish().expect("gzip")
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    serde_urlencoded::to_string(pairs).expect("form")
+}
+
+/// (status, JSON body or Null) of the same request to both servers.
+fn both(
+    p: &Pair,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> [(u16, Json); 2] {
+    [&p.influx.addr, &p.halite.addr].map(|addr| {
+        let r = request_with(addr, method, path, headers, body).expect("request");
+        let json = if r.body.is_empty() {
+            Json::Null
+        } else {
+            serde_json::from_slice(&r.body)
+                .unwrap_or_else(|e| panic!("{addr} {path}: not JSON ({e}): {}", r.text()))
+        };
+        (r.status, json)
+    })
+}
+
+fn query(p: &Pair, params: &[(&str, &str)]) -> [(u16, Json); 2] {
+    let path = format!("/query?{}", form(params));
+    both(p, "GET", &path, &[], b"")
+}
+
+/// SHOW DATABASES lists halite's `default` namespace, which InfluxDB has
+/// no counterpart of.
+fn without_default(mut answer: Json) -> Json {
+    if let Some(values) = answer
+        .pointer_mut("/results/0/series/0/values")
+        .and_then(Json::as_array_mut)
+    {
+        values.retain(|v| v != &json!(["default"]));
+    }
+    answer
+}
+
+#[test]
+fn writes_and_show_statements_answer_as_influxdb_does() {
+    let p = start();
+
+    // Telegraf's first request: CREATE DATABASE as a form, by POST.
+    let create = form(&[("q", &format!("CREATE DATABASE \"{DB}\""))]);
+    let [a, b] = both(
+        &p,
+        "POST",
+        "/query",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        create.as_bytes(),
+    );
+    assert_eq!(a, b, "CREATE DATABASE by POST");
+    assert_eq!(a.1, json!({"results": [{"statement_id": 0}]}));
+    // Again, by GET: still no error, and InfluxDB's warning.
+    let [a, b] = query(&p, &[("q", &format!("CREATE DATABASE {DB}"))]);
+    assert_eq!(a, b, "CREATE DATABASE by GET");
+
+    // /ping, both ways.
+    for method in ["GET", "HEAD"] {
+        let [a, b] = both(&p, method, "/ping", &[], b"");
+        assert_eq!((a.0, b.0), (204, 204), "{method} /ping");
+    }
+    let r = request(&p.halite.addr, "GET", "/ping", None, b"").expect("ping");
+    assert!(
+        r.headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("x-influxdb-version") && v.starts_with("1.")),
+        "{:?}",
+        r.headers
+    );
+
+    // Writes: a gzipped body as Telegraf sends it, then what goes wrong.
+    let gz = gzip(LINES.as_bytes());
+    let telegraf = [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Encoding", "gzip"),
+        ("User-Agent", "Telegraf/1.30.0 Go/1.22.0"),
+    ];
+    let [a, b] = both(&p, "POST", &format!("/write?db={DB}"), &telegraf, &gz);
+    assert_eq!(a, b, "a good gzipped body");
+    assert_eq!(a.0, 204);
+    let later = "net,host=web-1,interface=eth0 bytes_recv=10i 1700000100\n\
+                 net,host=web-2,interface=eth0 bytes_recv=20i 1700000100";
+    for (precision, body) in [
+        ("s", later.to_string()),
+        ("ms", later.replace("eth0", "eth1")),
+    ] {
+        let [a, b] = both(
+            &p,
+            "POST",
+            &format!("/write?db={DB}&precision={precision}"),
+            &[],
+            body.as_bytes(),
+        );
+        assert_eq!(a, b, "precision={precision}");
+    }
+    let [a, b] = both(&p, "POST", &format!("/write?db={DB}"), &[], b"");
+    assert_eq!(a, b, "an empty body");
+    assert_eq!(a.0, 204);
+    let [a, b] = both(&p, "POST", "/write?db=nope", &[], b"cpu v=1");
+    assert_eq!(a, b, "an unknown database");
+    assert_eq!(a.0, 404);
+    let [a, b] = both(&p, "POST", "/write", &[], b"cpu v=1");
+    assert_eq!(a, b, "no database");
+    // A field of another type than the measurement's: that point dropped,
+    // the others written, InfluxDB's words.
+    let conflict = "cpu,host=web-9 usage_user=5i 1700000020000000000\n\
+                    cpu,host=web-8 usage_user=5 1700000020000000000";
+    let [a, b] = both(
+        &p,
+        "POST",
+        &format!("/write?db={DB}"),
+        &[],
+        conflict.as_bytes(),
+    );
+    assert_eq!(a, b, "a field type conflict");
+    assert_eq!(a.0, 400);
+    // A line that cannot be read: the same status and the same shape (the
+    // parsers' reasons differ in their words).
+    let unreadable = "cpu,host=web-7 usage_user=1 1700000030000000000\nnot a point\n";
+    let [a, b] = both(
+        &p,
+        "POST",
+        &format!("/write?db={DB}"),
+        &[],
+        unreadable.as_bytes(),
+    );
+    assert_eq!((a.0, b.0), (400, 400));
+    for (who, answer) in [("influxdb", &a.1), ("halite", &b.1)] {
+        let e = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            e.starts_with("partial write: unable to parse 'not a point': ")
+                && e.ends_with(" dropped=0"),
+            "{who}: {e}"
+        );
+    }
+    // Nothing readable at all: no "partial write".
+    let [a, b] = both(&p, "POST", &format!("/write?db={DB}"), &[], b"oops\n");
+    assert_eq!((a.0, b.0), (400, 400));
+    for (who, answer) in [("influxdb", &a.1), ("halite", &b.1)] {
+        let e = answer["error"].as_str().unwrap_or_default();
+        assert!(e.starts_with("unable to parse 'oops': "), "{who}: {e}");
+    }
+
+    // The statements Grafana and a user browsing the data send.
+    let statements = [
+        "SHOW DATABASES",
+        "SHOW measurements",
+        "SHOW MEASUREMENTS LIMIT 2",
+        "SHOW TAG KEYS",
+        "SHOW TAG KEYS FROM \"cpu\"",
+        "SHOW TAG VALUES FROM \"cpu\" WITH KEY = \"host\"",
+        "SHOW TAG VALUES WITH KEY IN (\"host\", \"region\")",
+        "SHOW TAG VALUES WITH KEY = \"device\"",
+        "SHOW TAG VALUES WITH KEY = \"nope\"",
+        "SHOW FIELD KEYS",
+        "SHOW FIELD KEYS FROM \"mem\"",
+        "SHOW SERIES",
+        "SHOW SERIES FROM \"cpu\"",
+        "SHOW SERIES LIMIT 3",
+        "SHOW RETENTION POLICIES ON \"telegraf\"",
+        "SHOW MEASUREMENTS; SHOW TAG KEYS FROM mem",
+    ];
+    for q in statements {
+        let [a, b] = query(&p, &[("db", DB), ("q", q)]);
+        let b = (b.0, without_default(b.1));
+        assert_eq!(a, b, "{q}");
+    }
+    for (params, what) in [
+        (
+            vec![("db", "nope"), ("q", "SHOW MEASUREMENTS")],
+            "an unknown database",
+        ),
+        (vec![("q", "SHOW MEASUREMENTS")], "no database"),
+        (
+            vec![("q", "SHOW MEASUREMENTS ON nope")],
+            "ON an unknown database",
+        ),
+        (vec![("db", DB), ("q", "blah")], "a parse error"),
+        (
+            vec![("db", DB), ("q", "SHOW TAG VALUES FROM cpu")],
+            "a clause missing",
+        ),
+        (vec![("db", DB)], "no q"),
+    ] {
+        let [a, b] = query(&p, &params);
+        assert_eq!(a, b, "{what}");
+    }
+}
+
+#[test]
+fn dictionary_and_series_survive_a_kill() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let start = || spawn_ready(command(dir.path(), port, &[] as &[&str]), port);
+    let mut halite = start();
+    let post = |addr: &str, path: &str, body: &str| {
+        request(addr, "POST", path, None, body.as_bytes()).expect("request")
+    };
+    let create = form(&[("q", "CREATE DATABASE metrics")]);
+    let r = request(
+        &halite.addr,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        create.as_bytes(),
+    )
+    .expect("create");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(&halite.addr, "/write?db=metrics", LINES);
+    assert_eq!(r.status, 204, "{}", r.text());
+    let show = |addr: &str| {
+        let path = format!(
+            "/query?{}",
+            form(&[("db", "metrics"), ("q", "SHOW SERIES; SHOW FIELD KEYS")])
+        );
+        request(addr, "GET", &path, None, b"").expect("show").json()
+    };
+    let before = show(&halite.addr);
+    assert_eq!(
+        before
+            .pointer("/results/0/series/0/values")
+            .map(|v| v.as_array().map(Vec::len)),
+        Some(Some(8)),
+        "{before}"
+    );
+    // Acknowledged means durable: a SIGKILL keeps every UID, field type
+    // and series.
+    halite.child.kill().expect("kill");
+    halite.child.wait().expect("wait");
+    halite = start();
+    assert_eq!(show(&halite.addr), before);
+    // The field type survived too: a conflicting point is still refused,
+    // and a point of a known series adds no series.
+    let r = post(
+        &halite.addr,
+        "/write?db=metrics",
+        "mem,host=web-1 used=1.5 1700000050000000000",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = post(
+        &halite.addr,
+        "/write?db=metrics",
+        "mem,host=web-1 used=7i 1700000050000000000\nmem,host=web-3 used=8i 1700000050000000000",
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let after = show(&halite.addr);
+    assert_eq!(
+        after
+            .pointer("/results/0/series/0/values")
+            .map(|v| v.as_array().map(Vec::len)),
+        Some(Some(9)),
+        "{after}"
+    );
+    // New names after the restart get UIDs of their own: the series read
+    // back by name are what was written.
+    assert!(after.to_string().contains("mem,host=web-3"), "{after}");
+}
+
+#[test]
+fn a_series_limit_answers_503_and_keeps_the_other_points() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(
+        command(dir.path(), port, &["--set", "influx.series_limit=2"]),
+        port,
+    );
+    let create = form(&[("q", "CREATE DATABASE small")]);
+    let r = request(
+        &halite.addr,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        create.as_bytes(),
+    )
+    .expect("create");
+    assert_eq!(r.status, 200);
+    let body = "cpu,host=a v=1 1\ncpu,host=b v=2 1\ncpu,host=c v=3 1\ncpu,host=a v=4 2\n";
+    let r = request(
+        &halite.addr,
+        "POST",
+        "/write?db=small",
+        None,
+        body.as_bytes(),
+    )
+    .expect("write");
+    // Telegraf drops a batch answered with a 4xx and retries a 5xx.
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("retry-after")),
+        "{:?}",
+        r.headers
+    );
+    let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        e.contains("small:cpu") && e.contains("limit of 2 series"),
+        "{e}"
+    );
+    let path = format!("/query?{}", form(&[("db", "small"), ("q", "SHOW SERIES")]));
+    let series = request(&halite.addr, "GET", &path, None, b"")
+        .expect("show")
+        .json();
+    assert_eq!(
+        series.pointer("/results/0/series/0/values"),
+        Some(&json!([["cpu,host=a"], ["cpu,host=b"]])),
+        "{series}"
+    );
+    let metrics = request(&halite.addr, "GET", "/metrics", None, b"")
+        .expect("metrics")
+        .text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("halite_series_refused_total{")
+                && l.contains("small:cpu")
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+}
