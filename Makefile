@@ -37,7 +37,8 @@ $(S3S_FS):
 ## installed when missing.
 ORACLES := influxdb influxdb-client
 oracles:
-	@missing=""; for p in $(ORACLES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(ORACLES); do \
+	  dpkg -s $$p 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \

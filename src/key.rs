@@ -595,6 +595,22 @@ impl KeySchema {
         }
     }
 
+    /// The start of every key of an open-tag series (`tag_series` of one
+    /// of its keys): its salt and the series.
+    pub fn tag_series_prefix(&self, series: &[u8]) -> Vec<u8> {
+        let mut out = vec![0; self.prefix_len()];
+        if let Some(salt) = &self.salt {
+            let b = (xxhash_rust::xxh3::xxh3_64(series) % u64::from(salt.buckets)) as u32;
+            if salt.width == 1 {
+                out[0] = b as u8;
+            } else {
+                out[..2].copy_from_slice(&(b as u16).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(series);
+        out
+    }
+
     /// The series part of an open-tag key: metric, tag count and tags,
     /// without salt or time; `None` when `key` is not such a key.
     pub fn tag_series<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {

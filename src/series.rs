@@ -486,6 +486,34 @@ impl Dictionary {
         out
     }
 
+    /// Every series of `table`: its bytes (`KeySchema::tag_series`) and
+    /// its tags by name, in the order of their tags.
+    pub fn series_keys_of(&self, table: &str) -> Vec<(Vec<u8>, BTreeMap<String, String>)> {
+        let state = self.state.read();
+        let Some(of_table) = state.series.get(table) else {
+            return Vec::new();
+        };
+        let name = |kind, uid| -> String {
+            state
+                .names
+                .get(&(kind, uid))
+                .map_or_else(|| format!("#{uid}"), |n| n.to_string())
+        };
+        let mut out: Vec<_> = of_table
+            .keys()
+            .filter_map(|s| Some((s.to_vec(), decode_tag_series(s)?.1)))
+            .map(|(s, tags)| {
+                let tags: BTreeMap<String, String> = tags
+                    .into_iter()
+                    .map(|(k, v)| (name(UidKind::TagKey, k), name(UidKind::TagValue, v)))
+                    .collect();
+                (s, tags)
+            })
+            .collect();
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        out
+    }
+
     /// The tables with series, sorted.
     pub fn tables(&self) -> BTreeSet<String> {
         self.state

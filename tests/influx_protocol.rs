@@ -374,3 +374,292 @@ fn a_series_limit_answers_503_and_keeps_the_other_points() {
         "{metrics}"
     );
 }
+
+/// Numbers equal within 1e-9 relative (an integer and a float of one
+/// value too), everything else exactly.
+fn assert_close(a: &Json, b: &Json, at: &str) {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => {
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
+            let tolerance = 1e-9 * x.abs().max(y.abs()).max(1.0);
+            assert!((x - y).abs() <= tolerance, "{at}: {x} != {y}");
+        }
+        (Json::Array(x), Json::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths differ");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_close(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        (Json::Object(x), Json::Object(y)) => {
+            let keys = |m: &serde_json::Map<String, Json>| m.keys().cloned().collect::<Vec<_>>();
+            let (mut kx, mut ky) = (keys(x), keys(y));
+            kx.sort();
+            ky.sort();
+            assert_eq!(kx, ky, "{at}: keys differ");
+            for (k, v) in x {
+                assert_close(v, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+const T0: i64 = 1_700_000_000;
+
+/// TSBS-like cpu points every 10 s for 30 minutes of four hosts in two
+/// regions; host_3 is silent for five minutes (fill has gaps to fill).
+fn cpu_lines() -> String {
+    let mut out = String::new();
+    for h in 0..4i64 {
+        let region = if h < 2 { "eu" } else { "us" };
+        for i in 0..180i64 {
+            if h == 3 && (60..90).contains(&i) {
+                continue;
+            }
+            let user = ((i * 7 + h * 13) % 1000) as f64 / 10.0 + 0.125;
+            let system = ((i * 3 + h * 29) % 500) as f64 / 7.0;
+            let requests = (i * 11 + h) % 97;
+            out.push_str(&format!(
+                "cpu,host=host_{h},region={region} usage_user={user},usage_system={system},requests={requests}i {}\n",
+                T0 + i * 10
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn select_statements_answer_as_influxdb_does() {
+    let p = start();
+    let create = form(&[("q", "CREATE DATABASE bench")]);
+    let [a, b] = both(
+        &p,
+        "POST",
+        "/query",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        create.as_bytes(),
+    );
+    assert_eq!(a, b);
+    let [a, b] = both(
+        &p,
+        "POST",
+        "/write?db=bench&precision=s",
+        &[],
+        cpu_lines().as_bytes(),
+    );
+    assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
+    let t = |secs: i64| format!("{}s", T0 + secs);
+    let ms = |secs: i64| format!("{}ms", (T0 + secs) * 1000);
+    let statements = vec![
+        format!(
+            "SELECT usage_user FROM cpu WHERE host = 'host_1' AND time >= {} AND time < {}",
+            t(0),
+            t(300)
+        ),
+        "SELECT * FROM cpu WHERE host = 'host_2' LIMIT 5".to_string(),
+        "SELECT usage_user, usage_system FROM cpu WHERE region = 'eu' ORDER BY time DESC LIMIT 7"
+            .to_string(),
+        "SELECT usage_user FROM cpu WHERE host != 'host_0' AND region = 'us' LIMIT 4 OFFSET 2"
+            .to_string(),
+        "SELECT usage_user, requests FROM cpu WHERE usage_user > 95 AND host = 'host_1'"
+            .to_string(),
+        "SELECT * FROM cpu WHERE host = 'host_0' AND time >= '2023-11-14T22:20:00Z' LIMIT 3"
+            .to_string(),
+        "SELECT mean(usage_user) FROM cpu".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE host = 'host_0'".to_string(),
+        "SELECT min(usage_user), max(usage_user), min(usage_system) FROM cpu".to_string(),
+        "SELECT count(usage_user), sum(requests), spread(requests) FROM cpu GROUP BY host"
+            .to_string(),
+        "SELECT mean(requests), sum(usage_system), spread(usage_user) FROM cpu GROUP BY region"
+            .to_string(),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(5m)",
+            t(0),
+            t(1800)
+        ),
+        format!(
+            "SELECT mean(usage_user), max(usage_system) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(5m), host",
+            t(0),
+            t(1800)
+        ),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m, 30s) fill(none)",
+            t(0),
+            t(1800)
+        ),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(null)",
+            t(300),
+            t(1200)
+        ),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(0)",
+            t(300),
+            t(1200)
+        ),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(previous)",
+            t(300),
+            t(1200)
+        ),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(linear)",
+            t(300),
+            t(1200)
+        ),
+        format!(
+            "SELECT count(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(2m)",
+            t(300),
+            t(1200)
+        ),
+        "SELECT first(usage_user), last(usage_user) FROM cpu GROUP BY *".to_string(),
+        "SELECT last(usage_system) FROM cpu WHERE region = 'us'".to_string(),
+        "SELECT percentile(usage_user, 95) FROM cpu WHERE host = 'host_1'".to_string(),
+        "SELECT percentile(usage_user, 50), percentile(requests, 90) FROM cpu GROUP BY region"
+            .to_string(),
+        format!(
+            "SELECT mean(\"usage_user\") AS avg FROM \"cpu\" WHERE (\"host\" = 'host_0' OR \"host\" = 'host_1') AND time >= {} and time <= {} GROUP BY time(10m) fill(null)",
+            ms(0),
+            ms(1799)
+        ),
+        format!(
+            "SELECT count(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(10m), region SLIMIT 1",
+            t(0),
+            t(1800)
+        ),
+        format!(
+            "SELECT max(usage_user) FROM cpu WHERE time > {} AND time <= {}",
+            t(60),
+            t(120)
+        ),
+        format!(
+            "SELECT max(usage_user) FROM cpu WHERE host = 'host_2' AND time >= {} AND time < {} GROUP BY time(5m) ORDER BY time DESC LIMIT 3",
+            t(0),
+            t(1800)
+        ),
+        "SELECT mean(usage_user) FROM cpu WHERE time >= now() - 1h".to_string(),
+        "SELECT count(requests) FROM cpu WHERE time <= now() GROUP BY host SLIMIT 2 SOFFSET 1"
+            .to_string(),
+        "SELECT mean(usage_user) FROM cpu WHERE host =~ /^host_(0|3)$/ GROUP BY host".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE region !~ /e/ AND host =~ /host/".to_string(),
+        format!(
+            "SELECT mean(\"usage_user\") FROM \"cpu\" WHERE (\"host\" =~ /^host_1$/) AND time >= {} and time <= {} GROUP BY time(5m) fill(null)",
+            ms(0),
+            ms(1799)
+        ),
+        "SELECT usage_user FROM nope".to_string(),
+        "SELECT usage_user FROM cpu WHERE host = 'nobody'".to_string(),
+    ];
+    let mut compared = 0;
+    for q in &statements {
+        for epoch in [None, Some("ms")] {
+            let mut params = vec![("db", "bench"), ("q", q.as_str())];
+            if let Some(e) = epoch {
+                params.push(("epoch", e));
+            }
+            let [a, b] = query(&p, &params);
+            assert_eq!(a.0, b.0, "{q} (epoch {epoch:?}): {} / {}", a.1, b.1);
+            assert_close(&a.1, &b.1, &format!("{q} (epoch {epoch:?})"));
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, statements.len() * 2);
+    // chunked=true: a JSON object per series (and per chunk_size values).
+    for (q, size) in [
+        (
+            "SELECT max(usage_user) FROM cpu GROUP BY region; SELECT count(requests) FROM cpu",
+            "10000",
+        ),
+        (
+            "SELECT usage_user FROM cpu WHERE host = 'host_0' LIMIT 5",
+            "2",
+        ),
+    ] {
+        let path = format!(
+            "/query?{}",
+            form(&[
+                ("db", "bench"),
+                ("q", q),
+                ("chunked", "true"),
+                ("chunk_size", size)
+            ])
+        );
+        let [a, b] = [&p.influx.addr, &p.halite.addr].map(|addr| {
+            let r = request(addr, "GET", &path, None, b"").expect("query");
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text()
+                .lines()
+                .map(|l| serde_json::from_str::<Json>(l).expect("a JSON line"))
+                .collect::<Vec<_>>()
+        });
+        assert_close(&Json::Array(a), &Json::Array(b), &format!("chunked {q}"));
+    }
+}
+
+/// The `influx` CLI that ships with InfluxDB (Debian's influxdb-client),
+/// pointed at each server in turn: the same statements print the same
+/// JSON.
+#[test]
+fn the_influx_cli_reads_halite_as_it_reads_influxdb() {
+    let p = start();
+    let cli = |addr: &str, q: &str| -> Json {
+        let (host, port) = addr.rsplit_once(':').expect("host:port");
+        let out = std::process::Command::new("influx")
+            .args([
+                "-host",
+                host,
+                "-port",
+                port,
+                "-database",
+                "cli",
+                "-format",
+                "json",
+            ])
+            .args(["-precision", "rfc3339", "-execute", q])
+            .output()
+            .expect("influx: install Debian's influxdb-client (make test does)");
+        assert!(
+            out.status.success(),
+            "{q}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{q}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    };
+    for addr in [&p.influx.addr, &p.halite.addr] {
+        let r = request(
+            addr,
+            "POST",
+            "/query",
+            Some("application/x-www-form-urlencoded"),
+            form(&[("q", "CREATE DATABASE cli")]).as_bytes(),
+        )
+        .expect("create");
+        assert_eq!(r.status, 200);
+        let r = request(
+            addr,
+            "POST",
+            "/write?db=cli&precision=s",
+            None,
+            cpu_lines().as_bytes(),
+        )
+        .expect("write");
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    for q in [
+        "SHOW MEASUREMENTS",
+        "SHOW TAG VALUES WITH KEY = \"host\"",
+        "SELECT max(usage_user), min(usage_system) FROM cpu GROUP BY region",
+        "SELECT usage_user FROM cpu WHERE host = 'host_2' ORDER BY time DESC LIMIT 3",
+    ] {
+        let (a, b) = (cli(&p.influx.addr, q), cli(&p.halite.addr, q));
+        assert_close(&a, &b, q);
+    }
+}

@@ -21,6 +21,7 @@ use crate::catalog::{CreateTable, TableName};
 use crate::error::Error;
 use crate::ingest::{self, line_protocol::Precision};
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
+use crate::query::influx_select::{self, Cell, SeriesOut};
 use crate::query::influxql::{self, Statement};
 use crate::schema::{Durability, FamilySpec};
 use crate::series::Dictionary;
@@ -464,12 +465,13 @@ pub(super) async fn query(
         }
     };
     let db = p.get("db").cloned().filter(|d| !d.is_empty());
+    let epoch = p.get("epoch").cloned().filter(|e| !e.is_empty());
     let read_only = method == Method::GET;
     let state = s.clone();
     let results = on_blocking(move || {
         let mut results = Vec::new();
         for (i, st) in statements.iter().enumerate() {
-            let mut r = match run(&state, st, db.as_deref()) {
+            let mut r = match run(&state, st, db.as_deref(), epoch.as_deref()) {
                 Ok(series) => {
                     let mut r = json!({ "statement_id": i });
                     if !series.is_empty() {
@@ -495,10 +497,70 @@ pub(super) async fn query(
         Ok(results)
     })
     .await;
-    match results {
-        Ok(results) => influx(StatusCode::OK, Some(json!({ "results": results }))),
-        Err(r) => r.into_response(),
+    let chunk_size = if p.get("chunked").is_some_and(|c| c == "true") {
+        Some(
+            p.get("chunk_size")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(10_000),
+        )
+    } else {
+        None
+    };
+    match (results, chunk_size) {
+        (Ok(results), None) => influx(StatusCode::OK, Some(json!({ "results": results }))),
+        (Ok(results), Some(size)) => {
+            let mut resp = influx(StatusCode::OK, None);
+            *resp.body_mut() = axum::body::Body::from(chunked(results, size));
+            resp
+        }
+        (Err(r), _) => r.into_response(),
     }
+}
+
+/// `chunked=true`: one `{"results": […]}` line per series, a series of
+/// more than `size` values cut into several; `"partial": true` on every
+/// piece of a series but its last, and on every line of a statement but
+/// its last (InfluxDB's shape).
+fn chunked(results: Vec<Json>, size: usize) -> String {
+    let mut out = String::new();
+    for r in results {
+        let Some(series) = r.get("series").and_then(Json::as_array).cloned() else {
+            out.push_str(&json!({ "results": [r] }).to_string());
+            out.push('\n');
+            continue;
+        };
+        let mut pieces = Vec::new();
+        for s in series {
+            let values = s
+                .get("values")
+                .and_then(Json::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let n = values.chunks(size).len().max(1);
+            for (i, chunk) in values.chunks(size).enumerate() {
+                let mut piece = s.clone();
+                piece["values"] = Json::Array(chunk.to_vec());
+                if i + 1 < n {
+                    piece["partial"] = json!(true);
+                }
+                pieces.push(piece);
+            }
+            if values.is_empty() {
+                pieces.push(s);
+            }
+        }
+        let last = pieces.len().saturating_sub(1);
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let mut line = json!({ "statement_id": r["statement_id"].clone(), "series": [piece] });
+            if i < last {
+                line["partial"] = json!(true);
+            }
+            out.push_str(&json!({ "results": [line] }).to_string());
+            out.push('\n');
+        }
+    }
+    out
 }
 
 fn statement_text(st: &Statement) -> String {
@@ -569,8 +631,77 @@ fn limited<T>(mut v: Vec<T>, limit: Option<usize>) -> Vec<T> {
 }
 
 /// One statement's series (InfluxDB's answer shape), or its error.
-fn run(s: &AppState, st: &Statement, db: Option<&str>) -> Result<Vec<Json>, String> {
+/// A time as `epoch` asks: an integer in its unit, else RFC 3339.
+fn time_json(ns: i64, epoch: Option<&str>) -> Json {
+    let divisor: i64 = match epoch {
+        None => return json!(influxql::format_rfc3339(ns)),
+        Some("u" | "µ" | "us") => 1_000,
+        Some("ms") => 1_000_000,
+        Some("s") => 1_000_000_000,
+        Some("m") => 60_000_000_000,
+        Some("h") => 3_600_000_000_000,
+        Some(_) => 1,
+    };
+    json!(ns.div_euclid(divisor))
+}
+
+/// A value as InfluxDB's JSON writes it: a whole float without a
+/// fraction (Go prints 95.0 as `95`).
+fn value_json(v: &crate::value::Value) -> Json {
+    use crate::value::Value;
+    match v {
+        Value::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => json!(*f as i64),
+        Value::Float(f) => json!(f),
+        Value::Int(i) => json!(i),
+        Value::Uint(u) => json!(u),
+        Value::Bool(b) => json!(b),
+        Value::Str(s) => json!(s),
+    }
+}
+
+fn select_json(out: Vec<SeriesOut>, epoch: Option<&str>) -> Vec<Json> {
+    out.into_iter()
+        .map(|s| {
+            let mut j = json!({ "name": s.name });
+            if let Some(tags) = s.tags {
+                j["tags"] = json!(tags);
+            }
+            j["columns"] = json!(s.columns);
+            j["values"] = Json::Array(
+                s.values
+                    .iter()
+                    .map(|row| {
+                        Json::Array(
+                            row.iter()
+                                .map(|c| match c {
+                                    Cell::Time(t) => time_json(*t, epoch),
+                                    Cell::Value(v) => value_json(v),
+                                    Cell::Null => Json::Null,
+                                })
+                                .collect(),
+                        )
+                    })
+                    .collect(),
+            );
+            j
+        })
+        .collect()
+}
+
+fn run(
+    s: &AppState,
+    st: &Statement,
+    db: Option<&str>,
+    epoch: Option<&str>,
+) -> Result<Vec<Json>, String> {
     let dictionary_of = |db: &str| -> Result<Arc<Dictionary>, String> {
+        // A dictionary is a table of the namespace, made on first use;
+        // cluster mode keeps none yet (docs/compatibility.md).
+        if s.topics.is_some() {
+            return Err(
+                "halite's cluster mode does not answer InfluxQL yet: ask a single node".into(),
+            );
+        }
         s.tag_sets
             .dictionary(&s.store, db)
             .map_err(|e| e.to_string())
@@ -731,6 +862,18 @@ fn run(s: &AppState, st: &Statement, db: Option<&str>) -> Result<Vec<Json>, Stri
                 return Ok(Vec::new());
             }
             Ok(vec![one_series(None, &["key"], values)])
+        }
+        Statement::Select(sel) => {
+            let name = db.ok_or("database name required")?;
+            if !database_exists(s, name) {
+                return Err(format!("database not found: {name}"));
+            }
+            let d = dictionary_of(name)?;
+            let now = i64::try_from(s.clock.now_ms())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000);
+            let out = influx_select::select(&s.store, &d, name, sel, now)?;
+            Ok(select_json(out, epoch))
         }
         Statement::Unsupported(what) => Err(format!(
             "halite does not answer {what} statements yet (docs/compatibility.md lists what it answers)"

@@ -4,7 +4,7 @@
 //! N`), so clients show the same messages.
 
 /// One statement of a `/query` request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
     CreateDatabase {
         name: String,
@@ -38,9 +38,105 @@ pub enum Statement {
         from: Option<String>,
         limit: Option<usize>,
     },
+    Select(Box<Select>),
     /// A statement InfluxQL has that halite does not answer yet (its
     /// first words, for the error).
     Unsupported(String),
+}
+
+/// `SELECT … FROM m [WHERE …] [GROUP BY …] [fill(…)] [ORDER BY time
+/// DESC] [LIMIT n] [OFFSET n] [SLIMIT n] [SOFFSET n]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Select {
+    pub fields: Vec<SelectField>,
+    /// The measurement (a retention policy or database before it is
+    /// dropped: there is one, `autogen`).
+    pub from: String,
+    pub condition: Option<Expr>,
+    /// `GROUP BY time(interval[, offset])`, nanoseconds.
+    pub group_time: Option<(i64, i64)>,
+    pub group_tags: GroupTags,
+    pub fill: Fill,
+    pub descending: bool,
+    pub limit: Option<usize>,
+    pub offset: usize,
+    pub slimit: Option<usize>,
+    pub soffset: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectField {
+    pub expr: SelectExpr,
+    pub alias: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SelectExpr {
+    /// `*`: every field and tag.
+    Wildcard,
+    /// A field or tag by name.
+    Column(String),
+    /// `func(field[, arg])`: `percentile(f, 95)` has an argument.
+    Call {
+        func: String,
+        field: String,
+        arg: Option<f64>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupTags {
+    None,
+    /// `GROUP BY *`
+    All,
+    List(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fill {
+    Null,
+    None,
+    Previous,
+    Linear,
+    Value(f64),
+}
+
+/// A `WHERE` condition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Compare {
+        lhs: String,
+        op: CompareOp,
+        rhs: Operand,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareOp {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+    /// `=~ /re/`
+    Match,
+    /// `!~ /re/`
+    NotMatch,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operand {
+    Str(String),
+    Number(f64),
+    /// A point in time, nanoseconds since the epoch (`now() - 1h`, an RFC
+    /// 3339 string compared with `time`, `1596240000000ms`).
+    Time(i64),
+    Bool(bool),
+    /// A regular expression (RE2 syntax, as Go's and InfluxDB's).
+    Regex(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +148,10 @@ enum Token {
     /// A single-quoted string.
     Str(String),
     Number(String),
+    /// `/…/` after `=~` or `!~`.
+    Regex(String),
+    /// A comparison: `=`, `!=`, `<>`, `<`, `<=`, `>`, `>=`, `=~`, `!~`.
+    Op(&'static str),
     Punct(char),
     Semicolon,
     Eof,
@@ -63,6 +163,8 @@ impl Token {
             Token::Ident(s) | Token::Number(s) => s.clone(),
             Token::Quoted(s) => format!("\"{s}\""),
             Token::Str(s) => format!("'{s}'"),
+            Token::Regex(r) => format!("/{r}/"),
+            Token::Op(o) => o.to_string(),
             Token::Punct(c) => c.to_string(),
             Token::Semicolon => ";".into(),
             Token::Eof => "EOF".into(),
@@ -95,6 +197,29 @@ fn lex(text: &str) -> Result<Vec<Located>, String> {
         let (at_line, at_col) = (line, col);
         if c.is_whitespace() {
             advance(&mut i, &mut line, &mut col, c);
+            continue;
+        }
+        if c == '/' && matches!(out.last(), Some((Token::Op("=~" | "!~"), _, _))) {
+            advance(&mut i, &mut line, &mut col, c);
+            let mut re = String::new();
+            loop {
+                let Some(&d) = chars.get(i) else {
+                    return Err(format!(
+                        "unterminated regex at line {at_line}, char {at_col}"
+                    ));
+                };
+                advance(&mut i, &mut line, &mut col, d);
+                if d == '\\' && chars.get(i) == Some(&'/') {
+                    advance(&mut i, &mut line, &mut col, '/');
+                    re.push('/');
+                    continue;
+                }
+                if d == '/' {
+                    break;
+                }
+                re.push(d);
+            }
+            out.push((Token::Regex(re), at_line, at_col));
             continue;
         }
         if c.is_ascii_alphabetic() || c == '_' {
@@ -157,6 +282,26 @@ fn lex(text: &str) -> Result<Vec<Located>, String> {
                 Token::Str(s)
             };
             out.push((token, at_line, at_col));
+            continue;
+        }
+        let op = match (c, chars.get(i + 1).copied()) {
+            ('<', Some('=')) => "<=",
+            ('>', Some('=')) => ">=",
+            ('!', Some('=')) => "!=",
+            ('<', Some('>')) => "<>",
+            ('=', Some('~')) => "=~",
+            ('!', Some('~')) => "!~",
+            ('<', _) => "<",
+            ('>', _) => ">",
+            ('=', _) => "=",
+            _ => "",
+        };
+        if !op.is_empty() {
+            for _ in 0..op.len() {
+                let d = chars[i];
+                advance(&mut i, &mut line, &mut col, d);
+            }
+            out.push((Token::Op(op), at_line, at_col));
             continue;
         }
         advance(&mut i, &mut line, &mut col, c);
@@ -325,7 +470,7 @@ impl Parser {
                 self.word("WITH")?;
                 self.word("KEY")?;
                 let keys = match self.peek().clone() {
-                    Token::Punct('=') => {
+                    Token::Op("=") => {
                         self.next();
                         vec![self.ident()?]
                     }
@@ -384,8 +529,12 @@ impl Parser {
                 "CONTINUOUS, DATABASES, DIAGNOSTICS, FIELD, GRANTS, MEASUREMENT, MEASUREMENTS, QUERIES, RETENTION, SERIES, SHARD, SHARDS, STATS, SUBSCRIPTIONS, TAG, USERS",
             ));
         }
+        if first.is_word("SELECT") {
+            self.next();
+            return self.select().map(|s| Statement::Select(Box::new(s)));
+        }
         for head in [
-            "SELECT", "DELETE", "DROP", "EXPLAIN", "GRANT", "REVOKE", "ALTER", "SET", "KILL",
+            "DELETE", "DROP", "EXPLAIN", "GRANT", "REVOKE", "ALTER", "SET", "KILL",
         ] {
             if first.is_word(head) {
                 return Ok(self.rest_unsupported(head));
@@ -394,6 +543,454 @@ impl Parser {
         Err(self
             .error("SELECT, DELETE, SHOW, CREATE, DROP, EXPLAIN, GRANT, REVOKE, ALTER, SET, KILL"))
     }
+}
+
+impl Parser {
+    fn punct(&mut self, c: char) -> Result<(), String> {
+        if matches!(self.peek(), Token::Punct(p) if *p == c) {
+            self.next();
+            Ok(())
+        } else {
+            Err(self.error(&c.to_string()))
+        }
+    }
+
+    fn is_punct(&self, c: char) -> bool {
+        matches!(self.peek(), Token::Punct(p) if *p == c)
+    }
+
+    fn select(&mut self) -> Result<Select, String> {
+        let mut fields = vec![self.select_field()?];
+        while self.is_punct(',') {
+            self.next();
+            fields.push(self.select_field()?);
+        }
+        self.word("FROM")?;
+        let from = self
+            .parse_from_name()
+            .map_err(|_| self.error("identifier"))?;
+        let mut s = Select {
+            fields,
+            from,
+            condition: None,
+            group_time: None,
+            group_tags: GroupTags::None,
+            fill: Fill::Null,
+            descending: false,
+            limit: None,
+            offset: 0,
+            slimit: None,
+            soffset: 0,
+        };
+        if self.accept("WHERE") {
+            s.condition = Some(self.or_expr()?);
+        }
+        if self.accept("GROUP") {
+            self.word("BY")?;
+            loop {
+                if self.peek().is_word("time") && self.tokens[self.at + 1].0 == Token::Punct('(') {
+                    self.next();
+                    self.punct('(')?;
+                    let every = self.duration()?;
+                    let offset = if self.is_punct(',') {
+                        self.next();
+                        self.signed_duration()?
+                    } else {
+                        0
+                    };
+                    self.punct(')')?;
+                    if every <= 0 {
+                        return Err("GROUP BY time interval must be positive".into());
+                    }
+                    s.group_time = Some((every, offset));
+                } else if self.is_punct('*') {
+                    self.next();
+                    s.group_tags = GroupTags::All;
+                } else {
+                    let tag = self.ident()?;
+                    match &mut s.group_tags {
+                        GroupTags::List(l) => l.push(tag),
+                        GroupTags::None => s.group_tags = GroupTags::List(vec![tag]),
+                        GroupTags::All => {}
+                    }
+                }
+                if !self.is_punct(',') {
+                    break;
+                }
+                self.next();
+            }
+        }
+        if self.accept("fill") {
+            self.punct('(')?;
+            s.fill = match self.peek().clone() {
+                t if t.is_word("null") => Fill::Null,
+                t if t.is_word("none") => Fill::None,
+                t if t.is_word("previous") => Fill::Previous,
+                t if t.is_word("linear") => Fill::Linear,
+                Token::Number(_) | Token::Punct('-') => Fill::Value(self.number()?),
+                _ => return Err(self.error("null, none, previous, linear or a number")),
+            };
+            if !matches!(s.fill, Fill::Value(_)) {
+                self.next();
+            }
+            self.punct(')')?;
+        }
+        if self.accept("ORDER") {
+            self.word("BY")?;
+            self.word("time")?;
+            if self.accept("DESC") {
+                s.descending = true;
+            } else {
+                self.accept("ASC");
+            }
+        }
+        loop {
+            if self.accept("LIMIT") {
+                s.limit = Some(self.count()?);
+            } else if self.accept("OFFSET") {
+                s.offset = self.count()?;
+            } else if self.accept("SLIMIT") {
+                s.slimit = Some(self.count()?);
+            } else if self.accept("SOFFSET") {
+                s.soffset = self.count()?;
+            } else {
+                break;
+            }
+        }
+        if s.fill != Fill::Null && s.group_time.is_none() {
+            return Err("fill(none) must be used with a function".into());
+        }
+        Ok(s)
+    }
+
+    fn parse_from_name(&mut self) -> Result<String, String> {
+        let mut name = self.ident()?;
+        while self.is_punct('.') {
+            self.next();
+            name = self.ident()?;
+        }
+        Ok(name)
+    }
+
+    fn select_field(&mut self) -> Result<SelectField, String> {
+        let expr = if self.is_punct('*') {
+            self.next();
+            SelectExpr::Wildcard
+        } else {
+            let name = self.ident()?;
+            if self.is_punct('(') {
+                self.next();
+                let field = if self.is_punct('*') {
+                    self.next();
+                    "*".to_string()
+                } else {
+                    self.ident()?
+                };
+                let arg = if self.is_punct(',') {
+                    self.next();
+                    Some(self.number()?)
+                } else {
+                    None
+                };
+                self.punct(')')?;
+                SelectExpr::Call {
+                    func: name.to_ascii_lowercase(),
+                    field,
+                    arg,
+                }
+            } else {
+                SelectExpr::Column(name)
+            }
+        };
+        let alias = if self.accept("AS") {
+            Some(self.ident()?)
+        } else {
+            None
+        };
+        Ok(SelectField { expr, alias })
+    }
+
+    fn count(&mut self) -> Result<usize, String> {
+        match self.peek().clone() {
+            Token::Number(n) => {
+                let v = n.parse().map_err(|_| self.error("integer"))?;
+                self.next();
+                Ok(v)
+            }
+            _ => Err(self.error("integer")),
+        }
+    }
+
+    fn number(&mut self) -> Result<f64, String> {
+        let negative = if self.is_punct('-') {
+            self.next();
+            true
+        } else {
+            false
+        };
+        match self.peek().clone() {
+            Token::Number(n) => {
+                let v: f64 = n.parse().map_err(|_| self.error("number"))?;
+                self.next();
+                Ok(if negative { -v } else { v })
+            }
+            _ => Err(self.error("number")),
+        }
+    }
+
+    fn duration(&mut self) -> Result<i64, String> {
+        match self.peek().clone() {
+            Token::Number(n) => {
+                let d = parse_duration(&n).ok_or_else(|| self.error("duration"))?;
+                self.next();
+                Ok(d)
+            }
+            _ => Err(self.error("duration")),
+        }
+    }
+
+    fn signed_duration(&mut self) -> Result<i64, String> {
+        if self.is_punct('-') {
+            self.next();
+            return Ok(-self.duration()?);
+        }
+        self.duration()
+    }
+
+    fn or_expr(&mut self) -> Result<Expr, String> {
+        let mut lhs = self.and_expr()?;
+        while self.accept("OR") {
+            let rhs = self.and_expr()?;
+            lhs = Expr::Or(Box::new(lhs), Box::new(rhs));
+        }
+        Ok(lhs)
+    }
+
+    fn and_expr(&mut self) -> Result<Expr, String> {
+        let mut lhs = self.primary()?;
+        while self.accept("AND") {
+            let rhs = self.primary()?;
+            lhs = Expr::And(Box::new(lhs), Box::new(rhs));
+        }
+        Ok(lhs)
+    }
+
+    fn primary(&mut self) -> Result<Expr, String> {
+        if self.is_punct('(') {
+            self.next();
+            let e = self.or_expr()?;
+            self.punct(')')?;
+            return Ok(e);
+        }
+        let lhs = self.ident()?;
+        let op = match self.peek() {
+            Token::Op("=") => CompareOp::Eq,
+            Token::Op("!=" | "<>") => CompareOp::NotEq,
+            Token::Op("<") => CompareOp::Lt,
+            Token::Op("<=") => CompareOp::LtEq,
+            Token::Op(">") => CompareOp::Gt,
+            Token::Op(">=") => CompareOp::GtEq,
+            Token::Op("=~") => CompareOp::Match,
+            Token::Op("!~") => CompareOp::NotMatch,
+            _ => return Err(self.error("=, !=, <>, <, <=, >, >=, =~, !~")),
+        };
+        self.next();
+        let is_time = lhs.eq_ignore_ascii_case("time");
+        if matches!(op, CompareOp::Match | CompareOp::NotMatch) {
+            let Token::Regex(re) = self.peek().clone() else {
+                return Err(self.error("regex"));
+            };
+            self.next();
+            return Ok(Expr::Compare {
+                lhs,
+                op,
+                rhs: Operand::Regex(re),
+            });
+        }
+        let rhs = self.operand(is_time)?;
+        Ok(Expr::Compare { lhs, op, rhs })
+    }
+
+    /// The right side of a comparison; with `time` on the left, a point
+    /// in time (and `± duration` after it).
+    fn operand(&mut self, time: bool) -> Result<Operand, String> {
+        let t = self.peek().clone();
+        let base = match t {
+            Token::Ident(w) if w.eq_ignore_ascii_case("now") => {
+                self.next();
+                self.punct('(')?;
+                self.punct(')')?;
+                Operand::Time(now_ns())
+            }
+            Token::Ident(w)
+                if w.eq_ignore_ascii_case("true") || w.eq_ignore_ascii_case("false") =>
+            {
+                self.next();
+                Operand::Bool(w.eq_ignore_ascii_case("true"))
+            }
+            Token::Str(s) => {
+                self.next();
+                if time {
+                    Operand::Time(
+                        parse_rfc3339(&s).ok_or_else(|| format!("invalid time string: {s:?}"))?,
+                    )
+                } else {
+                    Operand::Str(s)
+                }
+            }
+            Token::Number(n) if time => {
+                self.next();
+                if n.bytes().all(|b| b.is_ascii_digit()) {
+                    Operand::Time(n.parse().map_err(|_| format!("invalid time: {n}"))?)
+                } else {
+                    Operand::Time(parse_duration(&n).ok_or_else(|| format!("invalid time: {n}"))?)
+                }
+            }
+            Token::Number(_) | Token::Punct('-') => Operand::Number(self.number()?),
+            _ => return Err(self.error("identifier, string, number, bool")),
+        };
+        let Operand::Time(mut at) = base else {
+            return Ok(base);
+        };
+        loop {
+            if self.is_punct('+') {
+                self.next();
+                at += self.duration()?;
+            } else if self.is_punct('-') {
+                self.next();
+                at -= self.duration()?;
+            } else {
+                return Ok(Operand::Time(at));
+            }
+        }
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// `10s`, `1596240000000ms`, `1h`, `2d` (InfluxQL's units) in
+/// nanoseconds; a bare number is nanoseconds.
+pub fn parse_duration(text: &str) -> Option<i64> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (n, unit) = text.split_at(digits);
+    let n: i64 = n.parse().ok()?;
+    let scale: i64 = match unit {
+        "" | "ns" => 1,
+        "u" | "µ" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
+        "w" => 604_800_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+/// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of a day count from 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `2020-01-01T00:00:00Z`, with fractional seconds and a `±hh:mm` offset,
+/// or a date alone, in nanoseconds since the epoch.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let part = s.get(from..from + len)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let (y, m, d) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    if b.get(4) != Some(&b'-')
+        || b.get(7) != Some(&b'-')
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&d)
+    {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    if b.len() == 10 {
+        return days.checked_mul(86_400_000_000_000);
+    }
+    if !matches!(b.get(10), Some(b'T' | b't' | b' '))
+        || b.get(13) != Some(&b':')
+        || b.get(16) != Some(&b':')
+    {
+        return None;
+    }
+    let (hh, mm, ss) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    if hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let mut at = 19;
+    let mut nanos = 0i64;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let digits = b[at..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 || digits > 9 {
+            return None;
+        }
+        nanos = num(at, digits)? * 10i64.pow(9 - digits as u32);
+        at += digits;
+    }
+    let offset_secs = match b.get(at) {
+        Some(b'Z' | b'z') if at + 1 == b.len() => 0,
+        Some(sign @ (b'+' | b'-')) if at + 6 == b.len() && b[at + 3] == b':' => {
+            let o = num(at + 1, 2)? * 3600 + num(at + 4, 2)? * 60;
+            if *sign == b'+' { o } else { -o }
+        }
+        _ => return None,
+    };
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss - offset_secs;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+/// A time as InfluxDB writes it without `epoch`: RFC 3339 in UTC with
+/// the fraction's trailing zeros cut (`2015-01-01T00:00:01.5Z`).
+pub fn format_rfc3339(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let nanos = ns.rem_euclid(1_000_000_000);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let day = secs.rem_euclid(86_400);
+    let mut out = format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        day / 3600,
+        day % 3600 / 60,
+        day % 60
+    );
+    if nanos != 0 {
+        let frac = format!("{nanos:09}");
+        out.push('.');
+        out.push_str(frac.trim_end_matches('0'));
+    }
+    out.push('Z');
+    out
 }
 
 /// Parses a `/query` text: statements separated by `;`. The error is
@@ -463,9 +1060,13 @@ mod tests {
                 limit: None
             }])
         );
+        assert!(matches!(
+            parse("SELECT mean(v) FROM cpu").as_deref(),
+            Ok([Statement::Select(_)])
+        ));
         assert_eq!(
-            parse("SELECT mean(v) FROM cpu"),
-            Ok(vec![Statement::Unsupported("SELECT".into())])
+            parse("DROP MEASUREMENT cpu"),
+            Ok(vec![Statement::Unsupported("DROP".into())])
         );
     }
 
@@ -485,5 +1086,86 @@ mod tests {
         );
         assert!(parse("SHOW \"unterminated").is_err());
         assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn selects_as_grafana_and_tsbs_write_them() {
+        let q = "SELECT mean(\"value\") AS m, max(v) FROM \"autogen\".\"cpu\" WHERE (\"host\" = 'a' OR host != 'b') \
+                 AND time >= 1596240000000ms and time <= now() - 5m GROUP BY time(10s, -2s), host fill(null) \
+                 ORDER BY time DESC LIMIT 10 OFFSET 1 SLIMIT 2 SOFFSET 3";
+        let Ok(parsed) = parse(q) else {
+            panic!("{:?}", parse(q));
+        };
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(s.from, "cpu");
+        assert_eq!(
+            s.fields[0],
+            SelectField {
+                expr: SelectExpr::Call {
+                    func: "mean".into(),
+                    field: "value".into(),
+                    arg: None
+                },
+                alias: Some("m".into())
+            }
+        );
+        assert_eq!(s.group_time, Some((10_000_000_000, -2_000_000_000)));
+        assert_eq!(s.group_tags, GroupTags::List(vec!["host".into()]));
+        assert_eq!(s.fill, Fill::Null);
+        assert!(s.descending);
+        assert_eq!(
+            (s.limit, s.offset, s.slimit, s.soffset),
+            (Some(10), 1, Some(2), 3)
+        );
+        let Some(Expr::And(lhs, rhs)) = &s.condition else {
+            panic!("{:?}", s.condition);
+        };
+        assert!(matches!(**lhs, Expr::And(..)));
+        let Expr::Compare {
+            op,
+            rhs: Operand::Time(t),
+            ..
+        } = &**rhs
+        else {
+            panic!("{rhs:?}");
+        };
+        assert_eq!(*op, CompareOp::LtEq);
+        assert!(*t > 1_700_000_000_000_000_000);
+        assert!(parse("SELECT percentile(v, 95) FROM m GROUP BY *").is_ok());
+        assert!(parse("SELECT v FROM m WHERE v > -1.5 AND b = true").is_ok());
+        assert!(parse("SELECT FROM m").is_err());
+        assert!(parse("SELECT v FROM m GROUP BY time(0s)").is_err());
+    }
+
+    #[test]
+    fn times_read_and_write_as_influxdb_does() {
+        assert_eq!(
+            parse_rfc3339("2023-11-14T22:13:20Z"),
+            Some(1_700_000_000_000_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2023-11-14T23:13:20.5+01:00"),
+            Some(1_700_000_000_500_000_000)
+        );
+        assert_eq!(parse_rfc3339("1970-01-02"), Some(86_400_000_000_000));
+        assert_eq!(parse_rfc3339("2023-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20"), None);
+        assert_eq!(
+            format_rfc3339(1_700_000_000_000_000_000),
+            "2023-11-14T22:13:20Z"
+        );
+        assert_eq!(
+            format_rfc3339(1_700_000_000_120_000_000),
+            "2023-11-14T22:13:20.12Z"
+        );
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            parse_duration("1596240000000ms"),
+            Some(1_596_240_000_000_000_000)
+        );
+        assert_eq!(parse_duration("2w"), Some(1_209_600_000_000_000));
+        assert_eq!(parse_duration("5x"), None);
     }
 }

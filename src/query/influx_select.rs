@@ -1,0 +1,750 @@
+//! InfluxQL `SELECT` over a table of open tag sets: the series chosen
+//! from the namespace's dictionary by their tags, each series' points read
+//! by key range (one bucket, its times only), grouped and aggregated as
+//! InfluxDB 1.x does (docs/compatibility.md lists what is answered).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
+use crate::catalog::TableName;
+use crate::error::Error;
+use crate::key::{KeySchema, TagKey};
+use crate::region::read::Scan;
+use crate::series::Dictionary;
+use crate::store::Store;
+use crate::value::Value;
+
+/// One cell of an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Nanoseconds since the epoch (the `epoch` parameter decides how it
+    /// is written).
+    Time(i64),
+    Value(Value),
+    Null,
+}
+
+/// One series of an answer, as InfluxDB's JSON has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesOut {
+    pub name: String,
+    /// Present when the statement groups by tags.
+    pub tags: Option<BTreeMap<String, String>>,
+    pub columns: Vec<String>,
+    pub values: Vec<Vec<Cell>>,
+}
+
+/// A point of a series: its time and fields.
+struct Point {
+    time: i64,
+    fields: BTreeMap<String, Value>,
+}
+
+struct SeriesData {
+    tags: BTreeMap<String, String>,
+    points: Vec<Point>,
+}
+
+fn invalid(e: Error) -> String {
+    e.to_string()
+}
+
+/// Runs `select` on database `db`; an error is the statement's error text.
+pub fn select(
+    store: &Store,
+    dictionary: &Dictionary,
+    db: &str,
+    s: &Select,
+    now_ns: i64,
+) -> Result<Vec<SeriesOut>, String> {
+    let calls = s
+        .fields
+        .iter()
+        .filter(|f| matches!(f.expr, SelectExpr::Call { .. }))
+        .count();
+    if calls > 0 && calls < s.fields.len() {
+        return Err("mixing aggregate and non-aggregate queries is not supported".into());
+    }
+    if calls == 0 && s.group_time.is_some() {
+        return Err("GROUP BY requires at least one aggregate function".into());
+    }
+    let Ok(name) = TableName::parse(&format!("{db}:{}", s.from)) else {
+        return Ok(Vec::new());
+    };
+    let Ok(table) = store.table(&name) else {
+        return Ok(Vec::new());
+    };
+    let schema = table.desc.key.clone();
+    if !schema.is_open_tags() {
+        return Err(format!(
+            "table `{name}` has a declared key: query it through /api/v1/query"
+        ));
+    }
+    let (lo, hi, rest) = split_time(s.condition.as_ref())?;
+    let lo = lo.unwrap_or(0).max(0);
+    let hi = hi.unwrap_or(if s.group_time.is_some() {
+        now_ns
+    } else {
+        i64::MAX
+    });
+    if lo > hi {
+        return Ok(Vec::new());
+    }
+    let fields = dictionary.fields_of(&s.from);
+    let series = dictionary.series_keys_of(&s.from);
+    let tag_keys: BTreeSet<String> = series
+        .iter()
+        .flat_map(|(_, tags)| tags.keys().cloned())
+        .collect();
+    let on_fields = rest.as_ref().is_some_and(|e| mentions_field(e, &fields));
+    let mut regexes = Regexes::new();
+    if let Some(e) = &rest {
+        compile_regexes(e, &mut regexes)?;
+    }
+    let mut data = Vec::new();
+    for (series_bytes, tags) in series {
+        if let Some(e) = &rest
+            && !on_fields
+            && !eval(e, &tags, None, &fields, &regexes)
+        {
+            continue;
+        }
+        let mut points = read_series(store, &name, &schema, &series_bytes, lo, hi)?;
+        if let Some(e) = &rest
+            && on_fields
+        {
+            points.retain(|p| eval(e, &tags, Some(&p.fields), &fields, &regexes));
+        }
+        if !points.is_empty() {
+            data.push(SeriesData { tags, points });
+        }
+    }
+    // Groups by the GROUP BY tags' values (a missing tag is "").
+    let group_by: Vec<String> = match &s.group_tags {
+        GroupTags::None => Vec::new(),
+        GroupTags::All => tag_keys.iter().cloned().collect(),
+        GroupTags::List(l) => l.clone(),
+    };
+    let mut groups: BTreeMap<Vec<String>, Vec<&SeriesData>> = BTreeMap::new();
+    for d in &data {
+        let key = group_by
+            .iter()
+            .map(|k| d.tags.get(k).cloned().unwrap_or_default())
+            .collect();
+        groups.entry(key).or_default().push(d);
+    }
+    let mut out = Vec::new();
+    for (key, members) in groups.into_iter().skip(s.soffset) {
+        if s.slimit.is_some_and(|n| out.len() >= n) {
+            break;
+        }
+        let tags = (!matches!(s.group_tags, GroupTags::None)).then(|| {
+            group_by
+                .iter()
+                .cloned()
+                .zip(key.iter().cloned())
+                .collect::<BTreeMap<_, _>>()
+        });
+        let (columns, mut rows) = if calls == 0 {
+            raw_rows(s, &members, &fields, &tag_keys, &group_by)
+        } else {
+            aggregate_rows(s, &members, &fields, lo, hi)?
+        };
+        if rows.is_empty() {
+            continue;
+        }
+        if s.descending {
+            rows.reverse();
+        }
+        let rows: Vec<Vec<Cell>> = rows
+            .into_iter()
+            .skip(s.offset)
+            .take(s.limit.filter(|n| *n > 0).unwrap_or(usize::MAX))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        out.push(SeriesOut {
+            name: s.from.clone(),
+            tags,
+            columns,
+            values: rows,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads one series' points with times in `[lo, hi]`, oldest first.
+fn read_series(
+    store: &Store,
+    table: &TableName,
+    schema: &KeySchema,
+    series: &[u8],
+    lo: i64,
+    hi: i64,
+) -> Result<Vec<Point>, String> {
+    let prefix = schema.tag_series_prefix(series);
+    let at = |t: i64| -> Vec<u8> {
+        let mut k = prefix.clone();
+        k.extend_from_slice(&(u64::MAX - t as u64).to_be_bytes());
+        k
+    };
+    let scan = Scan {
+        start: Some(at(hi)),
+        stop: (lo > 0).then(|| at(lo - 1)),
+        prefix: Some(prefix.clone()),
+        ..Scan::default()
+    };
+    let mut scanner = store.scanner(table, &scan).map_err(invalid)?;
+    let mut points = Vec::new();
+    while let Some(row) = scanner.next_row().map_err(invalid)? {
+        let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
+            continue;
+        };
+        let fields = row
+            .cells
+            .iter()
+            .filter_map(|c| {
+                let name = std::str::from_utf8(&c.qualifier).ok()?;
+                Some((name.to_string(), Value::decode(&c.value)?))
+            })
+            .collect();
+        points.push(Point {
+            time: time as i64,
+            fields,
+        });
+    }
+    points.reverse();
+    Ok(points)
+}
+
+/// The time bounds of a condition (`time` compared at its top-level ANDs)
+/// and what is left of it.
+/// A condition taken apart: its lowest and highest time (inclusive) and
+/// the rest.
+type TimeSplit = (Option<i64>, Option<i64>, Option<Expr>);
+
+fn split_time(e: Option<&Expr>) -> Result<TimeSplit, String> {
+    let Some(e) = e else {
+        return Ok((None, None, None));
+    };
+    match e {
+        Expr::And(a, b) => {
+            let (lo1, hi1, r1) = split_time(Some(a))?;
+            let (lo2, hi2, r2) = split_time(Some(b))?;
+            let lo = match (lo1, lo2) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            };
+            let hi = match (hi1, hi2) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+            let rest = match (r1, r2) {
+                (Some(x), Some(y)) => Some(Expr::And(Box::new(x), Box::new(y))),
+                (x, y) => x.or(y),
+            };
+            Ok((lo, hi, rest))
+        }
+        Expr::Compare { lhs, op, rhs } if lhs.eq_ignore_ascii_case("time") => {
+            let Operand::Time(t) = rhs else {
+                return Err(
+                    "invalid operation: time and *influxql.StringLiteral are not compatible".into(),
+                );
+            };
+            let t = *t;
+            Ok(match op {
+                CompareOp::Gt => (Some(t.saturating_add(1)), None, None),
+                CompareOp::GtEq => (Some(t), None, None),
+                CompareOp::Lt => (None, Some(t.saturating_sub(1)), None),
+                CompareOp::LtEq => (None, Some(t), None),
+                CompareOp::Eq => (Some(t), Some(t), None),
+                CompareOp::NotEq | CompareOp::Match | CompareOp::NotMatch => {
+                    return Err("time may be compared with =, <, <=, > and >= only".into());
+                }
+            })
+        }
+        other => {
+            if mentions_time(other) {
+                return Err("invalid time condition: time may only be ANDed with the rest".into());
+            }
+            Ok((None, None, Some(other.clone())))
+        }
+    }
+}
+
+fn mentions_time(e: &Expr) -> bool {
+    match e {
+        Expr::And(a, b) | Expr::Or(a, b) => mentions_time(a) || mentions_time(b),
+        Expr::Compare { lhs, .. } => lhs.eq_ignore_ascii_case("time"),
+    }
+}
+
+fn mentions_field(e: &Expr, fields: &BTreeMap<String, crate::series::FieldType>) -> bool {
+    match e {
+        Expr::And(a, b) | Expr::Or(a, b) => mentions_field(a, fields) || mentions_field(b, fields),
+        Expr::Compare { lhs, .. } => fields.contains_key(lhs),
+    }
+}
+
+/// Whether a series (and a point of it, when given) meets `e`. A name
+/// that is a field compares the point's value (a point without it: no);
+/// any other name is a tag (a series without it has "").
+fn eval(
+    e: &Expr,
+    tags: &BTreeMap<String, String>,
+    point: Option<&BTreeMap<String, Value>>,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    regexes: &Regexes,
+) -> bool {
+    match e {
+        Expr::And(a, b) => {
+            eval(a, tags, point, fields, regexes) && eval(b, tags, point, fields, regexes)
+        }
+        Expr::Or(a, b) => {
+            eval(a, tags, point, fields, regexes) || eval(b, tags, point, fields, regexes)
+        }
+        Expr::Compare { lhs, op, rhs } => {
+            if fields.contains_key(lhs) {
+                let Some(v) = point.and_then(|p| p.get(lhs)) else {
+                    return false;
+                };
+                if let (Value::Str(text), Operand::Regex(re)) = (v, rhs) {
+                    return matches_regex(text, *op, re, regexes);
+                }
+                return compare_value(v, *op, rhs);
+            }
+            let v = tags.get(lhs).map_or("", String::as_str);
+            if let Operand::Regex(re) = rhs {
+                return matches_regex(v, *op, re, regexes);
+            }
+            let Operand::Str(want) = rhs else {
+                return false;
+            };
+            let ord = v.cmp(want.as_str());
+            holds(ord, *op)
+        }
+    }
+}
+
+/// The condition's regular expressions, compiled once per statement.
+type Regexes = BTreeMap<String, regex_lite::Regex>;
+
+fn compile_regexes(e: &Expr, out: &mut Regexes) -> Result<(), String> {
+    match e {
+        Expr::And(a, b) | Expr::Or(a, b) => {
+            compile_regexes(a, out)?;
+            compile_regexes(b, out)
+        }
+        Expr::Compare {
+            rhs: Operand::Regex(re),
+            ..
+        } => {
+            if !out.contains_key(re) {
+                let compiled = regex_lite::Regex::new(re)
+                    .map_err(|e| format!("invalid regular expression /{re}/: {e}"))?;
+                out.insert(re.clone(), compiled);
+            }
+            Ok(())
+        }
+        Expr::Compare { .. } => Ok(()),
+    }
+}
+
+fn matches_regex(text: &str, op: CompareOp, re: &str, regexes: &Regexes) -> bool {
+    let found = regexes.get(re).is_some_and(|r| r.is_match(text));
+    match op {
+        CompareOp::Match => found,
+        CompareOp::NotMatch => !found,
+        _ => false,
+    }
+}
+
+fn holds(ord: std::cmp::Ordering, op: CompareOp) -> bool {
+    use std::cmp::Ordering::*;
+    match op {
+        CompareOp::Eq => ord == Equal,
+        CompareOp::NotEq => ord != Equal,
+        CompareOp::Lt => ord == Less,
+        CompareOp::LtEq => ord != Greater,
+        CompareOp::Gt => ord == Greater,
+        CompareOp::GtEq => ord != Less,
+        CompareOp::Match | CompareOp::NotMatch => false,
+    }
+}
+
+fn compare_value(v: &Value, op: CompareOp, rhs: &Operand) -> bool {
+    match (v, rhs) {
+        (Value::Str(s), Operand::Str(w)) => holds(s.as_str().cmp(w.as_str()), op),
+        (Value::Bool(b), Operand::Bool(w)) => match op {
+            CompareOp::Eq => b == w,
+            CompareOp::NotEq => b != w,
+            _ => false,
+        },
+        (_, Operand::Number(n)) => match as_f64(v) {
+            Some(x) => x.partial_cmp(n).is_some_and(|o| holds(o, op)),
+            None => false,
+        },
+        _ => false,
+    }
+}
+
+fn as_f64(v: &Value) -> Option<f64> {
+    match v {
+        Value::Float(f) => Some(*f),
+        Value::Int(i) => Some(*i as f64),
+        Value::Uint(u) => Some(*u as f64),
+        _ => None,
+    }
+}
+
+/// Column names as InfluxDB gives them: the alias, the function, or the
+/// field; a repeated name gets `_1`, `_2` …
+fn unique(names: Vec<String>) -> Vec<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    names
+        .into_iter()
+        .map(|n| {
+            let count = seen.entry(n.clone()).or_insert(0);
+            let out = if *count == 0 {
+                n.clone()
+            } else {
+                format!("{n}_{count}")
+            };
+            *count += 1;
+            out
+        })
+        .collect()
+}
+
+/// A raw select: one row per point of the group's series, oldest first
+/// (points of one time in series order), columns `time` and the
+/// selected fields and tags.
+fn raw_rows(
+    s: &Select,
+    members: &[&SeriesData],
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    tag_keys: &BTreeSet<String>,
+    group_by: &[String],
+) -> (Vec<String>, Vec<Vec<Cell>>) {
+    let mut columns: Vec<String> = Vec::new();
+    let mut aliases: Vec<String> = Vec::new();
+    for f in &s.fields {
+        match &f.expr {
+            SelectExpr::Wildcard => {
+                let mut all: Vec<String> = fields
+                    .keys()
+                    .cloned()
+                    .chain(tag_keys.iter().filter(|t| !group_by.contains(t)).cloned())
+                    .collect();
+                all.sort();
+                all.dedup();
+                aliases.extend(all.iter().cloned());
+                columns.extend(all);
+            }
+            SelectExpr::Column(c) => {
+                columns.push(c.clone());
+                aliases.push(f.alias.clone().unwrap_or_else(|| c.clone()));
+            }
+            SelectExpr::Call { .. } => {}
+        }
+    }
+    let mut rows: Vec<(i64, usize, Vec<Cell>)> = Vec::new();
+    for (order, d) in members.iter().enumerate() {
+        for p in &d.points {
+            let mut any_field = false;
+            let cells: Vec<Cell> = columns
+                .iter()
+                .map(|c| {
+                    if let Some(v) = p.fields.get(c) {
+                        any_field = true;
+                        Cell::Value(v.clone())
+                    } else if !fields.contains_key(c)
+                        && let Some(t) = d.tags.get(c)
+                    {
+                        Cell::Value(Value::Str(t.clone()))
+                    } else {
+                        Cell::Null
+                    }
+                })
+                .collect();
+            if any_field {
+                rows.push((p.time, order, cells));
+            }
+        }
+    }
+    rows.sort_by_key(|r| (r.0, r.1));
+    let mut names = vec!["time".to_string()];
+    names.extend(unique(aliases));
+    let rows = rows
+        .into_iter()
+        .map(|(t, _, cells)| {
+            let mut row = vec![Cell::Time(t)];
+            row.extend(cells);
+            row
+        })
+        .collect();
+    (names, rows)
+}
+
+/// The time bucket of `t`: `GROUP BY time(every, offset)`.
+fn bucket_of(t: i64, every: i64, offset: i64) -> i64 {
+    (t - offset).div_euclid(every) * every + offset
+}
+
+/// An aggregate select: a row per time bucket (one without `GROUP BY
+/// time`), a column per function.
+fn aggregate_rows(
+    s: &Select,
+    members: &[&SeriesData],
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    lo: i64,
+    hi: i64,
+) -> Result<(Vec<String>, Vec<Vec<Cell>>), String> {
+    let mut calls = Vec::new();
+    let mut names = Vec::new();
+    for f in &s.fields {
+        if let SelectExpr::Call { func, field, arg } = &f.expr {
+            if field == "*" {
+                return Err(format!(
+                    "{func}(*) is not answered by halite yet: name a field"
+                ));
+            }
+            if !matches!(
+                func.as_str(),
+                "mean"
+                    | "max"
+                    | "min"
+                    | "sum"
+                    | "count"
+                    | "first"
+                    | "last"
+                    | "spread"
+                    | "percentile"
+            ) {
+                return Err(format!("undefined function {func}()"));
+            }
+            if func == "percentile" && arg.is_none() {
+                return Err("invalid number of arguments for percentile, expected 2, got 1".into());
+            }
+            calls.push((func.as_str(), field.as_str(), *arg));
+            names.push(f.alias.clone().unwrap_or_else(|| func.clone()));
+        }
+    }
+    // Every (time, value) of each call's field in the group, by bucket.
+    let bucketed = |t: i64| match s.group_time {
+        Some((every, offset)) => bucket_of(t, every, offset),
+        None => lo,
+    };
+    let mut by_bucket: BTreeMap<i64, Vec<Vec<Sample>>> = BTreeMap::new();
+    for (order, d) in members.iter().enumerate() {
+        for p in &d.points {
+            let slot = by_bucket
+                .entry(bucketed(p.time))
+                .or_insert_with(|| vec![Vec::new(); calls.len()]);
+            for (i, (_, field, _)) in calls.iter().enumerate() {
+                if let Some(v) = p.fields.get(*field) {
+                    slot[i].push((p.time, order, v.clone()));
+                }
+            }
+        }
+    }
+    if by_bucket.values().all(|b| b.iter().all(Vec::is_empty)) {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let selector_time = s.group_time.is_none()
+        && calls.len() == 1
+        && matches!(calls[0].0, "first" | "last" | "max" | "min" | "percentile");
+    let buckets: Vec<i64> = match s.group_time {
+        Some((every, offset)) => {
+            let (first, last) = (bucket_of(lo, every, offset), bucket_of(hi, every, offset));
+            let n = (last - first) / every + 1;
+            if n > 1_000_000 {
+                return Err(format!(
+                    "GROUP BY time gives {n} buckets over the time range: narrow the range or widen the interval"
+                ));
+            }
+            (0..n).map(|i| first + i * every).collect()
+        }
+        None => vec![lo],
+    };
+    let mut rows: Vec<Vec<Cell>> = Vec::new();
+    for b in buckets {
+        let empty = vec![Vec::new(); calls.len()];
+        let values = by_bucket.get(&b).unwrap_or(&empty);
+        let mut row = vec![Cell::Time(b)];
+        let mut any = false;
+        for (i, (func, field, arg)) in calls.iter().enumerate() {
+            let (mut cell, at) = apply(func, *arg, &values[i], fields.get(*field).copied());
+            if cell != Cell::Null {
+                any = true;
+            } else if *func == "count" && s.fill == Fill::Null {
+                // InfluxDB counts an empty interval as 0, not null.
+                cell = Cell::Value(Value::Int(0));
+            }
+            if selector_time && let Some(t) = at {
+                row[0] = Cell::Time(t);
+            }
+            row.push(cell);
+        }
+        if !any && (s.group_time.is_none() || s.fill == Fill::None) {
+            continue;
+        }
+        rows.push(row);
+    }
+    fill(&mut rows, &s.fill);
+    let mut columns = vec!["time".to_string()];
+    columns.extend(unique(names));
+    Ok((columns, rows))
+}
+
+/// A value of a field in a bucket: its time, its series' place in the
+/// group, the value.
+type Sample = (i64, usize, Value);
+
+/// One function over one bucket's values (time, series order, value):
+/// the cell, and for a selector the time of the value it chose.
+fn apply(
+    func: &str,
+    arg: Option<f64>,
+    values: &[Sample],
+    ty: Option<crate::series::FieldType>,
+) -> (Cell, Option<i64>) {
+    use crate::series::FieldType;
+    if values.is_empty() {
+        return (Cell::Null, None);
+    }
+    let numeric: Vec<(i64, f64)> = values
+        .iter()
+        .filter_map(|(t, _, v)| Some((*t, as_f64(v)?)))
+        .collect();
+    let integer = matches!(ty, Some(FieldType::Integer | FieldType::Unsigned));
+    let typed = |x: f64| {
+        if integer {
+            Value::Int(x as i64)
+        } else {
+            Value::Float(x)
+        }
+    };
+    match func {
+        "count" => (Cell::Value(Value::Int(values.len() as i64)), None),
+        "first" | "last" => {
+            // The earliest time (of equal times the first series), or
+            // the latest (of equal times the last series), as InfluxDB's
+            // merge of series in key order picks them.
+            let pick = if func == "first" {
+                values.iter().min_by_key(|(t, o, _)| (*t, *o))
+            } else {
+                values.iter().max_by_key(|(t, o, _)| (*t, *o))
+            };
+            match pick {
+                Some((t, _, v)) => (Cell::Value(v.clone()), Some(*t)),
+                None => (Cell::Null, None),
+            }
+        }
+        _ if numeric.is_empty() => (Cell::Null, None),
+        "mean" => {
+            let sum: f64 = numeric.iter().map(|(_, x)| x).sum();
+            (Cell::Value(Value::Float(sum / numeric.len() as f64)), None)
+        }
+        "sum" => {
+            if integer {
+                let sum = values.iter().fold(0i64, |acc, (_, _, v)| match v {
+                    Value::Int(i) => acc.wrapping_add(*i),
+                    Value::Uint(u) => acc.wrapping_add(*u as i64),
+                    _ => acc,
+                });
+                (Cell::Value(Value::Int(sum)), None)
+            } else {
+                (
+                    Cell::Value(Value::Float(numeric.iter().map(|(_, x)| x).sum())),
+                    None,
+                )
+            }
+        }
+        "max" | "min" => {
+            // Of equal values, the earliest.
+            let mut best = numeric[0];
+            for &(t, x) in &numeric[1..] {
+                let better = if func == "max" {
+                    x > best.1
+                } else {
+                    x < best.1
+                };
+                if better || (x == best.1 && t < best.0) {
+                    best = (t, x);
+                }
+            }
+            (Cell::Value(typed(best.1)), Some(best.0))
+        }
+        "spread" => {
+            let max = numeric.iter().map(|(_, x)| *x).fold(f64::MIN, f64::max);
+            let min = numeric.iter().map(|(_, x)| *x).fold(f64::MAX, f64::min);
+            (Cell::Value(typed(max - min)), None)
+        }
+        "percentile" => {
+            let p = arg.unwrap_or(50.0);
+            let mut sorted = numeric.clone();
+            sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            // InfluxDB's nearest rank.
+            let i = ((sorted.len() as f64) * p / 100.0 + 0.5).floor() as i64 - 1;
+            if i < 0 || i as usize >= sorted.len() {
+                return (Cell::Null, None);
+            }
+            let (t, x) = sorted[i as usize];
+            (Cell::Value(typed(x)), Some(t))
+        }
+        _ => (Cell::Null, None),
+    }
+}
+
+/// `fill(previous | linear | N)` over rows of time buckets (`null` and
+/// `none` were decided when the rows were made).
+fn fill(rows: &mut [Vec<Cell>], how: &Fill) {
+    let columns = rows.first().map_or(0, Vec::len);
+    for c in 1..columns {
+        match how {
+            Fill::Value(v) => {
+                for r in rows.iter_mut() {
+                    if r[c] == Cell::Null {
+                        r[c] = Cell::Value(if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                            Value::Int(*v as i64)
+                        } else {
+                            Value::Float(*v)
+                        });
+                    }
+                }
+            }
+            Fill::Previous => {
+                let mut last = Cell::Null;
+                for r in rows.iter_mut() {
+                    if r[c] == Cell::Null {
+                        r[c] = last.clone();
+                    } else {
+                        last = r[c].clone();
+                    }
+                }
+            }
+            Fill::Linear => {
+                let known: Vec<(usize, i64, f64)> = rows
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| match (&r[0], &r[c]) {
+                        (Cell::Time(t), Cell::Value(v)) => Some((i, *t, as_f64(v)?)),
+                        _ => None,
+                    })
+                    .collect();
+                for w in known.windows(2) {
+                    let ((i0, t0, v0), (i1, t1, v1)) = (w[0], w[1]);
+                    for r in rows.iter_mut().take(i1).skip(i0 + 1) {
+                        if let Cell::Time(t) = r[0] {
+                            let x = v0 + (v1 - v0) * ((t - t0) as f64) / ((t1 - t0) as f64);
+                            r[c] = Cell::Value(Value::Float(x));
+                        }
+                    }
+                }
+            }
+            Fill::Null | Fill::None => {}
+        }
+    }
+}
