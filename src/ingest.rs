@@ -567,25 +567,11 @@ impl<'t> PointEncoder<'t> {
         }
         // The series is recorded even when a field's type refuses the
         // point, as InfluxDB does (SHOW SERIES lists it).
-        for i in 0..point.field_count() {
+        let fields = (0..point.field_count()).map(|i| {
             let (name, value) = point.field(i);
-            if let Some(had) = dictionary.field_type(table_name, name)
-                && had != FieldType::of(value)
-            {
-                return Err(format!(
-                    "field type conflict: input field \"{}\" on measurement \"{}\" is type {}, already exists as type {}",
-                    quote_prefix(name),
-                    quote_prefix(measurement),
-                    FieldType::of(value).name(),
-                    had.name()
-                ));
-            }
-        }
-        for i in 0..point.field_count() {
-            let (name, value) = point.field(i);
-            self.undurable |=
-                dictionary.field(table_name, measurement, name, FieldType::of(value))?;
-        }
+            (name, FieldType::of(value))
+        });
+        self.undurable |= dictionary.fields(table_name, measurement, fields)?;
         Ok(())
     }
 

@@ -217,6 +217,15 @@ impl Salt {
             .fold(self.buckets, u32::max)
     }
 
+    /// Writes `bucket` as this salt's bytes at the start of `head`.
+    fn put(&self, head: &mut [u8], bucket: u32) {
+        if self.width == 1 {
+            head[0] = bucket as u8;
+        } else {
+            head[..2].copy_from_slice(&(bucket as u16).to_be_bytes());
+        }
+    }
+
     /// Whether the salt hashes this field.
     pub fn hashes(&self, f: &KeyField) -> bool {
         match &self.from {
@@ -584,14 +593,15 @@ impl KeySchema {
             out.extend_from_slice(&v.to_be_bytes());
         }
         out.extend_from_slice(&(u64::MAX - time).to_be_bytes());
+        let (head, rest) = out.split_at_mut(prefix);
+        self.salt_tag_series(head, &rest[..rest.len() - 8]);
+    }
+
+    /// Salts an open-tag key's `head` by its series: one bucket a series.
+    fn salt_tag_series(&self, head: &mut [u8], series: &[u8]) {
         if let Some(salt) = &self.salt {
-            let series = &out[prefix..out.len() - 8];
             let b = (xxhash_rust::xxh3::xxh3_64(series) % u64::from(salt.buckets)) as u32;
-            if salt.width == 1 {
-                out[0] = b as u8;
-            } else {
-                out[..2].copy_from_slice(&(b as u16).to_be_bytes());
-            }
+            salt.put(head, b);
         }
     }
 
@@ -599,14 +609,7 @@ impl KeySchema {
     /// of its keys): its salt and the series.
     pub fn tag_series_prefix(&self, series: &[u8]) -> Vec<u8> {
         let mut out = vec![0; self.prefix_len()];
-        if let Some(salt) = &self.salt {
-            let b = (xxhash_rust::xxh3::xxh3_64(series) % u64::from(salt.buckets)) as u32;
-            if salt.width == 1 {
-                out[0] = b as u8;
-            } else {
-                out[..2].copy_from_slice(&(b as u16).to_be_bytes());
-            }
-        }
+        self.salt_tag_series(&mut out, series);
         out.extend_from_slice(series);
         out
     }
@@ -725,11 +728,7 @@ impl KeySchema {
         let Some(b) = self.bucket_of(fields) else {
             return true;
         };
-        if salt.width == 1 {
-            head[0] = b as u8;
-        } else {
-            head[..2].copy_from_slice(&(b as u16).to_be_bytes());
-        }
+        salt.put(head, b);
         true
     }
 
@@ -927,11 +926,7 @@ impl KeySchema {
         let (head, fields) = out.split_at_mut(prefix);
         let mut at = 0;
         if let (Some(salt), Some(b)) = (&self.salt, self.bucket_of(fields)) {
-            if salt.width == 1 {
-                head[0] = b as u8;
-            } else {
-                head[..2].copy_from_slice(&(b as u16).to_be_bytes());
-            }
+            salt.put(head, b);
             at = salt.width;
         }
         if self.md5_prefix > 0 {

@@ -20,6 +20,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::catalog::{CreateTable, TableName};
 use crate::cell::RowMutation;
+use crate::codec::quote_prefix;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, KeyField, KeySchema, decode_tag_series};
 use crate::region::read::Scan;
@@ -163,6 +164,14 @@ struct Assigned {
     durable: bool,
 }
 
+/// A series of a table with its names: its bytes (`KeySchema::tag_series`),
+/// metric and tags by tag key.
+pub struct NamedSeries {
+    pub key: Vec<u8>,
+    pub metric: String,
+    pub tags: BTreeMap<String, String>,
+}
+
 /// What resolving a point's series found.
 pub enum SeriesOutcome {
     Known,
@@ -267,56 +276,63 @@ impl Dictionary {
             .map(|n| n.to_string())
     }
 
-    /// The type of `field` in `table`, when it has one.
-    pub fn field_type(&self, table: &str, field: &str) -> Option<FieldType> {
-        self.state
-            .read()
-            .fields
-            .get(table)
-            .and_then(|f| f.get(field))
-            .map(|(t, _)| *t)
-    }
-
-    /// Checks a field's type against the table's (recording it when new):
-    /// `Ok(true)` when the record is not durable yet; the error is
-    /// InfluxDB's field type conflict.
-    pub fn field(
+    /// Checks the types of a point's `fields` against the table's and
+    /// records the new ones, all or none: `Ok(true)` when a record it
+    /// relies on is not durable yet; the error is InfluxDB's field type
+    /// conflict.
+    pub fn fields<'f>(
         &self,
         table: &str,
         measurement: &str,
-        field: &str,
-        ty: FieldType,
+        fields: impl Iterator<Item = (&'f str, FieldType)> + Clone,
     ) -> std::result::Result<bool, String> {
-        let known = self
-            .state
-            .read()
-            .fields
-            .get(table)
-            .and_then(|f| f.get(field).copied());
-        let (had, durable) = match known {
-            Some(k) => k,
-            None => {
-                let mut state = self.state.write();
-                let entry = state
-                    .fields
-                    .entry(table.into())
-                    .or_default()
-                    .entry(field.into())
-                    .or_insert_with(|| {
-                        self.dirty.store(true, Ordering::Release);
-                        (ty, false)
-                    });
-                *entry
-            }
-        };
-        if had != ty {
-            return Err(format!(
-                "field type conflict: input field \"{field}\" on measurement \"{measurement}\" is type {}, already exists as type {}",
+        let conflict = |field: &str, ty: FieldType, had: FieldType| {
+            format!(
+                "field type conflict: input field \"{}\" on measurement \"{}\" is type {}, already exists as type {}",
+                quote_prefix(field),
+                quote_prefix(measurement),
                 ty.name(),
                 had.name()
-            ));
+            )
+        };
+        {
+            let state = self.state.read();
+            let known = state.fields.get(table);
+            let (mut missing, mut undurable) = (false, false);
+            for (field, ty) in fields.clone() {
+                match known.and_then(|f| f.get(field)) {
+                    Some(&(had, _)) if had != ty => return Err(conflict(field, ty, had)),
+                    Some(&(_, durable)) => undurable |= !durable,
+                    None => missing = true,
+                }
+            }
+            if !missing {
+                return Ok(undurable);
+            }
         }
-        Ok(!durable)
+        let mut state = self.state.write();
+        let of_table = state.fields.entry(table.into()).or_default();
+        // Checked again: another writer may have recorded one meanwhile.
+        for (field, ty) in fields.clone() {
+            if let Some(&(had, _)) = of_table.get(field)
+                && had != ty
+            {
+                return Err(conflict(field, ty, had));
+            }
+        }
+        let mut undurable = false;
+        for (field, ty) in fields {
+            let (had, durable) = *of_table.entry(field.into()).or_insert_with(|| {
+                self.dirty.store(true, Ordering::Release);
+                (ty, false)
+            });
+            // One name twice in a point, with two types.
+            if had != ty {
+                return Err(conflict(field, ty, had));
+            }
+            undurable |= !durable;
+        }
+        Ok(undurable)
     }
 
     /// Records `series` (`KeySchema::tag_series`) of `table` unless it
@@ -457,9 +473,9 @@ impl Dictionary {
         Ok(())
     }
 
-    /// Every series of `table` as (metric, tags by tag key), names
-    /// resolved, sorted.
-    pub fn series_of(&self, table: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    /// Every series of `table`, names resolved, sorted by metric and
+    /// tags (InfluxDB's series-key order).
+    pub fn series_of(&self, table: &str) -> Vec<NamedSeries> {
         let state = self.state.read();
         let Some(of_table) = state.series.get(table) else {
             return Vec::new();
@@ -470,47 +486,21 @@ impl Dictionary {
                 .get(&(kind, uid))
                 .map_or_else(|| format!("#{uid}"), |n| n.to_string())
         };
-        let mut out: Vec<_> = of_table
+        let mut out: Vec<NamedSeries> = of_table
             .keys()
-            .filter_map(|s| decode_tag_series(s))
-            .map(|(metric, tags)| {
-                (
-                    name(UidKind::Metric, metric),
-                    tags.into_iter()
+            .filter_map(|s| {
+                let (metric, tags) = decode_tag_series(s)?;
+                Some(NamedSeries {
+                    key: s.to_vec(),
+                    metric: name(UidKind::Metric, metric),
+                    tags: tags
+                        .into_iter()
                         .map(|(k, v)| (name(UidKind::TagKey, k), name(UidKind::TagValue, v)))
                         .collect(),
-                )
+                })
             })
             .collect();
-        out.sort();
-        out
-    }
-
-    /// Every series of `table`: its bytes (`KeySchema::tag_series`) and
-    /// its tags by name, in the order of their tags.
-    pub fn series_keys_of(&self, table: &str) -> Vec<(Vec<u8>, BTreeMap<String, String>)> {
-        let state = self.state.read();
-        let Some(of_table) = state.series.get(table) else {
-            return Vec::new();
-        };
-        let name = |kind, uid| -> String {
-            state
-                .names
-                .get(&(kind, uid))
-                .map_or_else(|| format!("#{uid}"), |n| n.to_string())
-        };
-        let mut out: Vec<_> = of_table
-            .keys()
-            .filter_map(|s| Some((s.to_vec(), decode_tag_series(s)?.1)))
-            .map(|(s, tags)| {
-                let tags: BTreeMap<String, String> = tags
-                    .into_iter()
-                    .map(|(k, v)| (name(UidKind::TagKey, k), name(UidKind::TagValue, v)))
-                    .collect();
-                (s, tags)
-            })
-            .collect();
-        out.sort_by(|a, b| a.1.cmp(&b.1));
+        out.sort_by(|a, b| (&a.metric, &a.tags).cmp(&(&b.metric, &b.tags)));
         out
     }
 

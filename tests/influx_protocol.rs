@@ -54,6 +54,20 @@ fn form(pairs: &[(&str, &str)]) -> String {
     serde_urlencoded::to_string(pairs).expect("form")
 }
 
+/// `CREATE DATABASE name` on one server, as Telegraf sends it (a form,
+/// by POST); it must answer 200.
+fn create_database(addr: &str, name: &str) {
+    let r = request(
+        addr,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        form(&[("q", &format!("CREATE DATABASE {name}"))]).as_bytes(),
+    )
+    .expect("create database");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 /// (status, JSON body or Null) of the same request to both servers.
 fn both(
     p: &Pair,
@@ -252,16 +266,7 @@ fn dictionary_and_series_survive_a_kill() {
     let post = |addr: &str, path: &str, body: &str| {
         request(addr, "POST", path, None, body.as_bytes()).expect("request")
     };
-    let create = form(&[("q", "CREATE DATABASE metrics")]);
-    let r = request(
-        &halite.addr,
-        "POST",
-        "/query",
-        Some("application/x-www-form-urlencoded"),
-        create.as_bytes(),
-    )
-    .expect("create");
-    assert_eq!(r.status, 200, "{}", r.text());
+    create_database(&halite.addr, "metrics");
     let r = post(&halite.addr, "/write?db=metrics", LINES);
     assert_eq!(r.status, 204, "{}", r.text());
     let show = |addr: &str| {
@@ -320,16 +325,7 @@ fn a_series_limit_answers_503_and_keeps_the_other_points() {
         command(dir.path(), port, &["--set", "influx.series_limit=2"]),
         port,
     );
-    let create = form(&[("q", "CREATE DATABASE small")]);
-    let r = request(
-        &halite.addr,
-        "POST",
-        "/query",
-        Some("application/x-www-form-urlencoded"),
-        create.as_bytes(),
-    )
-    .expect("create");
-    assert_eq!(r.status, 200);
+    create_database(&halite.addr, "small");
     let body = "cpu,host=a v=1 1\ncpu,host=b v=2 1\ncpu,host=c v=3 1\ncpu,host=a v=4 2\n";
     let r = request(
         &halite.addr,
@@ -634,15 +630,7 @@ fn the_influx_cli_reads_halite_as_it_reads_influxdb() {
         })
     };
     for addr in [&p.influx.addr, &p.halite.addr] {
-        let r = request(
-            addr,
-            "POST",
-            "/query",
-            Some("application/x-www-form-urlencoded"),
-            form(&[("q", "CREATE DATABASE cli")]).as_bytes(),
-        )
-        .expect("create");
-        assert_eq!(r.status, 200);
+        create_database(addr, "cli");
         let r = request(
             addr,
             "POST",

@@ -688,24 +688,51 @@ fn select_json(out: Vec<SeriesOut>, epoch: Option<&str>) -> Vec<Json> {
         .collect()
 }
 
+/// The dictionary of database `db`.
+fn dictionary_of(s: &AppState, db: &str) -> Result<Arc<Dictionary>, String> {
+    // A dictionary is a table of the namespace, made on first use;
+    // cluster mode keeps none yet (docs/compatibility.md).
+    if s.topics.is_some() {
+        return Err("halite's cluster mode does not answer InfluxQL yet: ask a single node".into());
+    }
+    s.tag_sets
+        .dictionary(&s.store, db)
+        .map_err(|e| e.to_string())
+}
+
+/// A SHOW statement answered per measurement (`FROM` one, else every
+/// one of the database): a series of `columns` for each measurement
+/// `rows` finds something in, cut at `limit`.
+fn per_measurement(
+    s: &AppState,
+    on: &Option<String>,
+    from: &Option<String>,
+    db: Option<&str>,
+    limit: Option<usize>,
+    columns: &[&str],
+    rows: impl Fn(&Dictionary, &str) -> Vec<Vec<Json>>,
+) -> Result<Vec<Json>, String> {
+    let Some(db) = database(s, on.as_deref(), db)? else {
+        return Ok(Vec::new());
+    };
+    let d = dictionary_of(s, db)?;
+    let mut out = Vec::new();
+    for m in measurements(s, db, &d, from.as_deref()) {
+        let values = limited(rows(&d, &m), limit);
+        if !values.is_empty() {
+            out.push(one_series(Some(&m), columns, values));
+        }
+    }
+    Ok(out)
+}
+
 fn run(
     s: &AppState,
     st: &Statement,
     db: Option<&str>,
     epoch: Option<&str>,
 ) -> Result<Vec<Json>, String> {
-    let dictionary_of = |db: &str| -> Result<Arc<Dictionary>, String> {
-        // A dictionary is a table of the namespace, made on first use;
-        // cluster mode keeps none yet (docs/compatibility.md).
-        if s.topics.is_some() {
-            return Err(
-                "halite's cluster mode does not answer InfluxQL yet: ask a single node".into(),
-            );
-        }
-        s.tag_sets
-            .dictionary(&s.store, db)
-            .map_err(|e| e.to_string())
-    };
+    let dictionary_of = |db: &str| dictionary_of(s, db);
     match st {
         Statement::CreateDatabase { name } => {
             if s.topics.is_some() {
@@ -769,75 +796,46 @@ fn run(
             Ok(vec![one_series(Some("measurements"), &["name"], values)])
         }
         Statement::ShowTagKeys { on, from, limit } => {
-            let Some(db) = database(s, on.as_deref(), db)? else {
-                return Ok(Vec::new());
-            };
-            let d = dictionary_of(db)?;
-            let mut out = Vec::new();
-            for m in measurements(s, db, &d, from.as_deref()) {
+            per_measurement(s, on, from, db, *limit, &["tagKey"], |d, m| {
                 let keys: BTreeSet<String> = d
-                    .series_of(&m)
+                    .series_of(m)
                     .into_iter()
-                    .flat_map(|(_, tags)| tags.into_keys())
+                    .flat_map(|series| series.tags.into_keys())
                     .collect();
-                let values = limited(keys.into_iter().map(|k| vec![json!(k)]).collect(), *limit);
-                if !values.is_empty() {
-                    out.push(one_series(Some(&m), &["tagKey"], values));
-                }
-            }
-            Ok(out)
+                keys.into_iter().map(|k| vec![json!(k)]).collect()
+            })
         }
         Statement::ShowTagValues {
             on,
             from,
             keys,
             limit,
-        } => {
-            let Some(db) = database(s, on.as_deref(), db)? else {
-                return Ok(Vec::new());
-            };
-            let d = dictionary_of(db)?;
-            let mut out = Vec::new();
-            for m in measurements(s, db, &d, from.as_deref()) {
-                let pairs: BTreeSet<(String, String)> = d
-                    .series_of(&m)
+        } => per_measurement(s, on, from, db, *limit, &["key", "value"], |d, m| {
+            let pairs: BTreeSet<(String, String)> = d
+                .series_of(m)
+                .into_iter()
+                .flat_map(|series| series.tags.into_iter())
+                .filter(|(k, _)| keys.contains(k))
+                .collect();
+            pairs
+                .into_iter()
+                .map(|(k, v)| vec![json!(k), json!(v)])
+                .collect()
+        }),
+        Statement::ShowFieldKeys { on, from, limit } => per_measurement(
+            s,
+            on,
+            from,
+            db,
+            *limit,
+            &["fieldKey", "fieldType"],
+            |d, m| {
+                d.fields_of(m)
                     .into_iter()
-                    .flat_map(|(_, tags)| tags.into_iter())
-                    .filter(|(k, _)| keys.contains(k))
-                    .collect();
-                let values = limited(
-                    pairs
-                        .into_iter()
-                        .map(|(k, v)| vec![json!(k), json!(v)])
-                        .collect(),
-                    *limit,
-                );
-                if !values.is_empty() {
-                    out.push(one_series(Some(&m), &["key", "value"], values));
-                }
-            }
-            Ok(out)
-        }
-        Statement::ShowFieldKeys { on, from, limit } => {
-            let Some(db) = database(s, on.as_deref(), db)? else {
-                return Ok(Vec::new());
-            };
-            let d = dictionary_of(db)?;
-            let mut out = Vec::new();
-            for m in measurements(s, db, &d, from.as_deref()) {
-                let values = limited(
-                    d.fields_of(&m)
-                        .into_iter()
-                        .map(|(f, t)| vec![json!(f), json!(t.name())])
-                        .collect(),
-                    *limit,
-                );
-                if !values.is_empty() {
-                    out.push(one_series(Some(&m), &["fieldKey", "fieldType"], values));
-                }
-            }
-            Ok(out)
-        }
+                    .map(|(f, t)| vec![json!(f), json!(t.name())])
+                    .collect()
+            },
+        ),
         Statement::ShowSeries { on, from, limit } => {
             let Some(db) = database(s, on.as_deref(), db)? else {
                 return Ok(Vec::new());
@@ -845,9 +843,9 @@ fn run(
             let d = dictionary_of(db)?;
             let mut keys = Vec::new();
             for m in measurements(s, db, &d, from.as_deref()) {
-                for (metric, tags) in d.series_of(&m) {
-                    let mut key = escape_tag(&metric).replace("\\=", "=");
-                    for (k, v) in tags {
+                for series in d.series_of(&m) {
+                    let mut key = escape_tag(&series.metric).replace("\\=", "=");
+                    for (k, v) in series.tags {
                         key.push(',');
                         key.push_str(&escape_tag(&k));
                         key.push('=');

@@ -91,10 +91,10 @@ pub fn select(
         return Ok(Vec::new());
     }
     let fields = dictionary.fields_of(&s.from);
-    let series = dictionary.series_keys_of(&s.from);
+    let series = dictionary.series_of(&s.from);
     let tag_keys: BTreeSet<String> = series
         .iter()
-        .flat_map(|(_, tags)| tags.keys().cloned())
+        .flat_map(|series| series.tags.keys().cloned())
         .collect();
     let on_fields = rest.as_ref().is_some_and(|e| mentions_field(e, &fields));
     let mut regexes = Regexes::new();
@@ -102,14 +102,14 @@ pub fn select(
         compile_regexes(e, &mut regexes)?;
     }
     let mut data = Vec::new();
-    for (series_bytes, tags) in series {
+    for crate::series::NamedSeries { key, tags, .. } in series {
         if let Some(e) = &rest
             && !on_fields
             && !eval(e, &tags, None, &fields, &regexes)
         {
             continue;
         }
-        let mut points = read_series(store, &name, &schema, &series_bytes, lo, hi)?;
+        let mut points = read_series(store, &name, &schema, &key, lo, hi)?;
         if let Some(e) = &rest
             && on_fields
         {
