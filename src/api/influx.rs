@@ -26,6 +26,8 @@ use crate::query::influxql::{self, Statement};
 use crate::schema::{Durability, FamilySpec};
 use crate::series::Dictionary;
 
+use super::msgpack;
+
 /// The InfluxDB version halite's protocol follows (its headers say so;
 /// clients such as influxdb-python read it).
 const VERSION: &str = "1.8.10";
@@ -445,8 +447,10 @@ pub(super) async fn query(
     State(s): State<Arc<AppState>>,
     method: Method,
     QueryParams(mut p): QueryParams<BTreeMap<String, String>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let msgpack = accepts_msgpack(&headers);
     if let Ok(b) = body
         && !b.is_empty()
         && let Ok(form) = serde_urlencoded::from_bytes::<Vec<(String, String)>>(&b)
@@ -471,7 +475,11 @@ pub(super) async fn query(
     let results = on_blocking(move || {
         let mut results = Vec::new();
         for (i, st) in statements.iter().enumerate() {
-            let mut r = match run(&state, st, db.as_deref(), epoch.as_deref()) {
+            let format = CellFormat {
+                epoch: epoch.as_deref(),
+                msgpack,
+            };
+            let mut r = match run(&state, st, db.as_deref(), format) {
                 Ok(series) => {
                     let mut r = json!({ "statement_id": i });
                     if !series.is_empty() {
@@ -507,27 +515,85 @@ pub(super) async fn query(
     } else {
         None
     };
-    match (results, chunk_size) {
-        (Ok(results), None) => influx(StatusCode::OK, Some(json!({ "results": results }))),
-        (Ok(results), Some(size)) => {
-            let mut resp = influx(StatusCode::OK, None);
-            *resp.body_mut() = axum::body::Body::from(chunked(results, size));
-            resp
+    let answers = match (results, chunk_size) {
+        (Ok(results), None) => vec![json!({ "results": results })],
+        (Ok(results), Some(size)) => chunked(results, size),
+        (Err(r), _) => return r.into_response(),
+    };
+    let mut resp = influx(StatusCode::OK, None);
+    let body = if msgpack {
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(MSGPACK));
+        answers
+            .iter()
+            .flat_map(msgpack::encode)
+            .collect::<Vec<u8>>()
+    } else {
+        let mut text = String::new();
+        for a in &answers {
+            text.push_str(&a.to_string());
+            text.push('\n');
         }
-        (Err(r), _) => r.into_response(),
+        text.into_bytes()
+    };
+    *resp.body_mut() = axum::body::Body::from(body);
+    resp
+}
+
+const MSGPACK: &str = "application/x-msgpack";
+
+/// Whether the client asks for MessagePack (Python's `influxdb` client
+/// does, on every request).
+fn accepts_msgpack(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|t| t.trim().starts_with(MSGPACK)))
+}
+
+/// Writes the InfluxDB routes' JSON answers (errors, `/ping?verbose`) as
+/// MessagePack when the client asks for it, as InfluxDB does; `/query`
+/// writes its own, with the cells' types kept.
+pub(super) async fn answer_in_accepted_format(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !accepts_msgpack(request.headers()) {
+        return next.run(request).await;
     }
+    let resp = next.run(request).await;
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(MSGPACK));
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let body = match serde_json::from_slice::<Json>(&bytes) {
+        Ok(answer) => msgpack::encode(&answer),
+        Err(_) => bytes.to_vec(),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// `chunked=true`: one `{"results": […]}` line per series, a series of
 /// more than `size` values cut into several; `"partial": true` on every
 /// piece of a series but its last, and on every line of a statement but
 /// its last (InfluxDB's shape).
-fn chunked(results: Vec<Json>, size: usize) -> String {
-    let mut out = String::new();
+fn chunked(results: Vec<Json>, size: usize) -> Vec<Json> {
+    let mut out = Vec::new();
     for r in results {
         let Some(series) = r.get("series").and_then(Json::as_array).cloned() else {
-            out.push_str(&json!({ "results": [r] }).to_string());
-            out.push('\n');
+            out.push(json!({ "results": [r] }));
             continue;
         };
         let mut pieces = Vec::new();
@@ -556,8 +622,7 @@ fn chunked(results: Vec<Json>, size: usize) -> String {
             if i < last {
                 line["partial"] = json!(true);
             }
-            out.push_str(&json!({ "results": [line] }).to_string());
-            out.push('\n');
+            out.push(json!({ "results": [line] }));
         }
     }
     out
@@ -631,9 +696,19 @@ fn limited<T>(mut v: Vec<T>, limit: Option<usize>) -> Vec<T> {
 }
 
 /// One statement's series (InfluxDB's answer shape), or its error.
-/// A time as `epoch` asks: an integer in its unit, else RFC 3339.
-fn time_json(ns: i64, epoch: Option<&str>) -> Json {
-    let divisor: i64 = match epoch {
+/// How an answer's cells are written: times as `epoch` asks, and for a
+/// MessagePack answer with their types kept (`msgpack.rs`).
+#[derive(Clone, Copy)]
+struct CellFormat<'a> {
+    epoch: Option<&'a str>,
+    msgpack: bool,
+}
+
+/// A time as `epoch` asks: an integer in its unit, else RFC 3339 (a
+/// timestamp in MessagePack).
+fn time_json(ns: i64, format: CellFormat) -> Json {
+    let divisor: i64 = match format.epoch {
+        None if format.msgpack => return msgpack::time(ns),
         None => return json!(influxql::format_rfc3339(ns)),
         Some("u" | "µ" | "us") => 1_000,
         Some("ms") => 1_000_000,
@@ -646,11 +721,11 @@ fn time_json(ns: i64, epoch: Option<&str>) -> Json {
 }
 
 /// A value as InfluxDB's JSON writes it: a whole float without a
-/// fraction (Go prints 95.0 as `95`).
-fn value_json(v: &crate::value::Value) -> Json {
+/// fraction (Go prints 95.0 as `95`); MessagePack keeps it a float.
+fn value_json(v: &crate::value::Value, msgpack: bool) -> Json {
     use crate::value::Value;
     match v {
-        Value::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => json!(*f as i64),
+        Value::Float(f) if !msgpack && f.fract() == 0.0 && f.abs() < 1e15 => json!(*f as i64),
         Value::Float(f) => json!(f),
         Value::Int(i) => json!(i),
         Value::Uint(u) => json!(u),
@@ -659,7 +734,7 @@ fn value_json(v: &crate::value::Value) -> Json {
     }
 }
 
-fn select_json(out: Vec<SeriesOut>, epoch: Option<&str>) -> Vec<Json> {
+fn select_json(out: Vec<SeriesOut>, format: CellFormat) -> Vec<Json> {
     out.into_iter()
         .map(|s| {
             let mut j = json!({ "name": s.name });
@@ -674,8 +749,8 @@ fn select_json(out: Vec<SeriesOut>, epoch: Option<&str>) -> Vec<Json> {
                         Json::Array(
                             row.iter()
                                 .map(|c| match c {
-                                    Cell::Time(t) => time_json(*t, epoch),
-                                    Cell::Value(v) => value_json(v),
+                                    Cell::Time(t) => time_json(*t, format),
+                                    Cell::Value(v) => value_json(v, format.msgpack),
                                     Cell::Null => Json::Null,
                                 })
                                 .collect(),
@@ -730,7 +805,7 @@ fn run(
     s: &AppState,
     st: &Statement,
     db: Option<&str>,
-    epoch: Option<&str>,
+    format: CellFormat,
 ) -> Result<Vec<Json>, String> {
     let dictionary_of = |db: &str| dictionary_of(s, db);
     match st {
@@ -871,7 +946,7 @@ fn run(
                 .unwrap_or(i64::MAX)
                 .saturating_mul(1_000_000);
             let out = influx_select::select(&s.store, &d, name, sel, now)?;
-            Ok(select_json(out, epoch))
+            Ok(select_json(out, format))
         }
         Statement::Unsupported(what) => Err(format!(
             "halite does not answer {what} statements yet (docs/compatibility.md lists what it answers)"
