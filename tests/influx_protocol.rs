@@ -8,7 +8,7 @@ mod common;
 use std::io::Write;
 
 use common::http::{free_port, request, request_with};
-use common::influx::Influx;
+use common::influx::{Influx, assert_close};
 use common::server::{Server, command, spawn_ready};
 use serde_json::{Value as Json, json};
 
@@ -371,38 +371,6 @@ fn a_series_limit_answers_503_and_keeps_the_other_points() {
     );
 }
 
-/// Numbers equal within 1e-9 relative (an integer and a float of one
-/// value too), everything else exactly.
-fn assert_close(a: &Json, b: &Json, at: &str) {
-    match (a, b) {
-        (Json::Number(x), Json::Number(y)) => {
-            let (x, y) = (
-                x.as_f64().unwrap_or(f64::NAN),
-                y.as_f64().unwrap_or(f64::NAN),
-            );
-            let tolerance = 1e-9 * x.abs().max(y.abs()).max(1.0);
-            assert!((x - y).abs() <= tolerance, "{at}: {x} != {y}");
-        }
-        (Json::Array(x), Json::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}: lengths differ");
-            for (i, (x, y)) in x.iter().zip(y).enumerate() {
-                assert_close(x, y, &format!("{at}[{i}]"));
-            }
-        }
-        (Json::Object(x), Json::Object(y)) => {
-            let keys = |m: &serde_json::Map<String, Json>| m.keys().cloned().collect::<Vec<_>>();
-            let (mut kx, mut ky) = (keys(x), keys(y));
-            kx.sort();
-            ky.sort();
-            assert_eq!(kx, ky, "{at}: keys differ");
-            for (k, v) in x {
-                assert_close(v, &y[k], &format!("{at}.{k}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{at}"),
-    }
-}
-
 const T0: i64 = 1_700_000_000;
 
 /// TSBS-like cpu points every 10 s for 30 minutes of four hosts in two
@@ -461,6 +429,10 @@ fn select_statements_answer_as_influxdb_does() {
         "SELECT usage_user FROM cpu WHERE host != 'host_0' AND region = 'us' LIMIT 4 OFFSET 2"
             .to_string(),
         "SELECT usage_user, requests FROM cpu WHERE usage_user > 95 AND host = 'host_1'"
+            .to_string(),
+        // Newest first with an offset over two series and a field
+        // condition (each series is read only as far as the answer needs).
+        "SELECT usage_user FROM cpu WHERE region = 'us' AND usage_user > 50 ORDER BY time DESC LIMIT 5 OFFSET 3"
             .to_string(),
         "SELECT * FROM cpu WHERE host = 'host_0' AND time >= '2023-11-14T22:20:00Z' LIMIT 3"
             .to_string(),
@@ -548,6 +520,37 @@ fn select_statements_answer_as_influxdb_does() {
         ),
         "SELECT usage_user FROM nope".to_string(),
         "SELECT usage_user FROM cpu WHERE host = 'nobody'".to_string(),
+        // The TSBS devops query forms, as tsbs_generate_queries writes them
+        // for InfluxDB (its `hostname` is `host` here; T0 is 22:13:20).
+        // single-groupby-1-1-1:
+        "SELECT max(usage_user) from cpu where (host = 'host_1') and time >= '2023-11-14T22:13:20Z' and time < '2023-11-14T22:23:20Z' group by time(1m)".to_string(),
+        // single-groupby-5-8-1 and cpu-max-all-8 (every field, all hosts):
+        "SELECT max(usage_user),max(usage_system),max(requests) from cpu where (host = 'host_0' or host = 'host_1' or host = 'host_2' or host = 'host_3') and time >= '2023-11-14T22:20:00Z' and time < '2023-11-14T22:40:00Z' group by time(1m)".to_string(),
+        // double-groupby-5:
+        "SELECT mean(usage_user), mean(usage_system), mean(requests) from cpu where time >= '2023-11-14T22:13:20Z' and time < '2023-11-14T22:43:20Z' group by time(10m),host".to_string(),
+        // groupby-orderby-limit: no lower time bound, so the intervals
+        // start at the data's first point:
+        "SELECT max(usage_user) from cpu WHERE time < '2023-11-14T22:31:30Z' group by time(1m) limit 5".to_string(),
+        "SELECT max(usage_user) from cpu WHERE time < '2023-11-14T22:31:30Z' group by time(1m) ORDER BY time DESC limit 5".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE time < '2023-11-14T22:31:30Z' AND host = 'host_3' GROUP BY time(3m), region".to_string(),
+        // lastpoint:
+        "SELECT * from cpu group by \"host\" order by time desc limit 1".to_string(),
+        // high-cpu-all and high-cpu-1:
+        "SELECT * from cpu where usage_user > 90.0  and time >= '2023-11-14T22:13:20Z' and time < '2023-11-14T22:33:20Z'".to_string(),
+        "SELECT * from cpu where usage_user > 90.0 and (host = 'host_1') and time >= '2023-11-14T22:13:20Z' and time < '2023-11-14T22:43:20Z'".to_string(),
+        // Two series at the same instants in one group: first() and
+        // last() take the larger value, as InfluxDB's reducers do.
+        format!(
+            "SELECT last(usage_user), first(usage_system) FROM cpu WHERE region = 'eu' AND time >= {} AND time < {} GROUP BY time(10m)",
+            t(0),
+            t(1800)
+        ),
+        // Descending: the series in reverse order too, SLIMIT counting so.
+        format!(
+            "SELECT max(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(5m), host ORDER BY time DESC SLIMIT 2",
+            t(0),
+            t(1800)
+        ),
     ];
     let mut compared = 0;
     for q in &statements {
@@ -593,6 +596,42 @@ fn select_statements_answer_as_influxdb_does() {
         });
         assert_close(&Json::Array(a), &Json::Array(b), &format!("chunked {q}"));
     }
+}
+
+/// Python's `influxdb` client library (influxdb-python 5.3.2, in the
+/// project's venv), run by `tests/clients/influxdb_python.py` against each
+/// server: everything the library hands back (points, their Python types,
+/// the errors it raises) must be the same. The library asks for
+/// MessagePack answers, so this is also their test.
+#[test]
+fn the_python_influxdb_client_reads_halite_as_it_reads_influxdb() {
+    let p = start();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".venv/bin/python");
+    let script = root.join("tests/clients/influxdb_python.py");
+    let run = |addr: &str| -> Json {
+        let (host, port) = addr.rsplit_once(':').expect("host:port");
+        let out = std::process::Command::new(&python)
+            .arg(&script)
+            .args([host, port])
+            .output()
+            .expect("the venv's python: run `make venv` (make test does)");
+        assert!(
+            out.status.success(),
+            "{addr}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+    };
+    let (a, b) = (run(&p.influx.addr), run(&p.halite.addr));
+    for key in ["version_1x", "write_dicts", "write_lines"] {
+        assert_eq!(b[key], json!(["bool", true]), "{key}: {b}");
+    }
+    assert!(
+        a["queries"].as_object().is_some_and(|q| q.len() == 14),
+        "{a}"
+    );
+    assert_close(&a, &b, "influxdb-python");
 }
 
 /// The `influx` CLI that ships with InfluxDB (Debian's influxdb-client),

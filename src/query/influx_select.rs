@@ -80,8 +80,8 @@ pub fn select(
             "table `{name}` has a declared key: query it through /api/v1/query"
         ));
     }
-    let (lo, hi, rest) = split_time(s.condition.as_ref())?;
-    let lo = lo.unwrap_or(0).max(0);
+    let (lower, hi, rest) = split_time(s.condition.as_ref())?;
+    let lo = lower.unwrap_or(0).max(0);
     let hi = hi.unwrap_or(if s.group_time.is_some() {
         now_ns
     } else {
@@ -101,6 +101,18 @@ pub fn select(
     if let Some(e) = &rest {
         compile_regexes(e, &mut regexes)?;
     }
+    // Only the fields the statement names are read (all for `*`).
+    let selected = selected_fields(s, &fields);
+    let mut needed = selected.clone();
+    if let (Some(n), Some(e)) = (needed.as_mut(), &rest) {
+        field_refs(e, &fields, n);
+    }
+    // A raw `ORDER BY time DESC LIMIT n` needs at most OFFSET + n points
+    // of each series: its keys run newest first, so reading stops there.
+    let per_series = (calls == 0 && s.descending)
+        .then_some(s.limit.filter(|n| *n > 0))
+        .flatten()
+        .map(|n| n.saturating_add(s.offset));
     let mut data = Vec::new();
     for crate::series::NamedSeries { key, tags, .. } in series {
         if let Some(e) = &rest
@@ -109,12 +121,25 @@ pub fn select(
         {
             continue;
         }
-        let mut points = read_series(store, &name, &schema, &key, lo, hi)?;
-        if let Some(e) = &rest
-            && on_fields
-        {
-            points.retain(|p| eval(e, &tags, Some(&p.fields), &fields, &regexes));
-        }
+        let keep = |p: &Point| {
+            let meets = match &rest {
+                Some(e) if on_fields => eval(e, &tags, Some(&p.fields), &fields, &regexes),
+                _ => true,
+            };
+            // A raw row with none of its selected fields is left out.
+            meets
+                && (calls > 0
+                    || selected
+                        .as_ref()
+                        .is_none_or(|f| f.iter().any(|f| p.fields.contains_key(f))))
+        };
+        let range = SeriesRange {
+            lo,
+            hi,
+            fields: needed.as_ref(),
+            most: per_series,
+        };
+        let points = read_series(store, &name, &schema, &key, &range, keep)?;
         if !points.is_empty() {
             data.push(SeriesData { tags, points });
         }
@@ -148,7 +173,7 @@ pub fn select(
         let (columns, mut rows) = if calls == 0 {
             raw_rows(s, &members, &fields, &tag_keys, &group_by)
         } else {
-            aggregate_rows(s, &members, &fields, lo, hi)?
+            aggregate_rows(s, &members, &fields, lower.map(|_| lo), hi)?
         };
         if rows.is_empty() {
             continue;
@@ -171,17 +196,31 @@ pub fn select(
             values: rows,
         });
     }
+    // InfluxDB answers ORDER BY time DESC with the series in reverse order
+    // too (SLIMIT and SOFFSET having counted them in ascending order).
+    if s.descending {
+        out.reverse();
+    }
     Ok(out)
 }
 
-/// Reads one series' points with times in `[lo, hi]`, oldest first.
+/// What of a series to read: times in `[lo, hi]`, the named fields (all
+/// when `None`), at most `most` points kept (the newest).
+struct SeriesRange<'a> {
+    lo: i64,
+    hi: i64,
+    fields: Option<&'a BTreeSet<String>>,
+    most: Option<usize>,
+}
+
+/// Reads one series' points that `keep` keeps, oldest first.
 fn read_series(
     store: &Store,
     table: &TableName,
     schema: &KeySchema,
     series: &[u8],
-    lo: i64,
-    hi: i64,
+    range: &SeriesRange,
+    keep: impl Fn(&Point) -> bool,
 ) -> Result<Vec<Point>, String> {
     let prefix = schema.tag_series_prefix(series);
     let at = |t: i64| -> Vec<u8> {
@@ -189,10 +228,18 @@ fn read_series(
         k.extend_from_slice(&(u64::MAX - t as u64).to_be_bytes());
         k
     };
+    let mut columns = crate::region::read::Columns::all();
+    if let Some(fields) = range.fields.filter(|f| !f.is_empty()) {
+        columns.columns = fields
+            .iter()
+            .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
+            .collect();
+    }
     let scan = Scan {
-        start: Some(at(hi)),
-        stop: (lo > 0).then(|| at(lo - 1)),
+        start: Some(at(range.hi)),
+        stop: (range.lo > 0).then(|| at(range.lo - 1)),
         prefix: Some(prefix.clone()),
+        columns,
         ..Scan::default()
     };
     let mut scanner = store.scanner(table, &scan).map_err(invalid)?;
@@ -209,13 +256,63 @@ fn read_series(
                 Some((name.to_string(), Value::decode(&c.value)?))
             })
             .collect();
-        points.push(Point {
+        let point = Point {
             time: time as i64,
             fields,
-        });
+        };
+        if keep(&point) {
+            points.push(point);
+            if range.most.is_some_and(|n| points.len() >= n) {
+                break;
+            }
+        }
     }
     points.reverse();
     Ok(points)
+}
+
+/// The family of an open-tag-set table holding the fields.
+const FIELD_FAMILY: &[u8] = b"f";
+
+/// The fields a statement's columns and calls name; `None` for `*` (and
+/// for a statement naming no field, which reads them all).
+fn selected_fields(
+    s: &Select,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+) -> Option<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for f in &s.fields {
+        match &f.expr {
+            SelectExpr::Wildcard => return None,
+            SelectExpr::Column(c) if fields.contains_key(c) => {
+                out.insert(c.clone());
+            }
+            SelectExpr::Call { field, .. } if fields.contains_key(field) => {
+                out.insert(field.clone());
+            }
+            _ => {}
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Adds the fields condition `e` compares to `out`.
+fn field_refs(
+    e: &Expr,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    out: &mut BTreeSet<String>,
+) {
+    match e {
+        Expr::And(a, b) | Expr::Or(a, b) => {
+            field_refs(a, fields, out);
+            field_refs(b, fields, out);
+        }
+        Expr::Compare { lhs, .. } => {
+            if fields.contains_key(lhs) {
+                out.insert(lhs.clone());
+            }
+        }
+    }
 }
 
 /// The time bounds of a condition (`time` compared at its top-level ANDs)
@@ -493,14 +590,17 @@ fn bucket_of(t: i64, every: i64, offset: i64) -> i64 {
 }
 
 /// An aggregate select: a row per time bucket (one without `GROUP BY
-/// time`), a column per function.
+/// time`), a column per function. Without a lower time bound (`lower`
+/// None) the buckets start at the group's first point, as InfluxDB's do
+/// (TSBS's groupby-orderby-limit names only an upper bound).
 fn aggregate_rows(
     s: &Select,
     members: &[&SeriesData],
     fields: &BTreeMap<String, crate::series::FieldType>,
-    lo: i64,
+    lower: Option<i64>,
     hi: i64,
 ) -> Result<(Vec<String>, Vec<Vec<Cell>>), String> {
+    let lo = lower.unwrap_or(0);
     let mut calls = Vec::new();
     let mut names = Vec::new();
     for f in &s.fields {
@@ -557,7 +657,17 @@ fn aggregate_rows(
         && matches!(calls[0].0, "first" | "last" | "max" | "min" | "percentile");
     let buckets: Vec<i64> = match s.group_time {
         Some((every, offset)) => {
-            let (first, last) = (bucket_of(lo, every, offset), bucket_of(hi, every, offset));
+            let start = match lower {
+                Some(lo) => lo,
+                None => by_bucket
+                    .iter()
+                    .find(|(_, values)| values.iter().any(|v| !v.is_empty()))
+                    .map_or(lo, |(b, _)| *b),
+            };
+            let (first, last) = (
+                bucket_of(start, every, offset),
+                bucket_of(hi, every, offset),
+            );
             let n = (last - first) / every + 1;
             if n > 1_000_000 {
                 return Err(format!(
@@ -629,14 +739,22 @@ fn apply(
     match func {
         "count" => (Cell::Value(Value::Int(values.len() as i64)), None),
         "first" | "last" => {
-            // The earliest time (of equal times the first series), or
-            // the latest (of equal times the last series), as InfluxDB's
-            // merge of series in key order picks them.
-            let pick = if func == "first" {
-                values.iter().min_by_key(|(t, o, _)| (*t, *o))
-            } else {
-                values.iter().max_by_key(|(t, o, _)| (*t, *o))
-            };
+            // The earliest (latest) time; of equal times, as InfluxDB's
+            // first and last reducers choose, the larger value (several
+            // series reporting at the same instant, as Telegraf's hosts
+            // do, grouped into one answer).
+            let pick = values.iter().reduce(|best, v| {
+                let further = if func == "first" {
+                    v.0 < best.0
+                } else {
+                    v.0 > best.0
+                };
+                if further || (v.0 == best.0 && larger(&v.2, &best.2)) {
+                    v
+                } else {
+                    best
+                }
+            });
             match pick {
                 Some((t, _, v)) => (Cell::Value(v.clone()), Some(*t)),
                 None => (Cell::Null, None),
@@ -695,6 +813,19 @@ fn apply(
             (Cell::Value(typed(x)), Some(t))
         }
         _ => (Cell::Null, None),
+    }
+}
+
+/// Whether `a` is larger than `b`, two values of one field: numbers by
+/// value, strings by their bytes, `true` above `false`.
+fn larger(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Str(a), Value::Str(b)) => a > b,
+        (Value::Bool(a), Value::Bool(b)) => a & !b,
+        _ => match (as_f64(a), as_f64(b)) {
+            (Some(a), Some(b)) => a > b,
+            _ => false,
+        },
     }
 }
 

@@ -6,6 +6,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value as Json;
+
 use super::http::{free_port, request};
 
 pub struct Influx {
@@ -79,5 +81,37 @@ bind-address = "127.0.0.1:{rpc}"
             addr,
             _dir: dir,
         }
+    }
+}
+
+/// Numbers equal within 1e-9 relative (an integer and a float of one
+/// value too), everything else exactly.
+pub fn assert_close(a: &Json, b: &Json, at: &str) {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => {
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
+            let tolerance = 1e-9 * x.abs().max(y.abs()).max(1.0);
+            assert!((x - y).abs() <= tolerance, "{at}: {x} != {y}");
+        }
+        (Json::Array(x), Json::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths differ");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_close(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        (Json::Object(x), Json::Object(y)) => {
+            let keys = |m: &serde_json::Map<String, Json>| m.keys().cloned().collect::<Vec<_>>();
+            let (mut kx, mut ky) = (keys(x), keys(y));
+            kx.sort();
+            ky.sort();
+            assert_eq!(kx, ky, "{at}: keys differ");
+            for (k, v) in x {
+                assert_close(v, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
     }
 }
