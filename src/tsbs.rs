@@ -139,11 +139,34 @@ pub fn host_name(host: u64) -> String {
 pub fn cpu_line(host: u64, step: u64, out: &mut String) {
     use std::fmt::Write;
     let _ = write!(out, "cpu,host={}", host_name(host));
+    cpu_fields_at(host, step, T0_MS + step * INTERVAL_MS, out);
+}
+
+/// The region tag of generated data with open tag sets (four regions).
+pub fn region_of(host: u64) -> &'static str {
+    ["eu-west", "eu-central", "us-east", "ap-south"][(host % 4) as usize]
+}
+
+/// Like [`cpu_line`], with a `region` tag too and the time `ts_ms`: the
+/// points `make run` writes through the InfluxDB protocol, ending now.
+pub fn cpu_line_tagged(host: u64, step: u64, ts_ms: u64, out: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "cpu,host={},region={}",
+        host_name(host),
+        region_of(host)
+    );
+    cpu_fields_at(host, step, ts_ms, out);
+}
+
+fn cpu_fields_at(host: u64, step: u64, ts_ms: u64, out: &mut String) {
+    use std::fmt::Write;
     for (i, f) in CPU_FIELDS.iter().enumerate() {
         out.push(if i == 0 { ' ' } else { ',' });
         let _ = write!(out, "{f}={}", cpu_value(host, step, i));
     }
-    let _ = writeln!(out, " {}", T0_MS + step * INTERVAL_MS);
+    let _ = writeln!(out, " {ts_ms}");
 }
 
 /// The same point as a JSON point (`ts` in ms).

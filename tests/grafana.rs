@@ -2,7 +2,10 @@
 //! loads, and every query in them returns data from a real Prometheus
 //! (Debian's `prometheus` package, which CI installs) scraping a halite that
 //! ingests from a real Kafka broker (the cluster dashboard: two nodes of a
-//! cluster over a real S3 server, s3s-fs).
+//! cluster over a real S3 server, s3s-fs). The data explorer dashboard
+//! reads halite through Grafana's InfluxDB data source: its queries run,
+//! as Grafana sends them, through halite and a real InfluxDB 1.6 holding
+//! the same points, and must answer alike.
 
 mod common;
 
@@ -12,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::http::{free_port, request};
+use common::influx::{Influx, assert_close};
 use common::kafka::{Load, wait_for_group_commit};
 use common::scenario::Scenario;
 use common::server;
@@ -402,4 +406,171 @@ fn every_cluster_dashboard_query_returns_data_from_a_real_prometheus() {
         &["halite_cluster_fenced_total"],
     );
     server::stop(a);
+}
+
+/// The data explorer's structure: InfluxQL targets on the `$datasource`
+/// variable (an InfluxDB data source), the variables each panel names,
+/// and the provisioned data source it is meant for.
+fn check_explorer_structure(d: &Json) {
+    assert!(d["schemaVersion"].as_u64().expect("schemaVersion") >= 30);
+    assert_eq!(d["uid"], "halite-explorer");
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    let names: Vec<&str> = vars.iter().filter_map(|v| v["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["datasource", "measurement", "field", "tag", "value"]
+    );
+    assert_eq!(vars[0]["query"], "influxdb");
+    let mut ids = BTreeSet::new();
+    for p in d["panels"].as_array().expect("panels") {
+        let title = p["title"].as_str().expect("title");
+        assert!(ids.insert(p["id"].as_u64().expect("id")), "{title}: id");
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        for t in p["targets"].as_array().expect("targets") {
+            assert_eq!(t["rawQuery"], true, "{title}");
+            let q = t["query"].as_str().expect("query");
+            for needle in ["$measurement", "$timeFilter"] {
+                assert!(q.contains(needle), "{title}: {q} lacks {needle}");
+            }
+        }
+    }
+    let provisioned =
+        std::fs::read_to_string(repo("grafana/provisioning/datasources/influxdb.yaml"))
+            .expect("influxdb.yaml");
+    for n in [
+        "apiVersion: 1",
+        "type: influxdb",
+        "dbName: demo",
+        "url: http://127.0.0.1:8070",
+    ] {
+        assert!(provisioned.contains(n), "influxdb.yaml lacks `{n}`");
+    }
+}
+
+/// What Grafana's InfluxDB data source sends for a raw InfluxQL query:
+/// `$timeFilter` and `$__interval` expanded, variables substituted (a
+/// multi-value one inside a regex as `(a|b)`).
+fn interpolate(query: &str, vars: &[(&str, String)], from_ms: i64, to_ms: i64) -> String {
+    let mut q = query
+        .replace(
+            "$timeFilter",
+            &format!("time >= {from_ms}ms and time <= {to_ms}ms"),
+        )
+        .replace("$__interval", "1m");
+    for (name, value) in vars {
+        q = q.replace(&format!("${name}"), value);
+    }
+    q
+}
+
+#[test]
+fn every_explorer_query_answers_from_halite_as_from_influxdb() {
+    use halite::tsbs::cpu_line_tagged;
+    let d = load("grafana/dashboards/halite-explorer.json");
+    check_explorer_structure(&d);
+    let influx = Influx::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = server::spawn_ready(server::command(dir.path(), port, &[] as &[&str]), port);
+    // An hour of six hosts in four regions, every 10 s, as `make run`
+    // writes them.
+    const T0_MS: i64 = 1_700_000_000_000;
+    let mut lines = String::new();
+    for step in 0..360u64 {
+        for host in 0..6u64 {
+            cpu_line_tagged(host, step, T0_MS as u64 + step * 10_000, &mut lines);
+        }
+    }
+    let ask = |addr: &str, q: &str| -> Json {
+        let path = format!("/query?db=demo&epoch=ms&q={}", percent_encode(q));
+        let r = request(addr, "GET", &path, None, b"").expect("query");
+        assert_eq!(r.status, 200, "{addr} {q}: {}", r.text());
+        serde_json::from_slice(&r.body).expect("JSON")
+    };
+    for addr in [&influx.addr, &halite.addr] {
+        let r =
+            request(addr, "POST", "/query?q=CREATE%20DATABASE%20demo", None, b"").expect("create");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let r = request(
+            addr,
+            "POST",
+            "/write?db=demo&precision=ms",
+            None,
+            lines.as_bytes(),
+        )
+        .expect("write");
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    let both = |q: &str| -> Json {
+        let (a, b) = (ask(&influx.addr, q), ask(&halite.addr, q));
+        assert_close(&a, &b, q);
+        assert!(
+            a["results"][0]["series"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty()),
+            "{q}: no data: {a}"
+        );
+        b
+    };
+    let first_column = |answer: &Json| -> Vec<String> {
+        answer["results"][0]["series"][0]["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v[0].as_str())
+            .map(str::to_string)
+            .collect()
+    };
+    // "Save & test", then the variables in dashboard order.
+    both("SHOW measurements");
+    let vars = d["templating"]["list"]
+        .as_array()
+        .expect("templating")
+        .clone();
+    let var_query = |name: &str| {
+        vars.iter()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["query"].as_str())
+            .expect("variable query")
+            .to_string()
+    };
+    let measurements = first_column(&both(&var_query("measurement")));
+    assert_eq!(measurements, ["cpu"]);
+    let mut compared = 0;
+    for (tag, field, pick) in [
+        ("host", "usage_user", vec![0usize, 2, 3]),
+        ("region", "usage_system", vec![0, 1]),
+    ] {
+        let mut chosen: Vec<(&str, String)> = vec![("measurement", "cpu".to_string())];
+        let fields = first_column(&both(&interpolate(&var_query("field"), &chosen, 0, 0)));
+        assert!(fields.iter().any(|f| f == field), "{fields:?}");
+        chosen.push(("field", field.to_string()));
+        let tags = first_column(&both(&interpolate(&var_query("tag"), &chosen, 0, 0)));
+        assert_eq!(tags, ["host", "region"]);
+        chosen.push(("tag", tag.to_string()));
+        // SHOW TAG VALUES answers (key, value) rows.
+        let answer = both(&interpolate(&var_query("value"), &chosen, 0, 0));
+        let values: Vec<String> = answer["results"][0]["series"][0]["values"]
+            .as_array()
+            .expect("tag values")
+            .iter()
+            .filter_map(|row| row[1].as_str().map(str::to_string))
+            .collect();
+        let picked: Vec<String> = pick.iter().map(|i| values[*i].clone()).collect();
+        chosen.push(("value", format!("({})", picked.join("|"))));
+        for p in d["panels"].as_array().expect("panels") {
+            for t in p["targets"].as_array().expect("targets") {
+                let q = interpolate(
+                    t["query"].as_str().expect("query"),
+                    &chosen,
+                    T0_MS + 600_000,
+                    T0_MS + 2_400_000,
+                );
+                both(&q);
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 2 * d["panels"].as_array().map_or(0, Vec::len));
+    server::stop(halite);
 }
