@@ -5,11 +5,13 @@
 //!    batch sizes (`suite/disk.rs`);
 //! 2. storage engine: the region store against RocksDB's db_bench
 //!    (`suite/engine.rs`);
-//! 3. service ingest: halite (HTTP and Kafka), InfluxDB 1.x and
+//! 3. service ingest: halite (its own HTTP API, its InfluxDB 1.x protocol
+//!    into open tag sets, and Kafka), InfluxDB 1.x and
 //!    VictoriaMetrics over HTTP line protocol, same bodies and connections;
 //!    rows/s, server CPU, peak RSS, syncs, bytes on disk (`suite/service.rs`,
 //!    `kafka_ingest.rs`);
-//! 4. queries q1/q2/q3 on each service, p50/p99, answers cross-checked.
+//! 4. queries q1/q2/q3 on each service, p50/p99, answers cross-checked
+//!    (halite also answering InfluxDB's own InfluxQL statements).
 //!
 //! Plus what each storage layer saves (`suite/layers.rs`). All on the same
 //! TSBS-style data: 100 hosts, 10 cpu fields, 10 s interval, deterministic
@@ -59,7 +61,13 @@ fn main() {
     if let Ok(only) = std::env::var("HALITE_BENCH_ONLY") {
         let bodies = service::bodies(rows);
         let window = service::Window::new(rows);
-        for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
+        let mut servers = Vec::new();
+        for kind in [
+            Kind::Halite,
+            Kind::HaliteInflux,
+            Kind::Influx,
+            Kind::Victoria,
+        ] {
             if !only
                 .split(',')
                 .any(|k| kind.name().eq_ignore_ascii_case(k.trim()))
@@ -70,10 +78,16 @@ fn main() {
             print_ingest(kind, &ingest);
             server.restart_untraced();
             server.settle();
-            let q = service::queries(&[&server], &window)
-                .pop()
-                .expect("one server's figures");
-            print_queries(kind, &q);
+            server.halt();
+            servers.push(server);
+        }
+        // Queries as in the whole suite: the systems up together, in turns.
+        for server in &mut servers {
+            server.restart_untraced();
+        }
+        let figures = service::queries(&servers.iter().collect::<Vec<_>>(), &window);
+        for (server, q) in servers.into_iter().zip(figures) {
+            print_queries(server.kind, &q);
             server.stop();
         }
         return;
@@ -102,7 +116,12 @@ fn main() {
     let window = service::Window::new(rows);
     let mut servers = Vec::new();
     let mut measured = Vec::new();
-    for kind in [Kind::Halite, Kind::Influx, Kind::Victoria] {
+    for kind in [
+        Kind::Halite,
+        Kind::HaliteInflux,
+        Kind::Influx,
+        Kind::Victoria,
+    ] {
         let (mut server, ingest) = service::ingest_measured(kind, dir, &bodies, rows);
         report.commands.push(server.command());
         print_ingest(kind, &ingest);

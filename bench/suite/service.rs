@@ -26,6 +26,9 @@ pub const QUERY_HOST: &str = "host_0042";
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
     Halite,
+    /// halite through its InfluxDB 1.x protocol: `/write` into open tag
+    /// sets, InfluxDB's own InfluxQL statements through `/query`.
+    HaliteInflux,
     Influx,
     Victoria,
 }
@@ -34,6 +37,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Halite => "halite",
+            Kind::HaliteInflux => "halite-influxql",
             Kind::Influx => "InfluxDB",
             Kind::Victoria => "VictoriaMetrics",
         }
@@ -41,9 +45,21 @@ impl Kind {
 
     fn ready_path(self) -> &'static str {
         match self {
-            Kind::Halite => "/readyz",
+            Kind::Halite | Kind::HaliteInflux => "/readyz",
             Kind::Influx => "/ping",
             Kind::Victoria => "/health",
+        }
+    }
+
+    fn is_halite(self) -> bool {
+        matches!(self, Kind::Halite | Kind::HaliteInflux)
+    }
+
+    /// The table holding the data, for halite's flush and compact.
+    fn halite_table(self) -> &'static str {
+        match self {
+            Kind::HaliteInflux => "bench:cpu",
+            _ => "metrics:cpu",
         }
     }
 }
@@ -84,7 +100,7 @@ impl Server {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let args: Vec<String> = match kind {
-            Kind::Halite => {
+            Kind::Halite | Kind::HaliteInflux => {
                 let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
                 vec![
                     env!("CARGO_BIN_EXE_halite").to_string(),
@@ -145,7 +161,7 @@ impl Server {
             args,
             trace_log,
         };
-        if kind == Kind::Influx {
+        if matches!(kind, Kind::Influx | Kind::HaliteInflux) {
             let (status, out) = Conn::open(&server.addr).call(
                 "POST",
                 "/query?q=CREATE%20DATABASE%20bench",
@@ -160,7 +176,7 @@ impl Server {
     pub fn write_path(&self) -> &'static str {
         match self.kind {
             Kind::Halite => "/api/v1/write?table=metrics:cpu&precision=ms",
-            Kind::Influx => "/write?db=bench&precision=ms",
+            Kind::Influx | Kind::HaliteInflux => "/write?db=bench&precision=ms",
             Kind::Victoria => "/write?precision=ms",
         }
     }
@@ -190,11 +206,11 @@ impl Server {
     /// directories are watched until they stop changing).
     pub fn settle(&self) {
         match self.kind {
-            Kind::Halite => {
+            Kind::Halite | Kind::HaliteInflux => {
                 for op in ["flush", "compact"] {
                     let (status, out) = Conn::open(&self.addr).call(
                         "POST",
-                        &format!("/api/v1/tables/metrics:cpu/{op}"),
+                        &format!("/api/v1/tables/{}/{op}", self.kind.halite_table()),
                         "application/json",
                         b"",
                     );
@@ -214,9 +230,10 @@ impl Server {
         // halite's WAL gives its preallocated segments back once idle for
         // `wal.release_after_idle` (10 s) with everything flushed: the
         // directory is not at rest before that.
-        let rest_after = match self.kind {
-            Kind::Halite => Duration::from_secs(12),
-            _ => Duration::ZERO,
+        let rest_after = if self.kind.is_halite() {
+            Duration::from_secs(12)
+        } else {
+            Duration::ZERO
         };
         while (same < 3 || started.elapsed() < rest_after) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_secs(2));
@@ -236,7 +253,7 @@ impl Server {
         let not_trace = |p: &Path| !p.ends_with("syncs.strace") && !p.ends_with("influxdb.conf");
         let all = disk_bytes_where(&self.dir, &not_trace);
         let wal = match self.kind {
-            Kind::Halite => disk_bytes(&self.dir.join("data/wal")),
+            Kind::Halite | Kind::HaliteInflux => disk_bytes(&self.dir.join("data/wal")),
             Kind::Influx => disk_bytes(&self.dir.join("wal")),
             Kind::Victoria => 0,
         };
@@ -416,7 +433,7 @@ fn ingest(server: &Server, bodies: &[Vec<u8>], rows: u64) -> IngestFigures {
             .expect("clock")
             .as_secs_f64()
     };
-    let wal_before = (server.kind == Kind::Halite).then(|| server.halite_wal_syncs());
+    let wal_before = server.kind.is_halite().then(|| server.halite_wal_syncs());
     let cpu_before = process_cpu_secs(server.pid);
     let from = epoch();
     let started = Instant::now();
@@ -552,7 +569,7 @@ fn query_set(server: &Server, w: &Window) -> QuerySet {
                 )),
             )
         }
-        Kind::Influx => {
+        Kind::Influx | Kind::HaliteInflux => {
             let get = |q: String| {
                 (
                     "GET".to_string(),
@@ -605,7 +622,7 @@ fn query_set(server: &Server, w: &Window) -> QuerySet {
                     answer["aggregates"].as_array().map_or(0, Vec::len)
                 }
             }
-            Kind::Influx => answer["results"][0]["series"]
+            Kind::Influx | Kind::HaliteInflux => answer["results"][0]["series"]
                 .as_array()
                 .map_or(0, |series| series_values(series)),
             Kind::Victoria => answer["data"]["result"].as_array().map_or(0, |result| {
@@ -714,7 +731,7 @@ fn max_per_host(kind: Kind, answer: &serde_json::Value) -> BTreeMap<String, f64>
                 }
             }
         }
-        Kind::Influx => {
+        Kind::Influx | Kind::HaliteInflux => {
             for s in answer["results"][0]["series"]
                 .as_array()
                 .into_iter()
