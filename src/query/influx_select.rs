@@ -4,6 +4,7 @@
 //! InfluxDB 1.x does (docs/compatibility.md lists what is answered).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use crate::catalog::TableName;
@@ -37,7 +38,21 @@ pub struct SeriesOut {
 /// A point of a series: its time and fields.
 struct Point {
     time: i64,
-    fields: BTreeMap<String, Value>,
+    fields: PointFields,
+}
+
+/// A point's fields, few: (name, value), the names shared by every point
+/// of a statement rather than allocated per point.
+struct PointFields(Vec<(Arc<str>, Value)>);
+
+impl PointFields {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
 }
 
 struct SeriesData {
@@ -113,17 +128,19 @@ pub fn select(
         .then_some(s.limit.filter(|n| *n > 0))
         .flatten()
         .map(|n| n.saturating_add(s.offset));
-    let mut data = Vec::new();
-    for crate::series::NamedSeries { key, tags, .. } in series {
-        if let Some(e) = &rest
-            && !on_fields
-            && !eval(e, &tags, None, &fields, &regexes)
-        {
-            continue;
-        }
+    let names: Vec<Arc<str>> = fields.keys().map(|k| Arc::from(k.as_str())).collect();
+    let candidates: Vec<crate::series::NamedSeries> = series
+        .into_iter()
+        .filter(|series| {
+            rest.as_ref()
+                .is_none_or(|e| on_fields || eval(e, &series.tags, None, &fields, &regexes))
+        })
+        .collect();
+    let read = |series: &crate::series::NamedSeries| -> Result<Option<SeriesData>, String> {
+        let tags = &series.tags;
         let keep = |p: &Point| {
             let meets = match &rest {
-                Some(e) if on_fields => eval(e, &tags, Some(&p.fields), &fields, &regexes),
+                Some(e) if on_fields => eval(e, tags, Some(&p.fields), &fields, &regexes),
                 _ => true,
             };
             // A raw row with none of its selected fields is left out.
@@ -137,12 +154,18 @@ pub fn select(
             lo,
             hi,
             fields: needed.as_ref(),
+            names: &names,
             most: per_series,
         };
-        let points = read_series(store, &name, &schema, &key, &range, keep)?;
-        if !points.is_empty() {
-            data.push(SeriesData { tags, points });
-        }
+        let points = read_series(store, &name, &schema, &series.key, &range, keep)?;
+        Ok((!points.is_empty()).then(|| SeriesData {
+            tags: tags.clone(),
+            points,
+        }))
+    };
+    let mut data = Vec::new();
+    for d in in_parallel(&candidates, read) {
+        data.extend(d?);
     }
     // Groups by the GROUP BY tags' values (a missing tag is "").
     let group_by: Vec<String> = match &s.group_tags {
@@ -204,12 +227,39 @@ pub fn select(
     Ok(out)
 }
 
+/// `f` over `items`, in order, on up to one thread per core when there
+/// are enough items to share (a statement over many series reads them in
+/// parallel, as halite's own query path scans its buckets).
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    const PER_THREAD: usize = 8;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len() / PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = items
+            .chunks(items.len().div_ceil(threads))
+            .map(|chunk| scope.spawn(move || chunk.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        readers
+            .into_iter()
+            .flat_map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// What of a series to read: times in `[lo, hi]`, the named fields (all
 /// when `None`), at most `most` points kept (the newest).
 struct SeriesRange<'a> {
     lo: i64,
     hi: i64,
     fields: Option<&'a BTreeSet<String>>,
+    /// The measurement's field names, shared by the points read.
+    names: &'a [Arc<str>],
     most: Option<usize>,
 }
 
@@ -252,13 +302,20 @@ fn read_series(
             .cells
             .iter()
             .filter_map(|c| {
-                let name = std::str::from_utf8(&c.qualifier).ok()?;
-                Some((name.to_string(), Value::decode(&c.value)?))
+                let name = match range
+                    .names
+                    .iter()
+                    .find(|n| n.as_bytes() == &c.qualifier[..])
+                {
+                    Some(n) => n.clone(),
+                    None => Arc::from(std::str::from_utf8(&c.qualifier).ok()?),
+                };
+                Some((name, Value::decode(&c.value)?))
             })
             .collect();
         let point = Point {
             time: time as i64,
-            fields,
+            fields: PointFields(fields),
         };
         if keep(&point) {
             points.push(point);
@@ -390,7 +447,7 @@ fn mentions_field(e: &Expr, fields: &BTreeMap<String, crate::series::FieldType>)
 fn eval(
     e: &Expr,
     tags: &BTreeMap<String, String>,
-    point: Option<&BTreeMap<String, Value>>,
+    point: Option<&PointFields>,
     fields: &BTreeMap<String, crate::series::FieldType>,
     regexes: &Regexes,
 ) -> bool {
