@@ -317,6 +317,10 @@ impl RecoveringRegion {
             note_position(&mut self.positions, o);
         }
         let flushed = self.manifest.flushed_seq;
+        if edits.rows.is_empty() && edits.first_seq > flushed {
+            // A position-only record's sequence id is not given out again.
+            self.last_seq = self.last_seq.max(edits.first_seq);
+        }
         for (i, row) in edits.rows.into_iter().enumerate() {
             let seq = edits.first_seq + i as u64;
             if seq <= flushed {

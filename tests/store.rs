@@ -522,3 +522,55 @@ fn all_memstores_together_stay_under_the_global_limit() {
     assert_eq!(rows.len(), 200 * 40);
     store.close().expect("close");
 }
+
+/// A position written with no rows (the tail of a Kafka partition whose
+/// last messages were dead-lettered) as a region's first record after a
+/// flush, or its very first record, survives a restart, clean or not.
+/// WAL replay skipped exactly such a record (it took the rows-less record
+/// for one that ended at the flushed sequence id), so after a restart the
+/// store's position trailed the offset committed to Kafka.
+#[test]
+fn a_position_without_rows_survives_restarts() {
+    use halite::region::wal::record::SourcePosition;
+    let at = |durable_below| SourcePosition {
+        stream: "cpu".into(),
+        shard: 7,
+        durable_below,
+    };
+    for (flush_first, clean) in [(false, true), (false, false), (true, true), (true, false)] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path());
+        create(&store);
+        if flush_first {
+            // Rows (in every region), durable below 1200, then flushed.
+            let table = store.table(&name()).expect("table");
+            let rows = (0..40u64)
+                .map(|h| {
+                    RowMutation::new(cpu_key(&table.desc.key, h, 0)).put(
+                        "f",
+                        "usage_user",
+                        1_000_000,
+                        vec![1],
+                    )
+                })
+                .collect();
+            store.write(&name(), rows, Some(at(1200))).expect("write");
+            store.flush_table(&name()).expect("flush");
+        }
+        let pending = store.submit_position(&name(), at(1201)).expect("position");
+        store.wait(pending).expect("durable");
+        if clean {
+            store.close().expect("close");
+        } else {
+            drop(store);
+        }
+        let store = open(dir.path());
+        let positions = store.source_positions(&name()).expect("positions");
+        assert_eq!(
+            positions.get(&("cpu".to_string(), 7)),
+            Some(&1201),
+            "flush first: {flush_first}, clean: {clean}: {positions:?}"
+        );
+        store.close().expect("close");
+    }
+}

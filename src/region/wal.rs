@@ -368,8 +368,11 @@ impl Wal {
                     let region_id = record::edits_region(payload).map_err(corrupt)?;
                     if let Some(&after_seq) = after.get(&region_id) {
                         let edits = record::decode_edits(payload).map_err(corrupt)?;
-                        let last = edits.first_seq + edits.rows.len() as u64;
-                        if last > after_seq + 1 {
+                        // The record's last sequence id: a position-only
+                        // record takes one of its own (`write.rs`), so it
+                        // is replayed when it comes after the flush too.
+                        let last = edits.first_seq + (edits.rows.len() as u64).max(1) - 1;
+                        if last > after_seq {
                             apply(edits);
                         }
                     }

@@ -87,11 +87,11 @@ pub fn check_segment(
             }
             Frame::Record { payload, next, .. } => match record::decode_edits(payload) {
                 Ok(edits) => {
-                    if !edits.rows.is_empty() {
-                        let last = edits.first_seq + edits.rows.len() as u64 - 1;
-                        let m = max_seq.entry(edits.region_id).or_insert(0);
-                        *m = last.max(*m);
-                    }
+                    // A position-only record holds a sequence id of its
+                    // own, and the segment is needed until it is flushed.
+                    let last = edits.first_seq + (edits.rows.len() as u64).max(1) - 1;
+                    let m = max_seq.entry(edits.region_id).or_insert(0);
+                    *m = last.max(*m);
                     records += 1;
                     pos = next;
                     continue;
