@@ -17,6 +17,7 @@
 //! | `GET /api/v1/cluster` | cluster mode: partitions held here, every lease |
 //! | `GET /internal/v1/regions/{id}/tail` | cluster mode: a region's MemStore edits and files, for the other nodes |
 //! | `GET\|HEAD /ping`, `POST /write`, `POST /api/v2/write`, `GET\|POST /query` | the InfluxDB 1.x protocol (`influx.rs`, docs/compatibility.md) |
+//! | `POST /api/v1/write` (protobuf), `POST /api/v1/read`, `POST /api/v1/prom/{write,read}?db=` | Prometheus remote write and remote read (`prometheus.rs`) |
 //!
 //! This file routes requests and guards their bodies; the handlers are in
 //! `admin.rs`, `read.rs` and `write.rs`, what they share in `state.rs`,
@@ -30,6 +31,7 @@ mod influx;
 mod internal;
 mod json;
 mod msgpack;
+mod prometheus;
 mod read;
 mod state;
 mod stream;
@@ -109,7 +111,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/tables/{table}/rows/{row}", get(get_row))
         .route("/api/v1/tables/{table}/scan", post(scan_table))
         .route("/api/v1/tables/{table}/delete", post(delete_data))
-        .route("/api/v1/write", post(write))
+        .route("/api/v1/write", post(write_or_remote_write))
+        .route("/api/v1/read", post(prometheus::remote_read))
+        .route("/api/v1/prom/write", post(prometheus::remote_write))
+        .route("/api/v1/prom/read", post(prometheus::remote_read))
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
         .route("/api/v1/cluster", get(cluster_status))
@@ -124,6 +129,20 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
+}
+
+/// `POST /api/v1/write`: Prometheus' remote write when the body is
+/// protobuf, else halite's own write (line protocol or JSON points).
+async fn write_or_remote_write(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::handler::Handler;
+    if prometheus::is_remote_write(request.headers()) {
+        prometheus::remote_write.call(request, state).await
+    } else {
+        write.call(request, state).await
+    }
 }
 
 async fn unknown_route(uri: axum::http::Uri) -> ApiError {
@@ -170,13 +189,24 @@ fn content_type_accepted(path: &str, content_type: Option<&str>) -> Result<(), S
         "text/plain",
         "application/json",
     ];
+    // Prometheus' remote write and read: snappy-compressed protobuf.
+    let protobuf = essence == "application/x-protobuf";
+    if matches!(
+        path,
+        "/api/v1/read" | "/api/v1/prom/write" | "/api/v1/prom/read"
+    ) && protobuf
+    {
+        return Ok(());
+    }
     if path == "/api/v1/write" {
-        if lenient.contains(&essence.as_str()) || essence == "application/octet-stream" {
+        if lenient.contains(&essence.as_str()) || essence == "application/octet-stream" || protobuf
+        {
             return Ok(());
         }
         return Err(format!(
             "content type `{ct}` is not accepted by /api/v1/write: send line protocol as \
-             text/plain or points as application/json"
+             text/plain, points as application/json, or Prometheus remote write as \
+             application/x-protobuf"
         ));
     }
     if lenient.contains(&essence.as_str()) {

@@ -12,6 +12,7 @@ pub mod json;
 pub mod kafka;
 pub mod line_protocol;
 pub mod produce;
+pub mod remote_write;
 pub mod rows_message;
 
 use std::collections::HashMap;
@@ -39,6 +40,36 @@ pub trait PointFields {
     fn field(&self, i: usize) -> (&str, &Value);
     /// In the decoder's precision; `None` means now.
     fn timestamp(&self) -> Option<i64>;
+}
+
+/// A Prometheus sample as a point: `__name__` the measurement, the other
+/// labels its tags, one field `value`, the time in ms.
+pub struct SamplePoint<'a> {
+    pub metric: &'a str,
+    pub labels: &'a [(String, String)],
+    pub value: Value,
+    pub timestamp_ms: i64,
+}
+
+impl PointFields for SamplePoint<'_> {
+    fn measurement(&self) -> &str {
+        self.metric
+    }
+    fn tags(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels
+            .iter()
+            .filter(|(k, _)| k != "__name__")
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+    fn field_count(&self) -> usize {
+        1
+    }
+    fn field(&self, _: usize) -> (&str, &Value) {
+        ("value", &self.value)
+    }
+    fn timestamp(&self) -> Option<i64> {
+        Some(self.timestamp_ms)
+    }
 }
 
 impl PointFields for Point<'_> {
@@ -124,6 +155,9 @@ pub struct PointEncoder<'t> {
     series_refused: usize,
     /// The tag UIDs of the point being added (reused).
     tag_uids: Vec<(u32, u32)>,
+    /// NaN and infinities are values (Prometheus' staleness markers and
+    /// `+Inf`), not mistakes.
+    non_finite: bool,
 }
 
 /// Where the numbers of a key's uniquifier field come from when a point
@@ -200,7 +234,14 @@ impl<'t> PointEncoder<'t> {
             undurable: false,
             series_refused: 0,
             tag_uids: Vec::new(),
+            non_finite: false,
         })
+    }
+
+    /// Takes NaN and infinite floats as values (Prometheus remote write:
+    /// a staleness marker is a NaN whose bits must be kept).
+    pub fn allow_non_finite(&mut self) {
+        self.non_finite = true;
     }
 
     /// The dictionary of the table's namespace: a table of open tag sets
@@ -401,7 +442,7 @@ impl<'t> PointEncoder<'t> {
         for i in 0..field_count {
             let (name, value) = point.field(i);
             match value {
-                Value::Float(v) if !v.is_finite() => {
+                Value::Float(v) if !v.is_finite() && !self.non_finite => {
                     return Err(format!("field `{name}` is not a finite number"));
                 }
                 Value::Str(v) if v.len() >= self.max_value_size => {

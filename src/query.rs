@@ -30,6 +30,7 @@ pub mod influx_select;
 pub mod influxql;
 pub mod plan;
 pub mod pool;
+pub mod prom_read;
 pub mod rows;
 
 use serde::{Deserialize, Serialize};

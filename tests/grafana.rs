@@ -11,12 +11,13 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::http::{free_port, request};
 use common::influx::{Influx, assert_close};
 use common::kafka::{Load, wait_for_group_commit};
+use common::prometheus::{Prometheus, percent_encode};
 use common::scenario::Scenario;
 use common::server;
 use serde_json::{Value as Json, json};
@@ -140,85 +141,6 @@ fn check_structure(d: &Json) {
             assert!(text.contains(n), "{file} lacks `{n}`");
         }
     }
-}
-
-struct Prometheus {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Prometheus {
-    fn start(dir: &Path, target: &str) -> Prometheus {
-        Prometheus::start_over(dir, &[target])
-    }
-
-    /// A Prometheus scraping every one of `targets` each second.
-    fn start_over(dir: &Path, targets: &[&str]) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        let listed = targets
-            .iter()
-            .map(|t| format!("\"{t}\""))
-            .collect::<Vec<_>>()
-            .join(", ");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: halite\n    \
-                 static_configs:\n      - targets: [{listed}]\n"
-            ),
-        )
-        .expect("prometheus config");
-        let addr = format!("127.0.0.1:{}", free_port());
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus: install Debian's `prometheus` package (.ci/run does)");
-        let p = Prometheus { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !request(&p.addr, "GET", "/-/ready", None, b"").is_ok_and(|r| r.status == 200) {
-            assert!(Instant::now() < deadline, "prometheus did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        p
-    }
-
-    fn query(&self, expr: &str) -> Json {
-        let r = request(
-            &self.addr,
-            "GET",
-            &format!("/api/v1/query?query={}", percent_encode(expr)),
-            None,
-            b"",
-        )
-        .expect("prometheus query");
-        assert_eq!(r.status, 200, "{expr}: {}", r.text());
-        serde_json::from_slice(&r.body).expect("json")
-    }
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[test]

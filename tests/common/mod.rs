@@ -9,6 +9,7 @@
 pub mod http;
 pub mod influx;
 pub mod kafka;
+pub mod prometheus;
 pub mod rng;
 pub mod s3;
 pub mod scenario;

@@ -1,0 +1,367 @@
+//! Prometheus remote write 1.0 and remote read (sampled answers): halite
+//! as Prometheus' long-term store (`docs/compatibility.md`, "Prometheus").
+//! Samples go into one table of open tag sets per database, `<db>:samples`
+//! (database `prometheus` unless `?db=` names another; made on the first
+//! write): `__name__` is the series' metric, the other labels its tags,
+//! the sample its field `value`, times in milliseconds. Staleness markers
+//! (NaN with Prometheus' bits) are kept as they are.
+//!
+//! Refusals are what Prometheus' client expects: a body it cannot fix is
+//! 400 (dropped), a full store or a passed series limit 503 (retried).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query as QueryParams, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::state::AppState;
+use crate::catalog::{CreateTable, TableName};
+use crate::error::{Error, ErrorKind};
+use crate::ingest::line_protocol::Precision;
+use crate::ingest::remote_write::{self, Series};
+use crate::ingest::{PointEncoder, RowsSink, SamplePoint};
+use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
+use crate::query::prom_read::{self, MatchOp, Matcher};
+use crate::schema::{Durability, FamilySpec};
+use crate::value::Value;
+
+/// The table of a database that holds its samples.
+pub const SAMPLES_TABLE: &str = "samples";
+/// The database samples go to without `?db=`.
+pub const DEFAULT_DB: &str = "prometheus";
+
+#[derive(serde::Deserialize, Default)]
+pub(super) struct PromParams {
+    db: Option<String>,
+}
+
+/// A plain-text refusal, as Prometheus logs it.
+fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
+    let mut resp = (status, message.into()).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+fn store_refusal(e: &Error) -> Response {
+    let status = match e.kind() {
+        ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+        ErrorKind::Unavailable | ErrorKind::Closed => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, e.to_string())
+}
+
+/// Whether a `POST /api/v1/write` is Prometheus' (protobuf) rather than
+/// halite's own (line protocol or JSON points).
+pub(super) fn is_remote_write(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-protobuf"))
+}
+
+fn samples_table(db: &str) -> Result<TableName, Response> {
+    TableName::parse(&format!("{db}:{SAMPLES_TABLE}")).map_err(|e| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("`db` must name a database (a namespace): {e}"),
+        )
+    })
+}
+
+fn samples_table_request(s: &AppState, name: &TableName) -> CreateTable {
+    CreateTable {
+        name: name.clone(),
+        families: vec![FamilySpec::named("f")],
+        key: KeySchema {
+            fields: Vec::new(),
+            salt: (s.influx.buckets >= 2).then(|| Salt {
+                buckets: s.influx.buckets,
+                width: if s.influx.buckets > 256 { 2 } else { 1 },
+                from: SaltFrom::Series,
+                epochs: Vec::new(),
+            }),
+            md5_prefix: 0,
+            time_unit: TimeUnit::Milliseconds,
+            tags: Some(OpenTags {
+                series_limit: s.influx.series_limit,
+                ..OpenTags::default()
+            }),
+        },
+        durability: Durability::SyncWal,
+        split_points: Vec::new(),
+    }
+}
+
+/// `POST /api/v1/write` (protobuf) and `/api/v1/prom/write?db=`.
+pub(super) async fn remote_write(
+    State(s): State<Arc<AppState>>,
+    QueryParams(p): QueryParams<PromParams>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")),
+    };
+    if s.topics.is_some() {
+        return refuse(
+            StatusCode::NOT_IMPLEMENTED,
+            "halite's cluster mode does not take Prometheus remote write yet: write to a single node",
+        );
+    }
+    let series = match remote_write::decode_write_request(&body) {
+        Ok(series) => series,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
+    let name = match samples_table(&db) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let state = s.clone();
+    let done = tokio::task::spawn_blocking(move || write_series(&state, &name, &series)).await;
+    match done {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(r)) => r,
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        ),
+    }
+}
+
+fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(), Response> {
+    let catalog = s.store.catalog();
+    if !catalog.namespaces().iter().any(|n| *n == name.namespace) {
+        match catalog.create_namespace(&name.namespace) {
+            Ok(()) | Err(Error::Conflict(_)) => {}
+            Err(e) => return Err(store_refusal(&e)),
+        }
+    }
+    let table = match s.store.table(name) {
+        Ok(t) => t,
+        Err(Error::NotFound(_)) => {
+            match s.store.create_table(&samples_table_request(s, name)) {
+                Ok(_) | Err(Error::Conflict(_)) => {}
+                Err(e) => return Err(store_refusal(&e)),
+            }
+            s.store.table(name).map_err(|e| store_refusal(&e))?
+        }
+        Err(e) => return Err(store_refusal(&e)),
+    };
+    if !table.desc.key.is_open_tags() {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("table `{name}` has a declared key; Prometheus samples need open tag sets"),
+        ));
+    }
+    let dictionary = s
+        .tag_sets
+        .dictionary(&s.store, &name.namespace)
+        .map_err(|e| store_refusal(&e))?;
+    let mut encoder = PointEncoder::new(&table.desc, s.store.max_value_size())
+        .map_err(|e| refuse(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    encoder.set_dictionary(&dictionary);
+    encoder.allow_non_finite();
+    let now = s.clock.now_ms();
+    let mut refused: Option<String> = None;
+    for one in series {
+        let Some(metric) = one
+            .labels
+            .iter()
+            .find(|(k, _)| k == "__name__")
+            .map(|(_, v)| v.as_str())
+            .filter(|m| !m.is_empty())
+        else {
+            refused.get_or_insert_with(|| {
+                "a series has no `__name__` label: every sample needs its metric name".into()
+            });
+            continue;
+        };
+        for &(value, timestamp_ms) in &one.samples {
+            let point = SamplePoint {
+                metric,
+                labels: &one.labels,
+                value: Value::Float(value),
+                timestamp_ms,
+            };
+            if let Err(reason) = encoder.add(&point, Precision::Milliseconds, now) {
+                refused.get_or_insert(reason);
+            }
+        }
+    }
+    let over_limit = encoder.series_refused();
+    if encoder.needs_durable_dictionary() {
+        dictionary
+            .make_durable(&s.store)
+            .map_err(|e| store_refusal(&e))?;
+    }
+    let rows = encoder.finish();
+    if rows.rows() > 0 {
+        let pending = s
+            .store
+            .submit_rows(&table.desc, rows)
+            .map_err(|e| store_refusal(&e))?;
+        s.store.wait_rows(pending).map_err(|e| store_refusal(&e))?;
+    }
+    if over_limit > 0 {
+        return Err(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{over_limit} samples of new series refused: table `{name}` holds its limit of {} series",
+                s.influx.series_limit
+            ),
+        ));
+    }
+    if let Some(reason) = refused {
+        return Err(refuse(StatusCode::BAD_REQUEST, reason));
+    }
+    Ok(())
+}
+
+/// `POST /api/v1/read` and `/api/v1/prom/read?db=`: a snappy-compressed
+/// protobuf `ReadRequest`, answered with sampled `ReadResponse`.
+pub(super) async fn remote_read(
+    State(s): State<Arc<AppState>>,
+    QueryParams(p): QueryParams<PromParams>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")),
+    };
+    let queries = match decode_read_request(&body) {
+        Ok(q) => q,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+    };
+    let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
+    let name = match samples_table(&db) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let state = s.clone();
+    let answered = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+        let mut response = Vec::new();
+        for q in &queries {
+            let series = match state.store.table(&name) {
+                Ok(_) => {
+                    let dictionary = state
+                        .tag_sets
+                        .dictionary(&state.store, &name.namespace)
+                        .map_err(|e| e.to_string())?;
+                    prom_read::read(
+                        &state.store,
+                        &dictionary,
+                        &name,
+                        &q.matchers,
+                        q.start_ms,
+                        q.end_ms,
+                    )?
+                }
+                Err(Error::NotFound(_)) => Vec::new(),
+                Err(e) => return Err(e.to_string()),
+            };
+            let mut result = Vec::new();
+            for (labels, samples) in series {
+                let mut ts = Vec::new();
+                remote_write::encode_series(&Series { labels, samples }, &mut ts);
+                remote_write::encode_message(1, &ts, &mut result);
+            }
+            remote_write::encode_message(1, &result, &mut response);
+        }
+        snap::raw::Encoder::new()
+            .compress_vec(&response)
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    match answered {
+        Ok(Ok(bytes)) => {
+            let mut resp = (StatusCode::OK, bytes).into_response();
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-protobuf"),
+            );
+            h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("snappy"));
+            resp
+        }
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        ),
+    }
+}
+
+/// One query of a `ReadRequest`.
+struct ReadQuery {
+    start_ms: i64,
+    end_ms: i64,
+    matchers: Vec<Matcher>,
+}
+
+/// `ReadRequest { repeated Query queries = 1; … }`, `Query { int64
+/// start_timestamp_ms = 1; int64 end_timestamp_ms = 2; repeated
+/// LabelMatcher matchers = 3; … }`, `LabelMatcher { Type type = 1; string
+/// name = 2; string value = 3; }` (EQ, NEQ, RE, NRE).
+fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
+    use crate::ingest::remote_write::fields;
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(body)
+        .map_err(|e| format!("the body is not snappy-compressed: {e}"))?;
+    let mut out = Vec::new();
+    for (field, q) in fields(&raw)? {
+        if field != 1 {
+            continue;
+        }
+        let mut query = ReadQuery {
+            start_ms: 0,
+            end_ms: i64::MAX,
+            matchers: Vec::new(),
+        };
+        for (field, v) in fields(q.bytes())? {
+            match field {
+                1 => query.start_ms = v.int() as i64,
+                2 => query.end_ms = v.int() as i64,
+                3 => {
+                    let mut m = Matcher {
+                        op: MatchOp::Equal,
+                        name: String::new(),
+                        value: String::new(),
+                    };
+                    for (field, v) in fields(v.bytes())? {
+                        let text = || {
+                            std::str::from_utf8(v.bytes())
+                                .map(str::to_string)
+                                .map_err(|_| "a matcher is not UTF-8".to_string())
+                        };
+                        match field {
+                            1 => {
+                                m.op = match v.int() {
+                                    0 => MatchOp::Equal,
+                                    1 => MatchOp::NotEqual,
+                                    2 => MatchOp::Regex,
+                                    3 => MatchOp::NotRegex,
+                                    other => return Err(format!("unknown matcher type {other}")),
+                                }
+                            }
+                            2 => m.name = text()?,
+                            3 => m.value = text()?,
+                            _ => {}
+                        }
+                    }
+                    query.matchers.push(m);
+                }
+                _ => {}
+            }
+        }
+        out.push(query);
+    }
+    Ok(out)
+}

@@ -1,0 +1,121 @@
+//! Prometheus remote read over a table of open tag sets: label matchers
+//! choose series through the series dictionary (no point is read to
+//! choose them), the time range bounds each series' scan through its key.
+
+use crate::catalog::TableName;
+use crate::error::Error;
+use crate::key::TagKey;
+use crate::region::read::Scan;
+use crate::series::Dictionary;
+use crate::store::Store;
+use crate::value::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchOp {
+    Equal,
+    NotEqual,
+    /// Fully anchored, as Prometheus anchors them.
+    Regex,
+    NotRegex,
+}
+
+/// A label matcher of a remote read query.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    pub op: MatchOp,
+    pub name: String,
+    pub value: String,
+}
+
+/// A series as remote read answers it: labels sorted by name
+/// (`__name__` among them), samples (value, ms) oldest first.
+pub type PromSeries = (Vec<(String, String)>, Vec<(f64, i64)>);
+
+/// The series of `table` that every matcher accepts (a missing label
+/// compares as ""), with their samples in `[start_ms, end_ms]`, sorted by
+/// labels. A series with no sample in the range is left out.
+pub fn read(
+    store: &Store,
+    dictionary: &Dictionary,
+    table: &TableName,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<Vec<PromSeries>, String> {
+    let mut compiled = Vec::with_capacity(matchers.len());
+    for m in matchers {
+        let re = match m.op {
+            MatchOp::Regex | MatchOp::NotRegex => Some(
+                regex_lite::Regex::new(&format!("^(?:{})$", m.value))
+                    .map_err(|e| format!("bad regex `{}`: {e}", m.value))?,
+            ),
+            _ => None,
+        };
+        compiled.push((m, re));
+    }
+    let schema = store
+        .table(table)
+        .map_err(|e| e.to_string())?
+        .desc
+        .key
+        .clone();
+    let mut out = Vec::new();
+    for s in dictionary.series_of(&table.table) {
+        let mut labels: Vec<(String, String)> = std::iter::once(("__name__".to_string(), s.metric))
+            .chain(s.tags)
+            .collect();
+        labels.sort();
+        let accepted = compiled.iter().all(|(m, re)| {
+            let v = labels
+                .iter()
+                .find(|(k, _)| *k == m.name)
+                .map_or("", |(_, v)| v.as_str());
+            match (m.op, re) {
+                (MatchOp::Equal, _) => v == m.value,
+                (MatchOp::NotEqual, _) => v != m.value,
+                (MatchOp::Regex, Some(re)) => re.is_match(v),
+                (MatchOp::NotRegex, Some(re)) => !re.is_match(v),
+                _ => false,
+            }
+        });
+        if !accepted || end_ms < start_ms || end_ms < 0 {
+            continue;
+        }
+        let prefix = schema.tag_series_prefix(&s.key);
+        let at = |t: i64| -> Vec<u8> {
+            let mut k = prefix.clone();
+            k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
+            k
+        };
+        let scan = Scan {
+            start: Some(at(end_ms)),
+            stop: (start_ms > 0).then(|| at(start_ms - 1)),
+            prefix: Some(prefix.clone()),
+            ..Scan::default()
+        };
+        let mut scanner = store
+            .scanner(table, &scan)
+            .map_err(|e: Error| e.to_string())?;
+        let mut samples = Vec::new();
+        while let Some(row) = scanner.next_row().map_err(|e| e.to_string())? {
+            let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
+                continue;
+            };
+            let value = row
+                .cells
+                .iter()
+                .find(|c| &c.qualifier[..] == b"value")
+                .and_then(|c| Value::decode(&c.value));
+            if let Some(Value::Float(v)) = value {
+                samples.push((v, time as i64));
+            }
+        }
+        if samples.is_empty() {
+            continue;
+        }
+        samples.reverse();
+        out.push((labels, samples));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}

@@ -1,0 +1,313 @@
+//! Prometheus remote write and remote read (issue #23), against a real
+//! Prometheus (Debian's `prometheus`): one scrapes an exporter of known
+//! values and halite's own `/metrics` every second and remote-writes to
+//! halite; a second, with an empty TSDB and nothing to scrape, reads
+//! everything back from halite through remote read. The same PromQL at
+//! the same instant must answer alike through both.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::http::free_port;
+use common::influx::assert_close;
+use common::prometheus::Prometheus;
+use common::server::{command, spawn_ready};
+use serde_json::Value as Json;
+
+/// The exporter's text at its `n`th scrape: counters that grow by known
+/// steps, gauges that move, a histogram.
+fn exposition(n: u64) -> String {
+    let f = n as f64;
+    format!(
+        "# TYPE test_requests_total counter\n\
+         test_requests_total{{code=\"200\",handler=\"/a\"}} {}\n\
+         test_requests_total{{code=\"500\",handler=\"/a\"}} {}\n\
+         test_requests_total{{code=\"200\",handler=\"/b\"}} {}\n\
+         # TYPE test_temperature gauge\n\
+         test_temperature{{room=\"kitchen\"}} {}\n\
+         test_temperature{{room=\"hall\"}} {}\n\
+         # TYPE test_latency_seconds histogram\n\
+         test_latency_seconds_bucket{{le=\"0.1\"}} {}\n\
+         test_latency_seconds_bucket{{le=\"0.5\"}} {}\n\
+         test_latency_seconds_bucket{{le=\"+Inf\"}} {}\n\
+         test_latency_seconds_sum {}\n\
+         test_latency_seconds_count {}\n",
+        n * 7,
+        n,
+        n * 3 + n % 4,
+        20.0 + (n % 5) as f64 * 0.25,
+        18.5 - (n % 3) as f64 * 0.5,
+        n * 2,
+        n * 5,
+        n * 6,
+        f * 1.7,
+        n * 6
+    )
+}
+
+/// A static exporter on a loopback port; stops with the flag.
+fn exporter(stop: Arc<AtomicBool>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let scrapes = AtomicU64::new(0);
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((mut conn, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let _ = conn.set_nonblocking(false);
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body = exposition(scrapes.fetch_add(1, Ordering::Relaxed));
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// A result set in a comparable order (by its series' labels).
+fn sorted(answer: &Json) -> Json {
+    let mut result = answer["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    result.sort_by_key(|r| r["metric"].to_string());
+    Json::Array(result)
+}
+
+#[test]
+fn prometheus_reads_back_through_halite_what_it_wrote() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(
+        command(&dir.path().join("halite"), port, &[] as &[&str]),
+        port,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let exporter = exporter(stop.clone());
+    let writer = Prometheus::with_config(
+        &dir.path().join("writer"),
+        &format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: exporter\n    static_configs:\n      - targets: ['{exporter}']\n\
+             \x20 - job_name: halite\n    static_configs:\n      - targets: ['{}']\n\
+             remote_write:\n  - url: http://{}/api/v1/write\n    queue_config:\n      \
+             batch_send_deadline: 1s\n      min_backoff: 100ms\n      max_backoff: 1s\n",
+            halite.addr, halite.addr
+        ),
+    );
+    let reader = Prometheus::with_config(
+        &dir.path().join("reader"),
+        &format!(
+            "global:\n  scrape_interval: 1m\nremote_read:\n  - url: http://{}/api/v1/read\n    read_recent: true\n",
+            halite.addr
+        ),
+    );
+    std::thread::sleep(Duration::from_secs(14));
+    // An instant well behind the writer's newest samples, so every sample
+    // at or before it has been sent (batches go at least every second).
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+        - 4.0;
+    std::thread::sleep(Duration::from_secs(2));
+    let queries = [
+        "up",
+        "count(up)",
+        "sum by (job) (up)",
+        "test_temperature",
+        "test_requests_total",
+        "test_requests_total{handler=~\"/a|/b\"}",
+        "test_requests_total{code!=\"200\"}",
+        "test_requests_total{handler!~\"/b\"}",
+        "rate(test_requests_total[5s])",
+        "irate(test_requests_total[5s])",
+        "increase(test_requests_total[6s])",
+        "sum by (code) (rate(test_requests_total[5s]))",
+        "max_over_time(test_temperature[8s])",
+        "min_over_time(test_temperature[8s])",
+        "avg_over_time(test_temperature[8s])",
+        "count_over_time(test_temperature[8s])",
+        "changes(test_temperature[8s])",
+        "delta(test_temperature[8s])",
+        "test_temperature offset 3s",
+        "sum(test_temperature)",
+        "topk(1, test_temperature)",
+        "histogram_quantile(0.9, sum by (le) (rate(test_latency_seconds_bucket[5s])))",
+        "rate(test_latency_seconds_sum[5s]) / rate(test_latency_seconds_count[5s])",
+        "sum(rate(halite_http_requests_total[5s]))",
+        "resets(test_requests_total[8s])",
+    ];
+    let mut compared = 0;
+    for q in queries {
+        let (a, b) = (writer.query_at(q, at), reader.query_at(q, at));
+        assert_eq!(a["status"], "success", "{q}: {a}");
+        assert_eq!(b["status"], "success", "{q}: {b}");
+        let (a, b) = (sorted(&a), sorted(&b));
+        assert!(
+            a.as_array().is_some_and(|r| !r.is_empty()),
+            "{q}: the writer's own TSDB has no answer: {a}"
+        );
+        assert_close(&a, &b, q);
+        compared += 1;
+    }
+    assert_eq!(compared, queries.len());
+    let failed: f64 = writer
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("prometheus_remote_storage_samples_failed_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(failed, 0.0, "samples the writer failed to send");
+    stop.store(true, Ordering::Relaxed);
+    drop(reader);
+    drop(writer);
+    common::server::stop(halite);
+}
+
+/// A remote-write body: `series` as a snappy-compressed `WriteRequest`.
+fn write_request(series: &[halite::ingest::remote_write::Series]) -> Vec<u8> {
+    use halite::ingest::remote_write::{encode_message, encode_series};
+    let mut raw = Vec::new();
+    for s in series {
+        let mut ts = Vec::new();
+        encode_series(s, &mut ts);
+        encode_message(1, &ts, &mut raw);
+    }
+    snap::raw::Encoder::new()
+        .compress_vec(&raw)
+        .expect("compress")
+}
+
+/// What Prometheus' client does with each answer: 4xx drops the batch, so
+/// only what cannot be fixed is 4xx; a series limit is 503 (retried); a
+/// staleness marker is stored with its bits.
+#[test]
+fn remote_write_refusals_are_what_prometheus_expects() {
+    use common::http::request_with;
+    use halite::ingest::remote_write::{Series, decode_series_list};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(
+        command(dir.path(), port, &["--set", "influx.series_limit=2"]),
+        port,
+    );
+    let post = |path: &str, body: &[u8]| {
+        request_with(
+            &halite.addr,
+            "POST",
+            path,
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "snappy"),
+                ("X-Prometheus-Remote-Write-Version", "0.1.0"),
+            ],
+            body,
+        )
+        .expect("request")
+    };
+    let series = |name: &str, job: &str, samples: Vec<(f64, i64)>| Series {
+        labels: [("__name__", name), ("job", job)]
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        samples,
+    };
+    let stale = f64::from_bits(0x7ff0_0000_0000_0002);
+    let r = post(
+        "/api/v1/write",
+        &write_request(&[series("up", "a", vec![(1.0, 1_000), (stale, 2_000)])]),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    for (what, body) in [
+        ("not snappy", b"plain text".to_vec()),
+        (
+            "not protobuf",
+            snap::raw::Encoder::new()
+                .compress_vec(&[0x0f, 1])
+                .expect("c"),
+        ),
+        (
+            "no __name__",
+            write_request(&[series("", "a", vec![(1.0, 1_000)])]),
+        ),
+    ] {
+        let r = post("/api/v1/write", &body);
+        assert_eq!(r.status, 400, "{what}: {}", r.text());
+    }
+    // A third series passes the limit of 2: 503, and the known ones land.
+    let r = post(
+        "/api/v1/write",
+        &write_request(&[
+            series("up", "b", vec![(1.0, 1_000)]),
+            series("up", "c", vec![(1.0, 1_000)]),
+            series("up", "a", vec![(0.0, 3_000)]),
+        ]),
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("limit of 2 series"), "{}", r.text());
+    // Read `up{job="a"}` back: its three samples, the marker's bits kept.
+    let mut matcher = Vec::new();
+    for (field, text) in [(2u64, "job"), (3, "a")] {
+        halite::ingest::remote_write::encode_message(field, text.as_bytes(), &mut matcher);
+    }
+    let mut query = vec![0x08, 0x00, 0x10]; // start 0, end …
+    query.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    halite::ingest::remote_write::encode_message(3, &matcher, &mut query);
+    let mut read = Vec::new();
+    halite::ingest::remote_write::encode_message(1, &query, &mut read);
+    let r = post(
+        "/api/v1/read",
+        &snap::raw::Encoder::new().compress_vec(&read).expect("c"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(&r.body)
+        .expect("snappy answer");
+    // ReadResponse { results = 1 { timeseries = 1 } }: unwrap two levels.
+    let results = halite::ingest::remote_write::fields(&raw).expect("response");
+    let result = results[0].1.bytes();
+    let got = decode_series_list(result).expect("series");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        got[0].labels,
+        vec![
+            ("__name__".to_string(), "up".to_string()),
+            ("job".to_string(), "a".to_string())
+        ]
+    );
+    let samples: Vec<(u64, i64)> = got[0]
+        .samples
+        .iter()
+        .map(|(v, t)| (v.to_bits(), *t))
+        .collect();
+    assert_eq!(
+        samples,
+        vec![
+            (1f64.to_bits(), 1_000),
+            (stale.to_bits(), 2_000),
+            (0f64.to_bits(), 3_000)
+        ]
+    );
+    common::server::stop(halite);
+}
