@@ -39,16 +39,30 @@ pub(super) struct PromParams {
 }
 
 /// A plain-text refusal, as Prometheus logs it.
-fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
-    let mut resp = (status, message.into()).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    resp
+pub(super) struct Refusal {
+    status: StatusCode,
+    message: String,
 }
 
-fn store_refusal(e: &Error) -> Response {
+fn refuse(status: StatusCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        message: message.into(),
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, self.message).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+fn store_refusal(e: &Error) -> Refusal {
     let status = match e.kind() {
         ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
         ErrorKind::Unavailable | ErrorKind::Closed => StatusCode::SERVICE_UNAVAILABLE,
@@ -66,7 +80,7 @@ pub(super) fn is_remote_write(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/x-protobuf"))
 }
 
-fn samples_table(db: &str) -> Result<TableName, Response> {
+fn samples_table(db: &str) -> Result<TableName, Refusal> {
     TableName::parse(&format!("{db}:{SAMPLES_TABLE}")).map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -107,38 +121,40 @@ pub(super) async fn remote_write(
 ) -> Response {
     let body = match body {
         Ok(b) => b,
-        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")),
+        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")).into_response(),
     };
     if s.topics.is_some() {
         return refuse(
             StatusCode::NOT_IMPLEMENTED,
             "halite's cluster mode does not take Prometheus remote write yet: write to a single node",
-        );
+        )
+        .into_response();
     }
     let series = match remote_write::decode_write_request(&body) {
         Ok(series) => series,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
     let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
     let name = match samples_table(&db) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let state = s.clone();
     let done = tokio::task::spawn_blocking(move || write_series(&state, &name, &series)).await;
     match done {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Err(r)) => r,
+        Ok(Err(r)) => r.into_response(),
         Err(e) => refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("worker failed: {e}"),
-        ),
+        )
+        .into_response(),
     }
 }
 
-fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(), Response> {
+fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(), Refusal> {
     let catalog = s.store.catalog();
-    if !catalog.namespaces().iter().any(|n| *n == name.namespace) {
+    if !catalog.namespaces().contains(&name.namespace) {
         match catalog.create_namespace(&name.namespace) {
             Ok(()) | Err(Error::Conflict(_)) => {}
             Err(e) => return Err(store_refusal(&e)),
@@ -234,16 +250,16 @@ pub(super) async fn remote_read(
 ) -> Response {
     let body = match body {
         Ok(b) => b,
-        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")),
+        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")).into_response(),
     };
     let queries = match decode_read_request(&body) {
         Ok(q) => q,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e).into_response(),
     };
     let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
     let name = match samples_table(&db) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let state = s.clone();
     let answered = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
@@ -291,11 +307,12 @@ pub(super) async fn remote_read(
             h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("snappy"));
             resp
         }
-        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
         Err(e) => refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("worker failed: {e}"),
-        ),
+        )
+        .into_response(),
     }
 }
 

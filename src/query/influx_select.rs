@@ -700,7 +700,7 @@ fn aggregate_rows(
                 .entry(bucketed(p.time))
                 .or_insert_with(|| vec![Vec::new(); calls.len()]);
             for (i, (_, field, _)) in calls.iter().enumerate() {
-                if let Some(v) = p.fields.get(*field) {
+                if let Some(v) = p.fields.get(field) {
                     slot[i].push((p.time, order, v.clone()));
                 }
             }
