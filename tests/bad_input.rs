@@ -223,7 +223,7 @@ fn oversized_bodies_and_wrong_content_types_are_refused_before_anything_is_read(
     // Wrong content types.
     for (path, ct, body) in [
         (WRITE, "application/xml", b"<cpu/>".to_vec()),
-        (WRITE, "application/x-protobuf", vec![1, 2, 3]),
+        (WRITE, "application/msgpack", vec![1, 2, 3]),
         ("/api/v1/query", "text/xml", b"<q/>".to_vec()),
         (
             "/api/v1/tables",
@@ -237,6 +237,11 @@ fn oversized_bodies_and_wrong_content_types_are_refused_before_anything_is_read(
         assert_eq!(code, "unsupported_media_type");
         assert!(msg.contains("application/json"), "{msg}");
     }
+    // Protobuf is Prometheus' remote write: a body that is not one is a
+    // 400 naming what it must be, and nothing is written.
+    let r = request(a, "POST", WRITE, Some("application/x-protobuf"), &[1, 2, 3]).expect("call");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("snappy"), "{}", r.text());
     // A JSON body sent as line protocol (no type) is a clear 400.
     let r = request(a, "POST", "/api/v1/query", None, b"cpu v=1").expect("query");
     assert_eq!(r.status, 400, "{}", r.text());

@@ -184,19 +184,7 @@ fn prometheus_reads_back_through_halite_what_it_wrote() {
     common::server::stop(halite);
 }
 
-/// A remote-write body: `series` as a snappy-compressed `WriteRequest`.
-fn write_request(series: &[halite::ingest::remote_write::Series]) -> Vec<u8> {
-    use halite::ingest::remote_write::{encode_message, encode_series};
-    let mut raw = Vec::new();
-    for s in series {
-        let mut ts = Vec::new();
-        encode_series(s, &mut ts);
-        encode_message(1, &ts, &mut raw);
-    }
-    snap::raw::Encoder::new()
-        .compress_vec(&raw)
-        .expect("compress")
-}
+use halite::ingest::remote_write::encode_write_request as write_request;
 
 /// What Prometheus' client does with each answer: 4xx drops the batch, so
 /// only what cannot be fixed is 4xx; a series limit is 503 (retried); a

