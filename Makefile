@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster crash torture soak fuzz lint fmt clean
+.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom crash torture soak fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -94,6 +94,12 @@ bench-kafka: venv
 ## SIGKILL.
 bench-cluster: venv tools
 	$(CARGO) bench --bench cluster
+
+## Prometheus remote write (issue #23): the same WriteRequest bodies into
+## halite and VictoriaMetrics (samples/s, CPU per sample), then remote
+## read of a day of one series and of 100 series from halite.
+bench-prom: bench-peers
+	$(CARGO) bench --bench remote_write
 
 ## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
 crash:
