@@ -235,3 +235,27 @@ pub struct AggregatePage {
     /// As [`QueryPage::partial`].
     pub partial: Vec<u64>,
 }
+
+/// The scan of one series of a table of open tag sets (`series` as
+/// `KeySchema::tag_series` gives it) over times `[lo, hi]` in the key's
+/// unit: its keys run newest first, so the scan starts at `hi` and stops
+/// below `lo` (a negative bound counts as 0).
+pub fn series_time_scan(
+    schema: &crate::key::KeySchema,
+    series: &[u8],
+    lo: i64,
+    hi: i64,
+) -> crate::region::read::Scan {
+    let prefix = schema.tag_series_prefix(series);
+    let at = |t: i64| -> Vec<u8> {
+        let mut k = prefix.clone();
+        k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
+        k
+    };
+    crate::region::read::Scan {
+        start: Some(at(hi)),
+        stop: (lo > 0).then(|| at(lo - 1)),
+        prefix: Some(prefix.clone()),
+        ..crate::region::read::Scan::default()
+    }
+}

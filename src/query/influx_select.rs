@@ -10,7 +10,6 @@ use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectE
 use crate::catalog::TableName;
 use crate::error::Error;
 use crate::key::{KeySchema, TagKey};
-use crate::region::read::Scan;
 use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
@@ -272,26 +271,13 @@ fn read_series(
     range: &SeriesRange,
     keep: impl Fn(&Point) -> bool,
 ) -> Result<Vec<Point>, String> {
-    let prefix = schema.tag_series_prefix(series);
-    let at = |t: i64| -> Vec<u8> {
-        let mut k = prefix.clone();
-        k.extend_from_slice(&(u64::MAX - t as u64).to_be_bytes());
-        k
-    };
-    let mut columns = crate::region::read::Columns::all();
+    let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
     if let Some(fields) = range.fields.filter(|f| !f.is_empty()) {
-        columns.columns = fields
+        scan.columns.columns = fields
             .iter()
             .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
             .collect();
     }
-    let scan = Scan {
-        start: Some(at(range.hi)),
-        stop: (range.lo > 0).then(|| at(range.lo - 1)),
-        prefix: Some(prefix.clone()),
-        columns,
-        ..Scan::default()
-    };
     let mut scanner = store.scanner(table, &scan).map_err(invalid)?;
     let mut points = Vec::new();
     while let Some(row) = scanner.next_row().map_err(invalid)? {

@@ -5,7 +5,6 @@
 use crate::catalog::TableName;
 use crate::error::Error;
 use crate::key::TagKey;
-use crate::region::read::Scan;
 use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
@@ -81,18 +80,7 @@ pub fn read(
         if !accepted || end_ms < start_ms || end_ms < 0 {
             continue;
         }
-        let prefix = schema.tag_series_prefix(&s.key);
-        let at = |t: i64| -> Vec<u8> {
-            let mut k = prefix.clone();
-            k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
-            k
-        };
-        let scan = Scan {
-            start: Some(at(end_ms)),
-            stop: (start_ms > 0).then(|| at(start_ms - 1)),
-            prefix: Some(prefix.clone()),
-            ..Scan::default()
-        };
+        let scan = super::series_time_scan(&schema, &s.key, start_ms, end_ms);
         let mut scanner = store
             .scanner(table, &scan)
             .map_err(|e: Error| e.to_string())?;
