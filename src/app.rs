@@ -123,6 +123,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         telemetry,
         tag_sets: Arc::new(crate::series::TagSets::new()),
         influx: config.influx.clone(),
+        prometheus: config.prometheus.clone(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -56,6 +56,7 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub log: LogConfig,
     pub influx: InfluxConfig,
+    pub prometheus: PrometheusConfig,
 }
 
 /// `[influx]`: the InfluxDB 1.x protocol (`/write`, `/query`, `/ping`).
@@ -76,6 +77,30 @@ impl Default for InfluxConfig {
         InfluxConfig {
             buckets: 4,
             series_limit: 1_000_000,
+        }
+    }
+}
+
+/// `[prometheus]`: remote write and remote read (`/api/v1/write`,
+/// `/api/v1/read`). Samples go into the tables `[influx]` describes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrometheusConfig {
+    /// Most samples one remote-write request may hold (default
+    /// 1,000,000; Prometheus sends `queue_config.max_samples_per_send`,
+    /// 500 or 2,000 by default); a larger request is answered 400.
+    pub max_samples_per_request: usize,
+    /// Most samples one remote-read request may answer (default
+    /// 50,000,000, as Prometheus' `--storage.remote.read-sample-limit`);
+    /// past it the request is answered 400.
+    pub max_read_samples: usize,
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        PrometheusConfig {
+            max_samples_per_request: 1_000_000,
+            max_read_samples: 50_000_000,
         }
     }
 }
@@ -253,6 +278,7 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             log: LogConfig::default(),
             influx: InfluxConfig::default(),
+            prometheus: PrometheusConfig::default(),
         }
     }
 }

@@ -7,10 +7,8 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http::free_port;
@@ -50,39 +48,6 @@ fn exposition(n: u64) -> String {
     )
 }
 
-/// A static exporter on a loopback port; stops with the flag.
-fn exporter(stop: Arc<AtomicBool>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    listener.set_nonblocking(true).expect("nonblocking");
-    let scrapes = AtomicU64::new(0);
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            let Ok((mut conn, _)) = listener.accept() else {
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            };
-            let _ = conn.set_nonblocking(false);
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut buf = [0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let body = exposition(scrapes.fetch_add(1, Ordering::Relaxed));
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    addr
-}
-
 /// A result set in a comparable order (by its series' labels).
 fn sorted(answer: &Json) -> Json {
     let mut result = answer["data"]["result"]
@@ -102,7 +67,7 @@ fn prometheus_reads_back_through_halite_what_it_wrote() {
         port,
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let exporter = exporter(stop.clone());
+    let exporter = common::prometheus::exporter(stop.clone(), exposition);
     let writer = Prometheus::with_config(
         &dir.path().join("writer"),
         &format!(
@@ -192,11 +157,22 @@ use halite::ingest::remote_write::encode_write_request as write_request;
 #[test]
 fn remote_write_refusals_are_what_prometheus_expects() {
     use common::http::request_with;
-    use halite::ingest::remote_write::{Series, decode_series_list};
+    use halite::ingest::remote_write::Series;
     let dir = tempfile::tempdir().expect("temp dir");
     let port = free_port();
     let halite = spawn_ready(
-        command(dir.path(), port, &["--set", "influx.series_limit=2"]),
+        command(
+            dir.path(),
+            port,
+            &[
+                "--set",
+                "influx.series_limit=2",
+                "--set",
+                "prometheus.max_samples_per_request=3",
+                "--set",
+                "prometheus.max_read_samples=3",
+            ],
+        ),
         port,
     );
     let post = |path: &str, body: &[u8]| {
@@ -255,27 +231,9 @@ fn remote_write_refusals_are_what_prometheus_expects() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.text().contains("limit of 2 series"), "{}", r.text());
     // Read `up{job="a"}` back: its three samples, the marker's bits kept.
-    let mut matcher = Vec::new();
-    for (field, text) in [(2u64, "job"), (3, "a")] {
-        halite::ingest::remote_write::encode_message(field, text.as_bytes(), &mut matcher);
-    }
-    let mut query = vec![0x08, 0x00, 0x10]; // start 0, end …
-    query.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
-    halite::ingest::remote_write::encode_message(3, &matcher, &mut query);
-    let mut read = Vec::new();
-    halite::ingest::remote_write::encode_message(1, &query, &mut read);
-    let r = post(
-        "/api/v1/read",
-        &snap::raw::Encoder::new().compress_vec(&read).expect("c"),
-    );
+    let r = post("/api/v1/read", &read_request(&[("job", "a")], None));
     assert_eq!(r.status, 200, "{}", r.text());
-    let raw = snap::raw::Decoder::new()
-        .decompress_vec(&r.body)
-        .expect("snappy answer");
-    // ReadResponse { results = 1 { timeseries = 1 } }: unwrap two levels.
-    let results = halite::ingest::remote_write::fields(&raw).expect("response");
-    let result = results[0].1.bytes();
-    let got = decode_series_list(result).expect("series");
+    let got = read_answer(&r.body);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
         got[0].labels,
@@ -297,5 +255,73 @@ fn remote_write_refusals_are_what_prometheus_expects() {
             (0f64.to_bits(), 3_000)
         ]
     );
+    // A series lookup (Prometheus' /api/v1/series hints `func: "series"`)
+    // lists the same series, with one sample each rather than all.
+    let r = post(
+        "/api/v1/read",
+        &read_request(&[("__name__", "up")], Some("series")),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listed = read_answer(&r.body);
+    let jobs: Vec<(&str, usize)> = listed
+        .iter()
+        .map(|s| (s.labels[1].1.as_str(), s.samples.len()))
+        .collect();
+    assert_eq!(jobs, vec![("a", 1), ("b", 1)]);
+    // Bounds: more samples in one write than the limit (3) is 400; a read
+    // answering more than its limit (3) is 400, naming the settings.
+    let four = write_request(&[series(
+        "up",
+        "a",
+        (4..8).map(|t| (1.0, t * 1_000)).collect(),
+    )]);
+    let r = post("/api/v1/write", &four);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("max_samples_per_request"), "{}", r.text());
+    let r = post("/api/v1/read", &read_request(&[("__name__", "up")], None));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("max_read_samples"), "{}", r.text());
+    // A body claiming to decompress to 100 MiB is refused before the
+    // allocation, on either path.
+    let bomb = [0x80, 0x80, 0x80, 0x32, 0x00];
+    for path in ["/api/v1/read", "/api/v1/write"] {
+        let r = post(path, &bomb);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(r.text().contains("over the limit"), "{path}: {}", r.text());
+    }
     common::server::stop(halite);
+}
+
+/// A snappy `ReadRequest` of one query over all time with `Equal`
+/// matchers, and hints naming `func` when given.
+fn read_request(matchers: &[(&str, &str)], func: Option<&str>) -> Vec<u8> {
+    use halite::ingest::remote_write::encode_message;
+    let mut query = vec![0x08, 0x00, 0x10]; // start 0, end 2^32 - 1 ms
+    query.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    for (name, value) in matchers {
+        let mut matcher = Vec::new();
+        encode_message(2, name.as_bytes(), &mut matcher);
+        encode_message(3, value.as_bytes(), &mut matcher);
+        encode_message(3, &matcher, &mut query);
+    }
+    if let Some(func) = func {
+        let mut hints = Vec::new();
+        encode_message(2, func.as_bytes(), &mut hints);
+        encode_message(4, &hints, &mut query);
+    }
+    let mut read = Vec::new();
+    encode_message(1, &query, &mut read);
+    snap::raw::Encoder::new()
+        .compress_vec(&read)
+        .expect("snappy")
+}
+
+/// The series of a `ReadResponse` with one query's result.
+fn read_answer(body: &[u8]) -> Vec<halite::ingest::remote_write::Series> {
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(body)
+        .expect("snappy answer");
+    // ReadResponse { results = 1 { timeseries = 1 } }: unwrap two levels.
+    let results = halite::ingest::remote_write::fields(&raw).expect("response");
+    halite::ingest::remote_write::decode_series_list(results[0].1.bytes()).expect("series")
 }

@@ -144,6 +144,21 @@ pub(super) async fn remote_write(
         Ok(series) => series,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
+    let samples: usize = series.iter().map(|one| one.samples.len()).sum();
+    let limit = s.prometheus.max_samples_per_request;
+    if samples > limit {
+        // Retrying cannot help, so 400: Prometheus drops the batch and
+        // logs this, which names the setting on either side to change.
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the request holds {samples} samples, over the limit of {limit} \
+                 (prometheus.max_samples_per_request): lower the sender's \
+                 queue_config.max_samples_per_send or raise the limit"
+            ),
+        )
+        .into_response();
+    }
 
     let state = s.clone();
     let done = tokio::task::spawn_blocking(move || write_series(&state, &name, &series)).await;
@@ -264,27 +279,49 @@ pub(super) async fn remote_read(
     };
 
     let state = s.clone();
-    let answered = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+    let answered = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Refusal> {
+        let internal = |e: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, e);
         let mut response = Vec::new();
+        let mut budget = state.prometheus.max_read_samples;
         for q in &queries {
             let series = match state.store.table(&name) {
                 Ok(_) => {
                     let dictionary = state
                         .tag_sets
                         .dictionary(&state.store, &name.namespace)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| internal(e.to_string()))?;
+                    let wanted = prom_read::ReadRange {
+                        start_ms: q.start_ms,
+                        end_ms: q.end_ms,
+                        labels_only: q.labels_only,
+                    };
                     prom_read::read(
                         &state.store,
                         &dictionary,
                         &name,
                         &q.matchers,
-                        q.start_ms,
-                        q.end_ms,
-                    )?
+                        wanted,
+                        budget,
+                    )
+                    .map_err(|e| match e {
+                        prom_read::ReadError::TooManySamples(limit) => refuse(
+                            StatusCode::BAD_REQUEST,
+                            format!(
+                                "the read would answer more than {limit} samples \
+                                     (prometheus.max_read_samples): narrow the time range \
+                                     or the matchers, or raise the limit"
+                            ),
+                        ),
+                        other => refuse(StatusCode::BAD_REQUEST, other.to_string()),
+                    })?
                 }
                 Err(Error::NotFound(_)) => Vec::new(),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(store_refusal(&e)),
             };
+            budget -= series
+                .iter()
+                .map(|(_, samples)| samples.len())
+                .sum::<usize>();
             let mut result = Vec::new();
             for (labels, samples) in series {
                 let mut ts = Vec::new();
@@ -295,7 +332,7 @@ pub(super) async fn remote_read(
         }
         snap::raw::Encoder::new()
             .compress_vec(&response)
-            .map_err(|e| e.to_string())
+            .map_err(|e| internal(e.to_string()))
     })
     .await;
     match answered {
@@ -309,7 +346,7 @@ pub(super) async fn remote_read(
             h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("snappy"));
             resp
         }
-        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+        Ok(Err(r)) => r.into_response(),
         Err(e) => refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("worker failed: {e}"),
@@ -323,14 +360,26 @@ struct ReadQuery {
     start_ms: i64,
     end_ms: i64,
     matchers: Vec<Matcher>,
+    /// The query's hints say `func: "series"`: Prometheus' label and
+    /// series lookups (`/api/v1/series`, Grafana's `label_values`) want
+    /// which series have samples, not the samples.
+    labels_only: bool,
 }
 
 /// `ReadRequest { repeated Query queries = 1; … }`, `Query { int64
 /// start_timestamp_ms = 1; int64 end_timestamp_ms = 2; repeated
-/// LabelMatcher matchers = 3; … }`, `LabelMatcher { Type type = 1; string
-/// name = 2; string value = 3; }` (EQ, NEQ, RE, NRE).
+/// LabelMatcher matchers = 3; ReadHints hints = 4; }`, `LabelMatcher {
+/// Type type = 1; string name = 2; string value = 3; }` (EQ, NEQ, RE,
+/// NRE), `ReadHints { int64 step_ms = 1; string func = 2; … }`.
 fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
-    use crate::ingest::remote_write::fields;
+    use crate::ingest::remote_write::{MAX_DECOMPRESSED, fields};
+    let len = snap::raw::decompress_len(body)
+        .map_err(|e| format!("the body is not snappy-compressed: {e}"))?;
+    if len > MAX_DECOMPRESSED {
+        return Err(format!(
+            "the body decompresses to {len} bytes, over the limit of {MAX_DECOMPRESSED}"
+        ));
+    }
     let raw = snap::raw::Decoder::new()
         .decompress_vec(body)
         .map_err(|e| format!("the body is not snappy-compressed: {e}"))?;
@@ -343,6 +392,7 @@ fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
             start_ms: 0,
             end_ms: i64::MAX,
             matchers: Vec::new(),
+            labels_only: false,
         };
         for (field, v) in fields(q.bytes())? {
             match field {
@@ -376,6 +426,11 @@ fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
                         }
                     }
                     query.matchers.push(m);
+                }
+                4 => {
+                    query.labels_only = fields(v.bytes())?
+                        .iter()
+                        .any(|(field, func)| *field == 2 && func.bytes() == b"series");
                 }
                 _ => {}
             }

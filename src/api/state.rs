@@ -39,6 +39,7 @@ pub struct AppState {
     /// Every namespace's UID dictionary and series (open tag sets).
     pub tag_sets: Arc<crate::series::TagSets>,
     pub influx: crate::config::InfluxConfig,
+    pub prometheus: crate::config::PrometheusConfig,
 }
 
 /// Query parameters, read strictly: an unknown or malformed one is a 400

@@ -30,34 +30,54 @@ pub struct Matcher {
 /// (`__name__` among them), samples (value, ms) oldest first.
 pub type PromSeries = (Vec<(String, String)>, Vec<(f64, i64)>);
 
+/// What a read wants of each series.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadRange {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// Only which series have a sample in the range: each comes with its
+    /// first sample alone, read without scanning the rest.
+    pub labels_only: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("bad regex `{0}`: {1}")]
+    BadRegex(String, String),
+    #[error("the read would answer more than {0} samples")]
+    TooManySamples(usize),
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
 /// The series of `table` that every matcher accepts (a missing label
 /// compares as ""), with their samples in `[start_ms, end_ms]`, sorted by
-/// labels. A series with no sample in the range is left out.
+/// labels. A series with no sample in the range is left out. More than
+/// `max_samples` samples in all is [`ReadError::TooManySamples`].
 pub fn read(
     store: &Store,
     dictionary: &Dictionary,
     table: &TableName,
     matchers: &[Matcher],
-    start_ms: i64,
-    end_ms: i64,
-) -> Result<Vec<PromSeries>, String> {
+    range: ReadRange,
+    max_samples: usize,
+) -> Result<Vec<PromSeries>, ReadError> {
+    let ReadRange {
+        start_ms, end_ms, ..
+    } = range;
     let mut compiled = Vec::with_capacity(matchers.len());
     for m in matchers {
         let re = match m.op {
             MatchOp::Regex | MatchOp::NotRegex => Some(
                 regex_lite::Regex::new(&format!("^(?:{})$", m.value))
-                    .map_err(|e| format!("bad regex `{}`: {e}", m.value))?,
+                    .map_err(|e| ReadError::BadRegex(m.value.clone(), e.to_string()))?,
             ),
             _ => None,
         };
         compiled.push((m, re));
     }
-    let schema = store
-        .table(table)
-        .map_err(|e| e.to_string())?
-        .desc
-        .key
-        .clone();
+    let schema = store.table(table)?.desc.key.clone();
+    let mut answered = 0usize;
     let mut out = Vec::new();
     for s in dictionary.series_of(&table.table) {
         let mut labels: Vec<(String, String)> = std::iter::once(("__name__".to_string(), s.metric))
@@ -81,11 +101,9 @@ pub fn read(
             continue;
         }
         let scan = super::series_time_scan(&schema, &s.key, start_ms, end_ms);
-        let mut scanner = store
-            .scanner(table, &scan)
-            .map_err(|e: Error| e.to_string())?;
+        let mut scanner = store.scanner(table, &scan)?;
         let mut samples = Vec::new();
-        while let Some(row) = scanner.next_row().map_err(|e| e.to_string())? {
+        while let Some(row) = scanner.next_row()? {
             let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
                 continue;
             };
@@ -95,7 +113,14 @@ pub fn read(
                 .find(|c| &c.qualifier[..] == b"value")
                 .and_then(|c| Value::decode(&c.value));
             if let Some(Value::Float(v)) = value {
+                answered += 1;
+                if answered > max_samples {
+                    return Err(ReadError::TooManySamples(max_samples));
+                }
                 samples.push((v, time as i64));
+                if range.labels_only {
+                    break;
+                }
             }
         }
         if samples.is_empty() {

@@ -4,8 +4,12 @@
 //! write and read tests.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
@@ -83,7 +87,16 @@ impl Prometheus {
         ))
     }
 
-    fn get(&self, path: &str) -> Json {
+    /// A range query, as Grafana's panels send it.
+    pub fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Json {
+        self.get(&format!(
+            "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step}",
+            percent_encode(expr)
+        ))
+    }
+
+    /// `GET path` of Prometheus' HTTP API, its JSON answer (status 200).
+    pub fn get(&self, path: &str) -> Json {
         let r = request(&self.addr, "GET", path, None, b"").expect("prometheus query");
         assert_eq!(r.status, 200, "{path}: {}", r.text());
         serde_json::from_slice(&r.body).expect("json")
@@ -95,6 +108,43 @@ impl Prometheus {
             .expect("prometheus metrics")
             .text()
     }
+}
+
+/// An exporter on a loopback port whose `n`th scrape answers
+/// `exposition(n)`; it stops with the flag. Returns its address.
+pub fn exporter(
+    stop: Arc<AtomicBool>,
+    exposition: impl Fn(u64) -> String + Send + 'static,
+) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let scrapes = AtomicU64::new(0);
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((mut conn, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let _ = conn.set_nonblocking(false);
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body = exposition(scrapes.fetch_add(1, Ordering::Relaxed));
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
 }
 
 pub fn percent_encode(s: &str) -> String {
