@@ -330,9 +330,25 @@ fn every_cluster_dashboard_query_returns_data_from_a_real_prometheus() {
     server::stop(a);
 }
 
-/// The data explorer's structure: InfluxQL targets on the `$datasource`
-/// variable (an InfluxDB data source), the variables each panel names,
-/// and the provisioned data source it is meant for.
+/// The explorer's panels on data sources of `kind` (`influxdb` or
+/// `prometheus`), those inside collapsed rows among them.
+fn explorer_panels(d: &Json, kind: &str) -> Vec<Json> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        let nested = p["panels"].as_array().into_iter().flatten();
+        for q in std::iter::once(p).chain(nested) {
+            if q["type"] != "row" && q["datasource"]["type"] == kind {
+                out.push(q.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The data explorer's structure: a row of InfluxQL panels on the
+/// `$datasource` variable (an InfluxDB data source) and a row of PromQL
+/// panels on `$promsource` (a Prometheus), the variables each names, and
+/// the provisioned data sources it is meant for.
 fn check_explorer_structure(d: &Json) {
     assert!(d["schemaVersion"].as_u64().expect("schemaVersion") >= 30);
     assert_eq!(d["uid"], "halite-explorer");
@@ -340,13 +356,35 @@ fn check_explorer_structure(d: &Json) {
     let names: Vec<&str> = vars.iter().filter_map(|v| v["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["datasource", "measurement", "field", "tag", "value"]
+        [
+            "datasource",
+            "measurement",
+            "field",
+            "tag",
+            "value",
+            "promsource",
+            "metric",
+            "label",
+            "label_value"
+        ]
     );
     assert_eq!(vars[0]["query"], "influxdb");
+    assert_eq!(vars[5]["query"], "prometheus");
     let mut ids = BTreeSet::new();
     for p in d["panels"].as_array().expect("panels") {
+        let nested = p["panels"].as_array().into_iter().flatten();
+        for q in std::iter::once(p).chain(nested) {
+            let title = q["title"].as_str().expect("title");
+            assert!(ids.insert(q["id"].as_u64().expect("id")), "{title}: id");
+        }
+    }
+    let (influxql, promql) = (
+        explorer_panels(d, "influxdb"),
+        explorer_panels(d, "prometheus"),
+    );
+    assert!(influxql.len() >= 10 && promql.len() >= 10);
+    for p in &influxql {
         let title = p["title"].as_str().expect("title");
-        assert!(ids.insert(p["id"].as_u64().expect("id")), "{title}: id");
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
         for t in p["targets"].as_array().expect("targets") {
             assert_eq!(t["rawQuery"], true, "{title}");
@@ -356,17 +394,66 @@ fn check_explorer_structure(d: &Json) {
             }
         }
     }
-    let provisioned =
-        std::fs::read_to_string(repo("grafana/provisioning/datasources/influxdb.yaml"))
-            .expect("influxdb.yaml");
-    for n in [
-        "apiVersion: 1",
-        "type: influxdb",
-        "dbName: demo",
-        "url: http://127.0.0.1:8070",
-    ] {
-        assert!(provisioned.contains(n), "influxdb.yaml lacks `{n}`");
+    for p in &promql {
+        let title = p["title"].as_str().expect("title");
+        assert_eq!(p["datasource"]["uid"], "${promsource}", "{title}");
+        for t in p["targets"].as_array().expect("targets") {
+            let q = t["expr"].as_str().expect("expr");
+            for needle in ["$metric", "$label_value"] {
+                assert!(q.contains(needle), "{title}: {q} lacks {needle}");
+            }
+        }
     }
+    for (file, needles) in [
+        (
+            "grafana/provisioning/datasources/influxdb.yaml",
+            &[
+                "apiVersion: 1",
+                "type: influxdb",
+                "dbName: demo",
+                "url: http://127.0.0.1:8070",
+            ][..],
+        ),
+        (
+            "grafana/provisioning/datasources/halite-promql.yaml",
+            &[
+                "apiVersion: 1",
+                "type: prometheus",
+                "uid: halite-promql",
+                "url: http://127.0.0.1:9091",
+            ][..],
+        ),
+        (
+            "configs/prometheus-reader.yml",
+            &[
+                "remote_read:",
+                "url: http://127.0.0.1:8070/api/v1/read",
+                "read_recent: true",
+            ][..],
+        ),
+        (
+            "configs/prometheus.yml",
+            &["remote_write:", "url: http://127.0.0.1:8070/api/v1/write"][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(repo(file)).expect(file);
+        for n in needles {
+            assert!(text.contains(n), "{file} lacks `{n}`");
+        }
+    }
+    // Prometheus' own check of the two configurations the README starts.
+    let checked = Command::new("promtool")
+        .args(["check", "config", "--syntax-only"])
+        .arg(repo("configs/prometheus.yml"))
+        .arg(repo("configs/prometheus-reader.yml"))
+        .output()
+        .expect("promtool: install Debian's `prometheus` package (.ci/run does)");
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }
 
 /// What Grafana's InfluxDB data source sends for a raw InfluxQL query:
@@ -480,7 +567,7 @@ fn every_explorer_query_answers_from_halite_as_from_influxdb() {
             .collect();
         let picked: Vec<String> = pick.iter().map(|i| values[*i].clone()).collect();
         chosen.push(("value", format!("({})", picked.join("|"))));
-        for p in d["panels"].as_array().expect("panels") {
+        for p in explorer_panels(&d, "influxdb") {
             for t in p["targets"].as_array().expect("targets") {
                 let q = interpolate(
                     t["query"].as_str().expect("query"),
@@ -493,6 +580,279 @@ fn every_explorer_query_answers_from_halite_as_from_influxdb() {
             }
         }
     }
-    assert_eq!(compared, 2 * d["panels"].as_array().map_or(0, Vec::len));
+    assert_eq!(compared, 2 * explorer_panels(&d, "influxdb").len());
+    server::stop(halite);
+}
+
+/// The exporter behind the PromQL explorer test at its `n`th scrape:
+/// temperatures by room and floor, requests by code.
+fn rooms(n: u64) -> String {
+    let mut out = String::from("# TYPE explore_temperature gauge\n");
+    for (i, (room, floor)) in [
+        ("kitchen", "0"),
+        ("hall", "0"),
+        ("study", "1"),
+        ("attic", "2"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let v = 18.0 + i as f64 + ((n + i as u64) % 7) as f64 * 0.25;
+        out.push_str(&format!(
+            "explore_temperature{{room=\"{room}\",floor=\"{floor}\"}} {v}\n"
+        ));
+    }
+    out.push_str("# TYPE explore_requests_total counter\n");
+    for (i, code) in ["200", "404", "500"].iter().enumerate() {
+        out.push_str(&format!(
+            "explore_requests_total{{code=\"{code}\"}} {}\n",
+            n * (9 - 3 * i as u64) + n % 2
+        ));
+    }
+    out
+}
+
+/// What Grafana's Prometheus data source sends: `$__interval`,
+/// `$__rate_interval` and `$__range` expanded, variables substituted
+/// (longest name first, so `$label_value` is not read as `$label`).
+fn interpolate_promql(
+    expr: &str,
+    vars: &[(&str, String)],
+    range_s: u64,
+    interval_s: u64,
+) -> String {
+    // Grafana: max($__interval + scrape interval, 4 × scrape interval),
+    // the scrape interval being the data source's (1 s here).
+    let rate_interval = (interval_s + 1).max(4);
+    let mut all: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (format!("${k}"), v.clone()))
+        .collect();
+    all.push(("$__interval".into(), format!("{interval_s}s")));
+    all.push(("$__rate_interval".into(), format!("{rate_interval}s")));
+    all.push(("$__range".into(), format!("{range_s}s")));
+    all.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+    let mut q = expr.to_string();
+    for (k, v) in all {
+        q = q.replace(&k, &v);
+    }
+    q
+}
+
+/// The values a `label_values(selector, label)` variable lists, asked as
+/// Grafana asks a Prometheus without the labels-match API: the series of
+/// the selector over the dashboard's range.
+fn label_values(p: &Prometheus, query: &str, from: f64, to: f64) -> Vec<String> {
+    let inner = query
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(')'))
+        .expect("label_values(…)");
+    let (selector, label) = inner
+        .rsplit_once(',')
+        .expect("label_values(selector, label)");
+    let answer = p.get(&format!(
+        "/api/v1/series?match[]={}&start={from:.3}&end={to:.3}",
+        percent_encode(selector.trim())
+    ));
+    assert_eq!(answer["status"], "success", "{query}: {answer}");
+    let values: BTreeSet<String> = answer["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s[label.trim()].as_str().map(str::to_string))
+        .collect();
+    values.into_iter().collect()
+}
+
+/// A `query_result(expr)` variable: each series of the instant answer as
+/// Grafana writes it (`name{k="v",…} value ms`), then the variable's
+/// regex, every match of a global one.
+fn query_result_values(p: &Prometheus, query: &str, regex: &str, at: f64) -> Vec<String> {
+    let expr = query
+        .strip_prefix("query_result(")
+        .and_then(|q| q.strip_suffix(')'))
+        .expect("query_result(…)");
+    let answer = p.query_at(expr, at);
+    assert_eq!(answer["status"], "success", "{query}: {answer}");
+    let pattern = regex
+        .strip_prefix('/')
+        .and_then(|r| r.strip_suffix("/g"))
+        .expect("a global /regex/g");
+    let re = regex_lite::Regex::new(pattern).expect("regex");
+    let mut out = BTreeSet::new();
+    for series in answer["data"]["result"].as_array().into_iter().flatten() {
+        let mut metric = series["metric"].as_object().cloned().unwrap_or_default();
+        let name = metric
+            .remove("__name__")
+            .and_then(|n| n.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let labels: Vec<String> = metric
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", v.as_str().unwrap_or_default()))
+            .collect();
+        let text = format!(
+            "{name}{{{}}} {} {}",
+            labels.join(","),
+            series["value"][1].as_str().unwrap_or_default(),
+            series["value"][0]
+        );
+        for c in re.captures_iter(&text) {
+            out.insert(c[1].to_string());
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The explorer's PromQL row through Grafana's Prometheus data source: a
+/// real Prometheus scrapes an exporter and remote-writes to halite; a
+/// second, with an empty TSDB, reads halite through remote read, as
+/// `configs/prometheus-reader.yml` does for `grafana/provisioning`'s
+/// `halite-promql` data source. Every variable and panel query, as
+/// Grafana sends it, answers through the reader as through the writer's
+/// own TSDB, with data.
+#[test]
+fn every_explorer_promql_query_answers_through_halite_as_from_prometheus() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let d = load("grafana/dashboards/halite-explorer.json");
+    check_explorer_structure(&d);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = server::spawn_ready(
+        server::command(&dir.path().join("halite"), port, &[] as &[&str]),
+        port,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let exporter = common::prometheus::exporter(stop.clone(), rooms);
+    let writer = Prometheus::with_config(
+        &dir.path().join("writer"),
+        &format!(
+            "global:\n  scrape_interval: 1s\n\
+             scrape_configs:\n  - job_name: rooms\n    static_configs:\n      - targets: ['{exporter}']\n\
+             remote_write:\n  - url: http://{}/api/v1/write\n    queue_config:\n      \
+             batch_send_deadline: 1s\n      min_backoff: 100ms\n      max_backoff: 1s\n",
+            halite.addr
+        ),
+    );
+    let reader_config = std::fs::read_to_string(repo("configs/prometheus-reader.yml"))
+        .expect("configs/prometheus-reader.yml")
+        .replace("127.0.0.1:8070", &halite.addr);
+    let reader = Prometheus::with_config(&dir.path().join("reader"), &reader_config);
+    std::thread::sleep(Duration::from_secs(16));
+    // Grafana's range ends here (every sample before it has been sent:
+    // batches go each second); 12 s of it, a 2 s interval.
+    let to = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+        - 4.0)
+        .floor();
+    let (range_s, interval_s) = (12u64, 2u64);
+    let from = to - range_s as f64;
+    let vars = d["templating"]["list"]
+        .as_array()
+        .expect("templating")
+        .clone();
+    let var = |name: &str| {
+        vars.iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no ${name}"))
+            .clone()
+    };
+    let both_lists = |f: &dyn Fn(&Prometheus) -> Vec<String>, what: &str| {
+        let (a, b) = (f(&writer), f(&reader));
+        assert!(!a.is_empty(), "{what}: the writer lists nothing");
+        assert_eq!(a, b, "{what}");
+        a
+    };
+    let metric_query = var("metric")["query"].as_str().expect("query").to_string();
+    let metrics = both_lists(&|p| label_values(p, &metric_query, from, to), &metric_query);
+    for m in ["explore_temperature", "explore_requests_total", "up"] {
+        assert!(metrics.iter().any(|x| x == m), "{m} not in {metrics:?}");
+    }
+    let mut compared = 0;
+    for (metric, label, pick) in [
+        ("explore_temperature", "room", Some(vec!["hall", "kitchen"])),
+        ("explore_requests_total", "code", None),
+    ] {
+        let mut chosen: Vec<(&str, String)> = vec![("metric", metric.to_string())];
+        let label_var = var("label");
+        let q = interpolate_promql(
+            label_var["query"].as_str().expect("q"),
+            &chosen,
+            range_s,
+            interval_s,
+        );
+        let regex = label_var["regex"].as_str().expect("regex").to_string();
+        let labels = both_lists(&|p| query_result_values(p, &q, &regex, to), &q);
+        assert!(
+            labels.iter().any(|l| l == label),
+            "{label} not in {labels:?}"
+        );
+        chosen.push(("label", label.to_string()));
+        let q = interpolate_promql(
+            var("label_value")["query"].as_str().expect("q"),
+            &chosen,
+            range_s,
+            interval_s,
+        );
+        let values = both_lists(&|p| label_values(p, &q, from, to), &q);
+        let value = match &pick {
+            // A multi-value selection: Grafana's regex of the values.
+            Some(picked) => {
+                for v in picked {
+                    assert!(values.iter().any(|x| x == v), "{v} not in {values:?}");
+                }
+                format!("({})", picked.join("|"))
+            }
+            // "All": the variable's allValue.
+            None => var("label_value")["allValue"]
+                .as_str()
+                .expect("allValue")
+                .to_string(),
+        };
+        chosen.push(("label_value", value));
+        for p in explorer_panels(&d, "prometheus") {
+            let title = p["title"].as_str().expect("title");
+            for t in p["targets"].as_array().expect("targets") {
+                let expr = interpolate_promql(
+                    t["expr"].as_str().expect("expr"),
+                    &chosen,
+                    range_s,
+                    interval_s,
+                );
+                let (a, b) = if t["instant"] == true {
+                    (writer.query_at(&expr, to), reader.query_at(&expr, to))
+                } else {
+                    // Grafana aligns the range to the step.
+                    let step = interval_s as f64;
+                    let (start, end) = ((from / step).floor() * step, (to / step).floor() * step);
+                    (
+                        writer.query_range(&expr, start, end, step),
+                        reader.query_range(&expr, start, end, step),
+                    )
+                };
+                let at = format!("{title}: {expr}");
+                assert_eq!(a["status"], "success", "{at}: {a}");
+                assert_eq!(b["status"], "success", "{at}: {b}");
+                let sorted = |j: &Json| {
+                    let mut r = j["data"]["result"].as_array().cloned().unwrap_or_default();
+                    r.sort_by_key(|x| x["metric"].to_string());
+                    Json::Array(r)
+                };
+                let (a, b) = (sorted(&a), sorted(&b));
+                assert!(
+                    a.as_array().is_some_and(|r| !r.is_empty()),
+                    "{at}: the writer has no answer"
+                );
+                assert_close(&a, &b, &at);
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 20, "{compared}");
+    stop.store(true, Ordering::Relaxed);
+    drop(reader);
+    drop(writer);
     server::stop(halite);
 }
