@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom crash torture soak fuzz lint fmt clean
+.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom crash torture soak soak-prom fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -100,6 +100,14 @@ bench-cluster: venv tools
 ## read of a day of one series and of 100 series from halite.
 bench-prom: bench-peers
 	$(CARGO) bench --bench remote_write
+
+## Prometheus soak (issue #23): HALITE_SOAK_MINUTES (default 10) of a
+## real Prometheus scraping 11,200 series every second and remote-writing
+## them to halite, a second one reading them back for dashboard queries;
+## rates, send lag, failures, RSS, CPU, query latency and a comparison of
+## both Prometheus' answers at the end; report in bench/SOAK-PROM.md.
+soak-prom:
+	HALITE_SOAK_MINUTES=$${HALITE_SOAK_MINUTES:-10} $(CARGO) bench --bench prom_soak
 
 ## The crash test with more kills than CI runs (HALITE_CRASH_KILLS=N).
 crash:
