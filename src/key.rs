@@ -1099,7 +1099,6 @@ impl KeySchema {
     }
 }
 
-/// One field's value from its bytes in a key.
 /// A series of an open-tag key (`KeySchema::tag_series`) taken apart:
 /// the metric UID and the (tag key, tag value) UIDs.
 pub fn decode_tag_series(series: &[u8]) -> Option<(u32, Vec<(u32, u32)>)> {
@@ -1122,6 +1121,7 @@ pub fn decode_tag_series(series: &[u8]) -> Option<(u32, Vec<(u32, u32)>)> {
     Some((metric, tags))
 }
 
+/// One field's value from its bytes in a key.
 fn decode_field<'k>(f: &KeyField, bytes: &'k [u8]) -> Result<FieldRef<'k>, Error> {
     Ok(match f.encoding {
         FieldEncoding::String { .. } => {

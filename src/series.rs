@@ -476,9 +476,23 @@ impl Dictionary {
     /// Every series of `table`, names resolved, sorted by metric and
     /// tags (InfluxDB's series-key order).
     pub fn series_of(&self, table: &str) -> Vec<NamedSeries> {
+        self.series_of_metric(table, None)
+    }
+
+    /// [`Dictionary::series_of`], only those of `metric` when given: the
+    /// others are passed over by their metric UID, their names never
+    /// resolved (a table holds many metrics when Prometheus writes it).
+    pub fn series_of_metric(&self, table: &str, metric: Option<&str>) -> Vec<NamedSeries> {
         let state = self.state.read();
         let Some(of_table) = state.series.get(table) else {
             return Vec::new();
+        };
+        let wanted = match metric {
+            Some(m) => match state.uids[UidKind::Metric as usize].get(m) {
+                Some(a) => Some(a.uid.to_be_bytes()),
+                None => return Vec::new(),
+            },
+            None => None,
         };
         let name = |kind, uid| -> String {
             state
@@ -488,6 +502,7 @@ impl Dictionary {
         };
         let mut out: Vec<NamedSeries> = of_table
             .keys()
+            .filter(|s| wanted.is_none_or(|uid| s.starts_with(&uid)))
             .filter_map(|s| {
                 let (metric, tags) = decode_tag_series(s)?;
                 Some(NamedSeries {

@@ -79,7 +79,13 @@ pub fn read(
     let schema = store.table(table)?.desc.key.clone();
     let mut answered = 0usize;
     let mut out = Vec::new();
-    for s in dictionary.series_of(&table.table) {
+    // An exact metric name (every PromQL selector has one but `{__name__=~…}`)
+    // narrows the series before any label is compared.
+    let metric = matchers
+        .iter()
+        .find(|m| m.op == MatchOp::Equal && m.name == "__name__")
+        .map(|m| m.value.as_str());
+    for s in dictionary.series_of_metric(&table.table, metric) {
         let mut labels: Vec<(String, String)> = std::iter::once(("__name__".to_string(), s.metric))
             .chain(s.tags)
             .collect();
