@@ -626,6 +626,20 @@ impl Region {
             .collect()
     }
 
+    /// The time range (oldest, newest cell timestamp in ms) of each live
+    /// store file of `family`, oldest file first.
+    pub fn file_time_ranges(&self, family: &[u8]) -> Vec<(u64, u64)> {
+        self.inner
+            .state
+            .read()
+            .files
+            .get(family)
+            .into_iter()
+            .flatten()
+            .map(|r| (r.meta().min_ts, r.meta().max_ts))
+            .collect()
+    }
+
     /// Asks for a flush in the background whatever the MemStore's size (the
     /// store does when all MemStores together pass its memory limit).
     pub fn request_flush(&self) {

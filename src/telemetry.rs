@@ -351,6 +351,15 @@ fn describe() {
         Unit::Seconds,
         "MemStore flushes, snapshot to manifest."
     );
+    describe_counter!(
+        "halite_ingested_bytes_total",
+        Unit::Bytes,
+        "Key and value bytes of the cells written, per table (since its regions opened)."
+    );
+    describe_gauge!(
+        "halite_write_amplification",
+        "Store file bytes written by flushes and compactions per byte ingested, per table, since its regions opened."
+    );
     describe_counter!("halite_compactions_total", "Compactions, per table.");
     describe_histogram!(
         "halite_compaction_duration_seconds",
@@ -406,7 +415,7 @@ fn record_store(store: &Store) {
     for table in store.open_tables() {
         let name = table.desc.name.to_string();
         let (mut memstore, mut files, mut file_bytes) = (0usize, 0usize, 0u64);
-        let (mut flushes, mut flushed) = (0u64, 0u64);
+        let (mut ingested, mut flushes, mut flushed) = (0u64, 0u64, 0u64);
         let (mut compactions, mut read, mut written) = (0u64, 0u64, 0u64);
         let (mut stalls, mut flush_failures) = (0u64, 0u64);
         for r in table.regions() {
@@ -420,6 +429,7 @@ fn record_store(store: &Store) {
             files += region_files;
             file_bytes += region_bytes;
             let s = r.stats();
+            ingested += s.ingested_bytes.load(Relaxed);
             flushes += s.flushes.load(Relaxed);
             flushed += s.flushed_bytes.load(Relaxed);
             compactions += s.compactions.load(Relaxed);
@@ -436,6 +446,11 @@ fn record_store(store: &Store) {
         gauge!("halite_regions", &t()).set(table.regions().len() as f64);
         gauge!("halite_store_files", &t()).set(files as f64);
         gauge!("halite_store_file_bytes", &t()).set(file_bytes as f64);
+        counter!("halite_ingested_bytes_total", &t()).absolute(ingested);
+        if ingested > 0 {
+            gauge!("halite_write_amplification", &t())
+                .set((flushed + written) as f64 / ingested as f64);
+        }
         counter!("halite_flushes_total", &t()).absolute(flushes);
         counter!("halite_flushed_bytes_total", &t()).absolute(flushed);
         counter!("halite_compactions_total", &t()).absolute(compactions);

@@ -524,3 +524,54 @@ fn large_bodies_in_pieces_and_series_shaped_answers() {
     );
     stop(s);
 }
+
+/// A family's compaction policy is part of its schema: TIME_WINDOW with a
+/// window is taken and shown as written; a window without TIME_WINDOW, or
+/// one out of range, is a 400 that says so.
+#[test]
+fn time_window_families_are_created_shown_and_checked() {
+    let sc = Scenario::new().build();
+    let s = sc.start();
+    let a = s.addr.clone();
+    let table = |name: &str, family: Value| {
+        json!({
+            "name": name,
+            "families": [family],
+            "key": {"fields": [
+                {"name": "metric", "type": "string", "width": 8},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ]}
+        })
+    };
+    let created = post_json(
+        &a,
+        "/api/v1/tables",
+        &table(
+            "default:tw",
+            json!({"name": "f", "compaction": "TIME_WINDOW", "time_window": 3600}),
+        ),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let shown = request(&a, "GET", "/api/v1/tables/default:tw", None, b"").expect("get");
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    let family = &shown.json()["families"][0];
+    assert_eq!(family["compaction"], "TIME_WINDOW", "{family}");
+    assert_eq!(family["time_window"], 3600, "{family}");
+    for (name, family, says) in [
+        (
+            "default:bad1",
+            json!({"name": "f", "time_window": 3600}),
+            "time_window applies only to COMPACTION => TIME_WINDOW",
+        ),
+        (
+            "default:bad2",
+            json!({"name": "f", "compaction": "time_window", "time_window": 10}),
+            "time_window must be between 60 seconds and 366 days",
+        ),
+    ] {
+        let r = post_json(&a, "/api/v1/tables", &table(name, family));
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.text().contains(says), "{}", r.text());
+    }
+    stop(s);
+}

@@ -160,3 +160,165 @@ fn minor_compaction_merges_small_files() {
     assert_eq!(h.region().stats().compactions.load(Ordering::Relaxed), 1);
     assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 300);
 }
+
+/// Compacts (minor) until nothing more is picked.
+fn compact_until_settled(h: &Harness) {
+    for _ in 0..50 {
+        let before = h.region().stats().compactions.load(Ordering::Relaxed);
+        h.region().compact(false).expect("minor");
+        if h.region().stats().compactions.load(Ordering::Relaxed) == before {
+            return;
+        }
+    }
+    panic!("minor compactions never settled");
+}
+
+/// Every row and cell the region answers, as (row, ts, value).
+fn everything(h: &Harness) -> Vec<(Vec<u8>, u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    for row in h.region().scan(&Scan::new()).expect("scan").rows {
+        for c in row.cells {
+            out.push((row.key.to_vec(), c.timestamp, c.value.to_vec()));
+        }
+    }
+    out
+}
+
+/// TIME_WINDOW compaction: files end up each within one window; an older
+/// window's files merge once into one, which is then left alone; a late
+/// point that arrived with the newest window's points is moved into a
+/// file of its own window; a major compaction keeps one file per window;
+/// and every answer stays the same throughout.
+#[test]
+fn time_window_compaction_keeps_each_window_in_its_own_files() {
+    const HOUR: u64 = 3_600_000;
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf").time_window(3_600)],
+        foreground_options(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let base = (h.clock.now_ms() / HOUR - 10) * HOUR;
+    let write = |hour: u64, batch: u64, late_hour: Option<u64>| {
+        let mut rows: Vec<RowMutation> = (0..40u64)
+            .map(|s| {
+                let ts = base + hour * HOUR + batch * 60_000 + s;
+                RowMutation::new(format!("s{s:03}-{ts}")).put(
+                    "cf",
+                    "v",
+                    ts,
+                    format!("{hour}.{batch}"),
+                )
+            })
+            .collect();
+        if let Some(late) = late_hour {
+            let ts = base + late * HOUR + 30 * 60_000;
+            rows.push(RowMutation::new(format!("s000-{ts}")).put("cf", "v", ts, "late"));
+        }
+        h.region()
+            .mutate(&rows, Durability::SyncWal)
+            .expect("write");
+        h.region().flush().expect("flush");
+    };
+    let window_of = |ts: u64| (ts - base) / HOUR;
+    // Hours 0, 1 and 2, three flushes each, compacting as a server would.
+    for hour in 0..3 {
+        for batch in 0..3 {
+            write(hour, batch, None);
+            compact_until_settled(&h);
+        }
+    }
+    let ranges = h.region().file_time_ranges(b"cf");
+    let windows: Vec<(u64, u64)> = ranges
+        .iter()
+        .map(|(a, b)| (window_of(*a), window_of(*b)))
+        .collect();
+    // Hours 0 and 1 closed: one file each. Hour 2 is the newest window:
+    // its three small files may stay apart (the ratio rule, min 3 files).
+    assert_eq!(&windows[..2], &[(0, 0), (1, 1)], "{windows:?}");
+    assert!(windows[2..].iter().all(|w| *w == (2, 2)), "{windows:?}");
+    let closed = h.region().file_paths()[..2].to_vec();
+    // Hour 3 arrives with a point of hour 1 among it.
+    write(3, 0, Some(1));
+    write(3, 1, None);
+    write(3, 2, None);
+    let before_compacting = everything(&h);
+    compact_until_settled(&h);
+    let ranges = h.region().file_time_ranges(b"cf");
+    for (lo, hi) in &ranges {
+        assert_eq!(
+            window_of(*lo),
+            window_of(*hi),
+            "a file spans windows: {ranges:?}"
+        );
+    }
+    let windows: Vec<u64> = ranges.iter().map(|(lo, _)| window_of(*lo)).collect();
+    // Hour 2 (no longer the newest) merged into one file; the late point
+    // sits in an hour-1 file of its own, next to where it arrived.
+    assert_eq!(
+        windows.iter().filter(|w| **w == 2).count(),
+        1,
+        "{windows:?}"
+    );
+    assert_eq!(
+        windows.iter().filter(|w| **w == 1).count(),
+        2,
+        "{windows:?}"
+    );
+    assert_eq!(
+        windows.iter().filter(|w| **w == 0).count(),
+        1,
+        "{windows:?}"
+    );
+    // The closed windows' files were not rewritten.
+    for p in &closed {
+        assert!(p.exists(), "{} was rewritten", p.display());
+    }
+    assert_eq!(everything(&h), before_compacting);
+    // A major compaction: one file per window, the same answers.
+    h.region().compact(true).expect("major");
+    let ranges = h.region().file_time_ranges(b"cf");
+    let windows: Vec<(u64, u64)> = ranges
+        .iter()
+        .map(|(a, b)| (window_of(*a), window_of(*b)))
+        .collect();
+    assert_eq!(windows, vec![(0, 0), (1, 1), (2, 2), (3, 3)]);
+    assert_eq!(everything(&h), before_compacting);
+    let late: Vec<_> = before_compacting
+        .iter()
+        .filter(|c| c.2 == b"late")
+        .collect();
+    assert_eq!(late.len(), 1);
+}
+
+/// A RATIO family compacts across windows: the same writes end in files
+/// that span hours (what the TIME_WINDOW test above rules out).
+#[test]
+fn ratio_compaction_mixes_windows() {
+    const HOUR: u64 = 3_600_000;
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf")],
+        foreground_options(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let base = (h.clock.now_ms() / HOUR - 10) * HOUR;
+    for hour in 0..3u64 {
+        for batch in 0..3u64 {
+            let rows: Vec<RowMutation> = (0..40u64)
+                .map(|s| {
+                    let ts = base + hour * HOUR + batch * 60_000 + s;
+                    RowMutation::new(format!("s{s:03}-{ts}")).put("cf", "v", ts, "x")
+                })
+                .collect();
+            h.region()
+                .mutate(&rows, Durability::SyncWal)
+                .expect("write");
+            h.region().flush().expect("flush");
+            compact_until_settled(&h);
+        }
+    }
+    let ranges = h.region().file_time_ranges(b"cf");
+    assert!(
+        ranges.iter().any(|(lo, hi)| lo / HOUR != hi / HOUR),
+        "{ranges:?}"
+    );
+}

@@ -2,7 +2,9 @@
 //! dropping what no read can return any more.
 //!
 //! Minor compactions take a contiguous run of files (by age) chosen by a
-//! [`CompactionPicker`] (today HBase's ratio rule, [`RatioPicker`]), so the output takes the run's place in the age order and
+//! [`CompactionPicker`] (HBase's ratio rule, [`RatioPicker`], or time
+//! windows for a TIME_WINDOW family, [`TimeWindowPicker`]), so the output
+//! takes the run's place in the age order and
 //! "newer file wins" stays true for equal keys. A major compaction rewrites
 //! all files of a family with [`resolve_column`] — the read rule — keeping
 //! only what a read at this moment would see (with every version up to
@@ -11,6 +13,7 @@
 
 pub mod picker;
 pub mod ratio;
+pub mod time_window;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -25,6 +28,12 @@ use crate::region::read::resolve::{ColumnGroup, resolve_column};
 use crate::schema::FamilyDescriptor;
 pub use picker::CompactionPicker;
 pub use ratio::RatioPicker;
+pub use time_window::TimeWindowPicker;
+
+/// Most files one compaction of a TIME_WINDOW family writes; inputs that
+/// span more windows are written in windows a whole multiple as wide, so
+/// boundaries still fall on the family's windows.
+const MAX_WINDOW_OUTPUTS: u64 = 64;
 
 /// Whether every cell of the file is past the family TTL. Only the family
 /// TTL counts: a cell whose own shorter TTL ran out may still shadow an
@@ -75,51 +84,56 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     let selected: Vec<Arc<SstReader>> = if major {
         live
     } else {
-        RatioPicker::new(&inner.options.compaction)
-            .pick_minor(&live)
-            .map(|r| live[r].to_vec())
-            .unwrap_or_default()
+        let ratio = RatioPicker::new(&inner.options.compaction);
+        let picked = match fam.time_window_ms() {
+            Some(window) => {
+                TimeWindowPicker::new(window, ratio, inner.options.compaction.max_files)
+                    .pick_minor(&live)
+            }
+            None => ratio.pick_minor(&live),
+        };
+        picked.map(|r| live[r].to_vec()).unwrap_or_default()
     };
     if expired.is_empty() && selected.is_empty() {
         return Ok(());
     }
 
-    let output = if selected.is_empty() {
-        None
+    let outputs = if selected.is_empty() {
+        Vec::new()
     } else {
         rewrite(inner, fam, &selected, major, now)?
     };
     let selected_ids: Vec<u64> = selected.iter().map(|f| f.file_id()).collect();
-    // A failure from here on removes the output: the inputs stay live.
-    let forget_output = || {
-        if let Some((_, path)) = &output {
+    // A failure from here on removes the outputs: the inputs stay live.
+    let forget_outputs = || {
+        for (_, path) in &outputs {
             let _ = std::fs::remove_file(path);
         }
     };
-    if let (Some(shared), Some((id, path))) = (&inner.shared, &output)
-        && let Err(e) = shared.upload(family, *id, path)
-    {
-        forget_output();
-        return Err(e);
-    }
-    let out_reader = match &output {
-        Some((id, path)) => {
-            match SstReader::open(
-                path,
-                *id,
-                inner.cache.clone(),
-                fam.block_cache,
-                fam.in_memory,
-            ) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    forget_output();
-                    return Err(e.into());
-                }
+    if let Some(shared) = &inner.shared {
+        for (id, path) in &outputs {
+            if let Err(e) = shared.upload(family, *id, path) {
+                forget_outputs();
+                return Err(e);
             }
         }
-        None => None,
-    };
+    }
+    let mut out_readers = Vec::with_capacity(outputs.len());
+    for (id, path) in &outputs {
+        match SstReader::open(
+            path,
+            *id,
+            inner.cache.clone(),
+            fam.block_cache,
+            fam.in_memory,
+        ) {
+            Ok(r) => out_readers.push(r),
+            Err(e) => {
+                forget_outputs();
+                return Err(e.into());
+            }
+        }
+    }
 
     // Manifest changes one at a time; the manifest itself stays readable
     // while one is written (to the object store, that is a request).
@@ -132,8 +146,10 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         .unwrap_or(list.len());
     let before = list[..at].iter().filter(|id| !expired.contains(id)).count();
     list.retain(|id| !selected_ids.contains(id) && !expired.contains(id));
-    if let Some((id, _)) = &output {
-        list.insert(before, *id);
+    // Outputs hold no equal keys (a key's time is in one window), so
+    // their order among themselves is free: oldest window first.
+    for (i, (id, _)) in outputs.iter().enumerate() {
+        list.insert(before + i, *id);
     }
     next.next_file_id = inner.next_file_id.load(Ordering::SeqCst);
     crate::failpoint::hit("compaction-before-manifest");
@@ -142,8 +158,8 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         None => next.store(&inner.dir).map_err(Error::from),
     };
     if let Err(e) = stored {
-        drop(out_reader);
-        forget_output();
+        drop(out_readers);
+        forget_outputs();
         return Err(e);
     }
     let removed: Vec<Arc<SstReader>> = {
@@ -152,25 +168,20 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         let (gone, mut kept): (Vec<_>, Vec<_>) = readers
             .drain(..)
             .partition(|r| selected_ids.contains(&r.file_id()) || expired.contains(&r.file_id()));
-        if let Some(r) = out_reader {
-            kept.insert(before.min(kept.len()), r);
-        }
+        let at = before.min(kept.len());
+        kept.splice(at..at, out_readers);
         *readers = kept;
         gone
     };
     *inner.manifest.lock() = next;
 
     let bytes_in: u64 = selected.iter().map(|f| f.size()).sum();
-    let bytes_out = inner
-        .state
-        .read()
-        .files
-        .get(family)
-        .and_then(|v| {
-            v.iter()
-                .find(|r| output.as_ref().is_some_and(|(id, _)| *id == r.file_id()))
-        })
-        .map_or(0, |r| r.size());
+    let bytes_out: u64 = inner.state.read().files.get(family).map_or(0, |v| {
+        v.iter()
+            .filter(|r| outputs.iter().any(|(id, _)| *id == r.file_id()))
+            .map(|r| r.size())
+            .sum()
+    });
     inner
         .stats
         .compactions
@@ -205,14 +216,15 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     Ok(())
 }
 
-/// Merges `selected` into a new file; `None` when nothing survives.
+/// Merges `selected` into new files: one, or one per time window of a
+/// TIME_WINDOW family; none when nothing survives.
 fn rewrite(
     inner: &Inner,
     fam: &FamilyDescriptor,
     selected: &[Arc<SstReader>],
     major: bool,
     now: u64,
-) -> Result<Option<(u64, std::path::PathBuf)>> {
+) -> Result<Vec<(u64, std::path::PathBuf)>> {
     let sources = selected
         .iter()
         .rev()
@@ -225,24 +237,101 @@ fn rewrite(
     // the other daughter's too, and this is where they are dropped.
     let (start, end) = &inner.rows;
     merge.seek(&crate::cell::first_key_of_row(start))?;
-    let id = inner.next_file_id.fetch_add(1, Ordering::SeqCst);
-    let mut w = SstWriter::create(&family_dir(&inner.dir, &fam.name), id, fam, now)?;
+    let window_ms = fam.time_window_ms().map(|w| {
+        let oldest = selected
+            .iter()
+            .filter(|r| r.meta().entries > 0)
+            .map(|r| r.meta().min_ts)
+            .min()
+            .unwrap_or(0);
+        let newest = selected.iter().map(|r| r.meta().max_ts).max().unwrap_or(0);
+        let spanned = newest / w - oldest / w + 1;
+        w.saturating_mul(spanned.div_ceil(MAX_WINDOW_OUTPUTS))
+    });
+    let mut out = Outputs {
+        inner,
+        fam,
+        now,
+        window_ms,
+        writers: std::collections::BTreeMap::new(),
+    };
     let max_seq = selected.iter().map(|r| r.meta().max_seq).max().unwrap_or(0);
     let result = if major {
-        write_major(&mut merge, &mut w, fam, now, end)
+        write_major(&mut merge, &mut out, fam, now, end)
     } else {
-        write_minor(&mut merge, &mut w, end)
+        write_minor(&mut merge, &mut out, end)
     };
     if let Err(e) = result {
-        w.abandon();
+        out.abandon();
         return Err(e);
     }
-    if w.entries() == 0 {
-        w.abandon();
-        return Ok(None);
+    out.finish(max_seq)
+}
+
+/// The files one compaction writes, opened as cells for them come: a
+/// single one (window 0), or one per window of `window_ms` by each cell's
+/// timestamp.
+struct Outputs<'a> {
+    inner: &'a Inner,
+    fam: &'a FamilyDescriptor,
+    now: u64,
+    window_ms: Option<u64>,
+    writers: std::collections::BTreeMap<u64, (u64, SstWriter)>,
+}
+
+impl Outputs<'_> {
+    fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) -> Result<()> {
+        let window = match self.window_ms {
+            Some(w) => {
+                KeyRef::parse(key)
+                    .ok_or_else(|| Error::InvalidInput("malformed key in compaction".into()))?
+                    .timestamp
+                    / w
+            }
+            None => 0,
+        };
+        let writer = match self.writers.entry(window) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let id = self.inner.next_file_id.fetch_add(1, Ordering::SeqCst);
+                let dir = family_dir(&self.inner.dir, &self.fam.name);
+                e.insert((id, SstWriter::create(&dir, id, self.fam, self.now)?))
+            }
+        };
+        writer.1.add(key, ttl_ms, value)?;
+        Ok(())
     }
-    let (path, _, _) = w.finish(max_seq)?;
-    Ok(Some((id, path)))
+
+    fn abandon(self) {
+        for (_, (_, w)) in self.writers {
+            w.abandon();
+        }
+    }
+
+    /// The written files, oldest window first; on a failure none is left.
+    fn finish(self, max_seq: u64) -> Result<Vec<(u64, std::path::PathBuf)>> {
+        let mut done = Vec::with_capacity(self.writers.len());
+        let mut writers = self.writers.into_values();
+        for (id, w) in writers.by_ref() {
+            if w.entries() == 0 {
+                w.abandon();
+                continue;
+            }
+            match w.finish(max_seq) {
+                Ok((path, _, _)) => done.push((id, path)),
+                Err(e) => {
+                    for (_, rest) in writers {
+                        rest.abandon();
+                    }
+                    for (_, path) in &done {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(done)
+    }
 }
 
 /// Whether the merge has passed the region's last row.
@@ -250,7 +339,7 @@ fn past_end(merge: &Merge, end: &[u8]) -> bool {
     !end.is_empty() && crate::cell::row_of(merge.key()) >= end
 }
 
-fn write_minor(merge: &mut Merge, w: &mut SstWriter, end: &[u8]) -> Result<()> {
+fn write_minor(merge: &mut Merge, w: &mut Outputs, end: &[u8]) -> Result<()> {
     while merge.valid() && !past_end(merge, end) {
         w.add(merge.key(), merge.ttl_ms(), merge.value())?;
         merge.advance()?;
@@ -260,7 +349,7 @@ fn write_minor(merge: &mut Merge, w: &mut SstWriter, end: &[u8]) -> Result<()> {
 
 fn write_major(
     merge: &mut Merge,
-    w: &mut SstWriter,
+    w: &mut Outputs,
     fam: &FamilyDescriptor,
     now: u64,
     end: &[u8],

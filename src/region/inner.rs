@@ -32,6 +32,9 @@ use crate::schema::FamilyDescriptor;
 /// Counters for metrics, benchmarks and tests.
 #[derive(Debug, Default)]
 pub struct RegionStats {
+    /// Key and value bytes of the cells written (not those replayed from
+    /// the WAL): the denominator of write amplification.
+    pub ingested_bytes: AtomicU64,
     pub flushes: AtomicU64,
     pub flushed_bytes: AtomicU64,
     pub flush_micros: AtomicU64,

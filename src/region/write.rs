@@ -239,6 +239,9 @@ impl Inner {
             });
         }
         self.wait_for_room()?;
+        self.stats
+            .ingested_bytes
+            .fetch_add(entries.bytes() as u64, Ordering::Relaxed);
         // A region on the object store is logged by its source topic: a
         // new owner replays the topic from the manifest's positions.
         let durability = if self.shared.is_some() {

@@ -1,0 +1,67 @@
+//! Time-window compaction (HBase's date-tiered compaction, Cassandra's
+//! and GreptimeDB's TWCS): a file belongs to the window of its newest
+//! cell. The newest window compacts by the ratio rule while points still
+//! arrive in it; a run of files of an older window merges once into one
+//! file, and a window of one file is never rewritten again. `rewrite`
+//! splits every output at window boundaries (`window_of_cell`), so a late
+//! point leaves the newer files it arrived with for a file of its own
+//! window, and whole windows expire by TTL without a rewrite.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::picker::CompactionPicker;
+use super::ratio::RatioPicker;
+use crate::region::sst::SstReader;
+
+pub struct TimeWindowPicker {
+    window_ms: u64,
+    max_files: usize,
+    newest: RatioPicker,
+}
+
+impl TimeWindowPicker {
+    pub fn new(window_ms: u64, newest: RatioPicker, max_files: usize) -> Self {
+        TimeWindowPicker {
+            window_ms: window_ms.max(1),
+            max_files: max_files.max(2),
+            newest,
+        }
+    }
+
+    /// The window of a file: that of its newest cell.
+    pub fn window_of_file(&self, f: &SstReader) -> u64 {
+        f.meta().max_ts / self.window_ms
+    }
+}
+
+impl CompactionPicker for TimeWindowPicker {
+    fn pick_minor(&self, files: &[Arc<SstReader>]) -> Option<Range<usize>> {
+        let windows: Vec<u64> = files.iter().map(|f| self.window_of_file(f)).collect();
+        let newest = *windows.iter().max()?;
+        // Runs of adjacent files of one window, oldest first: a merge stays
+        // within a run, so the output keeps the run's place in the age
+        // order ("newer file wins" for equal keys).
+        let mut start = 0;
+        while start < files.len() {
+            let mut end = start + 1;
+            while end < files.len() && windows[end] == windows[start] {
+                end += 1;
+            }
+            let run = if windows[start] == newest {
+                self.newest
+                    .pick_minor(&files[start..end])
+                    .map(|r| start + r.start..start + r.end)
+            } else if end - start >= 2 {
+                Some(start..end.min(start + self.max_files))
+            } else {
+                None
+            };
+            if run.is_some() {
+                return run;
+            }
+            start = end;
+        }
+        None
+    }
+}
