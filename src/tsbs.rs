@@ -5,6 +5,8 @@
 use crate::cell::RowMutation;
 use crate::value::Value;
 
+pub mod devops;
+
 pub const CPU_FIELDS: [&str; 10] = [
     "usage_user",
     "usage_system",

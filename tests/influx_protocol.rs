@@ -690,3 +690,56 @@ fn the_influx_cli_reads_halite_as_it_reads_influxdb() {
         assert_close(&a, &b, q);
     }
 }
+
+/// TSBS's devops data set (cpu-only, its ten tags; 16 hosts, 13 hours at
+/// 10 s) and its 15 query types as `tsbs_generate_queries` writes them for
+/// InfluxDB, two of each from one seed: halite answers as InfluxDB 1.6.
+#[test]
+fn the_15_tsbs_devops_query_types_answer_as_influxdb_does() {
+    use halite::tsbs::devops::{Bodies, INTERVAL_MS, QueryType, Rng, START_MS};
+    let p = start();
+    const HOSTS: u64 = 16;
+    let steps = 13 * 3_600_000 / INTERVAL_MS;
+    for addr in [&p.influx.addr, &p.halite.addr] {
+        create_database(addr, "tsbs");
+        for body in Bodies::new(HOSTS, steps, 5_000) {
+            let r = request(
+                addr,
+                "POST",
+                "/write?db=tsbs&precision=ms",
+                None,
+                body.as_bytes(),
+            )
+            .expect("write");
+            assert_eq!(r.status, 204, "{addr}: {}", r.text());
+        }
+    }
+    let end = START_MS + steps * INTERVAL_MS;
+    let mut rng = Rng::new(2016);
+    let mut compared = 0;
+    for kind in QueryType::ALL {
+        for _ in 0..2 {
+            let q = kind.influxql(&mut rng, HOSTS, START_MS, end);
+            for epoch in [None, Some("ms")] {
+                let mut params = vec![("db", "tsbs"), ("q", q.as_str())];
+                if let Some(e) = epoch {
+                    params.push(("epoch", e));
+                }
+                let [a, b] = query(&p, &params);
+                let at = format!("{} {q} (epoch {epoch:?})", kind.name());
+                assert_eq!(a.0, 200, "{at}: {}", a.1);
+                assert_eq!(b.0, 200, "{at}: {}", b.1);
+                if !matches!(kind, QueryType::HighCpu { .. }) {
+                    assert!(
+                        a.1.pointer("/results/0/series/0").is_some(),
+                        "{at}: InfluxDB answered no series: {}",
+                        a.1
+                    );
+                }
+                assert_close(&a.1, &b.1, &at);
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 60);
+}
