@@ -144,6 +144,16 @@ impl FamilySpec {
             .expect("a family of defaults deserialises")
     }
 
+    /// The family halite makes for tables it creates itself (InfluxDB
+    /// measurements, Prometheus samples): TIME_SERIES blocks, snappy.
+    pub fn time_series(name: &str) -> FamilySpec {
+        FamilySpec {
+            data_block_encoding: DataBlockEncoding::TimeSeries,
+            compression: Compression::Snappy,
+            ..FamilySpec::named(name)
+        }
+    }
+
     pub fn descriptor(&self) -> FamilyDescriptor {
         FamilyDescriptor {
             name: self.name.as_bytes().to_vec(),

@@ -246,7 +246,7 @@ fn measurement_of(line: &str) -> String {
 fn measurement_table_request(s: &AppState, name: &TableName) -> CreateTable {
     CreateTable {
         name: name.clone(),
-        families: vec![FamilySpec::named("f")],
+        families: vec![FamilySpec::time_series("f")],
         key: KeySchema {
             fields: Vec::new(),
             salt: (s.influx.buckets >= 2).then(|| Salt {

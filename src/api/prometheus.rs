@@ -102,7 +102,7 @@ fn samples_table(db: &str) -> Result<TableName, Refusal> {
 fn samples_table_request(s: &AppState, name: &TableName) -> CreateTable {
     CreateTable {
         name: name.clone(),
-        families: vec![FamilySpec::named("f")],
+        families: vec![FamilySpec::time_series("f")],
         key: KeySchema {
             fields: Vec::new(),
             salt: (s.influx.buckets >= 2).then(|| Salt {
