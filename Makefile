@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom crash torture soak soak-prom fuzz lint fmt clean
+.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom bench-scale crash torture soak soak-prom fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -100,6 +100,13 @@ bench-cluster: venv tools
 ## read of a day of one series and of 100 series from halite.
 bench-prom: bench-peers
 	$(CARGO) bench --bench remote_write
+
+## At scale (issue #24): TSBS devops cpu-only, HALITE_BENCH_HOSTS (4,000)
+## hosts × HALITE_BENCH_DAYS (1) days streamed into halite, VictoriaMetrics
+## and InfluxDB; rows/s per tenth, CPU, RSS, bytes per value, write
+## amplification, restart time, the 15 query types; bench/SCALE.md.
+bench-scale: bench-peers
+	$(CARGO) bench --bench scale
 
 ## Prometheus soak (issue #23): HALITE_SOAK_MINUTES (default 10) of a
 ## real Prometheus scraping 11,200 series every second and remote-writing
