@@ -132,7 +132,7 @@ pub fn select(
         .into_iter()
         .filter(|series| {
             rest.as_ref()
-                .is_none_or(|e| on_fields || eval(e, &series.tags, None, &fields, &regexes))
+                .is_none_or(|e| may_hold(e, &series.tags, &fields, &regexes))
         })
         .collect();
     let read = |series: &crate::series::NamedSeries| -> Result<Option<SeriesData>, String> {
@@ -464,6 +464,24 @@ fn eval(
             let ord = v.cmp(want.as_str());
             holds(ord, *op)
         }
+    }
+}
+
+/// Whether some point of a series with `tags` could meet `e`: its tag
+/// comparisons are decided, a field comparison could go either way. A
+/// condition has no NOT, so a series this rules out has no point that
+/// meets `e` (`usage_user > 90 AND host = 'a'` reads only host `a`).
+fn may_hold(
+    e: &Expr,
+    tags: &BTreeMap<String, String>,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    regexes: &Regexes,
+) -> bool {
+    match e {
+        Expr::And(a, b) => may_hold(a, tags, fields, regexes) && may_hold(b, tags, fields, regexes),
+        Expr::Or(a, b) => may_hold(a, tags, fields, regexes) || may_hold(b, tags, fields, regexes),
+        Expr::Compare { lhs, .. } if fields.contains_key(lhs) => true,
+        Expr::Compare { .. } => eval(e, tags, None, fields, regexes),
     }
 }
 
