@@ -322,3 +322,38 @@ fn ratio_compaction_mixes_windows() {
         "{ranges:?}"
     );
 }
+
+/// A point stamped far in the future does not make today's window count
+/// as closed: today's files still wait for the ratio rule rather than
+/// being merged again on every flush.
+#[test]
+fn a_future_point_leaves_the_current_window_open() {
+    const HOUR: u64 = 3_600_000;
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf").time_window(3_600)],
+        foreground_options(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let now = h.clock.now_ms();
+    let future = now + 100 * 365 * 24 * HOUR;
+    h.region()
+        .mutate(
+            &[RowMutation::new("future").put("cf", "v", future, "x")],
+            Durability::SyncWal,
+        )
+        .expect("write");
+    h.region().flush().expect("flush");
+    for batch in 0..2u64 {
+        let rows: Vec<RowMutation> = (0..40u64)
+            .map(|s| RowMutation::new(format!("s{s:03}-{batch}")).put("cf", "v", now + s, "y"))
+            .collect();
+        h.region()
+            .mutate(&rows, Durability::SyncWal)
+            .expect("write");
+        h.region().flush().expect("flush");
+        compact_until_settled(&h);
+    }
+    // Two small files of the current hour: under the ratio rule's three.
+    assert_eq!(h.region().stats().compactions.load(Ordering::Relaxed), 0);
+    assert_eq!(h.region().file_time_ranges(b"cf").len(), 3);
+}

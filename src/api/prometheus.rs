@@ -304,15 +304,19 @@ pub(super) async fn remote_read(
                         budget,
                     )
                     .map_err(|e| match e {
-                        prom_read::ReadError::TooManySamples(limit) => refuse(
+                        prom_read::ReadError::TooManySamples(_) => refuse(
                             StatusCode::BAD_REQUEST,
                             format!(
-                                "the read would answer more than {limit} samples \
-                                     (prometheus.max_read_samples): narrow the time range \
-                                     or the matchers, or raise the limit"
+                                "the read would answer more than {} samples \
+                                 (prometheus.max_read_samples): narrow the time range \
+                                 or the matchers, or raise the limit",
+                                state.prometheus.max_read_samples
                             ),
                         ),
-                        other => refuse(StatusCode::BAD_REQUEST, other.to_string()),
+                        prom_read::ReadError::BadRegex(..) => {
+                            refuse(StatusCode::BAD_REQUEST, e.to_string())
+                        }
+                        prom_read::ReadError::Store(e) => store_refusal(&e),
                     })?
                 }
                 Err(Error::NotFound(_)) => Vec::new(),

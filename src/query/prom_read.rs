@@ -36,7 +36,7 @@ pub struct ReadRange {
     pub start_ms: i64,
     pub end_ms: i64,
     /// Only which series have a sample in the range: each comes with its
-    /// first sample alone, read without scanning the rest.
+    /// newest sample in it alone, read without scanning the rest.
     pub labels_only: bool,
 }
 
@@ -44,6 +44,7 @@ pub struct ReadRange {
 pub enum ReadError {
     #[error("bad regex `{0}`: {1}")]
     BadRegex(String, String),
+    /// Past the samples the read was allowed (the budget it was given).
     #[error("the read would answer more than {0} samples")]
     TooManySamples(usize),
     #[error(transparent)]

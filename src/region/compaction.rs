@@ -87,7 +87,7 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         let ratio = RatioPicker::new(&inner.options.compaction);
         let picked = match fam.time_window_ms() {
             Some(window) => {
-                TimeWindowPicker::new(window, ratio, inner.options.compaction.max_files)
+                TimeWindowPicker::new(window, ratio, inner.options.compaction.max_files, now)
                     .pick_minor(&live)
             }
             None => ratio.pick_minor(&live),
@@ -246,7 +246,9 @@ fn rewrite(
             .unwrap_or(0);
         let newest = selected.iter().map(|r| r.meta().max_ts).max().unwrap_or(0);
         let spanned = newest / w - oldest / w + 1;
-        w.saturating_mul(spanned.div_ceil(MAX_WINDOW_OUTPUTS))
+        // k windows a piece over `spanned` windows that need not start on
+        // a multiple of k: at most spanned / k + 1 pieces.
+        w.saturating_mul(spanned.div_ceil(MAX_WINDOW_OUTPUTS - 1))
     });
     let mut out = Outputs {
         inner,

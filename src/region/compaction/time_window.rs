@@ -1,7 +1,8 @@
 //! Time-window compaction (HBase's date-tiered compaction, Cassandra's
 //! and GreptimeDB's TWCS): a file belongs to the window of its newest
-//! cell. The newest window compacts by the ratio rule while points still
-//! arrive in it; a run of files of an older window merges once into one
+//! cell. The newest window (and any later, a point from the future's)
+//! compacts by the ratio rule while points still arrive in it; a run of
+//! files of an older window merges once into one
 //! file, and a window of one file is never rewritten again. `rewrite`
 //! splits every output at window boundaries (`window_of_cell`), so a late
 //! point leaves the newer files it arrived with for a file of its own
@@ -18,14 +19,16 @@ pub struct TimeWindowPicker {
     window_ms: u64,
     max_files: usize,
     newest: RatioPicker,
+    now_ms: u64,
 }
 
 impl TimeWindowPicker {
-    pub fn new(window_ms: u64, newest: RatioPicker, max_files: usize) -> Self {
+    pub fn new(window_ms: u64, newest: RatioPicker, max_files: usize, now_ms: u64) -> Self {
         TimeWindowPicker {
             window_ms: window_ms.max(1),
             max_files: max_files.max(2),
             newest,
+            now_ms,
         }
     }
 
@@ -38,7 +41,10 @@ impl TimeWindowPicker {
 impl CompactionPicker for TimeWindowPicker {
     fn pick_minor(&self, files: &[Arc<SstReader>]) -> Option<Range<usize>> {
         let windows: Vec<u64> = files.iter().map(|f| self.window_of_file(f)).collect();
-        let newest = *windows.iter().max()?;
+        // Windows still filling: the newest data's, or the clock's when a
+        // point from the future would make that one later (which would
+        // otherwise leave today's window "closed" and merged every flush).
+        let open_from = (*windows.iter().max()?).min(self.now_ms / self.window_ms);
         // Runs of adjacent files of one window, oldest first: a merge stays
         // within a run, so the output keeps the run's place in the age
         // order ("newer file wins" for equal keys).
@@ -48,7 +54,7 @@ impl CompactionPicker for TimeWindowPicker {
             while end < files.len() && windows[end] == windows[start] {
                 end += 1;
             }
-            let run = if windows[start] == newest {
+            let run = if windows[start] >= open_from {
                 self.newest
                     .pick_minor(&files[start..end])
                     .map(|r| start + r.start..start + r.end)
