@@ -168,12 +168,7 @@ impl FamilySpec {
             compression: self.compression,
             data_block_encoding: self.data_block_encoding,
             compaction: self.compaction,
-            time_window_secs: match self.compaction {
-                CompactionStrategy::TimeWindow => {
-                    self.time_window.or(Some(DEFAULT_TIME_WINDOW_SECS))
-                }
-                CompactionStrategy::Ratio => self.time_window,
-            },
+            time_window_secs: self.time_window,
         }
     }
 }
@@ -204,8 +199,9 @@ pub struct FamilyDescriptor {
     pub compression: Compression,
     pub data_block_encoding: DataBlockEncoding,
     pub compaction: CompactionStrategy,
-    /// A TIME_WINDOW family's window in seconds (`None` otherwise; a
-    /// RATIO family with one set is refused by [`FamilyDescriptor::validate`]).
+    /// A TIME_WINDOW family's window in seconds as written (`None`: the
+    /// default, see [`FamilyDescriptor::time_window_ms`]; a RATIO family
+    /// with one set is refused by [`FamilyDescriptor::validate`]).
     pub time_window_secs: Option<u64>,
 }
 
