@@ -26,6 +26,7 @@
 
 pub mod aggregate;
 pub mod engine;
+mod influx_reduce;
 pub mod influx_select;
 pub mod influxql;
 pub mod plan;

@@ -154,6 +154,14 @@ struct State {
     fields: HashMap<Box<str>, FieldTypes>,
     /// Series of each table (metric, tag count, tags: `KeySchema::tag_series`).
     series: HashMap<Box<str>, HashMap<Box<[u8]>, bool>>,
+    /// Series recorded since the dictionary opened: a resolved list made
+    /// at an older count misses some.
+    series_added: u64,
+    /// Each table's series with their names resolved, sorted, and the
+    /// `series_added` they were made at: every statement reads them, and
+    /// resolving thousands of series' names each time cost more than
+    /// reading a small answer.
+    resolved: HashMap<Box<str>, (u64, Arc<[NamedSeries]>)>,
 }
 
 type FieldTypes = HashMap<Box<str>, (FieldType, bool)>;
@@ -166,6 +174,7 @@ struct Assigned {
 
 /// A series of a table with its names: its bytes (`KeySchema::tag_series`),
 /// metric and tags by tag key.
+#[derive(Clone)]
 pub struct NamedSeries {
     pub key: Vec<u8>,
     pub metric: String,
@@ -364,6 +373,7 @@ impl Dictionary {
             return SeriesOutcome::OverLimit;
         }
         of_table.insert(series.into(), false);
+        state.series_added += 1;
         self.dirty.store(true, Ordering::Release);
         SeriesOutcome::Pending
     }
@@ -474,49 +484,43 @@ impl Dictionary {
     }
 
     /// Every series of `table`, names resolved, sorted by metric and
-    /// tags (InfluxDB's series-key order).
-    pub fn series_of(&self, table: &str) -> Vec<NamedSeries> {
-        self.series_of_metric(table, None)
+    /// tags (InfluxDB's series-key order). Made once per set of series and
+    /// shared until a new series arrives.
+    pub fn series_of(&self, table: &str) -> Arc<[NamedSeries]> {
+        let (made_at, list) = {
+            let state = self.state.read();
+            if let Some((at, list)) = state.resolved.get(table)
+                && *at == state.series_added
+            {
+                return list.clone();
+            }
+            (state.series_added, Arc::from(state.resolve(table)))
+        };
+        let mut state = self.state.write();
+        // A series recorded meanwhile makes this list stale: answer with
+        // it (it was the set when asked) but do not keep it.
+        if state.series_added == made_at {
+            state
+                .resolved
+                .insert(table.into(), (made_at, Arc::clone(&list)));
+        }
+        list
     }
 
-    /// [`Dictionary::series_of`], only those of `metric` when given: the
-    /// others are passed over by their metric UID, their names never
-    /// resolved (a table holds many metrics when Prometheus writes it).
+    /// [`Dictionary::series_of`], only those of `metric` when given (a
+    /// table holds many metrics when Prometheus writes it).
     pub fn series_of_metric(&self, table: &str, metric: Option<&str>) -> Vec<NamedSeries> {
-        let state = self.state.read();
-        let Some(of_table) = state.series.get(table) else {
-            return Vec::new();
+        let all = self.series_of(table);
+        let Some(metric) = metric else {
+            return all.to_vec();
         };
-        let wanted = match metric {
-            Some(m) => match state.uids[UidKind::Metric as usize].get(m) {
-                Some(a) => Some(a.uid.to_be_bytes()),
-                None => return Vec::new(),
-            },
-            None => None,
-        };
-        let name = |kind, uid| -> String {
-            state
-                .names
-                .get(&(kind, uid))
-                .map_or_else(|| format!("#{uid}"), |n| n.to_string())
-        };
-        let mut out: Vec<NamedSeries> = of_table
-            .keys()
-            .filter(|s| wanted.is_none_or(|uid| s.starts_with(&uid)))
-            .filter_map(|s| {
-                let (metric, tags) = decode_tag_series(s)?;
-                Some(NamedSeries {
-                    key: s.to_vec(),
-                    metric: name(UidKind::Metric, metric),
-                    tags: tags
-                        .into_iter()
-                        .map(|(k, v)| (name(UidKind::TagKey, k), name(UidKind::TagValue, v)))
-                        .collect(),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| (&a.metric, &a.tags).cmp(&(&b.metric, &b.tags)));
-        out
+        // Sorted by metric first: the metric's series are one run.
+        let from = all.partition_point(|s| s.metric.as_str() < metric);
+        all[from..]
+            .iter()
+            .take_while(|s| s.metric == metric)
+            .cloned()
+            .collect()
     }
 
     /// The tables with series, sorted.
@@ -542,6 +546,34 @@ impl Dictionary {
 }
 
 impl State {
+    /// `table`'s series, names resolved, sorted by metric and tags.
+    fn resolve(&self, table: &str) -> Vec<NamedSeries> {
+        let Some(of_table) = self.series.get(table) else {
+            return Vec::new();
+        };
+        let name = |kind, uid| -> String {
+            self.names
+                .get(&(kind, uid))
+                .map_or_else(|| format!("#{uid}"), |n| n.to_string())
+        };
+        let mut out: Vec<NamedSeries> = of_table
+            .keys()
+            .filter_map(|s| {
+                let (metric, tags) = decode_tag_series(s)?;
+                Some(NamedSeries {
+                    key: s.to_vec(),
+                    metric: name(UidKind::Metric, metric),
+                    tags: tags
+                        .into_iter()
+                        .map(|(k, v)| (name(UidKind::TagKey, k), name(UidKind::TagValue, v)))
+                        .collect(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.metric, &a.tags).cmp(&(&b.metric, &b.tags)));
+        out
+    }
+
     fn load_row(&mut self, key: &[u8], value: &[u8]) {
         match key.split_first() {
             Some((b'u', rest)) => {

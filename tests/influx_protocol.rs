@@ -375,6 +375,63 @@ const T0: i64 = 1_700_000_000;
 
 /// TSBS-like cpu points every 10 s for 30 minutes of four hosts in two
 /// regions; host_3 is silent for five minutes (fill has gaps to fill).
+/// Statements share one resolved list of a measurement's series; a series
+/// written after a statement was answered is in the next answer.
+#[test]
+fn a_series_written_after_a_statement_is_in_the_next_answer() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(command::<&str>(dir.path(), port, &[]), port);
+    create_database(&halite.addr, "grow");
+    let write = |body: &str| {
+        let r = request(
+            &halite.addr,
+            "POST",
+            "/write?db=grow",
+            None,
+            body.as_bytes(),
+        )
+        .expect("write");
+        assert_eq!(r.status, 204, "{}", r.text());
+    };
+    let ask = |q: &str| {
+        let path = format!(
+            "/query?{}",
+            form(&[("db", "grow"), ("epoch", "s"), ("q", q)])
+        );
+        request(&halite.addr, "GET", &path, None, b"")
+            .expect("query")
+            .json()
+    };
+    let count = "SELECT count(v) FROM cpu GROUP BY host";
+    write("cpu,host=a v=1 1000000000\n");
+    assert_eq!(
+        ask(count)
+            .pointer("/results/0/series")
+            .map(|s| s.as_array().map(Vec::len)),
+        Some(Some(1))
+    );
+    assert_eq!(
+        ask("SHOW SERIES").pointer("/results/0/series/0/values"),
+        Some(&json!([["cpu,host=a"]]))
+    );
+    write("cpu,host=b v=2 1000000000\ncpu,host=a v=3 2000000000\n");
+    let answer = ask(count);
+    let series = answer.pointer("/results/0/series").expect("series");
+    assert_eq!(
+        series,
+        &json!([
+            {"name": "cpu", "tags": {"host": "a"}, "columns": ["time", "count"], "values": [[0, 2]]},
+            {"name": "cpu", "tags": {"host": "b"}, "columns": ["time", "count"], "values": [[0, 1]]},
+        ]),
+        "{answer}"
+    );
+    assert_eq!(
+        ask("SHOW SERIES").pointer("/results/0/series/0/values"),
+        Some(&json!([["cpu,host=a"], ["cpu,host=b"]]))
+    );
+}
+
 fn cpu_lines() -> String {
     let mut out = String::new();
     for h in 0..4i64 {

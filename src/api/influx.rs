@@ -874,8 +874,8 @@ fn run(
             per_measurement(s, on, from, db, *limit, &["tagKey"], |d, m| {
                 let keys: BTreeSet<String> = d
                     .series_of(m)
-                    .into_iter()
-                    .flat_map(|series| series.tags.into_keys())
+                    .iter()
+                    .flat_map(|series| series.tags.keys().cloned())
                     .collect();
                 keys.into_iter().map(|k| vec![json!(k)]).collect()
             })
@@ -888,9 +888,10 @@ fn run(
         } => per_measurement(s, on, from, db, *limit, &["key", "value"], |d, m| {
             let pairs: BTreeSet<(String, String)> = d
                 .series_of(m)
-                .into_iter()
-                .flat_map(|series| series.tags.into_iter())
+                .iter()
+                .flat_map(|series| series.tags.iter())
                 .filter(|(k, _)| keys.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             pairs
                 .into_iter()
@@ -918,9 +919,9 @@ fn run(
             let d = dictionary_of(db)?;
             let mut keys = Vec::new();
             for m in measurements(s, db, &d, from.as_deref()) {
-                for series in d.series_of(&m) {
+                for series in d.series_of(&m).iter() {
                     let mut key = escape_tag(&series.metric).replace("\\=", "=");
-                    for (k, v) in series.tags {
+                    for (k, v) in &series.tags {
                         key.push(',');
                         key.push_str(&escape_tag(&k));
                         key.push('=');

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::influx_reduce::{Func, Reducer, as_f64};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use crate::catalog::TableName;
 use crate::error::Error;
@@ -35,6 +36,7 @@ pub struct SeriesOut {
 }
 
 /// A point of a series: its time and fields.
+#[derive(Clone)]
 struct Point {
     time: i64,
     fields: PointFields,
@@ -42,6 +44,7 @@ struct Point {
 
 /// A point's fields, few: (name, value), the names shared by every point
 /// of a statement rather than allocated per point.
+#[derive(Clone)]
 struct PointFields(Vec<(Arc<str>, Value)>);
 
 impl PointFields {
@@ -54,9 +57,25 @@ impl PointFields {
     }
 }
 
+/// A raw select's points of one series, oldest first.
 struct SeriesData {
     tags: BTreeMap<String, String>,
+    group: usize,
     points: Vec<Point>,
+}
+
+/// A series a statement reads, and the index of its `GROUP BY` group.
+struct Member<'a> {
+    series: &'a crate::series::NamedSeries,
+    group: usize,
+}
+
+/// The values of the `GROUP BY` tags of a series (a missing tag is "").
+fn group_key(group_by: &[String], tags: &BTreeMap<String, String>) -> Vec<String> {
+    group_by
+        .iter()
+        .map(|k| tags.get(k).cloned().unwrap_or_default())
+        .collect()
 }
 
 fn invalid(e: Error) -> String {
@@ -128,60 +147,147 @@ pub fn select(
         .flatten()
         .map(|n| n.saturating_add(s.offset));
     let names: Vec<Arc<str>> = fields.keys().map(|k| Arc::from(k.as_str())).collect();
-    let candidates: Vec<crate::series::NamedSeries> = series
-        .into_iter()
+    let candidates: Vec<&crate::series::NamedSeries> = series
+        .iter()
         .filter(|series| {
             rest.as_ref()
                 .is_none_or(|e| may_hold(e, &series.tags, &fields, &regexes))
         })
         .collect();
-    let read = |series: &crate::series::NamedSeries| -> Result<Option<SeriesData>, String> {
-        let tags = &series.tags;
-        let keep = |p: &Point| {
-            let meets = match &rest {
-                Some(e) if on_fields => eval(e, tags, Some(&p.fields), &fields, &regexes),
-                _ => true,
-            };
-            // A raw row with none of its selected fields is left out.
-            meets
-                && (calls > 0
-                    || selected
-                        .as_ref()
-                        .is_none_or(|f| f.iter().any(|f| p.fields.contains_key(f))))
-        };
-        let range = SeriesRange {
-            lo,
-            hi,
-            fields: needed.as_ref(),
-            names: &names,
-            most: per_series,
-        };
-        let points = read_series(store, &name, &schema, &series.key, &range, keep)?;
-        Ok((!points.is_empty()).then(|| SeriesData {
-            tags: tags.clone(),
-            points,
-        }))
-    };
-    let mut data = Vec::new();
-    for d in in_parallel(&candidates, read) {
-        data.extend(d?);
-    }
     // Groups by the GROUP BY tags' values (a missing tag is "").
     let group_by: Vec<String> = match &s.group_tags {
         GroupTags::None => Vec::new(),
         GroupTags::All => tag_keys.iter().cloned().collect(),
         GroupTags::List(l) => l.clone(),
     };
-    let mut groups: BTreeMap<Vec<String>, Vec<&SeriesData>> = BTreeMap::new();
-    for d in &data {
-        let key = group_by
-            .iter()
-            .map(|k| d.tags.get(k).cloned().unwrap_or_default())
+    let group_keys: BTreeSet<Vec<String>> = candidates
+        .iter()
+        .map(|series| group_key(&group_by, &series.tags))
+        .collect();
+    let group_keys: Vec<Vec<String>> = group_keys.into_iter().collect();
+    let members: Vec<Member> = candidates
+        .iter()
+        .map(|series| Member {
+            series,
+            group: group_keys
+                .binary_search(&group_key(&group_by, &series.tags))
+                .unwrap_or_default(),
+        })
+        .collect();
+    let keep = |tags: &BTreeMap<String, String>, p: &Point| {
+        let meets = match &rest {
+            Some(e) if on_fields => eval(e, tags, Some(&p.fields), &fields, &regexes),
+            _ => true,
+        };
+        // A raw row with none of its selected fields is left out.
+        meets
+            && (calls > 0
+                || selected
+                    .as_ref()
+                    .is_none_or(|f| f.iter().any(|f| p.fields.contains_key(f))))
+    };
+    let range = SeriesRange {
+        lo,
+        hi,
+        fields: needed.as_ref(),
+        names: &names,
+    };
+    let read = |series: &[u8], visit: &mut dyn FnMut(&Point) -> bool| {
+        scan_series(store, &name, &schema, series, &range, visit)
+    };
+    let answers: Vec<(Vec<String>, Vec<String>, Vec<Vec<Cell>>)> = if calls == 0 {
+        let mut data = Vec::new();
+        for d in in_parallel(&members, |m| -> Result<Option<SeriesData>, String> {
+            let mut points = Vec::new();
+            read(&m.series.key, &mut |p| {
+                if keep(&m.series.tags, p) {
+                    points.push(p.clone());
+                }
+                per_series.is_none_or(|n| points.len() < n)
+            })?;
+            points.reverse();
+            Ok((!points.is_empty()).then(|| SeriesData {
+                tags: m.series.tags.clone(),
+                group: m.group,
+                points,
+            }))
+        }) {
+            data.extend(d?);
+        }
+        let mut groups: BTreeMap<usize, Vec<&SeriesData>> = BTreeMap::new();
+        for d in &data {
+            groups.entry(d.group).or_default().push(d);
+        }
+        groups
+            .into_iter()
+            .map(|(g, members)| {
+                let (columns, rows) = raw_rows(s, &members, &fields, &tag_keys, &group_by);
+                (group_keys[g].clone(), columns, rows)
+            })
+            .collect()
+    } else {
+        let calls = aggregate_calls(s)?;
+        let bucketed = |t: i64| match s.group_time {
+            Some((every, offset)) => bucket_of(t, every, offset),
+            None => lo,
+        };
+        let mut groups: Vec<GroupState> = (0..group_keys.len())
+            .map(|_| GroupState::default())
             .collect();
-        groups.entry(key).or_default().push(d);
-    }
+        for part in fold_in_parallel(
+            &members,
+            || vec![GroupState::default(); group_keys.len()],
+            |states, m| {
+                let group = &mut states[m.group];
+                let mut open: Option<(i64, Vec<Reducer>)> = None;
+                read(&m.series.key, &mut |p| {
+                    if !keep(&m.series.tags, p) {
+                        return true;
+                    }
+                    group.any_point = true;
+                    let bucket = bucketed(p.time);
+                    // A series' points come newest first: a bucket, once
+                    // left, is done for this series.
+                    if open.as_ref().is_none_or(|(b, _)| *b != bucket) {
+                        if let Some((b, reducers)) = open.take() {
+                            group.fold(&calls, b, reducers);
+                        }
+                        open = Some((bucket, vec![Reducer::default(); calls.len()]));
+                    }
+                    if let Some((_, reducers)) = open.as_mut() {
+                        for (r, (call, _)) in reducers.iter_mut().zip(&calls) {
+                            if let Some(v) = p.fields.get(&call.field) {
+                                r.add(call.func, p.time, v);
+                            }
+                        }
+                    }
+                    true
+                })?;
+                if let Some((b, reducers)) = open {
+                    group.fold(&calls, b, reducers);
+                }
+                Ok(())
+            },
+        )? {
+            for (whole, part) in groups.iter_mut().zip(part) {
+                whole.any_point |= part.any_point;
+                for (b, reducers) in part.buckets {
+                    whole.fold(&calls, b, reducers);
+                }
+            }
+        }
+        let mut answers = Vec::new();
+        for (g, group) in groups.into_iter().enumerate() {
+            if group.any_point {
+                let (columns, rows) =
+                    aggregate_rows(s, &calls, group.buckets, &fields, lower.map(|_| lo), hi)?;
+                answers.push((group_keys[g].clone(), columns, rows));
+            }
+        }
+        answers
+    };
     let mut out = Vec::new();
-    for (key, members) in groups.into_iter().skip(s.soffset) {
+    for (key, columns, mut rows) in answers.into_iter().skip(s.soffset) {
         if s.slimit.is_some_and(|n| out.len() >= n) {
             break;
         }
@@ -192,11 +298,6 @@ pub fn select(
                 .zip(key.iter().cloned())
                 .collect::<BTreeMap<_, _>>()
         });
-        let (columns, mut rows) = if calls == 0 {
-            raw_rows(s, &members, &fields, &tag_keys, &group_by)
-        } else {
-            aggregate_rows(s, &members, &fields, lower.map(|_| lo), hi)?
-        };
         if rows.is_empty() {
             continue;
         }
@@ -230,11 +331,7 @@ pub fn select(
 /// are enough items to share (a statement over many series reads them in
 /// parallel, as halite's own query path scans its buckets).
 fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    const PER_THREAD: usize = 8;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(items.len() / PER_THREAD)
-        .max(1);
+    let threads = parallel_chunks(items.len());
     if threads == 1 {
         return items.iter().map(f).collect();
     }
@@ -251,26 +348,75 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
     })
 }
 
+/// `f` folded over `items` into one state per thread (made by `init`),
+/// on up to one thread per core when there are enough items to share;
+/// the states in the order of the items they saw.
+fn fold_in_parallel<T: Sync, A: Send>(
+    items: &[T],
+    init: impl Fn() -> A + Sync,
+    f: impl Fn(&mut A, &T) -> Result<(), String> + Sync,
+) -> Result<Vec<A>, String> {
+    let chunks = parallel_chunks(items.len());
+    if chunks == 1 {
+        let mut state = init();
+        for item in items {
+            f(&mut state, item)?;
+        }
+        return Ok(vec![state]);
+    }
+    let (f, init) = (&f, &init);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = items
+            .chunks(items.len().div_ceil(chunks))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    let mut state = init();
+                    for item in chunk {
+                        f(&mut state, item)?;
+                    }
+                    Ok(state)
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// How many threads share `n` items: one per core, each with at least a
+/// few items.
+fn parallel_chunks(n: usize) -> usize {
+    const PER_THREAD: usize = 8;
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(n / PER_THREAD)
+        .max(1)
+}
+
 /// What of a series to read: times in `[lo, hi]`, the named fields (all
-/// when `None`), at most `most` points kept (the newest).
+/// when `None`).
 struct SeriesRange<'a> {
     lo: i64,
     hi: i64,
     fields: Option<&'a BTreeSet<String>>,
     /// The measurement's field names, shared by the points read.
     names: &'a [Arc<str>],
-    most: Option<usize>,
 }
 
-/// Reads one series' points that `keep` keeps, oldest first.
-fn read_series(
+/// Reads one series' points in range, newest first, each shown to
+/// `visit` until it answers false. The point passed is reused from row to
+/// row (a statement over millions of points allocates per row only what
+/// its answer keeps).
+fn scan_series(
     store: &Store,
     table: &TableName,
     schema: &KeySchema,
     series: &[u8],
     range: &SeriesRange,
-    keep: impl Fn(&Point) -> bool,
-) -> Result<Vec<Point>, String> {
+    visit: &mut dyn FnMut(&Point) -> bool,
+) -> Result<(), String> {
     let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
     if let Some(fields) = range.fields.filter(|f| !f.is_empty()) {
         scan.columns.columns = fields
@@ -279,39 +425,37 @@ fn read_series(
             .collect();
     }
     let mut scanner = store.scanner(table, &scan).map_err(invalid)?;
-    let mut points = Vec::new();
+    let mut point = Point {
+        time: 0,
+        fields: PointFields(Vec::new()),
+    };
     while let Some(row) = scanner.next_row().map_err(invalid)? {
         let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
             continue;
         };
-        let fields = row
-            .cells
-            .iter()
-            .filter_map(|c| {
-                let name = match range
-                    .names
-                    .iter()
-                    .find(|n| n.as_bytes() == &c.qualifier[..])
-                {
-                    Some(n) => n.clone(),
-                    None => Arc::from(std::str::from_utf8(&c.qualifier).ok()?),
-                };
-                Some((name, Value::decode(&c.value)?))
-            })
-            .collect();
-        let point = Point {
-            time: time as i64,
-            fields: PointFields(fields),
-        };
-        if keep(&point) {
-            points.push(point);
-            if range.most.is_some_and(|n| points.len() >= n) {
-                break;
+        point.time = time as i64;
+        point.fields.0.clear();
+        for c in &row.cells {
+            let name = match range
+                .names
+                .iter()
+                .find(|n| n.as_bytes() == &c.qualifier[..])
+            {
+                Some(n) => n.clone(),
+                None => match std::str::from_utf8(&c.qualifier) {
+                    Ok(n) => Arc::from(n),
+                    Err(_) => continue,
+                },
+            };
+            if let Some(v) = Value::decode(&c.value) {
+                point.fields.0.push((name, v));
             }
         }
+        if !visit(&point) {
+            break;
+        }
     }
-    points.reverse();
-    Ok(points)
+    Ok(())
 }
 
 /// The family of an open-tag-set table holding the fields.
@@ -547,15 +691,6 @@ fn compare_value(v: &Value, op: CompareOp, rhs: &Operand) -> bool {
     }
 }
 
-fn as_f64(v: &Value) -> Option<f64> {
-    match v {
-        Value::Float(f) => Some(*f),
-        Value::Int(i) => Some(*i as f64),
-        Value::Uint(u) => Some(*u as f64),
-        _ => None,
-    }
-}
-
 /// Column names as InfluxDB gives them: the alias, the function, or the
 /// field; a repeated name gets `_1`, `_2` …
 fn unique(names: Vec<String>) -> Vec<String> {
@@ -650,20 +785,15 @@ fn bucket_of(t: i64, every: i64, offset: i64) -> i64 {
     (t - offset).div_euclid(every) * every + offset
 }
 
-/// An aggregate select: a row per time bucket (one without `GROUP BY
-/// time`), a column per function. Without a lower time bound (`lower`
-/// None) the buckets start at the group's first point, as InfluxDB's do
-/// (TSBS's groupby-orderby-limit names only an upper bound).
-fn aggregate_rows(
-    s: &Select,
-    members: &[&SeriesData],
-    fields: &BTreeMap<String, crate::series::FieldType>,
-    lower: Option<i64>,
-    hi: i64,
-) -> Result<(Vec<String>, Vec<Vec<Cell>>), String> {
-    let lo = lower.unwrap_or(0);
+/// One function call of an aggregate select.
+struct Call {
+    func: Func,
+    field: String,
+}
+
+/// The calls of an aggregate select, and their column names.
+fn aggregate_calls(s: &Select) -> Result<Vec<(Call, String)>, String> {
     let mut calls = Vec::new();
-    let mut names = Vec::new();
     for f in &s.fields {
         if let SelectExpr::Call { func, field, arg } = &f.expr {
             if field == "*" {
@@ -671,62 +801,65 @@ fn aggregate_rows(
                     "{func}(*) is not answered by halite yet: name a field"
                 ));
             }
-            if !matches!(
-                func.as_str(),
-                "mean"
-                    | "max"
-                    | "min"
-                    | "sum"
-                    | "count"
-                    | "first"
-                    | "last"
-                    | "spread"
-                    | "percentile"
-            ) {
-                return Err(format!("undefined function {func}()"));
-            }
-            if func == "percentile" && arg.is_none() {
-                return Err("invalid number of arguments for percentile, expected 2, got 1".into());
-            }
-            calls.push((func.as_str(), field.as_str(), *arg));
-            names.push(f.alias.clone().unwrap_or_else(|| func.clone()));
+            let call = Call {
+                func: Func::parse(func, *arg)?,
+                field: field.clone(),
+            };
+            calls.push((call, f.alias.clone().unwrap_or_else(|| func.clone())));
         }
     }
-    // Every (time, value) of each call's field in the group, by bucket.
-    let bucketed = |t: i64| match s.group_time {
-        Some((every, offset)) => bucket_of(t, every, offset),
-        None => lo,
-    };
-    let mut by_bucket: BTreeMap<i64, Vec<Vec<Sample>>> = BTreeMap::new();
-    for (order, d) in members.iter().enumerate() {
-        for p in &d.points {
-            let slot = by_bucket
-                .entry(bucketed(p.time))
-                .or_insert_with(|| vec![Vec::new(); calls.len()]);
-            for (i, (_, field, _)) in calls.iter().enumerate() {
-                if let Some(v) = p.fields.get(field) {
-                    slot[i].push((p.time, order, v.clone()));
+    Ok(calls)
+}
+
+/// What a group of an aggregate select has gathered: whether any point
+/// met the condition, and per time bucket a reducer per call.
+#[derive(Clone, Default)]
+struct GroupState {
+    any_point: bool,
+    buckets: BTreeMap<i64, Vec<Reducer>>,
+}
+
+impl GroupState {
+    /// Folds in one bucket's reducers (a bucket where no call's field had
+    /// a value is as if absent).
+    fn fold(&mut self, calls: &[(Call, String)], bucket: i64, reducers: Vec<Reducer>) {
+        if reducers.iter().all(Reducer::is_empty) {
+            return;
+        }
+        match self.buckets.entry(bucket) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(reducers);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                for ((whole, part), (call, _)) in o.get_mut().iter_mut().zip(reducers).zip(calls) {
+                    whole.merge(call.func, part);
                 }
             }
         }
     }
-    if by_bucket.values().all(|b| b.iter().all(Vec::is_empty)) {
+}
+
+/// An aggregate select's answer for one group: a row per time bucket (one
+/// without `GROUP BY time`), a column per function. Without a lower time
+/// bound (`lower` None) the buckets start at the group's first point, as
+/// InfluxDB's do (TSBS's groupby-orderby-limit names only an upper bound).
+fn aggregate_rows(
+    s: &Select,
+    calls: &[(Call, String)],
+    mut by_bucket: BTreeMap<i64, Vec<Reducer>>,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    lower: Option<i64>,
+    hi: i64,
+) -> Result<(Vec<String>, Vec<Vec<Cell>>), String> {
+    let lo = lower.unwrap_or(0);
+    let Some(&first_bucket) = by_bucket.keys().next() else {
         return Ok((Vec::new(), Vec::new()));
-    }
-    let selector_time = s.group_time.is_none()
-        && calls.len() == 1
-        && matches!(calls[0].0, "first" | "last" | "max" | "min" | "percentile");
+    };
+    let selector_time = s.group_time.is_none() && calls.len() == 1 && calls[0].0.func.selects();
     let buckets: Vec<i64> = match s.group_time {
         Some((every, offset)) => {
-            let start = match lower {
-                Some(lo) => lo,
-                None => by_bucket
-                    .iter()
-                    .find(|(_, values)| values.iter().any(|v| !v.is_empty()))
-                    .map_or(lo, |(b, _)| *b),
-            };
             let (first, last) = (
-                bucket_of(start, every, offset),
+                bucket_of(lower.unwrap_or(first_bucket), every, offset),
                 bucket_of(hi, every, offset),
             );
             let n = (last - first) / every + 1;
@@ -741,15 +874,18 @@ fn aggregate_rows(
     };
     let mut rows: Vec<Vec<Cell>> = Vec::new();
     for b in buckets {
-        let empty = vec![Vec::new(); calls.len()];
-        let values = by_bucket.get(&b).unwrap_or(&empty);
+        let mut reducers = by_bucket.remove(&b);
         let mut row = vec![Cell::Time(b)];
         let mut any = false;
-        for (i, (func, field, arg)) in calls.iter().enumerate() {
-            let (mut cell, at) = apply(func, *arg, &values[i], fields.get(*field).copied());
+        for (i, (call, _)) in calls.iter().enumerate() {
+            let reducer = reducers
+                .as_mut()
+                .map(|r| std::mem::take(&mut r[i]))
+                .unwrap_or_default();
+            let (mut cell, at) = reducer.finish(call.func, fields.get(&call.field).copied());
             if cell != Cell::Null {
                 any = true;
-            } else if *func == "count" && s.fill == Fill::Null {
+            } else if call.func == Func::Count && s.fill == Fill::Null {
                 // InfluxDB counts an empty interval as 0, not null.
                 cell = Cell::Value(Value::Int(0));
             }
@@ -765,129 +901,8 @@ fn aggregate_rows(
     }
     fill(&mut rows, &s.fill);
     let mut columns = vec!["time".to_string()];
-    columns.extend(unique(names));
+    columns.extend(unique(calls.iter().map(|(_, name)| name.clone()).collect()));
     Ok((columns, rows))
-}
-
-/// A value of a field in a bucket: its time, its series' place in the
-/// group, the value.
-type Sample = (i64, usize, Value);
-
-/// One function over one bucket's values (time, series order, value):
-/// the cell, and for a selector the time of the value it chose.
-fn apply(
-    func: &str,
-    arg: Option<f64>,
-    values: &[Sample],
-    ty: Option<crate::series::FieldType>,
-) -> (Cell, Option<i64>) {
-    use crate::series::FieldType;
-    if values.is_empty() {
-        return (Cell::Null, None);
-    }
-    let numeric: Vec<(i64, f64)> = values
-        .iter()
-        .filter_map(|(t, _, v)| Some((*t, as_f64(v)?)))
-        .collect();
-    let integer = matches!(ty, Some(FieldType::Integer | FieldType::Unsigned));
-    let typed = |x: f64| {
-        if integer {
-            Value::Int(x as i64)
-        } else {
-            Value::Float(x)
-        }
-    };
-    match func {
-        "count" => (Cell::Value(Value::Int(values.len() as i64)), None),
-        "first" | "last" => {
-            // The earliest (latest) time; of equal times, as InfluxDB's
-            // first and last reducers choose, the larger value (several
-            // series reporting at the same instant, as Telegraf's hosts
-            // do, grouped into one answer).
-            let pick = values.iter().reduce(|best, v| {
-                let further = if func == "first" {
-                    v.0 < best.0
-                } else {
-                    v.0 > best.0
-                };
-                if further || (v.0 == best.0 && larger(&v.2, &best.2)) {
-                    v
-                } else {
-                    best
-                }
-            });
-            match pick {
-                Some((t, _, v)) => (Cell::Value(v.clone()), Some(*t)),
-                None => (Cell::Null, None),
-            }
-        }
-        _ if numeric.is_empty() => (Cell::Null, None),
-        "mean" => {
-            let sum: f64 = numeric.iter().map(|(_, x)| x).sum();
-            (Cell::Value(Value::Float(sum / numeric.len() as f64)), None)
-        }
-        "sum" => {
-            if integer {
-                let sum = values.iter().fold(0i64, |acc, (_, _, v)| match v {
-                    Value::Int(i) => acc.wrapping_add(*i),
-                    Value::Uint(u) => acc.wrapping_add(*u as i64),
-                    _ => acc,
-                });
-                (Cell::Value(Value::Int(sum)), None)
-            } else {
-                (
-                    Cell::Value(Value::Float(numeric.iter().map(|(_, x)| x).sum())),
-                    None,
-                )
-            }
-        }
-        "max" | "min" => {
-            // Of equal values, the earliest.
-            let mut best = numeric[0];
-            for &(t, x) in &numeric[1..] {
-                let better = if func == "max" {
-                    x > best.1
-                } else {
-                    x < best.1
-                };
-                if better || (x == best.1 && t < best.0) {
-                    best = (t, x);
-                }
-            }
-            (Cell::Value(typed(best.1)), Some(best.0))
-        }
-        "spread" => {
-            let max = numeric.iter().map(|(_, x)| *x).fold(f64::MIN, f64::max);
-            let min = numeric.iter().map(|(_, x)| *x).fold(f64::MAX, f64::min);
-            (Cell::Value(typed(max - min)), None)
-        }
-        "percentile" => {
-            let p = arg.unwrap_or(50.0);
-            let mut sorted = numeric.clone();
-            sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-            // InfluxDB's nearest rank.
-            let i = ((sorted.len() as f64) * p / 100.0 + 0.5).floor() as i64 - 1;
-            if i < 0 || i as usize >= sorted.len() {
-                return (Cell::Null, None);
-            }
-            let (t, x) = sorted[i as usize];
-            (Cell::Value(typed(x)), Some(t))
-        }
-        _ => (Cell::Null, None),
-    }
-}
-
-/// Whether `a` is larger than `b`, two values of one field: numbers by
-/// value, strings by their bytes, `true` above `false`.
-fn larger(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Str(a), Value::Str(b)) => a > b,
-        (Value::Bool(a), Value::Bool(b)) => a & !b,
-        _ => match (as_f64(a), as_f64(b)) {
-            (Some(a), Some(b)) => a > b,
-            _ => false,
-        },
-    }
 }
 
 /// `fill(previous | linear | N)` over rows of time buckets (`null` and
