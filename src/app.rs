@@ -117,6 +117,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         clock,
         ready: false.into(),
         max_body: config.server.max_body.0 as usize,
+        write_piece: config.server.write_piece.0 as usize,
         body_timeout: config.server.body_timeout.0,
         ingest: kafka.as_ref().map(|k| k.stats.clone()),
         topics,

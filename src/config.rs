@@ -167,6 +167,13 @@ pub struct ServerConfig {
     pub metrics_listen: String,
     /// Largest request body accepted (default 25MiB, as InfluxDB).
     pub max_body: ByteSize,
+    /// Line protocol is encoded and handed to the writers in pieces of about
+    /// this much (default 4MiB), so a bigger body's logging overlaps its
+    /// parsing. A piece should hold several points of each series: a piece
+    /// with one point per series makes every MemStore insert a search
+    /// across the MemStore (256KiB pieces cost 13.2 µs of CPU a row at
+    /// 1,000 TSBS hosts, 4MiB pieces 8.2).
+    pub write_piece: ByteSize,
     /// How long a request body may take to arrive once its headers have
     /// (default 30s); a slower or stalled client gets 408 and writes nothing.
     pub body_timeout: Dur,
@@ -183,6 +190,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8070".into(),
             metrics_listen: String::new(),
             max_body: ByteSize(25 << 20),
+            write_piece: ByteSize(4 << 20),
             body_timeout: Dur(Duration::from_secs(30)),
             shards: cores,
             query_threads: 2 * cores,

@@ -762,13 +762,6 @@ pub enum Format {
     Json,
 }
 
-/// Bytes of line protocol encoded before they go to the writer shards: a
-/// large body is encoded piece by piece, each handed to the shards as soon
-/// as it is encoded, so the shards log and insert one piece while the next
-/// is parsed (a whole 5,000-line body encoded first leaves the shards idle
-/// for as long, and then the parsing thread).
-pub const WRITE_PIECE_BYTES: usize = 256 * 1024;
-
 /// What [`write_lines`] did: rows written, and the bad lines (number in
 /// the whole text, reason) in order.
 #[derive(Debug, Default)]
@@ -779,13 +772,6 @@ pub struct LinesWritten {
     pub series_refused: usize,
 }
 
-/// Writes line protocol `body` into table `table` of `store`, returning
-/// once every written row is durable as the table's durability says. Pieces
-/// of [`WRITE_PIECE_BYTES`] (cut after a newline) are encoded and submitted
-/// one after the other, so their writes are logged in text order per
-/// region: of two points with the same key the later line wins, as in one
-/// batch. Bad lines are skipped and reported; the good ones are written.
-/// A body that is not UTF-8 anywhere is refused before anything is written.
 /// Where a write's encoded rows go: a single node's store (its regions'
 /// WALs and MemStores), or in cluster mode the table's topic
 /// (`kafka/topic_writer.rs`). Submitting hands rows on; waiting returns
@@ -816,6 +802,13 @@ impl RowsSink for crate::store::Store {
     }
 }
 
+/// Writes line protocol `body` into table `table` of `store`, returning
+/// once every written row is durable as the table's durability says. Pieces
+/// of [`LineWrite::piece_bytes`] (cut after a newline) are encoded and submitted
+/// one after the other, so their writes are logged in text order per
+/// region: of two points with the same key the later line wins, as in one
+/// batch. Bad lines are skipped and reported; the good ones are written.
+/// A body that is not UTF-8 anywhere is refused before anything is written.
 pub fn write_lines<S: RowsSink>(
     sink: &S,
     table: &TableDescriptor,
@@ -828,7 +821,9 @@ pub fn write_lines<S: RowsSink>(
         ttl_ms,
         now_ms,
         dictionary,
+        piece_bytes,
     } = *how;
+    let piece_bytes = piece_bytes.max(1);
     let text = std::str::from_utf8(body).map_err(WriteLinesError::NotUtf8)?;
     let mut out = LinesWritten::default();
     let mut pending = Vec::new();
@@ -836,11 +831,11 @@ pub fn write_lines<S: RowsSink>(
     let mut seen = None;
     let mut rest = text;
     while !rest.is_empty() {
-        let cut = if rest.len() <= WRITE_PIECE_BYTES {
+        let cut = if rest.len() <= piece_bytes {
             rest.len()
         } else {
-            memchr::memchr(b'\n', &rest.as_bytes()[WRITE_PIECE_BYTES..])
-                .map_or(rest.len(), |at| WRITE_PIECE_BYTES + at + 1)
+            memchr::memchr(b'\n', &rest.as_bytes()[piece_bytes..])
+                .map_or(rest.len(), |at| piece_bytes + at + 1)
         };
         let (piece, after) = rest.split_at(cut);
         rest = after;
@@ -894,6 +889,11 @@ pub struct LineWrite<'a> {
     /// For a table of open tag sets: its namespace's dictionary, and the
     /// store that keeps it.
     pub dictionary: Option<(&'a Dictionary, &'a crate::store::Store)>,
+    /// Bytes encoded before they go to the writer shards (`server.write_piece`):
+    /// a large body is encoded piece by piece, each handed to the shards as
+    /// soon as it is encoded, so the shards log and insert one piece while
+    /// the next is parsed.
+    pub piece_bytes: usize,
 }
 
 /// Why [`write_lines`] failed as a whole.

@@ -326,7 +326,8 @@ fn acknowledged_writes_survive_kill_9() {
     }
 }
 
-/// A body larger than a write piece (256 KiB) is written piece by piece:
+/// A body larger than a write piece (`server.write_piece`, 256 KiB here)
+/// is written piece by piece:
 /// bad lines in any piece come back with their line number in the whole
 /// body, the later of two points with one key wins across pieces, and a
 /// body that is not UTF-8 anywhere changes nothing. Queries in the series
@@ -334,7 +335,7 @@ fn acknowledged_writes_survive_kill_9() {
 /// refused where they do not apply.
 #[test]
 fn large_bodies_in_pieces_and_series_shaped_answers() {
-    let sc = Scenario::new().build();
+    let sc = Scenario::new().set("server.write_piece=256KiB").build();
     let s = sc.start();
     let a = s.addr.clone();
     assert_eq!(
@@ -388,11 +389,7 @@ fn large_bodies_in_pieces_and_series_shaped_answers() {
         }
     }
     body.push_str(&format!("cpu,host=host_0 a=-1,b=-1 {T0_MS}\n"));
-    assert!(
-        body.len() > 2 * halite::ingest::WRITE_PIECE_BYTES,
-        "{}",
-        body.len()
-    );
+    assert!(body.len() > 2 * 256 * 1024, "{}", body.len());
     let r = write(body.as_bytes());
     assert_eq!(r.status, 400, "{}", r.text());
     let answer = r.json();

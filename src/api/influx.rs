@@ -414,6 +414,7 @@ fn write_body(
             ttl_ms: None,
             now_ms: now,
             dictionary: Some((&dictionary, &s.store)),
+            piece_bytes: s.write_piece,
         };
         let done =
             ingest::write_lines(&*s.store, &table.desc, joined.as_bytes(), &how).map_err(|e| {

@@ -28,6 +28,8 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Request bodies above this are refused with 413 (default 25 MiB).
     pub max_body: usize,
+    /// Line protocol goes to the writers in pieces of about this many bytes.
+    pub write_piece: usize,
     /// A body must arrive within this once the headers have (else 408).
     pub body_timeout: std::time::Duration,
     /// The Kafka pipeline's counters, when it runs.

@@ -139,6 +139,7 @@ pub(super) async fn write(
         ingest::Format::Line
     };
     let max_value_size = s.store.max_value_size();
+    let piece_bytes = s.write_piece;
     let dictionary = match (&s.topics, desc.key.is_open_tags()) {
         (Some(_), true) => {
             return Err(ApiError::new(
@@ -170,6 +171,7 @@ pub(super) async fn write(
                     ttl_ms: ttl,
                     now_ms: now,
                     dictionary: None,
+                    piece_bytes,
                 };
                 match topics {
                     Some(t) => ingest::write_lines(&*t, &desc, &bytes, &how),
