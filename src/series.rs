@@ -494,7 +494,7 @@ impl Dictionary {
             {
                 return list.clone();
             }
-            (state.series_added, Arc::from(state.resolve(table)))
+            (state.series_added, Arc::from(state.resolve(table, None)))
         };
         let mut state = self.state.write();
         // A series recorded meanwhile makes this list stale: answer with
@@ -508,11 +508,24 @@ impl Dictionary {
     }
 
     /// [`Dictionary::series_of`], only those of `metric` when given (a
-    /// table holds many metrics when Prometheus writes it).
+    /// table holds many metrics when Prometheus writes it). While new
+    /// series keep arriving the shared list is stale; then only the
+    /// metric's series are resolved, by its UID, not the whole table's.
     pub fn series_of_metric(&self, table: &str, metric: Option<&str>) -> Vec<NamedSeries> {
-        let all = self.series_of(table);
         let Some(metric) = metric else {
-            return all.to_vec();
+            return self.series_of(table).to_vec();
+        };
+        let all = {
+            let state = self.state.read();
+            match state.resolved.get(table) {
+                Some((at, list)) if *at == state.series_added => Arc::clone(list),
+                _ => {
+                    let Some(uid) = state.uids[UidKind::Metric as usize].get(metric) else {
+                        return Vec::new();
+                    };
+                    return state.resolve(table, Some(uid.uid));
+                }
+            }
         };
         // Sorted by metric first: the metric's series are one run.
         let from = all.partition_point(|s| s.metric.as_str() < metric);
@@ -546,8 +559,9 @@ impl Dictionary {
 }
 
 impl State {
-    /// `table`'s series, names resolved, sorted by metric and tags.
-    fn resolve(&self, table: &str) -> Vec<NamedSeries> {
+    /// `table`'s series (only those of the metric with UID `metric`, when
+    /// given), names resolved, sorted by metric and tags.
+    fn resolve(&self, table: &str, metric: Option<u32>) -> Vec<NamedSeries> {
         let Some(of_table) = self.series.get(table) else {
             return Vec::new();
         };
@@ -556,8 +570,10 @@ impl State {
                 .get(&(kind, uid))
                 .map_or_else(|| format!("#{uid}"), |n| n.to_string())
         };
+        let wanted = metric.map(u32::to_be_bytes);
         let mut out: Vec<NamedSeries> = of_table
             .keys()
+            .filter(|s| wanted.is_none_or(|uid| s.starts_with(&uid)))
             .filter_map(|s| {
                 let (metric, tags) = decode_tag_series(s)?;
                 Some(NamedSeries {

@@ -924,9 +924,9 @@ fn run(
                     let mut key = escape_tag(&series.metric).replace("\\=", "=");
                     for (k, v) in &series.tags {
                         key.push(',');
-                        key.push_str(&escape_tag(&k));
+                        key.push_str(&escape_tag(k));
                         key.push('=');
-                        key.push_str(&escape_tag(&v));
+                        key.push_str(&escape_tag(v));
                     }
                     keys.push(key);
                 }

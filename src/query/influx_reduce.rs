@@ -3,7 +3,10 @@
 //! holds one small state per (group, time bucket, function), never the
 //! points. Partial states from different series and threads merge; every
 //! choice among equal candidates is decided by value and time, never by
-//! arrival order, so the answer does not depend on how reading was split.
+//! arrival order, so which point a selector picks does not depend on how
+//! reading was split. A float sum (and mean) is added in another order
+//! than one pass would, so its last bits may differ (InfluxDB's own
+//! shards merge partial sums the same way).
 
 use super::influx_select::Cell;
 use crate::series::FieldType;

@@ -10,7 +10,7 @@ use super::influx_reduce::{Func, Reducer, as_f64};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use crate::catalog::TableName;
 use crate::error::Error;
-use crate::key::{KeySchema, TagKey};
+use crate::key::KeySchema;
 use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
@@ -62,6 +62,14 @@ struct SeriesData {
     tags: BTreeMap<String, String>,
     group: usize,
     points: Vec<Point>,
+}
+
+/// What a group gathered before its answer is made.
+enum Gathered<'d> {
+    /// A raw select's series with points, in group order.
+    Raw(Vec<&'d SeriesData>),
+    /// An aggregate select's reducers by time bucket.
+    Aggregate(BTreeMap<i64, Vec<Reducer>>),
 }
 
 /// A series a statement reads, and the index of its `GROUP BY` group.
@@ -195,8 +203,15 @@ pub fn select(
     let read = |series: &[u8], visit: &mut dyn FnMut(&Point) -> bool| {
         scan_series(store, &name, &schema, series, &range, visit)
     };
-    let answers: Vec<(Vec<String>, Vec<String>, Vec<Vec<Cell>>)> = if calls == 0 {
-        let mut data = Vec::new();
+    let agg_calls = if calls > 0 {
+        aggregate_calls(s)?
+    } else {
+        Vec::new()
+    };
+    let mut data = Vec::new();
+    // Each group with a point that met the condition, in group order; its
+    // answer is made only if SOFFSET and SLIMIT keep it.
+    let gathered: Vec<(usize, Gathered)> = if calls == 0 {
         for d in in_parallel(&members, |m| -> Result<Option<SeriesData>, String> {
             let mut points = Vec::new();
             read(&m.series.key, &mut |p| {
@@ -220,13 +235,10 @@ pub fn select(
         }
         groups
             .into_iter()
-            .map(|(g, members)| {
-                let (columns, rows) = raw_rows(s, &members, &fields, &tag_keys, &group_by);
-                (group_keys[g].clone(), columns, rows)
-            })
+            .map(|(g, members)| (g, Gathered::Raw(members)))
             .collect()
     } else {
-        let calls = aggregate_calls(s)?;
+        let calls = &agg_calls;
         let bucketed = |t: i64| match s.group_time {
             Some((every, offset)) => bucket_of(t, every, offset),
             None => lo,
@@ -250,12 +262,12 @@ pub fn select(
                     // left, is done for this series.
                     if open.as_ref().is_none_or(|(b, _)| *b != bucket) {
                         if let Some((b, reducers)) = open.take() {
-                            group.fold(&calls, b, reducers);
+                            group.fold(calls, b, reducers);
                         }
                         open = Some((bucket, vec![Reducer::default(); calls.len()]));
                     }
                     if let Some((_, reducers)) = open.as_mut() {
-                        for (r, (call, _)) in reducers.iter_mut().zip(&calls) {
+                        for (r, (call, _)) in reducers.iter_mut().zip(calls) {
                             if let Some(v) = p.fields.get(&call.field) {
                                 r.add(call.func, p.time, v);
                             }
@@ -264,7 +276,7 @@ pub fn select(
                     true
                 })?;
                 if let Some((b, reducers)) = open {
-                    group.fold(&calls, b, reducers);
+                    group.fold(calls, b, reducers);
                 }
                 Ok(())
             },
@@ -272,25 +284,29 @@ pub fn select(
             for (whole, part) in groups.iter_mut().zip(part) {
                 whole.any_point |= part.any_point;
                 for (b, reducers) in part.buckets {
-                    whole.fold(&calls, b, reducers);
+                    whole.fold(calls, b, reducers);
                 }
             }
         }
-        let mut answers = Vec::new();
-        for (g, group) in groups.into_iter().enumerate() {
-            if group.any_point {
-                let (columns, rows) =
-                    aggregate_rows(s, &calls, group.buckets, &fields, lower.map(|_| lo), hi)?;
-                answers.push((group_keys[g].clone(), columns, rows));
-            }
-        }
-        answers
+        groups
+            .into_iter()
+            .enumerate()
+            .filter(|(_, group)| group.any_point)
+            .map(|(g, group)| (g, Gathered::Aggregate(group.buckets)))
+            .collect()
     };
     let mut out = Vec::new();
-    for (key, columns, mut rows) in answers.into_iter().skip(s.soffset) {
+    for (g, gathered) in gathered.into_iter().skip(s.soffset) {
         if s.slimit.is_some_and(|n| out.len() >= n) {
             break;
         }
+        let key = &group_keys[g];
+        let (columns, mut rows) = match gathered {
+            Gathered::Raw(members) => raw_rows(s, &members, &fields, &tag_keys, &group_by),
+            Gathered::Aggregate(buckets) => {
+                aggregate_rows(s, &agg_calls, buckets, &fields, lower.map(|_| lo), hi)?
+            }
+        };
         let tags = (!matches!(s.group_tags, GroupTags::None)).then(|| {
             group_by
                 .iter()
@@ -429,25 +445,21 @@ fn scan_series(
         time: 0,
         fields: PointFields(Vec::new()),
     };
-    while let Some(row) = scanner.next_row().map_err(invalid)? {
-        let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
+    while let Some(row) = scanner.next_view().map_err(invalid)? {
+        let Some(time) = key_time(schema, row.key()) else {
             continue;
         };
         point.time = time as i64;
         point.fields.0.clear();
-        for c in &row.cells {
-            let name = match range
-                .names
-                .iter()
-                .find(|n| n.as_bytes() == &c.qualifier[..])
-            {
+        for c in row.cells() {
+            let name = match range.names.iter().find(|n| n.as_bytes() == c.qualifier) {
                 Some(n) => n.clone(),
-                None => match std::str::from_utf8(&c.qualifier) {
+                None => match std::str::from_utf8(c.qualifier) {
                     Ok(n) => Arc::from(n),
                     Err(_) => continue,
                 },
             };
-            if let Some(v) = Value::decode(&c.value) {
+            if let Some(v) = Value::decode(c.value) {
                 point.fields.0.push((name, v));
             }
         }
@@ -456,6 +468,14 @@ fn scan_series(
         }
     }
     Ok(())
+}
+
+/// The time of an open-tag-set key (`None`: not one), without taking its
+/// tags apart: the scan's prefix already chose the series.
+fn key_time(schema: &KeySchema, key: &[u8]) -> Option<u64> {
+    schema.tag_series(key)?;
+    let at = key.len().checked_sub(8)?;
+    Some(u64::MAX - u64::from_be_bytes(key[at..].try_into().ok()?))
 }
 
 /// The family of an open-tag-set table holding the fields.
