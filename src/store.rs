@@ -883,6 +883,30 @@ impl Store {
         true
     }
 
+    /// Has the regions flushed whose unflushed edits keep an idle WAL from
+    /// giving its preallocated space back (`Wal::take_regions_holding_space`);
+    /// true when some were asked.
+    pub fn flush_regions_holding_idle_wals(&self) -> bool {
+        let wanted: std::collections::BTreeSet<u64> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.wal.take_regions_holding_space())
+            .collect();
+        if wanted.is_empty() {
+            return false;
+        }
+        let tables = self.tables.read();
+        for r in tables
+            .values()
+            .flat_map(|t| t.regions.iter())
+            .filter_map(RegionHandle::local)
+            .filter(|r| wanted.contains(&r.id()))
+        {
+            r.request_flush();
+        }
+        true
+    }
+
     /// How many times writers waited for MemStores to flush under the
     /// global limit.
     pub fn memory_waits(&self) -> u64 {

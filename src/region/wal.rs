@@ -161,6 +161,7 @@ impl Wal {
             failed: Mutex::new(None),
             stats,
             closing: AtomicBool::new(false),
+            holding_space: Default::default(),
         });
         let recycled = shared.segments.lock().free.pop();
         let file = prepare_segment(&dir, next_id, options.segment_size, recycled)?;
@@ -289,6 +290,13 @@ impl Wal {
             *f = (*f).max(seq);
         }
         self.shared.collect_garbage();
+    }
+
+    /// Regions whose unflushed edits keep this log, idle for
+    /// `release_after_idle`, from giving its preallocated space back; each
+    /// named once. Flushing them lets the log shrink at its next look.
+    pub fn take_regions_holding_space(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.shared.holding_space.lock())
     }
 
     /// Forgets the edits of every region not in `live` (regions of dropped

@@ -74,7 +74,8 @@ impl Splitter {
 
 /// Keeps all MemStores together under the global limit also while no
 /// write comes (writers enforce it only as they arrive): over it, the
-/// largest are flushed.
+/// largest are flushed. And flushes the regions an idle WAL names as
+/// holding its space, so a quiet node's logs shrink.
 pub struct MemoryGuard;
 
 impl MemoryGuard {
@@ -84,6 +85,7 @@ impl MemoryGuard {
     pub fn start(store: &Arc<Store>) -> std::io::Result<Chore> {
         Chore::start(store, "halite-memory", Self::EVERY, |store| {
             store.relieve_memory();
+            store.flush_regions_holding_idle_wals();
         })
     }
 }

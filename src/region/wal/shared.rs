@@ -54,9 +54,19 @@ impl Segments {
     /// Whether every edit of `max_seq` (region -> highest sequence id) is
     /// in store files.
     pub(super) fn all_flushed(&self, max_seq: &HashMap<u64, u64>) -> bool {
+        self.unflushed(max_seq).next().is_none()
+    }
+
+    /// The regions of `max_seq` (region -> highest sequence id) with edits
+    /// not in store files yet.
+    pub(super) fn unflushed<'a>(
+        &'a self,
+        max_seq: &'a HashMap<u64, u64>,
+    ) -> impl Iterator<Item = u64> + 'a {
         max_seq
             .iter()
-            .all(|(region, max)| self.flushed.get(region).is_some_and(|f| f >= max))
+            .filter(|(region, max)| self.flushed.get(region).is_none_or(|f| f < max))
+            .map(|(region, _)| *region)
     }
 }
 
@@ -68,6 +78,9 @@ pub(super) struct Shared {
     pub(super) stats: WalStats,
     /// Set by `close`: a writer waiting out a full disk gives up.
     pub(super) closing: AtomicBool,
+    /// Regions whose unflushed edits keep an idle log from giving its
+    /// space back: the writer names them, the store has them flushed.
+    pub(super) holding_space: Mutex<Vec<u64>>,
 }
 
 impl Shared {

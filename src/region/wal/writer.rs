@@ -456,6 +456,20 @@ impl Writer {
         {
             let segs = self.shared.segments.lock();
             if !segs.closed.is_empty() || !segs.all_flushed(&self.seg_max_seq) {
+                // Edits not in store files hold the space: a region written
+                // once and then left alone (a namespace's dictionary) would
+                // hold it for good. Its MemStore is flushed instead, as
+                // HBase flushes the regions holding its oldest logs.
+                let mut holding: Vec<u64> = segs
+                    .closed
+                    .iter()
+                    .flat_map(|seg| segs.unflushed(&seg.max_seq))
+                    .chain(segs.unflushed(&self.seg_max_seq))
+                    .collect();
+                holding.sort_unstable();
+                holding.dedup();
+                drop(segs);
+                *self.shared.holding_space.lock() = holding;
                 return Ok(());
             }
         }
