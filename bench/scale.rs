@@ -9,10 +9,18 @@
 //! of the whole data directory (WAL included) once settled, write
 //! amplification (halite), restart time on the data. Then TSBS's 15 query
 //! types, `HALITE_BENCH_QUERIES` (5) of each from one seed, through
-//! InfluxQL on halite and InfluxDB: p50 and p99, and the answers of the two
-//! compared. `HALITE_BENCH_ONLY=halite-influxql,InfluxDB` picks systems.
-//! Report in `bench/SCALE.md`. It measures; it asserts nothing about time.
+//! InfluxQL on halite and InfluxDB and the MetricsQL TSBS writes on
+//! VictoriaMetrics: p50 and p99, and the answers of halite and InfluxDB
+//! compared. Then the same points sent out of order (10 % up to a minute
+//! late, 1 % an hour late) into a fresh server, its rates, and the first
+//! query of each type answered as in order (`HALITE_BENCH_OUT_OF_ORDER=0`
+//! skips it). `HALITE_BENCH_ONLY=halite-influxql,InfluxDB` picks systems.
+//! Report in `bench/SCALE.md`, the figures in `bench/scale.json` and SVG
+//! charts of them in `bench/scale-*.svg` (`HALITE_BENCH_CHARTS=<json>`
+//! only draws the charts of an earlier run). It measures; it asserts
+//! nothing about time.
 
+mod charts;
 #[path = "../tests/common/http.rs"]
 mod http;
 #[path = "../tests/common/influx.rs"]
@@ -56,8 +64,7 @@ struct Ingest {
 /// Streams the data set into `server`: one thread makes the bodies, two
 /// send them; a 5xx (a full cache or MemStore) is retried after 100 ms
 /// and counted.
-fn ingest(server: &Server, hosts: u64, steps: u64) -> Ingest {
-    let bodies = Bodies::new(hosts, steps, LINES_PER_BODY);
+fn ingest(server: &Server, bodies: Bodies) -> Ingest {
     let rows = bodies.total();
     let (tx, rx) = mpsc::sync_channel::<(String, u64)>(4);
     let rx = Arc::new(Mutex::new(rx));
@@ -147,6 +154,8 @@ fn write_amplification(server: &Server) -> Option<f64> {
 
 struct QueryRun {
     name: String,
+    /// The requests sent, in order.
+    paths: Vec<String>,
     p50_ms: f64,
     p99_ms: f64,
     answers: Vec<Json>,
@@ -160,9 +169,27 @@ fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<Quer
     for kind in QueryType::ALL {
         let mut times = Vec::with_capacity(per_type);
         let mut answers = Vec::with_capacity(per_type);
+        let mut paths = Vec::with_capacity(per_type);
         for _ in 0..per_type {
-            let q = kind.influxql(&mut rng, hosts, devops::START_MS, end);
-            let path = format!("/query?db=bench&epoch=ms&q={}", url_encode(&q));
+            // VictoriaMetrics answers the MetricsQL TSBS writes for it;
+            // the types TSBS has none for are not run there.
+            let (q, path) = if server.kind == Kind::Victoria {
+                let Some(r) = kind.promql(&mut rng, hosts, devops::START_MS, end) else {
+                    continue;
+                };
+                let path = format!(
+                    "/api/v1/query_range?query={}&start={}&end={}&step={}",
+                    url_encode(&r.query),
+                    r.start_s,
+                    r.end_s,
+                    r.step_s
+                );
+                (r.query, path)
+            } else {
+                let q = kind.influxql(&mut rng, hosts, devops::START_MS, end);
+                let path = format!("/query?db=bench&epoch=ms&q={}", url_encode(&q));
+                (q, path)
+            };
             let started = Instant::now();
             let (status, body) = conn.get(&path);
             times.push(started.elapsed().as_secs_f64() * 1e3);
@@ -174,6 +201,17 @@ fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<Quer
                 String::from_utf8_lossy(&body)
             );
             answers.push(serde_json::from_slice(&body).unwrap_or(Json::Null));
+            paths.push(path);
+        }
+        if times.is_empty() {
+            out.push(QueryRun {
+                name: kind.name(),
+                paths,
+                p50_ms: f64::NAN,
+                p99_ms: f64::NAN,
+                answers,
+            });
+            continue;
         }
         let (p50, p99) = percentiles(times);
         eprintln!(
@@ -183,6 +221,7 @@ fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<Quer
         );
         out.push(QueryRun {
             name: kind.name(),
+            paths,
             p50_ms: p50,
             p99_ms: p99,
             answers,
@@ -212,9 +251,49 @@ fn same(a: &Json, b: &Json) -> bool {
     }
 }
 
+/// The same data sent out of order ([`Bodies::out_of_order`]) into a
+/// fresh server: its ingest, and how many of the in-order run's first
+/// answer of each type it gave again.
+struct OutOfOrderRun {
+    ingest: Ingest,
+    equal: usize,
+    compared: usize,
+}
+
+/// Sends the first request of each query type of `earlier` again and
+/// counts the answers equal to the first time's: (equal, compared).
+fn same_answers(server: &Server, earlier: &[QueryRun]) -> (usize, usize) {
+    let mut conn = Conn::open(&server.addr);
+    let (mut equal, mut compared) = (0, 0);
+    for q in earlier {
+        let (Some(path), Some(before)) = (q.paths.first(), q.answers.first()) else {
+            continue;
+        };
+        let (status, body) = conn.get(path);
+        let now: Json = serde_json::from_slice(&body).unwrap_or(Json::Null);
+        compared += 1;
+        if status == 200
+            && same(
+                &influx::without_long_partial(now.clone()),
+                &influx::without_long_partial(before.clone()),
+            )
+        {
+            equal += 1;
+        } else {
+            eprintln!(
+                "{} {}: out of order, another answer",
+                server.kind.name(),
+                q.name
+            );
+        }
+    }
+    (equal, compared)
+}
+
 struct SystemRun {
     kind: Kind,
     ingest: Ingest,
+    out_of_order: Option<OutOfOrderRun>,
     disk_bytes: u64,
     wal_bytes: u64,
     write_amplification: Option<f64>,
@@ -223,11 +302,20 @@ struct SystemRun {
 }
 
 fn main() {
+    let bench_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench");
+    if let Some(from) = std::env::var_os("HALITE_BENCH_CHARTS") {
+        let text = std::fs::read_to_string(&from).expect("read the results");
+        let results: Json = serde_json::from_str(&text).expect("results are JSON");
+        charts::draw_all(&results, &bench_dir).expect("draw the charts");
+        println!("charts drawn into {}", bench_dir.display());
+        return;
+    }
     let hosts = env_f64("HALITE_BENCH_HOSTS", 4_000.0) as u64;
     let days = env_f64("HALITE_BENCH_DAYS", 1.0);
     let per_type = env_f64("HALITE_BENCH_QUERIES", 5.0) as usize;
     let steps = (days * 86_400_000.0 / devops::INTERVAL_MS as f64) as u64;
     let only = std::env::var("HALITE_BENCH_ONLY").ok();
+    let with_out_of_order = std::env::var("HALITE_BENCH_OUT_OF_ORDER").map_or(true, |v| v != "0");
     let root = std::env::var_os("HALITE_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
@@ -245,7 +333,7 @@ fn main() {
             continue;
         }
         let mut server = Server::start(kind, temp.path(), false);
-        let ingest = ingest(&server, hosts, steps);
+        let ingest = ingest(&server, Bodies::new(hosts, steps, LINES_PER_BODY));
         eprintln!(
             "{}: {:.0} rows/s, {:.2} µs CPU/row, peak RSS {:.0} MiB, {} retries",
             kind.name(),
@@ -262,15 +350,30 @@ fn main() {
         let restarting = Instant::now();
         server.restart_untraced();
         let restart_s = restarting.elapsed().as_secs_f64();
-        let queries = if kind == Kind::Victoria {
-            Vec::new()
-        } else {
-            queries(&server, hosts, steps, per_type)
-        };
+        let queries = queries(&server, hosts, steps, per_type);
         server.stop();
+        let out_of_order = with_out_of_order.then(|| {
+            let server = Server::start(kind, temp.path(), false);
+            let late = crate::ingest(&server, Bodies::out_of_order(hosts, steps, LINES_PER_BODY));
+            server.settle();
+            let (equal, compared) = same_answers(&server, &queries);
+            eprintln!(
+                "{} out of order: {:.0} rows/s, {:.2} µs CPU/row, {equal} of {compared} answers as in order",
+                kind.name(),
+                late.rows as f64 / late.secs,
+                late.cpu_us_per_row,
+            );
+            server.stop();
+            OutOfOrderRun {
+                ingest: late,
+                equal,
+                compared,
+            }
+        });
         runs.push(SystemRun {
             kind,
             ingest,
+            out_of_order,
             disk_bytes,
             wal_bytes,
             write_amplification,
@@ -280,11 +383,67 @@ fn main() {
     }
     let report = report(&runs, hosts, steps, per_type);
     print!("{report}");
+    let results = results_json(&runs, hosts, steps, per_type);
+    let (md, json) = if only.is_none() {
+        (bench_dir.join("SCALE.md"), bench_dir.join("scale.json"))
+    } else {
+        // A partial run leaves the full run's report alone.
+        (temp.path().join("SCALE.md"), temp.path().join("scale.json"))
+    };
+    std::fs::write(&md, &report).expect("write the report");
+    let pretty = serde_json::to_string_pretty(&results).expect("results as JSON");
+    std::fs::write(&json, pretty).expect("write the results");
     if only.is_none() {
-        let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/SCALE.md");
-        std::fs::write(&out, &report).expect("write bench/SCALE.md");
-        println!("written to {}", out.display());
+        charts::draw_all(&results, &bench_dir).expect("draw the charts");
+        println!(
+            "written to {}, {} and bench/scale-*.svg",
+            md.display(),
+            json.display()
+        );
     }
+}
+
+/// The figures of the run, for the charts and for comparing runs.
+fn results_json(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> Json {
+    let systems: Vec<Json> = runs
+        .iter()
+        .map(|s| {
+            let i = &s.ingest;
+            serde_json::json!({
+                "name": s.kind.name(),
+                "rows_per_s": i.rows as f64 / i.secs,
+                "tenths": i.tenths,
+                "cpu_us_per_row": i.cpu_us_per_row,
+                "peak_rss_mib": i.peak_rss_mib,
+                "bytes_per_value": s.disk_bytes as f64 / (i.rows * 10) as f64,
+                "disk_bytes": s.disk_bytes,
+                "wal_bytes": s.wal_bytes,
+                "write_amplification": s.write_amplification,
+                "restart_s": s.restart_s,
+                "retries": i.retries,
+                "out_of_order": s.out_of_order.as_ref().map(|o| serde_json::json!({
+                    "rows_per_s": o.ingest.rows as f64 / o.ingest.secs,
+                    "tenths": o.ingest.tenths,
+                    "cpu_us_per_row": o.ingest.cpu_us_per_row,
+                    "peak_rss_mib": o.ingest.peak_rss_mib,
+                    "answers_equal": o.equal,
+                    "answers_compared": o.compared,
+                })),
+                "queries": s.queries.iter().map(|q| serde_json::json!({
+                    "name": q.name,
+                    "p50_ms": q.p50_ms,
+                    "p99_ms": q.p99_ms,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "hosts": hosts,
+        "steps": steps,
+        "rows": hosts * steps,
+        "queries_per_type": per_type,
+        "systems": systems,
+    })
 }
 
 fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String {
@@ -322,6 +481,36 @@ fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String
             i.retries
         );
     }
+    let late: Vec<&SystemRun> = runs.iter().filter(|s| s.out_of_order.is_some()).collect();
+    if !late.is_empty() {
+        let _ = writeln!(
+            r,
+            "\nThe same points again into a fresh server of each system, {}.{} % of them late by \
+             up to a minute (after newer points of their host) and {}.{} % late by an hour, the \
+             same bytes for every system; then the first query of each type again:\n\n\
+             | system | rows/s | ÷ in order | server CPU µs/row | peak RSS MiB | 5xx retried | answers as in order |\n\
+             |---|---|---|---|---|---|---|",
+            devops::LATE_WITHIN_A_MINUTE / 10,
+            devops::LATE_WITHIN_A_MINUTE % 10,
+            devops::LATE_BY_AN_HOUR / 10,
+            devops::LATE_BY_AN_HOUR % 10,
+        );
+        for s in late {
+            let Some(o) = &s.out_of_order else { continue };
+            let rate = o.ingest.rows as f64 / o.ingest.secs;
+            let _ = writeln!(
+                r,
+                "| {} | {rate:.0} | {:.2} | {:.2} | {:.0} | {} | {} of {} |",
+                s.kind.name(),
+                rate / (s.ingest.rows as f64 / s.ingest.secs),
+                o.ingest.cpu_us_per_row,
+                o.ingest.peak_rss_mib,
+                o.ingest.retries,
+                o.equal,
+                o.compared
+            );
+        }
+    }
     let _ = writeln!(r, "\nRows/s per tenth of the run:\n");
     for s in runs {
         let tenths: Vec<String> = s.ingest.tenths.iter().map(|t| format!("{t:.0}")).collect();
@@ -339,8 +528,11 @@ fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String
     }
     let _ = writeln!(
         r,
-        "\nTSBS's 15 query types in InfluxQL, {per_type} of each from seed {SEED}, one at a time \
-         on settled data (VictoriaMetrics answers PromQL, not InfluxQL: not run here yet).\n"
+        "\nTSBS's 15 query types, {per_type} of each from seed {SEED}, one at a time on settled \
+         data: InfluxQL on halite and InfluxDB, the MetricsQL TSBS writes for VictoriaMetrics \
+         (a range query; TSBS has none for high-cpu, lastpoint and groupby-orderby-limit: –). \
+         The answers of halite and InfluxDB are compared; VictoriaMetrics' windows end at each \
+         step where InfluxQL's buckets start there, so its answers are not.\n"
     );
     let names: Vec<&str> = with_queries.iter().map(|s| s.kind.name()).collect();
     let _ = writeln!(
@@ -353,29 +545,35 @@ fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String
             .join(" | "),
         "---|".repeat(names.len())
     );
+    let halite = with_queries.iter().find(|s| s.kind == Kind::HaliteInflux);
+    let influx = with_queries.iter().find(|s| s.kind == Kind::Influx);
     for (i, q) in with_queries[0].queries.iter().enumerate() {
         let cells: Vec<String> = with_queries
             .iter()
-            .map(|s| format!("{:.1} / {:.1}", s.queries[i].p50_ms, s.queries[i].p99_ms))
+            .map(|s| match s.queries.get(i) {
+                Some(q) if q.p50_ms.is_finite() => format!("{:.1} / {:.1}", q.p50_ms, q.p99_ms),
+                _ => "–".to_string(),
+            })
             .collect();
-        let agreement = if with_queries.len() == 2 {
-            let (a, b) = (&with_queries[0].queries[i], &with_queries[1].queries[i]);
-            // InfluxDB's flag on long series is not an answer (see
-            // `without_long_partial`).
-            let equal = a
-                .answers
-                .iter()
-                .zip(&b.answers)
-                .filter(|(x, y)| {
-                    same(
-                        &influx::without_long_partial((*x).clone()),
-                        &influx::without_long_partial((*y).clone()),
-                    )
-                })
-                .count();
-            format!("{equal} of {} equal", a.answers.len())
-        } else {
-            "–".to_string()
+        let agreement = match (halite, influx) {
+            (Some(h), Some(x)) => {
+                let (a, b) = (&h.queries[i], &x.queries[i]);
+                // InfluxDB's flag on long series is not an answer (see
+                // `without_long_partial`).
+                let equal = a
+                    .answers
+                    .iter()
+                    .zip(&b.answers)
+                    .filter(|(x, y)| {
+                        same(
+                            &influx::without_long_partial((*x).clone()),
+                            &influx::without_long_partial((*y).clone()),
+                        )
+                    })
+                    .count();
+                format!("{equal} of {} equal", a.answers.len())
+            }
+            _ => "–".to_string(),
         };
         let _ = writeln!(r, "| {} | {} | {agreement} |", q.name, cells.join(" | "));
     }

@@ -130,6 +130,10 @@ impl Server {
                 format!("-httpListenAddr={addr}"),
                 "-retentionPeriod=100y".into(),
                 "-loggerLevel=ERROR".into(),
+                // It closes a keep-alive connection after 2 minutes by
+                // default (to spread load behind a balancer); the bench
+                // sends over two connections for as long as the ingest.
+                "-http.connTimeout=24h".into(),
             ],
         };
         let trace_log = dir.join("syncs.strace");

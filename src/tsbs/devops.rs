@@ -96,7 +96,14 @@ pub struct Bodies {
     steps: u64,
     lines_per_body: usize,
     next: u64,
+    /// Out of order: points held back, by the place they are sent at.
+    late: Option<std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>>,
 }
+
+/// Of a thousand points sent out of order ([`Bodies::out_of_order`]): this
+/// many are late by an hour, and this many more by up to a minute.
+pub const LATE_BY_AN_HOUR: u64 = 10;
+pub const LATE_WITHIN_A_MINUTE: u64 = 100;
 
 impl Bodies {
     pub fn new(hosts: u64, steps: u64, lines_per_body: usize) -> Self {
@@ -105,7 +112,34 @@ impl Bodies {
             steps,
             lines_per_body: lines_per_body.max(1),
             next: 0,
+            late: None,
         }
+    }
+
+    /// The same points, 10 % of them sent up to a minute (6 steps) late
+    /// and 1 % an hour late — after newer points of their series, as a
+    /// buffering or reconnecting agent sends them. Which points, and how
+    /// late, follows from each point's place alone, so every system gets
+    /// the same bytes.
+    pub fn out_of_order(hosts: u64, steps: u64, lines_per_body: usize) -> Self {
+        Bodies {
+            late: Some(std::collections::BinaryHeap::new()),
+            ..Bodies::new(hosts, steps, lines_per_body)
+        }
+    }
+
+    /// The place point `i` (in TSBS's order) is sent at: its own, or
+    /// `hosts` places per step later.
+    fn sent_at(i: u64, hosts: u64) -> u64 {
+        let draw = super::mix(i ^ 0x0005_EED0_F0DD) % 1000;
+        let steps_late = if draw < LATE_BY_AN_HOUR {
+            360
+        } else if draw < LATE_BY_AN_HOUR + LATE_WITHIN_A_MINUTE {
+            1 + draw % 6
+        } else {
+            0
+        };
+        i + steps_late * hosts
     }
 
     /// Lines in all.
@@ -120,17 +154,44 @@ impl Iterator for Bodies {
     fn next(&mut self) -> Option<String> {
         let hosts = self.prefixes.len() as u64;
         let total = hosts * self.steps;
-        if self.next >= total {
+        if self.next >= total && self.late.as_ref().is_none_or(|l| l.is_empty()) {
             return None;
         }
         let mut body = String::with_capacity(self.lines_per_body * 320);
-        let end = (self.next + self.lines_per_body as u64).min(total);
-        for i in self.next..end {
-            let (step, host) = (i / hosts, i % hosts);
-            line(&self.prefixes[host as usize], host, step, &mut body);
+        let Some(late) = self.late.as_mut() else {
+            let end = (self.next + self.lines_per_body as u64).min(total);
+            for i in self.next..end {
+                let (step, host) = (i / hosts, i % hosts);
+                line(&self.prefixes[host as usize], host, step, &mut body);
+            }
+            self.next = end;
+            return Some(body);
+        };
+        // A point is sent once every point before its place is known: the
+        // heap holds at most an hour of points.
+        let mut lines = 0;
+        while lines < self.lines_per_body {
+            let ready = late
+                .peek()
+                .is_some_and(|std::cmp::Reverse((at, _))| *at < self.next || self.next >= total);
+            if ready {
+                let Some(std::cmp::Reverse((_, i))) = late.pop() else {
+                    break;
+                };
+                let (step, host) = (i / hosts, i % hosts);
+                line(&self.prefixes[host as usize], host, step, &mut body);
+                lines += 1;
+            } else if self.next < total {
+                late.push(std::cmp::Reverse((
+                    Bodies::sent_at(self.next, hosts),
+                    self.next,
+                )));
+                self.next += 1;
+            } else {
+                break;
+            }
         }
-        self.next = end;
-        Some(body)
+        (lines > 0).then_some(body)
     }
 }
 
@@ -222,17 +283,43 @@ impl QueryType {
         }
     }
 
+    /// What one query of this type asks, drawn by `rng` over `hosts` hosts
+    /// and the data's `[start_ms, end_ms)`: its window and hosts, the same
+    /// whichever language then says it.
+    pub fn draw(&self, rng: &mut Rng, hosts: u64, start_ms: u64, end_ms: u64) -> Drawn {
+        let hour = 3_600_000;
+        let (len, n) = match *self {
+            QueryType::SingleGroupby {
+                hosts: n, hours, ..
+            } => (Some(hours * hour), n),
+            QueryType::CpuMaxAll { hosts: n } => (Some(8 * hour), n),
+            QueryType::DoubleGroupby { .. } => (Some(12 * hour), 0),
+            QueryType::HighCpu { hosts: n } => (Some(12 * hour), n),
+            QueryType::Lastpoint => (None, 0),
+            QueryType::GroupbyOrderbyLimit => (Some(hour), 0),
+        };
+        let (from_ms, to_ms) = match len {
+            Some(len) => {
+                let room = end_ms.saturating_sub(start_ms).saturating_sub(len);
+                // Whole seconds, as TSBS prints RFC 3339 times.
+                let from = (start_ms + rng.below(room + 1)) / 1000 * 1000;
+                (from, from + len)
+            }
+            None => (start_ms, end_ms),
+        };
+        Drawn {
+            from_ms,
+            to_ms,
+            hosts: choose_hosts(rng, hosts, n),
+        }
+    }
+
     /// One query of this type in InfluxQL, as `tsbs_generate_queries`
     /// writes it for InfluxDB, its hosts and window drawn by `rng` over
     /// `hosts` hosts and the data's `[start_ms, end_ms)`.
     pub fn influxql(&self, rng: &mut Rng, hosts: u64, start_ms: u64, end_ms: u64) -> String {
-        let hour = 3_600_000;
-        let window = |rng: &mut Rng, len: u64| -> (String, String) {
-            let room = end_ms.saturating_sub(start_ms).saturating_sub(len);
-            // Whole seconds, as TSBS prints RFC 3339 times.
-            let from = (start_ms + rng.below(room + 1)) / 1000 * 1000;
-            (rfc3339(from), rfc3339(from + len))
-        };
+        let d = self.draw(rng, hosts, start_ms, end_ms);
+        let (from, to) = (rfc3339(d.from_ms), rfc3339(d.to_ms));
         let select = |agg: &str, metrics: usize| -> String {
             CPU_FIELDS[..metrics]
                 .iter()
@@ -241,39 +328,25 @@ impl QueryType {
                 .join(", ")
         };
         match *self {
-            QueryType::SingleGroupby {
-                metrics,
-                hosts: n,
-                hours,
-            } => {
-                let (from, to) = window(rng, hours * hour);
-                format!(
-                    "SELECT {} from cpu where {} and time >= '{from}' and time < '{to}' group by time(1m)",
-                    select("max", metrics),
-                    host_where(rng, hosts, n)
-                )
-            }
-            QueryType::CpuMaxAll { hosts: n } => {
-                let (from, to) = window(rng, 8 * hour);
-                format!(
-                    "SELECT {} from cpu where {} and time >= '{from}' and time < '{to}' group by time(1h)",
-                    select("max", CPU_FIELDS.len()),
-                    host_where(rng, hosts, n)
-                )
-            }
-            QueryType::DoubleGroupby { metrics } => {
-                let (from, to) = window(rng, 12 * hour);
-                format!(
-                    "SELECT {} from cpu where time >= '{from}' and time < '{to}' group by time(1h),hostname",
-                    select("mean", metrics)
-                )
-            }
-            QueryType::HighCpu { hosts: n } => {
-                let (from, to) = window(rng, 12 * hour);
-                let hosts = if n == 0 {
+            QueryType::SingleGroupby { metrics, .. } => format!(
+                "SELECT {} from cpu where {} and time >= '{from}' and time < '{to}' group by time(1m)",
+                select("max", metrics),
+                host_where(&d.hosts)
+            ),
+            QueryType::CpuMaxAll { .. } => format!(
+                "SELECT {} from cpu where {} and time >= '{from}' and time < '{to}' group by time(1h)",
+                select("max", CPU_FIELDS.len()),
+                host_where(&d.hosts)
+            ),
+            QueryType::DoubleGroupby { metrics } => format!(
+                "SELECT {} from cpu where time >= '{from}' and time < '{to}' group by time(1h),hostname",
+                select("mean", metrics)
+            ),
+            QueryType::HighCpu { .. } => {
+                let hosts = if d.hosts.is_empty() {
                     String::new()
                 } else {
-                    format!("and {} ", host_where(rng, hosts, n))
+                    format!("and {} ", host_where(&d.hosts))
                 };
                 format!(
                     "SELECT * from cpu where usage_user > 90.0 {hosts}and time >= '{from}' and time < '{to}'"
@@ -282,18 +355,97 @@ impl QueryType {
             QueryType::Lastpoint => {
                 "SELECT * from cpu group by \"hostname\" order by time desc limit 1".to_string()
             }
-            QueryType::GroupbyOrderbyLimit => {
-                let (_, to) = window(rng, hour);
-                format!(
-                    "SELECT max(usage_user) from cpu WHERE time < '{to}' group by time(1m) limit 5"
-                )
-            }
+            QueryType::GroupbyOrderbyLimit => format!(
+                "SELECT max(usage_user) from cpu WHERE time < '{to}' group by time(1m) limit 5"
+            ),
         }
+    }
+
+    /// One query of this type as `tsbs_generate_queries` writes it for
+    /// VictoriaMetrics (MetricsQL over `cpu_<field>` series, a range query),
+    /// drawn as [`QueryType::influxql`] draws (the same seed gives the same
+    /// window and hosts). `None` for the types TSBS has no VictoriaMetrics
+    /// form of (high-cpu, lastpoint, groupby-orderby-limit); they still
+    /// draw, so the next query's draws stay in step.
+    pub fn promql(
+        &self,
+        rng: &mut Rng,
+        hosts: u64,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Option<RangeQuery> {
+        let d = self.draw(rng, hosts, start_ms, end_ms);
+        let selector = |metrics: usize| -> String {
+            let names = &CPU_FIELDS[..metrics];
+            let hosts: Vec<String> = d.hosts.iter().map(|h| hostname(*h)).collect();
+            let host_matcher =
+                (!hosts.is_empty()).then(|| format!("hostname=~'{}'", hosts.join("|")));
+            match (names, host_matcher) {
+                ([one], Some(h)) => format!("cpu_{one}{{{h}}}"),
+                ([one], None) => format!("cpu_{one}"),
+                (many, h) => {
+                    let name = format!("__name__=~'cpu_({})'", many.join("|"));
+                    match h {
+                        Some(h) => format!("{{{name}, {h}}}"),
+                        None => format!("{{{name}}}"),
+                    }
+                }
+            }
+        };
+        let (query, step_s) = match *self {
+            QueryType::SingleGroupby { metrics, .. } => (
+                format!(
+                    "max(max_over_time({}[1m])) by (__name__)",
+                    selector(metrics)
+                ),
+                60,
+            ),
+            QueryType::CpuMaxAll { .. } => (
+                format!(
+                    "max(max_over_time({}[1h])) by (__name__)",
+                    selector(CPU_FIELDS.len())
+                ),
+                3600,
+            ),
+            QueryType::DoubleGroupby { metrics } => (
+                format!(
+                    "avg(avg_over_time({}[1h])) by (__name__, hostname)",
+                    selector(metrics)
+                ),
+                3600,
+            ),
+            QueryType::HighCpu { .. } | QueryType::Lastpoint | QueryType::GroupbyOrderbyLimit => {
+                return None;
+            }
+        };
+        Some(RangeQuery {
+            query,
+            start_s: d.from_ms / 1000,
+            end_s: d.to_ms / 1000,
+            step_s,
+        })
     }
 }
 
-/// `(hostname = 'host_a' or hostname = 'host_b' …)` of `n` distinct hosts.
-fn host_where(rng: &mut Rng, hosts: u64, n: usize) -> String {
+/// A query's window and hosts (see [`QueryType::draw`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drawn {
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub hosts: Vec<u64>,
+}
+
+/// A PromQL/MetricsQL range query: `/api/v1/query_range`'s parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeQuery {
+    pub query: String,
+    pub start_s: u64,
+    pub end_s: u64,
+    pub step_s: u64,
+}
+
+/// `n` distinct hosts of `hosts`, in the order drawn.
+fn choose_hosts(rng: &mut Rng, hosts: u64, n: usize) -> Vec<u64> {
     let mut chosen: Vec<u64> = Vec::with_capacity(n);
     while chosen.len() < n.min(hosts as usize) {
         let h = rng.below(hosts);
@@ -301,7 +453,12 @@ fn host_where(rng: &mut Rng, hosts: u64, n: usize) -> String {
             chosen.push(h);
         }
     }
-    let terms: Vec<String> = chosen
+    chosen
+}
+
+/// `(hostname = 'host_a' or hostname = 'host_b' …)`.
+fn host_where(hosts: &[u64]) -> String {
+    let terms: Vec<String> = hosts
         .iter()
         .map(|h| format!("hostname = '{}'", hostname(*h)))
         .collect();
@@ -385,5 +542,101 @@ mod tests {
         .influxql(&mut a, 100, START_MS, day);
         assert_eq!(q.matches("hostname = ").count(), 8, "{q}");
         assert!(q.starts_with("SELECT max(usage_user), max(usage_system), max(usage_idle), max(usage_nice), max(usage_iowait) from cpu where (hostname = 'host_"), "{q}");
+    }
+
+    /// The PromQL of a query asks what its InfluxQL asks: drawn from one
+    /// seed, the window and hosts are the same, and the draws stay in step
+    /// over the types TSBS has no VictoriaMetrics form of.
+    #[test]
+    fn promql_draws_as_influxql_does() {
+        let day = START_MS + 86_400_000;
+        let (mut a, mut b) = (Rng::new(11), Rng::new(11));
+        let mut forms = 0;
+        for t in QueryType::ALL {
+            let influxql = t.influxql(&mut a, 100, START_MS, day);
+            let Some(p) = t.promql(&mut b, 100, START_MS, day) else {
+                continue;
+            };
+            forms += 1;
+            assert!(
+                influxql.contains(&format!("time >= '{}'", rfc3339(p.start_s * 1000))),
+                "{influxql} / {p:?}"
+            );
+            assert!(
+                influxql.contains(&format!("time < '{}'", rfc3339(p.end_s * 1000))),
+                "{influxql} / {p:?}"
+            );
+            for host in influxql.split("hostname = '").skip(1) {
+                let host = host.split('\'').next().unwrap_or_default();
+                assert!(p.query.contains(host), "{influxql} / {p:?}");
+            }
+        }
+        assert_eq!(forms, 11);
+        let q = QueryType::SingleGroupby {
+            metrics: 1,
+            hosts: 1,
+            hours: 1,
+        }
+        .promql(&mut Rng::new(3), 100, START_MS, day)
+        .expect("a form");
+        assert!(
+            q.query
+                .starts_with("max(max_over_time(cpu_usage_user{hostname=~'host_")
+                && q.query.ends_with("'}[1m])) by (__name__)"),
+            "{q:?}"
+        );
+        assert_eq!((q.step_s, q.end_s - q.start_s), (60, 3600));
+        let q = QueryType::DoubleGroupby { metrics: 5 }
+            .promql(&mut Rng::new(3), 100, START_MS, day)
+            .expect("a form");
+        assert_eq!(
+            q.query,
+            "avg(avg_over_time({__name__=~'cpu_(usage_user|usage_system|usage_idle|usage_nice|usage_iowait)'}[1h])) by (__name__, hostname)"
+        );
+    }
+
+    /// Sent out of order, every point still comes once; about 10 % come
+    /// after a newer point of their host and about 1 % an hour late.
+    #[test]
+    fn out_of_order_bodies_send_every_point_once_some_late() {
+        let (hosts, steps) = (20, 800);
+        let lines_of = |bodies: Bodies| -> Vec<String> {
+            bodies
+                .flat_map(|b| b.lines().map(str::to_string).collect::<Vec<_>>())
+                .collect()
+        };
+        let lines = lines_of(Bodies::out_of_order(hosts, steps, 333));
+        assert_eq!(lines.len() as u64, hosts * steps);
+        let mut sent = lines.clone();
+        let mut in_order = lines_of(Bodies::new(hosts, steps, 333));
+        assert_ne!(sent, in_order);
+        sent.sort_unstable();
+        in_order.sort_unstable();
+        assert_eq!(sent, in_order);
+        let time = |l: &str| -> u64 { l.rsplit(' ').next().unwrap().parse().unwrap() };
+        let host = |l: &str| -> String { l.split(',').nth(1).unwrap().to_string() };
+        let mut newest: std::collections::HashMap<String, u64> = Default::default();
+        let (mut late, mut an_hour) = (0u64, 0u64);
+        for l in &lines {
+            let (h, t) = (host(l.as_str()), time(l.as_str()));
+            let seen = newest.entry(h).or_insert(0);
+            if t < *seen {
+                late += 1;
+                // Sent just before its host's point an hour on.
+                if *seen - t >= 3_600_000 - INTERVAL_MS {
+                    an_hour += 1;
+                }
+            }
+            *seen = (*seen).max(t);
+        }
+        let all = hosts * steps;
+        assert!(
+            (all * 8 / 100..all * 12 / 100).contains(&late),
+            "{late} of {all}"
+        );
+        assert!(
+            (all / 200..all * 2 / 100).contains(&an_hour),
+            "{an_hour} of {all}"
+        );
     }
 }
