@@ -53,7 +53,8 @@ struct ArenaChunks {
     /// its newest point. A series' next point goes right before it
     /// (`SkipList::insert_before`): with many series in a batch, each
     /// row's search across the MemStore was most of an insert's cost.
-    series_heads: std::collections::HashMap<u64, *const Node>,
+    series_heads:
+        std::collections::HashMap<u64, *const Node, std::hash::BuildHasherDefault<PassThrough>>,
 }
 
 // SAFETY: the raw chunk pointers are owned by the arena, only written under
@@ -192,9 +193,34 @@ impl MemEntry {
 }
 
 /// Per-row bytes counted against the flush size besides the cells: the
-/// skiplist node with its tower (56 bytes with one level, 1.33 levels on
+/// skiplist node with its tower (64 bytes with one level, 1.33 levels on
 /// average) and alignment.
-const ROW_OVERHEAD: usize = 64;
+const ROW_OVERHEAD: usize = 72;
+
+/// Bytes of a series' entry in a MemStore's `series_heads` (key, pointer,
+/// the table's spare room), counted against the flush size.
+const SERIES_HEAD_BYTES: usize = 32;
+
+/// A hasher for keys that are hashes already (xxh3 of a series).
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; any other input still hashes.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct MemStore {
@@ -247,8 +273,8 @@ impl MemStore {
     /// Rows go in in reverse key order (oldest first among equal rows), so
     /// each lands right before the one before it: a series' points, newest
     /// first in key order, each go before the series' newest node (see
-    /// `series_heads`), and the splice spares a tall node most of a search.
-    /// A batch of many series' points is otherwise a jump across the
+    /// `series_heads`) without a search when their tower is one level high.
+    /// A batch of many series' points was otherwise a search across the
     /// MemStore per row.
     pub fn insert_batch(&self, batch: &EntryBatch, first_seq: u64, now_ms: u64) {
         let mut order: Vec<(&[u8], usize)> = (0..batch.rows())
@@ -504,6 +530,9 @@ impl<'a> Inserter<'_, 'a> {
             && head.is_none_or(|h| rows.key(node) < rows.key(h))
         {
             self.arena.series_heads.insert(s, node);
+            if head.is_none() {
+                self.bytes += SERIES_HEAD_BYTES;
+            }
         }
         self.bytes += row.len() + blob.len() + ROW_OVERHEAD;
         self.cell_count += cells.len();

@@ -5,7 +5,8 @@
 //! Writers insert through a [`Splice`], RocksDB's trick for batches: it
 //! keeps the last insert's neighbours at every level, so a key that lands
 //! next to the previous one costs a comparison or two instead of a search
-//! from the top. Batches are inserted in key order for that reason.
+//! from the top. Batches are inserted in (reverse) key order for that
+//! reason.
 //!
 //! A node also knows its predecessor on the bottom level (written and read
 //! by the writer alone), so a key known to go right before a node — a
@@ -309,8 +310,10 @@ impl SkipList {
         set_prev(node, before);
         set_prev(hint, node);
         self.link(before, 0).store(node, AtomicOrdering::Release);
-        // The splice's neighbours may no longer be neighbours: the next
-        // insert through it searches from the top.
+        // The splice's neighbours may no longer be neighbours, and moving
+        // only its bottom level would break the nesting of its levels that
+        // `insert` relies on: the next insert through it searches from the
+        // top (a tall node, one in four, or a series' first point).
         splice.valid = 0;
         true
     }
