@@ -8,9 +8,18 @@
 //! than one pass would, so its last bits may differ (InfluxDB's own
 //! shards merge partial sums the same way).
 
-use super::influx_select::Cell;
 use crate::series::FieldType;
 use crate::value::Value;
+
+/// One cell of an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Nanoseconds since the epoch (the `epoch` parameter decides how it
+    /// is written).
+    Time(i64),
+    Value(Value),
+    Null,
+}
 
 /// A function a statement calls, with its argument.
 #[derive(Debug, Clone, Copy, PartialEq)]

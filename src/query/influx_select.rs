@@ -15,15 +15,7 @@ use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
 
-/// One cell of an answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Cell {
-    /// Nanoseconds since the epoch (the `epoch` parameter decides how it
-    /// is written).
-    Time(i64),
-    Value(Value),
-    Null,
-}
+pub use super::influx_reduce::Cell;
 
 /// One series of an answer, as InfluxDB's JSON has it.
 #[derive(Debug, Clone, PartialEq)]
