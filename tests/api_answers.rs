@@ -1015,24 +1015,6 @@ fn the_io_uring_fallback_and_region_splits_are_logged() {
     assert!(srv.child.wait().expect("wait").success(), "{}", log());
 }
 
-/// Bytes the files under `dir` take on disk (allocated blocks).
-fn du(dir: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                total += e.metadata().map_or(0, |m| m.blocks() * 512);
-            }
-        }
-    }
-    total
-}
-
 #[test]
 fn a_settled_data_directory_holds_its_data_not_empty_wal_segments() {
     let sc = Scenario::new()
@@ -1043,7 +1025,7 @@ fn a_settled_data_directory_holds_its_data_not_empty_wal_segments() {
     let settled = |what: &str, limit: u64| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
-            let (all, sst) = (du(sc.data()), store_file_bytes(sc.data()));
+            let (all, sst) = (common::du(sc.data()), store_file_bytes(sc.data()));
             if all <= sst + limit {
                 return;
             }

@@ -430,22 +430,6 @@ fn a_series_written_after_a_statement_is_in_the_next_answer() {
     );
 }
 
-/// Bytes of the files under `dir`, recursively.
-fn bytes_under(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| match e.metadata() {
-                    Ok(m) if m.is_dir() => bytes_under(&e.path()),
-                    Ok(m) => m.len(),
-                    Err(_) => 0,
-                })
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// A quiet node gives its WAL's preallocated space back once everything in
 /// it is flushed. The namespace's dictionary is written once, when its
 /// series are new, and then left alone: its unflushed edits held the space
@@ -486,11 +470,11 @@ fn a_quiet_node_gives_its_wal_space_back_though_the_dictionary_was_written_once(
     .expect("flush");
     assert_eq!(r.status, 204, "{}", r.text());
     let wal = dir.path().join("wal");
-    let written = bytes_under(&wal);
+    let written = common::du(&wal);
     assert!(written > 1 << 20, "the WAL preallocates: {written} bytes");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let now = bytes_under(&wal);
+        let now = common::du(&wal);
         if now < 64 << 10 {
             break;
         }

@@ -150,3 +150,21 @@ pub fn files_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Bytes the files under `dir` take on disk (allocated blocks).
+pub fn du(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                total += e.metadata().map_or(0, |m| m.blocks() * 512);
+            }
+        }
+    }
+    total
+}
