@@ -155,6 +155,9 @@ pub struct PointEncoder<'t> {
     series_refused: usize,
     /// The tag UIDs of the point being added (reused).
     tag_uids: Vec<(u32, u32)>,
+    /// A point's measurement and tag UIDs as the dictionary answered
+    /// them (reused buffer).
+    uids: Vec<(u32, bool)>,
     /// NaN and infinities are values (Prometheus' staleness markers and
     /// `+Inf`), not mistakes.
     non_finite: bool,
@@ -234,6 +237,7 @@ impl<'t> PointEncoder<'t> {
             undurable: false,
             series_refused: 0,
             tag_uids: Vec::new(),
+            uids: Vec::new(),
             non_finite: false,
         })
     }
@@ -563,31 +567,40 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
-        self.tag_uids.clear();
-        for (k, v) in point.tags() {
+        for (count, (k, _)) in point.tags().enumerate() {
             if k == "time" {
                 return Err(format!(
                     "invalid tag key: input tag \"time\" on measurement \"{}\" is invalid",
                     quote_prefix(measurement)
                 ));
             }
-            if self.tag_uids.len() == open.max_tags {
+            if count == open.max_tags {
                 return Err(format!(
                     "a point has more than {} tags, the most table `{}` allows",
                     open.max_tags, table.name
                 ));
             }
-            let (k, new_k) = dictionary.uid(UidKind::TagKey, k);
-            let (v, new_v) = dictionary.uid(UidKind::TagValue, v);
-            self.undurable |= new_k | new_v;
-            self.tag_uids.push((k, v));
         }
+        // The measurement's UID, then each tag's key and value UIDs.
+        dictionary.uids_into(
+            || {
+                std::iter::once((UidKind::Metric, measurement)).chain(
+                    point
+                        .tags()
+                        .flat_map(|(k, v)| [(UidKind::TagKey, k), (UidKind::TagValue, v)]),
+                )
+            },
+            &mut self.uids,
+        );
+        self.undurable |= self.uids.iter().any(|&(_, new)| new);
+        let metric = self.uids[0].0;
+        self.tag_uids.clear();
+        self.tag_uids
+            .extend(self.uids[1..].chunks_exact(2).map(|kv| (kv[0].0, kv[1].0)));
         self.tag_uids.sort_unstable();
         if self.tag_uids.windows(2).any(|w| w[0].0 == w[1].0) {
             return Err("duplicate tags".into());
         }
-        let (metric, new_metric) = dictionary.uid(UidKind::Metric, measurement);
-        self.undurable |= new_metric;
         table
             .key
             .encode_tag_key(metric, &self.tag_uids, time, &mut self.key);
