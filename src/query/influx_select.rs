@@ -4,7 +4,6 @@
 //! InfluxDB 1.x does (docs/compatibility.md lists what is answered).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use super::influx_reduce::{Func, Reducer, as_f64};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
@@ -29,19 +28,21 @@ pub struct SeriesOut {
 
 /// A point of a series: its time and fields.
 #[derive(Clone)]
-struct Point {
+struct Point<'n> {
     time: i64,
-    fields: PointFields,
+    fields: PointFields<'n>,
 }
 
-/// A point's fields, few: (name, value), the names shared by every point
-/// of a statement rather than allocated per point.
+/// A point's fields, few: (name, value), the names borrowed from the
+/// statement's list of the measurement's fields rather than allocated or
+/// counted per point (a shared reference count, touched twice a cell by
+/// both query threads, kept their cores fighting over one cache line).
 #[derive(Clone)]
-struct PointFields(Vec<(Arc<str>, Value)>);
+struct PointFields<'n>(Vec<(&'n str, Value)>);
 
-impl PointFields {
+impl PointFields<'_> {
     fn get(&self, name: &str) -> Option<&Value> {
-        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 
     fn contains_key(&self, name: &str) -> bool {
@@ -50,16 +51,16 @@ impl PointFields {
 }
 
 /// A raw select's points of one series, oldest first.
-struct SeriesData {
+struct SeriesData<'n> {
     tags: BTreeMap<String, String>,
     group: usize,
-    points: Vec<Point>,
+    points: Vec<Point<'n>>,
 }
 
 /// What a group gathered before its answer is made.
 enum Gathered<'d> {
     /// A raw select's series with points, in group order.
-    Raw(Vec<&'d SeriesData>),
+    Raw(Vec<&'d SeriesData<'d>>),
     /// An aggregate select's reducers by time bucket.
     Aggregate(BTreeMap<i64, Vec<Reducer>>),
 }
@@ -146,7 +147,7 @@ pub fn select(
         .then_some(s.limit.filter(|n| *n > 0))
         .flatten()
         .map(|n| n.saturating_add(s.offset));
-    let names: Vec<Arc<str>> = fields.keys().map(|k| Arc::from(k.as_str())).collect();
+    let names: Vec<&str> = fields.keys().map(String::as_str).collect();
     let candidates: Vec<&crate::series::NamedSeries> = series
         .iter()
         .filter(|series| {
@@ -174,7 +175,7 @@ pub fn select(
                 .unwrap_or_default(),
         })
         .collect();
-    let keep = |tags: &BTreeMap<String, String>, p: &Point| {
+    let keep = |tags: &BTreeMap<String, String>, p: &Point<'_>| {
         let meets = match &rest {
             Some(e) if on_fields => eval(e, tags, Some(&p.fields), &fields, &regexes),
             _ => true,
@@ -192,9 +193,6 @@ pub fn select(
         fields: needed.as_ref(),
         names: &names,
     };
-    let read = |series: &[u8], visit: &mut dyn FnMut(&Point) -> bool| {
-        scan_series(store, &name, &schema, series, &range, visit)
-    };
     let agg_calls = if calls > 0 {
         aggregate_calls(s)?
     } else {
@@ -204,16 +202,16 @@ pub fn select(
     // Each group with a point that met the condition, in group order; its
     // answer is made only if SOFFSET and SLIMIT keep it.
     let gathered: Vec<(usize, Gathered)> = if calls == 0 {
-        for d in in_parallel(&members, |m| -> Result<Option<SeriesData>, String> {
+        for d in in_parallel(&members, |m| {
             let mut points = Vec::new();
-            read(&m.series.key, &mut |p| {
+            scan_series(store, &name, &schema, &m.series.key, &range, &mut |p| {
                 if keep(&m.series.tags, p) {
                     points.push(p.clone());
                 }
                 per_series.is_none_or(|n| points.len() < n)
             })?;
             points.reverse();
-            Ok((!points.is_empty()).then(|| SeriesData {
+            Ok::<_, String>((!points.is_empty()).then(|| SeriesData {
                 tags: m.series.tags.clone(),
                 group: m.group,
                 points,
@@ -221,7 +219,7 @@ pub fn select(
         }) {
             data.extend(d?);
         }
-        let mut groups: BTreeMap<usize, Vec<&SeriesData>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<&SeriesData<'_>>> = BTreeMap::new();
         for d in &data {
             groups.entry(d.group).or_default().push(d);
         }
@@ -244,7 +242,7 @@ pub fn select(
             |states, m| {
                 let group = &mut states[m.group];
                 let mut open: Option<(i64, Vec<Reducer>)> = None;
-                read(&m.series.key, &mut |p| {
+                scan_series(store, &name, &schema, &m.series.key, &range, &mut |p| {
                     if !keep(&m.series.tags, p) {
                         return true;
                     }
@@ -409,21 +407,22 @@ struct SeriesRange<'a> {
     lo: i64,
     hi: i64,
     fields: Option<&'a BTreeSet<String>>,
-    /// The measurement's field names, shared by the points read.
-    names: &'a [Arc<str>],
+    /// The measurement's field names (when the statement began), which
+    /// the points read borrow.
+    names: &'a [&'a str],
 }
 
 /// Reads one series' points in range, newest first, each shown to
 /// `visit` until it answers false. The point passed is reused from row to
 /// row (a statement over millions of points allocates per row only what
 /// its answer keeps).
-fn scan_series(
+fn scan_series<'n>(
     store: &Store,
     table: &TableName,
     schema: &KeySchema,
     series: &[u8],
-    range: &SeriesRange,
-    visit: &mut dyn FnMut(&Point) -> bool,
+    range: &SeriesRange<'n>,
+    visit: &mut dyn FnMut(&Point<'n>) -> bool,
 ) -> Result<(), String> {
     let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
     if let Some(fields) = range.fields.filter(|f| !f.is_empty()) {
@@ -444,12 +443,10 @@ fn scan_series(
         point.time = time as i64;
         point.fields.0.clear();
         for c in row.cells() {
-            let name = match range.names.iter().find(|n| n.as_bytes() == c.qualifier) {
-                Some(n) => n.clone(),
-                None => match std::str::from_utf8(c.qualifier) {
-                    Ok(n) => Arc::from(n),
-                    Err(_) => continue,
-                },
+            // A field first written after the statement began is not
+            // among its fields (as a statement run a moment earlier).
+            let Some(&name) = range.names.iter().find(|n| n.as_bytes() == c.qualifier) else {
+                continue;
             };
             if let Some(v) = Value::decode(c.value) {
                 point.fields.0.push((name, v));
@@ -589,7 +586,7 @@ fn mentions_field(e: &Expr, fields: &BTreeMap<String, crate::series::FieldType>)
 fn eval(
     e: &Expr,
     tags: &BTreeMap<String, String>,
-    point: Option<&PointFields>,
+    point: Option<&PointFields<'_>>,
     fields: &BTreeMap<String, crate::series::FieldType>,
     regexes: &Regexes,
 ) -> bool {
@@ -727,7 +724,7 @@ fn unique(names: Vec<String>) -> Vec<String> {
 /// selected fields and tags.
 fn raw_rows(
     s: &Select,
-    members: &[&SeriesData],
+    members: &[&SeriesData<'_>],
     fields: &BTreeMap<String, crate::series::FieldType>,
     tag_keys: &BTreeSet<String>,
     group_by: &[String],

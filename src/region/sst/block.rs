@@ -241,12 +241,13 @@ impl BlockIter {
         self.decode_at(self.next_at)
     }
 
-    /// Key at restart `i` (whose shared length must be 0).
-    fn restart_key(&mut self, i: usize) -> Result<Vec<u8>, DecodeError> {
+    /// Decodes the entry at restart `i` (whose shared length must be 0)
+    /// into `self.key`; a seek's binary search compares it in place.
+    fn restart_key(&mut self, i: usize) -> Result<&[u8], DecodeError> {
         self.key.clear();
         let at = self.block.restarts[i] as usize;
         self.decode_at(at)?;
-        Ok(self.key.clone())
+        Ok(&self.key)
     }
 
     /// Index of the last restart whose key is before `target` (0 if none).
@@ -254,8 +255,7 @@ impl BlockIter {
         let (mut lo, mut hi) = (0usize, self.block.restarts.len());
         while hi - lo > 1 {
             let mid = (lo + hi) / 2;
-            let key = self.restart_key(mid)?;
-            let ord = compare_keys(&key, target);
+            let ord = compare_keys(self.restart_key(mid)?, target);
             if ord == Ordering::Less || (!strictly && ord == Ordering::Equal) {
                 lo = mid;
             } else {
