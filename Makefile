@@ -4,7 +4,7 @@
 CARGO ?= cargo
 HAVE_NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test build venv tools oracles bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom bench-scale crash torture soak soak-prom fuzz lint fmt clean
+.PHONY: run test build venv tools oracles browser bench bench-peers bench-engine bench-query bench-kafka bench-cluster bench-prom bench-scale crash torture soak soak-prom fuzz lint fmt clean
 
 ## Runs the demo: a local Kafka broker (Tansu, from the venv), the service
 ## consuming it with configs/halite.toml, 300,000 TSBS-style points produced
@@ -46,9 +46,22 @@ oracles:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
+## A real browser for the explorer page's test (tests/explorer.rs):
+## Debian's headless chromium and its chromedriver, installed when missing.
+BROWSER := chromium chromium-driver
+browser:
+	@missing=""; for p in $(BROWSER); do \
+	  dpkg -s $$p 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
 ## Runs every test (unit, property, crash, corruption, WAL backends, HTTP,
-## the object store, the InfluxDB protocol against a real InfluxDB).
-test: venv tools oracles
+## the object store, the InfluxDB protocol against a real InfluxDB, the
+## explorer page in a real browser).
+test: venv tools oracles browser
 ifeq ($(HAVE_NEXTEST),yes)
 	$(CARGO) nextest run --release --no-fail-fast
 else

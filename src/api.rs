@@ -4,6 +4,7 @@
 //!
 //! | route | what |
 //! |---|---|
+//! | `GET /`, `GET /ui/{file}` | the explorer page and its embedded files (`ui.rs`) |
 //! | `GET /healthz`, `GET /readyz` | alive; ready (catalog loaded, WALs replayed, no fatal I/O error) |
 //! | `GET/POST /api/v1/namespaces`, `DELETE /api/v1/namespaces/{ns}` | namespaces |
 //! | `GET/POST /api/v1/tables`, `GET/PATCH/DELETE /api/v1/tables/{table}` | tables |
@@ -12,6 +13,7 @@
 //! | `POST /api/v1/write?table=…&precision=ns\|us\|ms\|s` | line protocol, or JSON points |
 //! | `GET /api/v1/tables/{table}/rows/{row-hex}` | get one row |
 //! | `POST /api/v1/tables/{table}/scan` | raw scan |
+//! | `GET /api/v1/tables/{table}/series` | the table's series, one seek each |
 //! | `POST /api/v1/query` | logical series query, raw or aggregated |
 //! | `GET /api/v1/ingest` | the Kafka consumer's counters and positions |
 //! | `GET /api/v1/cluster` | cluster mode: partitions held here, every lease |
@@ -36,6 +38,7 @@ mod read;
 mod state;
 mod stream;
 mod token;
+mod ui;
 mod write;
 
 use std::sync::Arc;
@@ -53,7 +56,7 @@ use admin::{
     metrics_text, readyz,
 };
 use read::get_row;
-use read::{query, scan_table};
+use read::{list_series, query, scan_table};
 use write::{delete_data, write};
 
 pub use error::ApiError;
@@ -93,6 +96,10 @@ fn influx_routes() -> Router<Arc<AppState>> {
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.max_body;
     monitoring_routes()
+        .route("/", get(ui::index))
+        .route("/ui", get(ui::index))
+        .route("/ui/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
         .route(
             "/api/v1/namespaces",
             get(list_namespaces).post(create_namespace),
@@ -111,6 +118,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/tables/{table}/rows/{row}", get(get_row))
         .route("/api/v1/tables/{table}/scan", post(scan_table))
         .route("/api/v1/tables/{table}/delete", post(delete_data))
+        .route("/api/v1/tables/{table}/series", get(list_series))
         .route("/api/v1/write", post(write_or_remote_write))
         .route("/api/v1/read", post(prometheus::remote_read))
         .route("/api/v1/prom/write", post(prometheus::remote_write))

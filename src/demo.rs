@@ -227,6 +227,7 @@ fn feed(
          from {}) into the InfluxDB 1.x database `demo` through POST /write",
         crate::query::influxql::format_rfc3339(first_ms as i64 * 1_000_000)
     );
+    println!("\nsee the data in your browser: http://{api}/ (halite's explorer)");
     println!(
         "\nthe API listens on http://{api} (docs/api.md), Prometheus metrics on \
          http://{api}/metrics; try\n  \

@@ -33,6 +33,7 @@ pub mod plan;
 pub mod pool;
 pub mod prom_read;
 pub mod rows;
+pub mod series_list;
 
 use serde::{Deserialize, Serialize};
 

@@ -44,7 +44,7 @@ use crate::region::{Region, RegionOptions};
 use crate::schema::{Durability, FamilySpec};
 use crate::table::{RegionHandle, RoutedRows, Table, TableScanner, region_index};
 
-use shard::{Rows, Shard, Submitted, WriteJob, count_bucket_rows, shard_loop};
+use shard::{Rows, Shard, Submitted, WriteJob, count_rows_written, shard_loop};
 
 /// A cluster node's WAL segment size: nothing is written there.
 const CLUSTER_WAL_SEGMENT: u64 = 64 * 1024;
@@ -553,7 +553,7 @@ impl Store {
             })
             .collect();
         for (_, r) in &per_region {
-            count_bucket_rows(&table, r);
+            count_rows_written(&table, r);
         }
         let replies = self.send_routed(&table, per_region, origin.as_ref())?;
         Ok(PendingBatch {
@@ -573,7 +573,7 @@ impl Store {
     ) -> Result<PendingBatch> {
         self.wait_for_memory()?;
         let table = self.table(name)?;
-        count_bucket_rows(&table, &rows);
+        count_rows_written(&table, &rows);
         let replies = self.send_once(&table, vec![rows], origin.as_ref())?;
         Ok(PendingBatch {
             name: name.clone(),

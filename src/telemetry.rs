@@ -388,6 +388,10 @@ fn describe() {
     );
 
     describe_counter!(
+        "halite_rows_written_total",
+        "Rows handed to a table's regions to write (HTTP and Kafka; WAL replay not counted)."
+    );
+    describe_counter!(
         "halite_bucket_rows_written_total",
         "Rows written per salt bucket of a table: shows hot-spotting."
     );

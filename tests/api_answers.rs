@@ -1068,3 +1068,145 @@ fn a_settled_data_directory_holds_its_data_not_empty_wal_segments() {
     assert_eq!(r.status, 200);
     stop(s);
 }
+
+/// `GET /api/v1/tables/{table}/series` lists each series once, with its
+/// newest point's time and fields, for newest-first and oldest-first keys
+/// (both found by seeking, not by reading the points), across salt buckets
+/// and in key order; a listing cut by its limit says so; a table of open
+/// tag sets lists its dictionary; bad requests are the documented 400s.
+/// And the explorer's page and files are served, the unknown one a 404.
+#[test]
+fn series_listings_and_the_explorer_files_answer_as_documented() {
+    let sc = Scenario::new().build();
+    let s = sc.start();
+    let a = s.addr.clone();
+    let get = |path: &str| request(&a, "GET", path, None, b"").expect("get");
+    for (name, time_type) in [("newest", "reversed_timestamp"), ("oldest", "timestamp")] {
+        let mut t = table(name, time_type, &[], None);
+        t["key"]["salt"] = json!({"buckets": 4});
+        create_table(&a, &t);
+        let mut lines = String::new();
+        for i in 0..50u64 {
+            for h in 0..7u64 {
+                // Host 3 stops early; host 5 writes a second field late.
+                if h == 3 && i >= 20 {
+                    continue;
+                }
+                let extra = if h == 5 && i == 49 { ",z=1i" } else { "" };
+                lines.push_str(&format!("cpu,host=h{h} u={i}{extra} {}\n", T1 + i * 1000));
+            }
+        }
+        lines.push_str(&format!("mem,host=h0 free=1 {}\n", T1));
+        assert_eq!(write_lines(&a, name, "&precision=ms", &lines).status, 204);
+        if name == "oldest" {
+            // Some of it in store files: the listing merges both.
+            assert_eq!(
+                post(&a, &format!("/api/v1/tables/{name}/flush"), &json!({})).status,
+                204
+            );
+        }
+        let r = get(&format!("/api/v1/tables/{name}/series"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["key_fields"], json!(["metric", "host"]));
+        assert_eq!(v["truncated"], json!(false));
+        let got: Vec<(String, String, u64, Value)> = v["series"]
+            .as_array()
+            .expect("series")
+            .iter()
+            .map(|s| {
+                (
+                    s["key"]["metric"].as_str().expect("metric").to_string(),
+                    s["key"]["host"].as_str().expect("host").to_string(),
+                    s["newest_ms"].as_u64().expect("newest_ms"),
+                    s["fields"].clone(),
+                )
+            })
+            .collect();
+        let mut want: Vec<(String, String, u64, Value)> = (0..7u64)
+            .map(|h| {
+                let newest = if h == 3 { 19 } else { 49 };
+                let fields = if h == 5 {
+                    json!(["u", "z"])
+                } else {
+                    json!(["u"])
+                };
+                ("cpu".into(), format!("h{h}"), T1 + newest * 1000, fields)
+            })
+            .collect();
+        want.push(("mem".into(), "h0".into(), T1, json!(["free"])));
+        assert_eq!(got, want, "{name}");
+        let cut = get(&format!("/api/v1/tables/{name}/series?limit=3")).json();
+        assert_eq!(cut["series"].as_array().map(Vec::len), Some(3));
+        assert_eq!(cut["truncated"], json!(true));
+    }
+    for bad in ["limit=0", "limit=10001", "limit=x", "start=1"] {
+        let r = get(&format!("/api/v1/tables/newest/series?{bad}"));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert!(r.json()["error"]["message"].is_string(), "{bad}");
+    }
+    assert_eq!(get("/api/v1/tables/nope/series").status, 404);
+
+    // A table of open tag sets lists its dictionary.
+    let r = request(
+        &a,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        b"q=CREATE+DATABASE+telegraf",
+    )
+    .expect("create database");
+    assert_eq!(r.status, 200);
+    let r = request(
+        &a,
+        "POST",
+        "/write?db=telegraf",
+        Some("text/plain"),
+        b"disk,host=a,path=/ used=1i,free=2i 1700000000000000000\ndisk,host=b,path=/ used=3i 1700000000000000000\n",
+    )
+    .expect("influx write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let v = get("/api/v1/tables/telegraf:disk/series").json();
+    assert_eq!(v["open_tags"], json!(true));
+    assert_eq!(
+        v["series"],
+        json!([
+            {"metric": "disk", "tags": {"host": "a", "path": "/"}, "fields": ["free", "used"]},
+            {"metric": "disk", "tags": {"host": "b", "path": "/"}, "fields": ["free", "used"]},
+        ])
+    );
+
+    // The explorer: its page, its files, and a 404 in the API's shape.
+    let page = get("/");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("halite explorer"));
+    let header = |r: &common::http::Response, name: &str| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    assert!(header(&page, "content-type").is_some_and(|v| v.starts_with("text/html")));
+    assert!(
+        header(&page, "content-security-policy").is_some_and(|v| v.contains("default-src 'self'"))
+    );
+    for (file, kind) in [
+        ("app.js", "text/javascript"),
+        ("app.css", "text/css"),
+        ("uPlot.iife.min.js", "text/javascript"),
+        ("uPlot.min.css", "text/css"),
+        ("uPlot.LICENSE", "text/plain"),
+    ] {
+        let r = get(&format!("/ui/{file}"));
+        assert_eq!(r.status, 200, "{file}");
+        assert!(
+            header(&r, "content-type").is_some_and(|v| v.starts_with(kind)),
+            "{file}"
+        );
+        assert!(!r.body.is_empty(), "{file}");
+    }
+    let missing = get("/ui/secret.txt");
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["error"]["code"], json!("not_found"));
+    stop(s);
+}

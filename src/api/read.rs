@@ -792,3 +792,92 @@ pub(super) fn aggregate_answer(
         }
     }
 }
+
+/// `GET /api/v1/tables/{table}/series` parameters.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListSeries {
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// Series a listing returns when the request names no limit.
+const DEFAULT_SERIES_LISTED: usize = 1_000;
+/// The most series one listing returns.
+const MAX_SERIES_LISTED: usize = 10_000;
+
+/// `GET /api/v1/tables/{table}/series[?limit=n]`: the table's series, what
+/// a client lists before it asks for data. A table of declared key fields
+/// is walked one seek per series (`query::series_list`); a table of open
+/// tag sets lists its dictionary. Each series: `key` (identity fields, or
+/// `metric` and `tags`), `newest_ms` (declared keys) and `fields`.
+pub(super) async fn list_series(
+    State(s): State<Arc<AppState>>,
+    Path(t): Path<String>,
+    Params(p): Params<ListSeries>,
+) -> ApiResult<Json<Json_>> {
+    let name = table_name(&t)?;
+    let limit = p.limit.unwrap_or(DEFAULT_SERIES_LISTED);
+    if !(1..=MAX_SERIES_LISTED).contains(&limit) {
+        return Err(ApiError::bad(format!(
+            "limit must be between 1 and {MAX_SERIES_LISTED}; page a bigger table's series with InfluxQL or a scan"
+        )));
+    }
+    let desc = s.store.catalog().table(&name)?;
+    if desc.key.is_open_tags() {
+        let store = s.store.clone();
+        let tag_sets = s.tag_sets.clone();
+        return blocking(move || -> crate::error::Result<Json<Json_>> {
+            let dictionary = tag_sets.dictionary(&store, &name.namespace)?;
+            let all = dictionary.series_of(&name.table);
+            let fields: Vec<String> = dictionary.fields_of(&name.table).into_keys().collect();
+            let series: Vec<Json_> = all
+                .iter()
+                .take(limit)
+                .map(|s| json!({ "metric": s.metric, "tags": s.tags, "fields": fields }))
+                .collect();
+            Ok(Json(json!({
+                "table": name.to_string(),
+                "open_tags": true,
+                "key_fields": ["metric", "tags"],
+                "series": series,
+                "truncated": all.len() > limit,
+            })))
+        })
+        .await;
+    }
+    let queries = s.queries.clone();
+    let key_fields: Vec<String> = desc
+        .key
+        .fields
+        .iter()
+        .take_while(|f| f.encoding.is_identity())
+        .map(|f| f.name.clone())
+        .collect();
+    let listing = blocking(move || queries.series(&name, limit)).await?;
+    let series: Vec<Json_> = listing
+        .series
+        .iter()
+        .map(|e| {
+            let key: serde_json::Map<String, Json_> = e
+                .key
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        crate::key::FieldValue::Str(s) => json!(s),
+                        crate::key::FieldValue::Uint(u) => json!(u),
+                    };
+                    (k.clone(), v)
+                })
+                .collect();
+            json!({ "key": key, "newest_ms": e.newest_ms, "fields": e.fields })
+        })
+        .collect();
+    Ok(Json(json!({
+        "table": desc.name.to_string(),
+        "open_tags": false,
+        "key_fields": key_fields,
+        "series": series,
+        "truncated": listing.truncated,
+    })))
+}

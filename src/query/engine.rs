@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::aggregate::aggregate;
 use super::pool::QueryPool;
 use super::rows::{QueryRows, delete, run};
+use super::series_list::{SeriesListing, list_series};
 use super::{AggregatePage, Query, QueryPage};
 use crate::catalog::TableName;
 use crate::error::Result;
@@ -62,6 +63,13 @@ impl QueryEngine {
         let mut page = aggregate(table, &self.pool, q)?;
         page.partial = report.map(|r| r.missing()).unwrap_or_default();
         Ok(page)
+    }
+
+    /// Up to `limit` series of a table of declared key fields, one seek
+    /// each (see [`list_series`]).
+    pub fn series(&self, name: &TableName, limit: usize) -> Result<SeriesListing> {
+        let (table, _) = self.table_for_read(name)?;
+        list_series(&table, limit)
     }
 
     /// The table as one request reads it: in cluster mode with a report of

@@ -99,11 +99,18 @@ impl Rows {
     }
 }
 
-/// Rows written per salt bucket (`halite_bucket_rows_written_total`): the
-/// hot-spotting that salting exists to prevent, made visible. The bucket
-/// is the row key's first `width` bytes. Tables of more than 4096 buckets
-/// are not counted (the label would be too many series).
-pub(super) fn count_bucket_rows(table: &Table, rows: &Rows) {
+/// Rows written per table (`halite_rows_written_total`), and per salt
+/// bucket (`halite_bucket_rows_written_total`): the hot-spotting that
+/// salting exists to prevent, made visible. The bucket is the row key's
+/// first `width` bytes. Buckets of tables of more than 4096 are not
+/// counted (the label would be too many series).
+pub(super) fn count_rows_written(table: &Table, rows: &Rows) {
+    let total = match rows {
+        Rows::Mutations(rows) => rows.len(),
+        Rows::Entries(batch) => batch.rows(),
+    };
+    metrics::counter!("halite_rows_written_total", "table" => table.desc.name.to_string())
+        .increment(total as u64);
     let Some(salt) = &table.desc.key.salt else {
         return;
     };

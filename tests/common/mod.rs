@@ -3,7 +3,7 @@
 //! the broker and its topics, the config, settings and a seeded
 //! generator) over `server` (starting `halite serve`), `kafka` (Tansu,
 //! producing, the group's commits, the oracle), `http` and `rng`; `s3`
-//! starts a real S3 server (s3s-fs).
+//! starts a real S3 server (s3s-fs); `webdriver` a real browser.
 #![allow(dead_code)]
 
 pub mod http;
@@ -14,6 +14,7 @@ pub mod rng;
 pub mod s3;
 pub mod scenario;
 pub mod server;
+pub mod webdriver;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,318 @@
+//! The explorer page (`GET /`) in a real browser: headless chromium,
+//! driven through chromedriver, against `halite serve` holding known
+//! points. The chart must show exactly the aggregates the query API
+//! answers, and those must be the averages of the points written (worked
+//! out here, not asked of halite); the rows under it must be the newest
+//! points; a table of open tag sets (InfluxDB line protocol) must chart
+//! through InfluxQL; the status view must count the rows just written and
+//! see the rate of the ones written while it watches. Screenshots of both
+//! views are left in `target/explorer/`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::http::{create_table, request};
+use common::scenario::Scenario;
+use common::server::stop;
+use common::webdriver::Browser;
+use serde_json::{Value, json};
+
+const HOSTS: u64 = 3;
+const POINTS: u64 = 720;
+const STEP_MS: u64 = 10_000;
+const BASE_MS: u64 = 1_700_000_000_000;
+
+fn usage_user(host: u64, i: u64) -> f64 {
+    ((i * 7 + host * 13) % 1000) as f64 / 10.0
+}
+
+fn usage_system(host: u64, i: u64) -> f64 {
+    (i % 50) as f64 + host as f64
+}
+
+fn lines(hosts: std::ops::Range<u64>, points: std::ops::Range<u64>, base_ms: u64) -> String {
+    let mut body = String::new();
+    for i in points {
+        for h in hosts.clone() {
+            body.push_str(&format!(
+                "cpu,host=host_{h} usage_user={},usage_system={} {}\n",
+                usage_user(h, i),
+                usage_system(h, i),
+                base_ms + i * STEP_MS
+            ));
+        }
+    }
+    body
+}
+
+fn post(addr: &str, path: &str, content_type: &str, body: &[u8]) -> common::http::Response {
+    request(addr, "POST", path, Some(content_type), body).expect("request")
+}
+
+fn artefact(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("..")
+        .join("explorer")
+        .join(name)
+}
+
+#[test]
+fn explorer_charts_what_the_query_api_answers_in_a_real_browser() {
+    let sc = Scenario::new().build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    create_table(
+        &addr,
+        &json!({
+            "name": "metrics:cpu",
+            "families": [{"name": "f", "data_block_encoding": "TIME_SERIES", "compression": "SNAPPY"}],
+            "key": {
+                "fields": [
+                    {"name": "metric", "type": "string", "width": 16},
+                    {"name": "host", "type": "string", "width": 16},
+                    {"name": "ts", "type": "reversed_timestamp"}
+                ],
+                "salt": {"buckets": 4, "width": 1, "from": "series"}
+            }
+        }),
+    );
+    // The older half in store files, the newer in the MemStore: the page
+    // reads both.
+    for (half, flush) in [(0..POINTS / 2, true), (POINTS / 2..POINTS, false)] {
+        let w = post(
+            &addr,
+            "/api/v1/write?table=metrics:cpu&precision=ms",
+            "text/plain",
+            lines(0..HOSTS, half, BASE_MS).as_bytes(),
+        );
+        assert_eq!(w.status, 204, "{}", w.text());
+        if flush {
+            let f = post(
+                &addr,
+                "/api/v1/tables/metrics:cpu/flush",
+                "application/json",
+                b"",
+            );
+            assert!(f.status < 300, "{}", f.text());
+        }
+    }
+
+    let browser = Browser::start(1280, 1000);
+    browser.goto(&format!("http://{addr}/"));
+    // A first visit charts the first table by itself.
+    let first = browser.wait_for(
+        "const e = window.explorer; return e.error ? {error: e.error} \
+         : (e.drawn >= 1 && e.chart) ? {table: e.table.name, points: e.chart.windows_ms.length} : null",
+        Duration::from_secs(20),
+        "a first chart without a click",
+    );
+    assert_eq!(first["table"], json!("metrics:cpu"), "{first}");
+    assert!(first["points"].as_u64().is_some_and(|n| n > 0), "{first}");
+    // Picking the table in the list lists its series.
+    browser.click("#tables a[data-table=\"metrics:cpu\"]");
+    let listed = browser.wait_for(
+        "const e = window.explorer; return e.listing && e.drawn >= 1 \
+         ? e.listing.series.map(s => s.key.host) : null",
+        Duration::from_secs(20),
+        "the series of metrics:cpu",
+    );
+    assert_eq!(listed, json!(["host_0", "host_1", "host_2"]));
+
+    // Then one series and two fields over 6 hours by the page's own link.
+    browser.eval(
+        "location.hash = new URLSearchParams({table: 'metrics:cpu', \
+         series: 'metric=cpu, host=host_1', fields: 'usage_system,usage_user', \
+         range: '21600000', fn: 'avg'}).toString(); window.explorer.drawn = 0; return true",
+    );
+    browser.wait_for(
+        "const e = window.explorer; return (e.drawn >= 1 && e.request && e.rows \
+         && e.request.series[1][1] === 'host_1') || e.error",
+        Duration::from_secs(20),
+        "the chart of host_1",
+    );
+    let state = browser.eval(
+        "return {error: window.explorer.error, request: window.explorer.request, \
+         chart: window.explorer.chart, rows: window.explorer.rows, \
+         canvas: document.querySelector('#chart canvas') !== null, \
+         curl: document.getElementById('curl').textContent}",
+    );
+    assert!(
+        state["error"].is_null(),
+        "the page failed: {}",
+        state["error"]
+    );
+    assert_eq!(state["canvas"], json!(true), "no chart canvas");
+    let request_sent = &state["request"];
+    let newest = BASE_MS + (POINTS - 1) * STEP_MS;
+    assert_eq!(request_sent["end_ms"], json!(newest + 1));
+    assert_eq!(request_sent["start_ms"], json!(newest + 1 - 21_600_000));
+    assert!(
+        state["curl"]
+            .as_str()
+            .is_some_and(|c| c.contains("/api/v1/query") && c.contains("host_1")),
+        "the request is shown as curl: {}",
+        state["curl"]
+    );
+
+    // The same request through the API, and the averages worked out here.
+    let downsample = request_sent["aggregate"]["downsample_ms"]
+        .as_u64()
+        .expect("downsample");
+    assert!(downsample > 1, "one window per pixel of a 6-hour range");
+    let answer = post(
+        &addr,
+        "/api/v1/query",
+        "application/json",
+        request_sent.to_string().as_bytes(),
+    )
+    .json();
+    let mut expected: BTreeMap<(String, u64), (f64, u64)> = BTreeMap::new();
+    for i in 0..POINTS {
+        let ts = BASE_MS + i * STEP_MS;
+        let w = ts - ts % downsample;
+        for (field, v) in [
+            ("usage_system", usage_system(1, i)),
+            ("usage_user", usage_user(1, i)),
+        ] {
+            let e = expected.entry((field.to_string(), w)).or_default();
+            e.0 += v;
+            e.1 += 1;
+        }
+    }
+    let aggregates = answer["aggregates"].as_array().expect("aggregates");
+    assert_eq!(
+        aggregates.len(),
+        expected.len(),
+        "one aggregate per field and window"
+    );
+    let chart = &state["chart"];
+    let windows: Vec<u64> = chart["windows_ms"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .map(|w| w.as_u64().expect("window"))
+        .collect();
+    assert_eq!(
+        windows.len(),
+        expected.len() / 2,
+        "one chart point per window"
+    );
+    for a in aggregates {
+        let field = a["field"].as_str().expect("field");
+        let w = a["window_ms"].as_u64().expect("window");
+        let avg = a["values"]["avg"].as_f64().expect("avg");
+        let (s, n) = expected[&(field.to_string(), w)];
+        assert!(
+            (avg - s / n as f64).abs() < 1e-9,
+            "{field} at {w}: the API says {avg}, the points {}",
+            s / n as f64
+        );
+        let at = windows.binary_search(&w).expect("the window is charted");
+        let drawn = chart["values"][field][at].as_f64().expect("charted value");
+        assert_eq!(
+            drawn, avg,
+            "{field} at {w}: the chart draws what the API answered"
+        );
+    }
+
+    // The rows under the chart: the range's first 100 in key order, the
+    // newest first (reversed timestamps), with both fields.
+    let rows = &state["rows"];
+    assert_eq!(
+        rows["columns"],
+        json!(["time", "usage_system", "usage_user"])
+    );
+    let first = &rows["rows"][0];
+    assert_eq!(first[0], json!(newest));
+    assert_eq!(first[1].as_f64(), Some(usage_system(1, POINTS - 1)));
+    assert_eq!(first[2].as_f64(), Some(usage_user(1, POINTS - 1)));
+    assert_eq!(rows["rows"].as_array().map(Vec::len), Some(100));
+    browser.screenshot(&artefact("data.png"));
+
+    // A measurement written by an InfluxDB client charts through InfluxQL.
+    let db = post(
+        &addr,
+        "/query",
+        "application/x-www-form-urlencoded",
+        b"q=CREATE+DATABASE+telegraf",
+    );
+    assert_eq!(db.status, 200, "{}", db.text());
+    let mut influx_lines = String::new();
+    for i in 0..60u64 {
+        influx_lines.push_str(&format!(
+            "mem,host=web1 used_percent={} {}\n",
+            i as f64 / 2.0,
+            (BASE_MS + i * 60_000) * 1_000_000
+        ));
+    }
+    let w = post(
+        &addr,
+        "/write?db=telegraf",
+        "text/plain",
+        influx_lines.as_bytes(),
+    );
+    assert_eq!(w.status, 204, "{}", w.text());
+    browser.goto(&format!(
+        "http://{addr}/#table=telegraf%3Amem&fields=used_percent&range=3600000&fn=max"
+    ));
+    let influx_state = browser.wait_for(
+        "const e = window.explorer; return (e.table && e.table.name === 'telegraf:mem' && e.chart && e.rows) \
+         ? {chart: e.chart, request: e.request, rows: e.rows} : (e.error ? {error: e.error} : null)",
+        Duration::from_secs(20),
+        "the InfluxDB measurement's chart",
+    );
+    assert!(influx_state["error"].is_null(), "{}", influx_state["error"]);
+    let q = influx_state["request"]["q"]
+        .as_str()
+        .expect("InfluxQL")
+        .to_string();
+    assert!(q.starts_with("SELECT max(\"used_percent\")"), "{q}");
+    let values: Vec<f64> = influx_state["chart"]["values"]["used_percent"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    // The hour ending at the newest point holds minutes 0..59, each its
+    // own window's max (windows are a few seconds wide).
+    assert_eq!(values.len(), 60, "{q}");
+    assert_eq!(values.last().copied(), Some(29.5));
+    assert_eq!(influx_state["rows"]["rows"][0][1].as_f64(), Some(29.5));
+
+    // The status view counts what was written, and sees a new write's rate.
+    browser.goto(&format!("http://{addr}/#view=status"));
+    let rows_written = browser.wait_for(
+        "const s = window.explorer.status; return s ? s.rows_written : null",
+        Duration::from_secs(20),
+        "the status view's first refresh",
+    );
+    assert_eq!(
+        rows_written.as_f64(),
+        Some((HOSTS * POINTS + 60) as f64),
+        "rows written, as /metrics counts them"
+    );
+    let more = post(
+        &addr,
+        "/api/v1/write?table=metrics:cpu&precision=ms",
+        "text/plain",
+        lines(0..HOSTS, POINTS..POINTS + 100, BASE_MS).as_bytes(),
+    );
+    assert_eq!(more.status, 204, "{}", more.text());
+    let rate = browser.wait_for(
+        "const s = window.explorer.status; return s && s.rows_per_s > 0 ? s.rows_per_s : null",
+        Duration::from_secs(20),
+        "a rate for the rows written while the status view watched",
+    );
+    assert!(rate.as_f64().is_some_and(|r| r > 0.0));
+    let card = browser.eval(
+        "return document.querySelector('[data-card=\"rows written / s\"] strong').textContent",
+    );
+    assert_ne!(card, json!("0"), "the card shows the rate");
+    browser.screenshot(&artefact("status.png"));
+
+    drop(browser);
+    stop(srv);
+}
