@@ -4,7 +4,9 @@
 //! answers, and those must be the averages of the points written (worked
 //! out here, not asked of halite); the rows under it must be the newest
 //! points; a table of open tag sets (InfluxDB line protocol) must chart
-//! through InfluxQL; the status view must count the rows just written and
+//! through InfluxQL; Draw must end the range at points that arrived after
+//! the listing; a table of many Prometheus metrics must be refused with
+//! nothing stale left on the page; the status view must count the rows just written and
 //! see the rate of the ones written while it watches. Screenshots of both
 //! views are left in `target/explorer/`.
 
@@ -111,13 +113,15 @@ fn explorer_charts_what_the_query_api_answers_in_a_real_browser() {
     );
     assert_eq!(first["table"], json!("metrics:cpu"), "{first}");
     assert!(first["points"].as_u64().is_some_and(|n| n > 0), "{first}");
-    // Picking the table in the list lists its series.
+    // Picking the table in the list draws it again and marks it.
+    browser.eval("window.explorer.drawn = 0; return true");
     browser.click("#tables a[data-table=\"metrics:cpu\"]");
     let listed = browser.wait_for(
         "const e = window.explorer; return e.listing && e.drawn >= 1 \
+         && document.querySelector('#tables a.on').dataset.table === 'metrics:cpu' \
          ? e.listing.series.map(s => s.key.host) : null",
         Duration::from_secs(20),
-        "the series of metrics:cpu",
+        "the series of metrics:cpu after a click",
     );
     assert_eq!(listed, json!(["host_0", "host_1", "host_2"]));
 
@@ -232,6 +236,24 @@ fn explorer_charts_what_the_query_api_answers_in_a_real_browser() {
     assert_eq!(rows["rows"].as_array().map(Vec::len), Some(100));
     browser.screenshot(&artefact("data.png"));
 
+    // Points that arrive after the series was listed: Draw ends the range
+    // at the new newest point (it once kept the one from the listing).
+    let later = post(
+        &addr,
+        "/api/v1/write?table=metrics:cpu&precision=ms",
+        "text/plain",
+        lines(1..2, POINTS..POINTS + 60, BASE_MS).as_bytes(),
+    );
+    assert_eq!(later.status, 204, "{}", later.text());
+    browser.eval("window.explorer.drawn = 0; return true");
+    browser.click("#draw");
+    let end = browser.wait_for(
+        "const e = window.explorer; return e.drawn >= 1 && e.request ? e.request.end_ms : null",
+        Duration::from_secs(20),
+        "a draw after more points arrived",
+    );
+    assert_eq!(end, json!(BASE_MS + (POINTS + 59) * STEP_MS + 1));
+
     // A measurement written by an InfluxDB client charts through InfluxQL.
     let db = post(
         &addr,
@@ -282,6 +304,49 @@ fn explorer_charts_what_the_query_api_answers_in_a_real_browser() {
     assert_eq!(values.last().copied(), Some(29.5));
     assert_eq!(influx_state["rows"]["rows"][0][1].as_f64(), Some(29.5));
 
+    // A table Prometheus writes holds many metrics: the page says so, and
+    // nothing of the measurement charted before stays on it.
+    let samples = halite::ingest::remote_write::encode_write_request(&[
+        halite::ingest::remote_write::Series {
+            labels: vec![
+                ("__name__".into(), "load".into()),
+                ("job".into(), "a".into()),
+            ],
+            samples: vec![(1.5, BASE_MS as i64)],
+        },
+        halite::ingest::remote_write::Series {
+            labels: vec![("__name__".into(), "up".into()), ("job".into(), "a".into())],
+            samples: vec![(1.0, BASE_MS as i64)],
+        },
+    ]);
+    let w = post(
+        &addr,
+        "/api/v1/prom/write?db=prom",
+        "application/x-protobuf",
+        &samples,
+    );
+    assert_eq!(w.status, 204, "{}", w.text());
+    browser.goto(&format!("http://{addr}/#table=prom%3Asamples"));
+    let refused = browser.wait_for(
+        "const e = window.explorer; return e.table && e.table.name === 'prom:samples' && e.error \
+         ? {error: e.error, chart: e.chart, canvas: document.querySelector('#chart canvas') !== null, \
+            rows: !document.getElementById('rows').hidden, request: !document.getElementById('request').hidden} \
+         : null",
+        Duration::from_secs(20),
+        "the page's word on a table of many metrics",
+    );
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("PromQL")),
+        "{refused}"
+    );
+    assert_eq!(
+        refused,
+        json!({"error": refused["error"], "chart": null, "canvas": false, "rows": false, "request": false}),
+        "nothing of telegraf:mem's chart stays"
+    );
+
     // The status view counts what was written, and sees a new write's rate.
     browser.goto(&format!("http://{addr}/#view=status"));
     let rows_written = browser.wait_for(
@@ -291,7 +356,7 @@ fn explorer_charts_what_the_query_api_answers_in_a_real_browser() {
     );
     assert_eq!(
         rows_written.as_f64(),
-        Some((HOSTS * POINTS + 60) as f64),
+        Some((HOSTS * POINTS + 60 + 60 + 2) as f64),
         "rows written, as /metrics counts them"
     );
     let more = post(

@@ -85,7 +85,9 @@ function bytes(n) {
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
   return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
-const number = (n) => (Number.isInteger(n) ? n.toLocaleString("en") : n.toLocaleString("en", { maximumFractionDigits: 3 }));
+// Integers with thousands separators; other numbers exactly as stored
+// (rounding would show 0.0004 as 0).
+const number = (n) => (Number.isInteger(n) ? n.toLocaleString("en") : String(n));
 const iso = (ms) => new Date(ms).toISOString().replace(".000Z", "Z");
 const seriesLabel = (s) =>
   s.key ? Object.entries(s.key).map(([k, v]) => `${k}=${v}`).join(", ")
@@ -151,11 +153,26 @@ function describe(t) {
   fact("durability", t.durability);
 }
 
+// A value from the page's address is used only if the page offers it.
+const pick = (select, value) => {
+  if (value && [...select.options].some((o) => o.value === value)) select.value = value;
+};
+
+// Takes the chart, the request and the rows off the page, so what stays
+// on it never belongs to another series than the one picked.
+function clearShown() {
+  if (plot) { plot.destroy(); plot = null; }
+  $("chart").replaceChildren();
+  $("request").hidden = true;
+  $("rows").hidden = true;
+  explorer.request = explorer.chart = explorer.rows = null;
+}
+
 async function selectTable(name, wanted = {}) {
   const g = ++generation;
   // Nothing of the table before stays on screen or in reach of Draw.
   explorer.listing = null;
-  explorer.request = explorer.chart = explorer.rows = null;
+  clearShown();
   $("series").replaceChildren();
   $("query-form").hidden = true;
   let t = explorer.tables.find((x) => x.name === name);
@@ -187,8 +204,8 @@ async function selectTable(name, wanted = {}) {
   }
   select.value = String(index);
   showFields(wanted.fields);
-  if (wanted.range) $("range").value = wanted.range;
-  if (wanted.fn) $("function").value = wanted.fn;
+  pick($("range"), wanted.range);
+  pick($("function"), wanted.fn);
   say(`${listing.series.length}${listing.truncated ? "+" : ""} series`);
   await draw();
 }
@@ -203,10 +220,11 @@ function showFields(wanted) {
   const box = $("fields");
   box.querySelectorAll("label").forEach((l) => l.remove());
   if (!s) return;
-  const pick = wanted ? wanted.split(",") : s.fields.slice(0, 1);
+  const asked = wanted ? wanted.split(",").filter((f) => s.fields.includes(f)) : [];
+  const checked = asked.length ? asked : s.fields.slice(0, 1);
   for (const f of s.fields) {
     const input = el("input", { type: "checkbox", value: f });
-    input.checked = pick.includes(f);
+    input.checked = checked.includes(f);
     box.append(el("label", {}, input, ` ${f}`));
   }
 }
@@ -226,11 +244,15 @@ const stateHash = () => {
 
 // ---------------------------------------------------------------- draw --
 
-function timeRange(s) {
+// The range asked for, ending after `newest` (the series' newest point,
+// when the page ends there and one is known) or now.
+function timeRange(newest) {
   const span = Number($("range").value);
-  const end = $("anchor").value === "newest" && s.newest_ms != null ? s.newest_ms + 1 : Date.now();
+  const end = newest != null ? newest + 1 : Date.now();
   return { start: Math.max(0, end - span), end };
 }
+
+const anchoredAtNewest = () => $("anchor").value === "newest";
 
 async function draw() {
   const t = explorer.table;
@@ -251,7 +273,10 @@ async function draw() {
     Object.assign(explorer, shown);
     explorer.drawn++;
   } catch (e) {
-    if (!(e instanceof Superseded)) say(e.message, true);
+    if (!(e instanceof Superseded)) {
+      clearShown();
+      say(e.message, true);
+    }
   }
 }
 
@@ -274,15 +299,27 @@ const windowStartMs = (a) =>
 async function drawQuery(t, s, fields, g) {
   const fn = $("function").value;
   const series = Object.entries(s.key);
-  if (!t.key.fields.some((f) => f.type === "timestamp" || f.type === "reversed_timestamp")) {
+  const time = t.key.fields.find((f) => f.type === "timestamp" || f.type === "reversed_timestamp");
+  if (!time) {
     // Nothing to chart over time: the rows alone.
     const raw = await api("/api/v1/query", { table: t.name, series, fields, limit: 100, shape: "series" });
     still(g);
-    chart(new Map(), fields, "");
+    clearShown();
     say("This table's key has no time field: its rows are below, with nothing to chart over time.");
-    return { request: null, ...rowsOf(t, raw) };
+    return { request: null, chart: null, ...rowsOf(t, raw) };
   }
-  const { start, end } = timeRange(s);
+  let newest = null;
+  if (anchoredAtNewest()) {
+    // Asked at each draw: points keep arriving after the series was listed.
+    // The first row in key order is the newest for newest-first keys.
+    const last = await api("/api/v1/query", {
+      table: t.name, series, fields, limit: 1, shape: "series", reverse: time.type === "timestamp",
+    });
+    still(g);
+    const v = last.series.length && last.series[0].values.length ? last.series[0].values[0][0] : null;
+    newest = v == null ? s.newest_ms : v * unitMs(t);
+  }
+  const { start, end } = timeRange(newest);
   const downsample = windowMs(t, end - start);
   const request = {
     table: t.name, series, start_ms: start, end_ms: end, fields,
@@ -290,6 +327,11 @@ async function drawQuery(t, s, fields, g) {
   };
   const answer = await api("/api/v1/query", request);
   still(g);
+  const raw = await api("/api/v1/query", {
+    table: t.name, series, start_ms: start, end_ms: end, fields, limit: 100, shape: "series",
+  });
+  still(g);
+  // Everything arrived: shown together.
   const windows = new Map();
   for (const a of answer.aggregates) {
     const w = windowStartMs(a);
@@ -304,10 +346,6 @@ async function drawQuery(t, s, fields, g) {
     `--agg ${fn}`, `--downsample ${downsample}`, "--limit 10000",
   ].join(" ");
   showRequest(`curl -s -X POST http://${location.host}/api/v1/query -H 'Content-Type: application/json' -d ${shellQuote(JSON.stringify(request))}`, cli);
-  const raw = await api("/api/v1/query", {
-    table: t.name, series, start_ms: start, end_ms: end, fields, limit: 100, shape: "series",
-  });
-  still(g);
   return { request, chart: drawn, ...rowsOf(t, raw) };
 }
 
@@ -315,7 +353,9 @@ async function drawQuery(t, s, fields, g) {
 function rowsOf(t, raw) {
   const rows = [];
   const scale = unitMs(t);
-  for (const one of raw.series) for (const v of one.values) rows.push([v[0] * scale, ...v.slice(1)]);
+  for (const one of raw.series) {
+    for (const v of one.values) rows.push([v[0] == null ? null : v[0] * scale, ...v.slice(1)]);
+  }
   const columns = raw.series.length ? raw.series[0].columns : ["time"];
   return { rows: showRows(columns, rows, raw.continuation ? "the first 100 of the range" : "") };
 }
@@ -334,7 +374,7 @@ async function influxql(db, q) {
 // every query groups by all tags and keeps the one whose tags are the
 // series' own (a tag the series lacks comes back empty).
 const sameTags = (got, want) =>
-  Object.entries(got || {}).every(([k, v]) => (want[k] ?? "") === v) &&
+  Object.entries(got || {}).every(([k, v]) => (Object.hasOwn(want, k) ? want[k] : "") === v) &&
   Object.keys(want).every((k) => got && k in got);
 const ofSeries = (series, s) => series.find((one) => sameTags(one.tags, s.tags));
 
@@ -345,14 +385,16 @@ async function drawInfluxQL(t, s, fields, g) {
   }
   const where = Object.entries(s.tags).map(([k, v]) => `${quoteIdent(k)} = ${quoteString(v)}`);
   const from = `FROM ${quoteIdent(measurement)}`;
-  if ($("anchor").value === "newest" && s.newest_ms == null) {
-    // The newest point alone: a read that stops after one point.
-    const newest = await influxql(db, `SELECT ${quoteIdent(fields[0])} ${from}${where.length ? ` WHERE ${where.join(" AND ")}` : ""} GROUP BY * ORDER BY time DESC LIMIT 1`);
+  let newest = null;
+  if (anchoredAtNewest()) {
+    // The newest point alone, asked at each draw: a read that stops
+    // after one point.
+    const found = await influxql(db, `SELECT ${quoteIdent(fields[0])} ${from}${where.length ? ` WHERE ${where.join(" AND ")}` : ""} GROUP BY * ORDER BY time DESC LIMIT 1`);
     still(g);
-    const one = ofSeries(newest, s);
-    s.newest_ms = one && one.values.length ? one.values[0][0] : Date.now();
+    const one = ofSeries(found, s);
+    newest = one && one.values.length ? one.values[0][0] : null;
   }
-  const { start, end } = timeRange(s);
+  const { start, end } = timeRange(newest);
   const fn = $("function").value;
   const call = fn === "avg" ? "mean" : fn;
   const downsample = windowMs(t, end - start);
@@ -360,6 +402,9 @@ async function drawInfluxQL(t, s, fields, g) {
   const q = `SELECT ${fields.map((f) => `${call}(${quoteIdent(f)}) AS ${quoteIdent(f)}`).join(", ")} ${from} WHERE ${cond} GROUP BY time(${downsample}ms), * fill(none)`;
   const answer = ofSeries(await influxql(db, q), s);
   still(g);
+  const raw = ofSeries(await influxql(db, `SELECT ${fields.map(quoteIdent).join(", ")} ${from} WHERE ${cond} GROUP BY * ORDER BY time DESC LIMIT 100`), s);
+  still(g);
+  // Everything arrived: shown together.
   const windows = new Map();
   for (const v of answer ? answer.values : []) {
     const w = {};
@@ -369,8 +414,6 @@ async function drawInfluxQL(t, s, fields, g) {
   const drawn = chart(windows, fields, `${fn} per ${downsample} ms`);
   showRequest(`curl -s -G http://${location.host}/query --data-urlencode ${shellQuote(`db=${db}`)} --data-urlencode 'epoch=ms' --data-urlencode ${shellQuote(`q=${q}`)}`,
     `influx -host ${location.hostname} -port ${location.port || 80} -database ${shellQuote(db)} -execute ${shellQuote(q)}`);
-  const raw = ofSeries(await influxql(db, `SELECT ${fields.map(quoteIdent).join(", ")} ${from} WHERE ${cond} GROUP BY * ORDER BY time DESC LIMIT 100`), s);
-  still(g);
   return {
     request: { db, q },
     chart: drawn,
@@ -435,15 +478,22 @@ let previous = null;
 let statusRun = 0;
 
 async function statusLoop(run) {
+  // A rate spans two refreshes of this run, never the time away.
+  previous = null;
   while (run === statusRun) {
-    await refreshStatus();
+    try {
+      await refreshStatus(run);
+    } catch (e) {
+      $("cards").textContent = e.message;
+    }
     await new Promise((resolve) => setTimeout(resolve, 2000));
   }
 }
 
-async function refreshStatus() {
-  let ms;
-  try { ms = await metrics(); } catch (e) { $("cards").textContent = e.message; return; }
+async function refreshStatus(run) {
+  const ms = await metrics();
+  // Left (or left and entered again) while /metrics answered.
+  if (run !== statusRun) return;
   const now = Date.now() / 1000;
   // halite's own tables (`__tags`, the dictionaries) are not the user's ingest.
   const rowsWritten = sum(ms, "halite_rows_written_total", (l) => !/:__/.test(l.table || ""));
@@ -554,8 +604,8 @@ async function route() {
   // The same table and series: fields, range or function may still differ.
   if (location.hash.slice(1) !== stateHash()) {
     if (wanted.fields) showFields(wanted.fields);
-    if (wanted.range) $("range").value = wanted.range;
-    if (wanted.fn) $("function").value = wanted.fn;
+    pick($("range"), wanted.range);
+    pick($("function"), wanted.fn);
     await draw();
   }
 }
