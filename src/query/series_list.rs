@@ -94,12 +94,13 @@ pub fn list_series(table: &Arc<Table>, limit: usize) -> Result<SeriesListing> {
         };
         let identity = &first.key[..identity_len];
         let next = prefix_successor(identity);
-        let newest = match time_field {
+        // Oldest-first keys: the series' last row is its newest.
+        let last = match time_field {
             Some((_, false)) => first_row(table, Some(identity.to_vec()), next.clone(), true)?
-                .filter(|r| r.key.len() == schema.key_len() && schema.decode(&r.key).is_ok())
-                .unwrap_or_else(|| first.clone()),
-            _ => first.clone(),
+                .filter(|r| r.key.len() == schema.key_len() && schema.decode(&r.key).is_ok()),
+            _ => None,
         };
+        let newest = last.as_ref().unwrap_or(&first);
         let newest_ms = match time_field.map(|(i, _)| schema.decode_field_at(&newest.key, i)) {
             Some(Ok(FieldRef::Uint(t))) => schema.time_unit.to_ms_floor(t),
             _ => None,

@@ -109,8 +109,8 @@ pub(super) fn count_rows_written(table: &Table, rows: &Rows) {
         Rows::Mutations(rows) => rows.len(),
         Rows::Entries(batch) => batch.rows(),
     };
-    metrics::counter!("halite_rows_written_total", "table" => table.desc.name.to_string())
-        .increment(total as u64);
+    let name = table.desc.name.to_string();
+    metrics::counter!("halite_rows_written_total", "table" => name.clone()).increment(total as u64);
     let Some(salt) = &table.desc.key.salt else {
         return;
     };
@@ -134,7 +134,6 @@ pub(super) fn count_rows_written(table: &Table, rows: &Rows) {
             .filter_map(|i| batch.row_key(i))
             .for_each(add),
     }
-    let name = table.desc.name.to_string();
     for (bucket, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
         metrics::counter!(
             "halite_bucket_rows_written_total",
