@@ -17,8 +17,9 @@
 //! skips it). `HALITE_BENCH_ONLY=halite-influxql,InfluxDB` picks systems.
 //! Report in `bench/SCALE.md`, the figures in `bench/scale.json` and SVG
 //! charts of them in `bench/scale-*.svg` (`HALITE_BENCH_CHARTS=<json>`
-//! only draws the charts of an earlier run). It measures; it asserts
-//! nothing about time.
+//! only draws the charts of an earlier run; `HALITE_BENCH_KEEP=1` keeps
+//! the data directories, to profile queries on them). It measures; it
+//! asserts nothing about time.
 
 mod charts;
 #[path = "../tests/common/http.rs"]
@@ -419,6 +420,9 @@ fn main() {
         (temp.path().join("SCALE.md"), temp.path().join("scale.json"))
     };
     std::fs::write(&md, &report).expect("write the report");
+    if std::env::var_os("HALITE_BENCH_KEEP").is_some() {
+        eprintln!("the data stays under {}", temp.keep().display());
+    }
     let pretty = serde_json::to_string_pretty(&results).expect("results as JSON");
     std::fs::write(&json, pretty).expect("write the results");
     if only.is_none() {

@@ -497,6 +497,19 @@ impl Region {
         self.inner.scanner(scan, None)
     }
 
+    /// The rows of a scan that names single columns, each given to `sink`
+    /// with its values by their column's index in `scan.columns.columns`,
+    /// until it answers false (then false): a reader that folds points
+    /// takes them this way, without rows of cells.
+    pub fn scan_columns(
+        &self,
+        scan: &Scan,
+        read: read::columns::ColumnRead,
+        sink: &mut crate::region::read::columns::ColumnSink<'_>,
+    ) -> Result<bool> {
+        self.inner.scan_columns(scan, read, sink)
+    }
+
     /// Reads one page of a scan.
     pub fn scan(&self, scan: &Scan) -> Result<ScanPage> {
         self.inner.scanner(scan, None)?.page()

@@ -1011,6 +1011,17 @@ impl Store {
         TableScanner::new(self.table(name)?, scan.clone())
     }
 
+    /// As [`Table::scan_columns`], on table `name`.
+    pub fn scan_columns(
+        &self,
+        name: &TableName,
+        scan: &Scan,
+        read: crate::region::read::columns::ColumnRead,
+        sink: &mut crate::region::read::columns::ColumnSink<'_>,
+    ) -> Result<()> {
+        self.table(name)?.scan_columns(scan, read, sink)
+    }
+
     /// Flushes every region (for shutdown and tests).
     pub fn flush_all(&self) -> Result<()> {
         for t in self.tables.read().values() {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::catalog::TableDescriptor;
 use crate::cell::{EntryBatch, Row};
 use crate::error::Result;
+use crate::region::read::columns::{ColumnRead, ColumnSink, rows_by_column};
 use crate::region::read::{CellSink, ContinuationToken, Get, RowScanner, RowView, Scan};
 use crate::region::remote::{ReadReport, RemoteRegion};
 use crate::region::{Region, RegionStats};
@@ -64,6 +65,22 @@ impl RegionHandle {
         match self {
             RegionHandle::Local(r) => r.scanner(scan),
             RegionHandle::Remote(r) => r.scanner(scan, report),
+        }
+    }
+
+    /// As [`Region::scan_columns`]; `report` as for [`RegionHandle::get`].
+    pub fn scan_columns(
+        &self,
+        scan: &Scan,
+        read: ColumnRead,
+        report: Option<&ReadReport>,
+        sink: &mut ColumnSink<'_>,
+    ) -> Result<bool> {
+        match self {
+            RegionHandle::Local(r) => r.scan_columns(scan, read, sink),
+            RegionHandle::Remote(r) => {
+                rows_by_column(&mut r.scanner(scan, report)?, &scan.columns, sink)
+            }
         }
     }
 
@@ -163,6 +180,74 @@ impl Table {
     pub fn regions(&self) -> &[RegionHandle] {
         &self.regions
     }
+
+    /// The regions whose range meets `scan`'s, in key order.
+    fn regions_of(&self, scan: &Scan) -> Result<Vec<usize>> {
+        let (start, stop) = scan.bounds()?;
+        Ok((0..self.regions.len())
+            .filter(|&i| {
+                let r = &self.desc.regions[i];
+                let before_stop = stop
+                    .as_ref()
+                    .is_none_or(|s| r.start.as_slice() < s.as_slice());
+                let after_start = start
+                    .as_ref()
+                    .is_none_or(|s| r.end.is_empty() || r.end.as_slice() > s.as_slice());
+                before_stop && after_start
+            })
+            .collect())
+    }
+
+    /// `scan` for region `i`: clipped to its range (the region intersects
+    /// that with the scan's own bounds and continuation token), without
+    /// the table-wide offset and limit.
+    fn clip_to_region(&self, scan: &Scan, i: usize) -> Scan {
+        let info = &self.desc.regions[i];
+        let mut scan = Scan {
+            offset: 0,
+            limit: None,
+            ..scan.clone()
+        };
+        if scan
+            .start
+            .as_ref()
+            .is_none_or(|s| s.as_slice() < info.start.as_slice())
+        {
+            scan.start = Some(info.start.clone());
+        }
+        if !info.end.is_empty()
+            && scan
+                .stop
+                .as_ref()
+                .is_none_or(|s| s.as_slice() > info.end.as_slice())
+        {
+            scan.stop = Some(info.end.clone());
+        }
+        scan
+    }
+
+    /// The rows of a forward scan that names single columns, region after
+    /// region, as [`RegionHandle::scan_columns`] gives them, until `sink`
+    /// answers false.
+    pub fn scan_columns(
+        &self,
+        scan: &Scan,
+        read: ColumnRead,
+        sink: &mut ColumnSink<'_>,
+    ) -> Result<()> {
+        if scan.reverse || scan.offset > 0 || scan.limit.is_some() {
+            return Err(crate::error::Error::InvalidInput(
+                "a column read goes forward over every row: drop reverse, offset and limit".into(),
+            ));
+        }
+        for i in self.regions_of(scan)? {
+            let scan = self.clip_to_region(scan, i);
+            if !self.regions[i].scan_columns(&scan, read, self.reads.as_deref(), sink)? {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The index of the region of `table` that holds `row`.
@@ -225,19 +310,7 @@ pub struct TableScanner {
 
 impl TableScanner {
     pub fn new(table: Arc<Table>, scan: Scan) -> Result<Self> {
-        let (start, stop) = scan.bounds()?;
-        let mut pending: Vec<usize> = (0..table.regions.len())
-            .filter(|&i| {
-                let r = &table.desc.regions[i];
-                let before_stop = stop
-                    .as_ref()
-                    .is_none_or(|s| r.start.as_slice() < s.as_slice());
-                let after_start = start
-                    .as_ref()
-                    .is_none_or(|s| r.end.is_empty() || r.end.as_slice() > s.as_slice());
-                before_stop && after_start
-            })
-            .collect();
+        let mut pending = table.regions_of(&scan)?;
         if !scan.reverse {
             pending.reverse(); // popped from the back
         }
@@ -275,29 +348,7 @@ impl TableScanner {
         let Some(i) = self.pending.pop() else {
             return Ok(false);
         };
-        let info = &self.table.desc.regions[i];
-        let mut scan = Scan {
-            offset: 0,
-            limit: None,
-            ..self.scan.clone()
-        };
-        // Clip to the region; the region scanner intersects with the scan's
-        // own bounds and its continuation token.
-        if scan
-            .start
-            .as_ref()
-            .is_none_or(|s| s.as_slice() < info.start.as_slice())
-        {
-            scan.start = Some(info.start.clone());
-        }
-        if !info.end.is_empty()
-            && scan
-                .stop
-                .as_ref()
-                .is_none_or(|s| s.as_slice() > info.end.as_slice())
-        {
-            scan.stop = Some(info.end.clone());
-        }
+        let scan = self.table.clip_to_region(&self.scan, i);
         self.current = Some(self.table.regions[i].scanner(&scan, self.table.reads.as_deref())?);
         Ok(true)
     }

@@ -10,6 +10,7 @@ use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectE
 use crate::catalog::TableName;
 use crate::error::Error;
 use crate::key::KeySchema;
+use crate::region::read::columns::ColumnRead;
 use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
@@ -192,6 +193,7 @@ pub fn select(
         hi,
         fields: needed.as_ref(),
         names: &names,
+        points: per_series,
     };
     let agg_calls = if calls > 0 {
         aggregate_calls(s)?
@@ -410,6 +412,9 @@ struct SeriesRange<'a> {
     /// The measurement's field names (when the statement began), which
     /// the points read borrow.
     names: &'a [&'a str],
+    /// At most about this many points of a series are wanted (newest
+    /// first), which are read differently (see [`ColumnRead`]).
+    points: Option<usize>,
 }
 
 /// Reads one series' points in range, newest first, each shown to
@@ -425,38 +430,48 @@ fn scan_series<'n>(
     visit: &mut dyn FnMut(&Point<'n>) -> bool,
 ) -> Result<(), String> {
     let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
-    if let Some(fields) = range.fields.filter(|f| !f.is_empty()) {
-        scan.columns.columns = fields
+    // The statement's fields, by the names the points borrow: a field
+    // first written after the statement began is not among them (as a
+    // statement run a moment earlier).
+    let names: Vec<&'n str> = match range.fields.filter(|f| !f.is_empty()) {
+        Some(fields) => range
+            .names
             .iter()
-            .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
-            .collect();
+            .copied()
+            .filter(|n| fields.contains(*n))
+            .collect(),
+        None => range.names.to_vec(),
+    };
+    if names.is_empty() {
+        return Ok(());
     }
-    let mut scanner = store.scanner(table, &scan).map_err(invalid)?;
+    let read = match range.points {
+        Some(_) => ColumnRead::FirstRows,
+        None => ColumnRead::Fold,
+    };
+    scan.columns.columns = names
+        .iter()
+        .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
+        .collect();
     let mut point = Point {
         time: 0,
         fields: PointFields(Vec::new()),
     };
-    while let Some(row) = scanner.next_view().map_err(invalid)? {
-        let Some(time) = key_time(schema, row.key()) else {
-            continue;
-        };
-        point.time = time as i64;
-        point.fields.0.clear();
-        for c in row.cells() {
-            // A field first written after the statement began is not
-            // among its fields (as a statement run a moment earlier).
-            let Some(&name) = range.names.iter().find(|n| n.as_bytes() == c.qualifier) else {
-                continue;
+    store
+        .scan_columns(table, &scan, read, &mut |key, cells| {
+            let Some(time) = key_time(schema, key) else {
+                return true;
             };
-            if let Some(v) = Value::decode(c.value) {
-                point.fields.0.push((name, v));
-            }
-        }
-        if !visit(&point) {
-            break;
-        }
-    }
-    Ok(())
+            point.time = time as i64;
+            point.fields.0.clear();
+            point.fields.0.extend(
+                cells
+                    .iter()
+                    .map(|(column, value)| (names[*column as usize], value.clone())),
+            );
+            visit(&point)
+        })
+        .map_err(invalid)
 }
 
 /// The time of an open-tag-set key (`None`: not one), without taking its

@@ -18,11 +18,15 @@ use super::manifest::Manifest;
 use super::memstore::cursor::MemCursor;
 use super::memstore::{MemStore, Mvcc};
 use super::options::RegionOptions;
+use super::read::columns::{
+    ColumnRead, ColumnRules, ColumnSink, ColumnSource, read_columns, rows_by_column,
+};
 use super::read::merge::{Merge, Source};
 use super::read::{Get, RowScanner, Scan};
 use super::shared_files::SharedFiles;
-use super::sst::SstReader;
 use super::sst::cache::BlockCache;
+use super::sst::columns::ColumnSelect;
+use super::sst::{Projection, SstReader};
 use super::wal::Wal;
 use super::wal::record::{SourcePosition, SourceShard};
 use crate::clock::Clock;
@@ -47,6 +51,8 @@ pub struct RegionStats {
     pub files_skipped_by_bloom: AtomicU64,
     /// Files a read left out because their time range cannot match.
     pub files_skipped_by_time: AtomicU64,
+    /// Scans the column reader made (not a row scanner).
+    pub column_reads: AtomicU64,
     /// Flushes that failed (the data stays in the MemStore and the WAL,
     /// and the next flush tries again).
     pub flush_failures: AtomicU64,
@@ -311,12 +317,18 @@ impl Inner {
     pub(crate) fn scanner(&self, scan: &Scan, get: Option<&Get>) -> Result<RowScanner> {
         let state = self.state.read().clone();
         let read_point = self.mvcc.read_point();
+        self.scanner_on(&state, read_point, scan, get)
+    }
+
+    fn scanner_on(
+        &self,
+        state: &State,
+        read_point: u64,
+        scan: &Scan,
+        get: Option<&Get>,
+    ) -> Result<RowScanner> {
         let mut sources = Vec::new();
-        sources.push(Source::Mem(MemCursor::new(
-            state.active.clone(),
-            read_point,
-        )));
-        for m in &state.flushing {
+        for m in std::iter::once(&state.active).chain(&state.flushing) {
             sources.push(Source::Mem(MemCursor::new(m.clone(), read_point)));
         }
         add_file_sources(&state.files, scan, get, &self.stats, &mut sources)?;
@@ -326,6 +338,99 @@ impl Inner {
             self.clock.now_ms(),
             scan,
         )
+    }
+
+    /// The rows of a scan that names single columns
+    /// (`scan.columns.columns`), each given to `sink` with its cells'
+    /// values by their column's index there, until it answers false (then
+    /// false). The column reader ([`super::read::columns`]) reads them
+    /// when `read` is a fold and the scan and the sources allow it;
+    /// otherwise a [`RowScanner`] on the same snapshot does, with the same
+    /// answer.
+    pub(crate) fn scan_columns(
+        &self,
+        scan: &Scan,
+        read: ColumnRead,
+        sink: &mut ColumnSink<'_>,
+    ) -> Result<bool> {
+        let columns = &scan.columns;
+        if columns.columns.is_empty() || !columns.families.is_empty() {
+            return Err(Error::InvalidInput(
+                "a column read names single columns: add them to the scan's columns".into(),
+            ));
+        }
+        let state = self.state.read().clone();
+        let read_point = self.mvcc.read_point();
+        let family = match read {
+            ColumnRead::Fold => self.column_read_family(scan),
+            ColumnRead::FirstRows => None,
+        };
+        let mut scanner = match family {
+            None => self.scanner_on(&state, read_point, scan, None)?,
+            Some(family) => {
+                let mut files = Vec::new();
+                for_each_file_to_read(&state.files, scan, None, &self.stats, |_, reader| {
+                    files.push(reader.clone());
+                })?;
+                let memstores = || std::iter::once(&state.active).chain(&state.flushing);
+                let markers = memstores().any(|m| m.delete_markers() > 0)
+                    || files.iter().any(|f| f.meta().delete_markers > 0);
+                if !markers {
+                    let (start, stop) = scan.bounds()?;
+                    let qualifiers: Vec<Vec<u8>> =
+                        columns.columns.iter().map(|(_, q)| q.clone()).collect();
+                    let select = ColumnSelect {
+                        family: &family.name,
+                        qualifiers: &qualifiers,
+                        start: start.as_deref().unwrap_or_default(),
+                        stop: stop.as_deref(),
+                    };
+                    let sources = memstores()
+                        .map(|m| ColumnSource::Mem(MemCursor::new(m.clone(), read_point)))
+                        .chain(files.into_iter().map(ColumnSource::File))
+                        .collect();
+                    let rules = ColumnRules {
+                        family: &family,
+                        now_ms: self.clock.now_ms(),
+                        time_range: scan.time_range,
+                    };
+                    self.stats.column_reads.fetch_add(1, Ordering::Relaxed);
+                    return read_columns(sources, &select, &rules, sink);
+                }
+                let projection = columns.projection_for(&family.name).map(Arc::new);
+                let sources = memstores()
+                    .map(|m| Source::Mem(MemCursor::new(m.clone(), read_point)))
+                    .chain(
+                        files
+                            .iter()
+                            .map(|f| Source::File(f.iter_projected(projection.clone()))),
+                    )
+                    .collect();
+                RowScanner::new(
+                    Merge::new(sources),
+                    self.families.clone(),
+                    self.clock.now_ms(),
+                    scan,
+                )?
+            }
+        };
+        rows_by_column(&mut scanner, columns, sink)
+    }
+
+    /// The family a column reader may read `scan` of: a forward scan of
+    /// single columns of one family, without paging, filters or more than
+    /// one version. (Its sources must also hold no delete marker.) `None`:
+    /// a [`RowScanner`] must read it.
+    fn column_read_family(&self, scan: &Scan) -> Option<FamilyDescriptor> {
+        let (family, _) = scan.columns.columns.first()?;
+        let shaped = !scan.reverse
+            && scan.offset == 0
+            && scan.limit.is_none()
+            && scan.filters.is_empty()
+            && scan.max_versions == 1
+            && scan.columns.families.is_empty()
+            && scan.columns.columns.iter().all(|(f, _)| f == family);
+        shaped.then(|| self.families.get(family).cloned()).flatten()
     }
 }
 
@@ -338,12 +443,30 @@ pub(crate) fn add_file_sources(
     stats: &RegionStats,
     sources: &mut Vec<Source>,
 ) -> Result<()> {
+    let mut projection: Option<(&[u8], Option<Arc<Projection>>)> = None;
+    for_each_file_to_read(files, scan, get, stats, |family, reader| {
+        if projection.as_ref().is_none_or(|(f, _)| *f != family) {
+            projection = Some((family, scan.columns.projection_for(family).map(Arc::new)));
+        }
+        let p = projection.as_ref().and_then(|(_, p)| p.clone());
+        sources.push(Source::File(reader.iter_projected(p)));
+    })
+}
+
+/// Each store file a scan reads (per family, newest first), leaving out
+/// the files that cannot hold an answer.
+fn for_each_file_to_read<'f>(
+    files: &'f BTreeMap<Vec<u8>, Vec<Arc<SstReader>>>,
+    scan: &Scan,
+    get: Option<&Get>,
+    stats: &RegionStats,
+    mut read: impl FnMut(&'f [u8], &'f Arc<SstReader>),
+) -> Result<()> {
     let (start, stop) = scan.bounds()?;
     for (family, files) in files {
         if !scan.columns.wants_family(family) {
             continue;
         }
-        let projection = scan.columns.projection_for(family).map(Arc::new);
         for reader in files.iter().rev() {
             if !reader.overlaps_rows(start.as_deref(), stop.as_deref()) {
                 continue;
@@ -367,7 +490,7 @@ pub(crate) fn add_file_sources(
                 stats.files_skipped_by_bloom.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            sources.push(Source::File(reader.iter_projected(projection.clone())));
+            read(family, reader);
         }
     }
     Ok(())

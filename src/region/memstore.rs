@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::cell::{EntryBatch, EntryRef, TTL_FLAG, compare_keys, compare_keys_after_row};
+use crate::cell::{
+    CellKind, EntryBatch, EntryRef, KIND_MASK, TTL_FLAG, compare_keys, compare_keys_after_row,
+};
 use crate::codec::{Reader, compare_bytes, put_len_prefixed, put_varint};
 use crate::region::wal::record::SourceShard;
 
@@ -233,6 +235,9 @@ pub struct MemStore {
     max_seq: AtomicU64,
     min_ts: AtomicU64,
     max_ts: AtomicU64,
+    /// Delete markers inserted: a read of a MemStore without any needs no
+    /// version resolution beyond "newest put wins".
+    delete_markers: AtomicU64,
     /// When the first edit arrived (ms), for age-based flushes.
     first_write_ms: AtomicU64,
     /// Highest sequence id the MemStore may hold, fixed when it is taken
@@ -300,6 +305,7 @@ impl MemStore {
             min_ts: u64::MAX,
             max_ts: 0,
             max_seq: 0,
+            delete_markers: 0,
         }
     }
 
@@ -315,6 +321,11 @@ impl MemStore {
     }
     pub fn max_seq(&self) -> u64 {
         self.max_seq.load(AtomicOrdering::Relaxed)
+    }
+    /// Delete markers inserted so far: counted before the edit that holds
+    /// them is visible to readers.
+    pub fn delete_markers(&self) -> u64 {
+        self.delete_markers.load(AtomicOrdering::Acquire)
     }
     pub fn time_range(&self) -> (u64, u64) {
         (
@@ -458,6 +469,7 @@ struct Inserter<'m, 'a> {
     min_ts: u64,
     max_ts: u64,
     max_seq: u64,
+    delete_markers: u64,
 }
 
 impl<'a> Inserter<'_, 'a> {
@@ -500,6 +512,12 @@ impl<'a> Inserter<'_, 'a> {
             // The key without its row (`u16 length ‖ row`), which the node
             // stores once: a row's cells then cost about half the memory.
             debug_assert!(c.key.len() > 2 + row.len() && crate::cell::row_of(c.key) == row);
+            if c.key
+                .last()
+                .is_some_and(|kind| kind & KIND_MASK != CellKind::Put as u8)
+            {
+                self.delete_markers += 1;
+            }
             put_len_prefixed(blob, c.key.get(2 + row.len()..).unwrap_or_default());
             if let Some(ttl) = c.ttl_ms {
                 put_varint(blob, ttl);
@@ -545,6 +563,10 @@ impl<'a> Inserter<'_, 'a> {
         if self.cell_count == 0 {
             return;
         }
+        // Before the edits are published (the read point moves past them
+        // after this): a reader that sees them sees the count.
+        m.delete_markers
+            .fetch_add(self.delete_markers, AtomicOrdering::Release);
         m.bytes.fetch_add(self.bytes, AtomicOrdering::Relaxed);
         m.cells.fetch_add(self.cell_count, AtomicOrdering::Relaxed);
         m.min_ts.fetch_min(self.min_ts, AtomicOrdering::Relaxed);

@@ -6,6 +6,7 @@
 //! continuation token. Reverse scans return rows in descending order (cells
 //! within a row stay in their normal order, as in HBase).
 
+pub mod columns;
 pub mod merge;
 pub mod resolve;
 

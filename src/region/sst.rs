@@ -13,6 +13,7 @@
 pub mod block;
 pub mod bloom;
 pub mod cache;
+pub mod columns;
 pub mod format;
 pub mod frame;
 pub mod reader;

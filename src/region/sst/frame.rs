@@ -11,6 +11,8 @@
 //!
 //! A time-series payload decodes into the data block body (`block`).
 
+use std::borrow::Cow;
+
 use super::format::Projection;
 use super::ts_block;
 use crate::codec::DecodeError;
@@ -77,6 +79,28 @@ pub fn unframe_projected(
     max_len: usize,
     projection: Option<&Projection>,
 ) -> Result<(Vec<u8>, bool), DecodeError> {
+    match unframe_payload(frame, max_len)? {
+        Payload::Standard(body) => Ok((body.into_owned(), false)),
+        Payload::TimeSeries(payload) => ts_block::decode_projected(&payload, max_len, projection)
+            .map(|body| (body, true))
+            .map_err(|e| DecodeError {
+                offset: FRAME_HEADER + e.offset,
+                what: e.what,
+            }),
+    }
+}
+
+/// A checked, decompressed block, not yet decoded (borrowed from the
+/// frame when it was not compressed).
+pub enum Payload<'a> {
+    /// The standard block body.
+    Standard(Cow<'a, [u8]>),
+    /// A time-series payload ([`ts_block`]), which decodes into one.
+    TimeSeries(Cow<'a, [u8]>),
+}
+
+/// Checks a frame's checksum and flags and decompresses its payload.
+pub fn unframe_payload(frame: &[u8], max_len: usize) -> Result<Payload<'_>, DecodeError> {
     if frame.len() < FRAME_OVERHEAD {
         return Err(DecodeError {
             offset: 0,
@@ -106,24 +130,20 @@ pub fn unframe_projected(
         });
     }
     let payload = decompress(head, raw_len)?;
-    if flags & TIME_SERIES != 0 {
-        return ts_block::decode_projected(&payload, max_len, projection)
-            .map(|body| (body, true))
-            .map_err(|e| DecodeError {
-                offset: FRAME_HEADER + e.offset,
-                what: e.what,
-            });
-    }
-    Ok((payload, false))
+    Ok(if flags & TIME_SERIES != 0 {
+        Payload::TimeSeries(payload)
+    } else {
+        Payload::Standard(payload)
+    })
 }
 
 /// Bytes of a frame before its payload.
 const FRAME_HEADER: usize = 5;
 
-fn decompress(head: &[u8], raw_len: usize) -> Result<Vec<u8>, DecodeError> {
+fn decompress(head: &[u8], raw_len: usize) -> Result<Cow<'_, [u8]>, DecodeError> {
     let body = &head[FRAME_HEADER..];
     match head[0] & COMPRESSION_MASK {
-        COMPRESSION_NONE if body.len() == raw_len => Ok(body.to_vec()),
+        COMPRESSION_NONE if body.len() == raw_len => Ok(Cow::Borrowed(body)),
         COMPRESSION_SNAPPY => {
             let n = snap::raw::decompress_len(body).map_err(|_| DecodeError {
                 offset: 5,
@@ -137,6 +157,7 @@ fn decompress(head: &[u8], raw_len: usize) -> Result<Vec<u8>, DecodeError> {
             }
             snap::raw::Decoder::new()
                 .decompress_vec(body)
+                .map(Cow::Owned)
                 .map_err(|_| DecodeError {
                     offset: 5,
                     what: "snappy data invalid",

@@ -10,13 +10,16 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockIter};
 use super::bloom::{Bloom, hash, rowcol_key};
+use super::columns::{ColumnRows, ColumnSelect};
 use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
-use super::frame::{FRAME_OVERHEAD, unframe, unframe_projected};
+use super::frame::{FRAME_OVERHEAD, Payload, unframe, unframe_payload, unframe_projected};
+use super::ts_block;
 use super::writer::{TRAILER_LEN, decode_meta};
-use crate::cell::{compare_keys, first_key_of_row};
+use crate::cell::{CellKind, KeyRef, compare_keys, first_key_of_row};
 use crate::codec::Reader;
 use crate::region::sst::cache::BlockCache;
 use crate::schema::BloomType;
+use crate::value::Value;
 
 /// Largest block we agree to allocate for (a sane bound on a damaged length).
 const MAX_BLOCK: usize = 256 * 1024 * 1024;
@@ -275,6 +278,68 @@ impl SstReader {
         Ok(block)
     }
 
+    /// The first data block that may hold `row` or a row after it.
+    pub(crate) fn first_block_for_row(&self, row: &[u8]) -> usize {
+        self.block_for(&first_key_of_row(row))
+    }
+
+    /// Whether data block `i` exists and may hold a row before `stop`.
+    pub(crate) fn block_starts_before(&self, i: usize, stop: Option<&[u8]>) -> bool {
+        self.index
+            .get(i)
+            .is_some_and(|e| stop.is_none_or(|s| crate::cell::row_of(&e.first_key) < s))
+    }
+
+    /// The row of data block `i`'s first key.
+    pub(crate) fn block_first_row(&self, i: usize) -> Option<&[u8]> {
+        self.index.get(i).map(|e| crate::cell::row_of(&e.first_key))
+    }
+
+    /// Adds what `select` takes of data block `i` to `out`; true when the
+    /// block holds a row at or past `select.stop`. A time-series block
+    /// decodes straight into `out` (and is not cached: its payload is
+    /// cheaper to decode again than the body it would make is to keep);
+    /// a standard or cached block is read entry by entry. For files
+    /// without delete markers: a marker is reported as damage.
+    pub(crate) fn read_columns(
+        &self,
+        i: usize,
+        select: &ColumnSelect<'_>,
+        out: &mut ColumnRows,
+    ) -> Result<bool, SstError> {
+        let entry = &self.index[i];
+        let whole = (self.reader_id, entry.offset, 0);
+        let cached = self.use_cache.then(|| self.cache.get(&whole)).flatten();
+        let block = match cached {
+            Some(block) => block,
+            None => {
+                let mut buf = vec![0u8; entry.size as usize];
+                self.file
+                    .read_exact_at(&mut buf, entry.offset)
+                    .map_err(|e| SstError::io(&self.path, "read data block", e))?;
+                let payload = unframe_payload(&buf, MAX_BLOCK)
+                    .map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
+                let body = match payload {
+                    Payload::TimeSeries(payload) => {
+                        return ts_block::decode_columns(&payload, MAX_BLOCK, select, out)
+                            .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what));
+                    }
+                    Payload::Standard(body) => body.into_owned(),
+                };
+                let block = Arc::new(
+                    Block::parse(body)
+                        .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))?,
+                );
+                if self.use_cache {
+                    self.cache.insert(whole, block.clone(), self.in_memory);
+                }
+                block
+            }
+        };
+        columns_of_block(block, select, out)
+            .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))
+    }
+
     /// Index of the block that may hold the first key >= `target`.
     fn block_for(&self, target: &[u8]) -> usize {
         // Last block whose first key is < target; the key may also be the
@@ -451,6 +516,44 @@ fn decode_index(body: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, crate::co
         });
     }
     Ok(out)
+}
+
+/// [`SstReader::read_columns`] of a block in the standard encoding.
+fn columns_of_block(
+    block: Arc<Block>,
+    select: &ColumnSelect<'_>,
+    out: &mut ColumnRows,
+) -> Result<bool, crate::codec::DecodeError> {
+    let mut it = BlockIter::new(block);
+    it.seek(&first_key_of_row(select.start))?;
+    while it.valid() {
+        let Some(k) = KeyRef::parse(it.key()) else {
+            return Err(crate::codec::DecodeError {
+                offset: 0,
+                what: "malformed key",
+            });
+        };
+        if select.stop.is_some_and(|stop| k.row >= stop) {
+            return Ok(true);
+        }
+        if let Some(column) = select.column_of(k.family, k.qualifier) {
+            if k.kind != CellKind::Put {
+                return Err(crate::codec::DecodeError {
+                    offset: 0,
+                    what: "delete marker in a file that counts none",
+                });
+            }
+            out.push(
+                k.row,
+                column,
+                k.timestamp,
+                it.ttl_ms(),
+                Value::decode(it.value()),
+            );
+        }
+        it.advance()?;
+    }
+    Ok(false)
 }
 
 /// A forward cursor over a store file.

@@ -53,6 +53,8 @@ use crate::cell::{KEY_OVERHEAD, KIND_MASK, TTL_FLAG, encode_key_into};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
 use super::block::{Block, BlockBuilder, BlockIter};
+use super::columns::{ColumnRows, ColumnSelect};
+use crate::value::Value;
 
 const FORMAT: u8 = 1;
 
@@ -652,79 +654,219 @@ pub fn decode_projected(
     max_len: usize,
     projection: Option<&super::format::Projection>,
 ) -> Result<Vec<u8>, DecodeError> {
-    let mut r = Reader::new(payload);
-    if r.bytes(1, "time-series block format")? != [FORMAT] {
-        return Err(err(0, "unknown time-series block format"));
-    }
-    // Every entry has a key of at least KEY_OVERHEAD + 2 bytes in the body.
-    let entries = r.len(max_len / (KEY_OVERHEAD + 2), "entry count")?;
-    let rows = r.len(entries, "row count")?;
-    let family_count = r.len(payload.len(), "family count")?;
-    let mut families = Vec::with_capacity(family_count.min(256));
-    for _ in 0..family_count {
-        let family = r.len_prefixed(u8::MAX as usize, "column family")?;
-        if family.is_empty() {
-            return Err(err(r.pos(), "empty column family"));
-        }
-        families.push(family);
-    }
-    let column_count = r.len(payload.len(), "column count")?;
-    let mut columns = Vec::with_capacity(column_count.min(1024));
-    for _ in 0..column_count {
-        let f = r.len(families.len().saturating_sub(1), "column family index")?;
-        let family = *families
-            .get(f)
-            .ok_or_else(|| err(r.pos(), "column family index out of range"))?;
-        let qualifier = r.len_prefixed(payload.len(), "column qualifier")?;
-        columns.push((family, qualifier));
-    }
-    let bits_at = r.pos();
-    let row_bits = r.len_prefixed(payload.len(), "row bits")?;
-    let suffixes_at = r.pos();
-    let row_suffixes = r.len_prefixed(payload.len(), "row key suffixes")?;
-    let wanted: Vec<bool> = columns
+    let mut w = RowWalker::open(payload, max_len)?;
+    let wanted: Vec<bool> = w
+        .columns
         .iter()
         .map(|(_, q)| projection.is_none_or(|p| p.wants(q)))
         .collect();
-    let mut decoders = Vec::with_capacity(columns.len());
-    for _ in 0..columns.len() {
-        decoders.push(ValueDecoder::read(&mut r)?);
-    }
-    if !r.is_empty() {
-        return Err(err(r.pos(), "bytes after the last column"));
-    }
-
-    let mut bits = BitReader::new(row_bits, bits_at);
-    let mut suffixes = Reader::new(row_suffixes);
     let mut builder = BlockBuilder::new(true);
-    let mut row: Vec<u8> = Vec::new();
-    let mut prev_tail_delta: i64 = 0;
-    let mut row_columns: Vec<usize> = Vec::new();
-    let mut prev_ts: u64 = 0;
-    let mut prev_ts_delta: i64 = 0;
-    let mut timestamps: Vec<u64> = Vec::new();
-    let mut kinds: Vec<(u8, Option<u64>)> = Vec::new();
     let mut key = Vec::new();
     let mut value = Vec::new();
-    let mut decoded = 0usize;
-    for _ in 0..rows {
+    while w.next_row()? {
+        for i in 0..w.row_columns.len() {
+            let (c, ts, (kind, ttl)) = (w.row_columns[i], w.timestamp(i), w.kind(i));
+            let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
+                .expect("checked by the walker, or a plain put");
+            if !wanted[c] && kind_code == crate::cell::CellKind::Put {
+                continue;
+            }
+            let (family, qualifier) = w.columns[c];
+            key.clear();
+            encode_key_into(
+                &mut key,
+                &w.row,
+                family,
+                qualifier,
+                ts,
+                kind_code,
+                ttl.is_some(),
+            );
+            value.clear();
+            // A marker of a column left out keeps an empty value: reads
+            // never look at a marker's value, and its column is not decoded.
+            if wanted[c] {
+                w.decoders[c].next(&mut value)?;
+            }
+            builder.add(&key, ttl, &value);
+            if builder.size() > max_len {
+                return Err(err(0, "time-series block decodes past its size limit"));
+            }
+        }
+    }
+    w.finish()?;
+    if builder.is_empty() {
+        // A projection that kept nothing: one restart at 0, no entries.
+        return Ok([0u32.to_le_bytes(), 1u32.to_le_bytes()].concat());
+    }
+    Ok(builder.finish())
+}
+
+/// Decodes the rows of `[select.start, select.stop)` straight into
+/// `out`, with only the selected columns' puts, their values as
+/// [`Value`]s: no standard body is built. True when a row at or past
+/// `stop` was met (the rows after it are not decoded). A delete marker of
+/// a selected column is an error: the caller reads only blocks of files
+/// without markers, through [`ColumnRows`]' rules.
+pub fn decode_columns(
+    payload: &[u8],
+    max_len: usize,
+    select: &ColumnSelect<'_>,
+    out: &mut ColumnRows,
+) -> Result<bool, DecodeError> {
+    let mut w = RowWalker::open(payload, max_len)?;
+    let selected: Vec<Option<u32>> = w
+        .columns
+        .iter()
+        .map(|(f, q)| select.column_of(f, q))
+        .collect();
+    // Rows come in key order: once one is at or past `start`, all are.
+    let mut before = true;
+    // The block's first row may go on from the last block's last.
+    let mut first_row = true;
+    while w.next_row()? {
+        if select.stop.is_some_and(|stop| w.row.as_slice() >= stop) {
+            return Ok(true);
+        }
+        before = before && w.row.as_slice() < select.start;
+        let mut started = false;
+        for i in 0..w.row_columns.len() {
+            let c = w.row_columns[i];
+            let Some(column) = selected[c] else {
+                continue;
+            };
+            let (kind, ttl) = w.kind(i);
+            if kind & KIND_MASK != crate::cell::CellKind::Put as u8 {
+                return Err(err(0, "delete marker in a file that counts none"));
+            }
+            // Rows before the range still move the column's values on.
+            let value = w.decoders[c].next_value()?;
+            if !before {
+                if !started {
+                    if first_row {
+                        out.continue_row(&w.row);
+                        first_row = false;
+                    } else {
+                        out.start_row(&w.row);
+                    }
+                    started = true;
+                }
+                out.push_cell(column, w.timestamp(i), ttl, value);
+            }
+        }
+    }
+    w.finish()?;
+    Ok(false)
+}
+
+/// A time-series block's header and streams, read row by row: after each
+/// [`RowWalker::next_row`], `row` is the row's key, `row_columns` its
+/// cells' columns, and [`RowWalker::timestamp`] and [`RowWalker::kind`]
+/// theirs (the values stay in `decoders`, one per column, for the caller
+/// to take in order).
+struct RowWalker<'a> {
+    columns: Vec<(&'a [u8], &'a [u8])>,
+    decoders: Vec<ValueDecoder<'a>>,
+    entries: usize,
+    rows: usize,
+    bits: BitReader<'a>,
+    suffixes: Reader<'a>,
+    suffixes_at: usize,
+    row: Vec<u8>,
+    row_columns: Vec<usize>,
+    timestamps: Vec<u64>,
+    kinds: Vec<(u8, Option<u64>)>,
+    prev_tail_delta: i64,
+    prev_ts: u64,
+    prev_ts_delta: i64,
+    rows_read: usize,
+    decoded: usize,
+}
+
+impl<'a> RowWalker<'a> {
+    fn open(payload: &'a [u8], max_len: usize) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(payload);
+        if r.bytes(1, "time-series block format")? != [FORMAT] {
+            return Err(err(0, "unknown time-series block format"));
+        }
+        // Every entry has a key of at least KEY_OVERHEAD + 2 bytes in the body.
+        let entries = r.len(max_len / (KEY_OVERHEAD + 2), "entry count")?;
+        let rows = r.len(entries, "row count")?;
+        let family_count = r.len(payload.len(), "family count")?;
+        let mut families = Vec::with_capacity(family_count.min(256));
+        for _ in 0..family_count {
+            let family = r.len_prefixed(u8::MAX as usize, "column family")?;
+            if family.is_empty() {
+                return Err(err(r.pos(), "empty column family"));
+            }
+            families.push(family);
+        }
+        let column_count = r.len(payload.len(), "column count")?;
+        let mut columns = Vec::with_capacity(column_count.min(1024));
+        for _ in 0..column_count {
+            let f = r.len(families.len().saturating_sub(1), "column family index")?;
+            let family = *families
+                .get(f)
+                .ok_or_else(|| err(r.pos(), "column family index out of range"))?;
+            let qualifier = r.len_prefixed(payload.len(), "column qualifier")?;
+            columns.push((family, qualifier));
+        }
+        let bits_at = r.pos();
+        let row_bits = r.len_prefixed(payload.len(), "row bits")?;
+        let suffixes_at = r.pos();
+        let row_suffixes = r.len_prefixed(payload.len(), "row key suffixes")?;
+        let mut decoders = Vec::with_capacity(columns.len());
+        for _ in 0..columns.len() {
+            decoders.push(ValueDecoder::read(&mut r)?);
+        }
+        if !r.is_empty() {
+            return Err(err(r.pos(), "bytes after the last column"));
+        }
+        Ok(RowWalker {
+            columns,
+            decoders,
+            entries,
+            rows,
+            bits: BitReader::new(row_bits, bits_at),
+            suffixes: Reader::new(row_suffixes),
+            suffixes_at,
+            row: Vec::new(),
+            row_columns: Vec::new(),
+            timestamps: Vec::new(),
+            kinds: Vec::new(),
+            prev_tail_delta: 0,
+            prev_ts: 0,
+            prev_ts_delta: 0,
+            rows_read: 0,
+            decoded: 0,
+        })
+    }
+
+    /// Reads the next row's key and cells; false after the last row.
+    fn next_row(&mut self) -> Result<bool, DecodeError> {
+        if self.rows_read == self.rows {
+            return Ok(false);
+        }
+        self.rows_read += 1;
+        let bits = &mut self.bits;
+        let row = &mut self.row;
         let regular = bits.bit()?;
         if regular {
-            if row.len() < 8 || row_columns.is_empty() {
+            if row.len() < 8 || self.row_columns.is_empty() {
                 return bits.fail("regular row before any row");
             }
-            let t = tail(&row).wrapping_add(prev_tail_delta as u64);
+            let t = tail(row).wrapping_add(self.prev_tail_delta as u64);
             let at = row.len() - 8;
             row[at..].copy_from_slice(&t.to_be_bytes());
         } else if bits.bit()? {
             if row.len() < 8 {
                 return bits.fail("row key step on a key shorter than 8 bytes");
             }
-            let delta = prev_tail_delta.wrapping_add(bits.signed()?);
-            let t = tail(&row).wrapping_add(delta as u64);
+            let delta = self.prev_tail_delta.wrapping_add(bits.signed()?);
+            let t = tail(row).wrapping_add(delta as u64);
             let at = row.len() - 8;
             row[at..].copy_from_slice(&t.to_be_bytes());
-            prev_tail_delta = delta;
+            self.prev_tail_delta = delta;
         } else {
             let shared = bits.len_code()?;
             let suffix = bits.len_code()?;
@@ -732,51 +874,53 @@ pub fn decode_projected(
                 return bits.fail("row key prefix or suffix out of range");
             }
             row.truncate(shared as usize);
-            row.extend_from_slice(suffixes.bytes(suffix as usize, "row key suffix")?);
+            row.extend_from_slice(self.suffixes.bytes(suffix as usize, "row key suffix")?);
             if row.is_empty() || row.len() > crate::cell::MAX_ROW_LEN {
                 return bits.fail("row key length out of range");
             }
-            prev_tail_delta = 0;
+            self.prev_tail_delta = 0;
         }
 
+        let left = self.entries - self.decoded;
         if !regular && !bits.bit()? {
             let count = bits.len_code()?;
-            if count == 0 || count > (entries - decoded) as u64 {
+            if count == 0 || count > left as u64 {
                 return bits.fail("cells per row out of range");
             }
-            row_columns.clear();
+            self.row_columns.clear();
             for _ in 0..count {
                 let c = bits.len_code()?;
-                if c >= columns.len() as u64 {
+                if c >= self.columns.len() as u64 {
                     return bits.fail("column index out of range");
                 }
-                row_columns.push(c as usize);
+                self.row_columns.push(c as usize);
             }
         }
-        if row_columns.is_empty() || row_columns.len() > entries - decoded {
+        let cells = self.row_columns.len();
+        if cells == 0 || cells > left {
             return bits.fail("cells per row out of range");
         }
 
         let dod = if regular { 0 } else { bits.signed()? };
-        let delta = prev_ts_delta.wrapping_add(dod);
-        let first = prev_ts.wrapping_add(delta as u64);
-        prev_ts_delta = delta;
-        prev_ts = first;
-        timestamps.clear();
-        timestamps.push(first);
-        if regular || bits.bit()? {
-            timestamps.resize(row_columns.len(), first);
-        } else {
-            for _ in 1..row_columns.len() {
-                timestamps.push(first.wrapping_add(bits.signed()? as u64));
+        let delta = self.prev_ts_delta.wrapping_add(dod);
+        let first = self.prev_ts.wrapping_add(delta as u64);
+        self.prev_ts_delta = delta;
+        self.prev_ts = first;
+        // Left empty when every cell has the row's first timestamp, and
+        // `kinds` when every cell is a plain put (most rows): see
+        // `timestamp` and `kind`.
+        self.timestamps.clear();
+        if !regular && !bits.bit()? {
+            self.timestamps.push(first);
+            for _ in 1..cells {
+                self.timestamps
+                    .push(first.wrapping_add(bits.signed()? as u64));
             }
         }
 
-        kinds.clear();
-        if regular || bits.bit()? {
-            kinds.resize(row_columns.len(), (crate::cell::CellKind::Put as u8, None));
-        } else {
-            for _ in 0..row_columns.len() {
+        self.kinds.clear();
+        if !regular && !bits.bit()? {
+            for _ in 0..cells {
                 let kind = bits.bits(8)? as u8;
                 if crate::cell::CellKind::from_code(kind & KIND_MASK).is_none()
                     || kind & !(KIND_MASK | TTL_FLAG) != 0
@@ -788,54 +932,41 @@ pub fn decode_projected(
                 } else {
                     None
                 };
-                kinds.push((kind, ttl));
+                self.kinds.push((kind, ttl));
             }
         }
+        self.decoded += cells;
+        Ok(true)
+    }
 
-        for ((&c, &ts), &(kind, ttl)) in row_columns.iter().zip(&timestamps).zip(&kinds) {
-            let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
-                .expect("checked above, or a plain put");
-            if !wanted[c] && kind_code == crate::cell::CellKind::Put {
-                continue;
-            }
-            let (family, qualifier) = columns[c];
-            key.clear();
-            encode_key_into(
-                &mut key,
-                &row,
-                family,
-                qualifier,
-                ts,
-                kind_code,
-                ttl.is_some(),
-            );
-            value.clear();
-            // A marker of a column left out keeps an empty value: reads
-            // never look at a marker's value, and its column is not decoded.
-            if wanted[c] {
-                decoders[c].next(&mut value)?;
-            }
-            builder.add(&key, ttl, &value);
-            if builder.size() > max_len {
-                return Err(err(0, "time-series block decodes past its size limit"));
-            }
+    /// The timestamp of the row's cell `i`.
+    #[inline]
+    fn timestamp(&self, i: usize) -> u64 {
+        self.timestamps.get(i).copied().unwrap_or(self.prev_ts)
+    }
+
+    /// The kind byte and TTL of the row's cell `i`.
+    #[inline]
+    fn kind(&self, i: usize) -> (u8, Option<u64>) {
+        self.kinds
+            .get(i)
+            .copied()
+            .unwrap_or((crate::cell::CellKind::Put as u8, None))
+    }
+
+    /// After the last row: checks that the block held what it said.
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.decoded != self.entries {
+            return Err(err(0, "time-series block holds fewer entries than it says"));
         }
-        decoded += row_columns.len();
+        if !self.suffixes.is_empty() {
+            return Err(err(self.suffixes_at, "row key suffixes left over"));
+        }
+        if self.entries == 0 {
+            return Err(err(0, "empty time-series block"));
+        }
+        Ok(())
     }
-    if decoded != entries {
-        return Err(err(0, "time-series block holds fewer entries than it says"));
-    }
-    if !suffixes.is_empty() {
-        return Err(err(suffixes_at, "row key suffixes left over"));
-    }
-    if entries == 0 {
-        return Err(err(0, "empty time-series block"));
-    }
-    if builder.is_empty() {
-        // A projection that kept nothing: one restart at 0, no entries.
-        return Ok([0u32.to_le_bytes(), 1u32.to_le_bytes()].concat());
-    }
-    Ok(builder.finish())
 }
 
 /// The values of one column, decoded one at a time as rows ask for them.
@@ -907,13 +1038,32 @@ impl<'a> ValueDecoder<'a> {
         })
     }
 
-    /// Appends the next value of the column to `out`.
+    /// The next value of the column as a [`Value`] (`None`: a raw value
+    /// that is not one), without its byte form where the codec is numeric.
+    fn next_value(&mut self) -> Result<Option<Value>, DecodeError> {
+        Ok(match self.next_decoded()? {
+            Decoded::Raw(v) => Value::decode(v),
+            Decoded::Number(TAG_FLOAT, bits) => Some(Value::Float(f64::from_bits(bits))),
+            Decoded::Number(TAG_INT, bits) => Some(Value::Int(bits as i64)),
+            Decoded::Number(_, bits) => Some(Value::Uint(bits)),
+        })
+    }
+
+    /// Appends the next value of the column to `out`, in its byte form.
     fn next(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
-        match self {
-            ValueDecoder::Raw(r) => {
-                let v = r.len_prefixed(usize::MAX, "raw value")?;
-                out.extend_from_slice(v);
+        match self.next_decoded()? {
+            Decoded::Raw(v) => out.extend_from_slice(v),
+            Decoded::Number(tag, bits) => {
+                out.push(tag);
+                out.extend_from_slice(&bits.to_be_bytes());
             }
+        }
+        Ok(())
+    }
+
+    fn next_decoded(&mut self) -> Result<Decoded<'a>, DecodeError> {
+        Ok(match self {
+            ValueDecoder::Raw(r) => Decoded::Raw(r.len_prefixed(usize::MAX, "raw value")?),
             ValueDecoder::Decimal {
                 bits,
                 scale,
@@ -928,8 +1078,7 @@ impl<'a> ValueDecoder<'a> {
                 if (m as f64).abs() >= MAX_EXACT_MANTISSA {
                     return bits.fail("decimal mantissa out of range");
                 }
-                out.push(TAG_FLOAT);
-                out.extend_from_slice(&(m as f64 / *scale).to_be_bytes());
+                Decoded::Number(TAG_FLOAT, (m as f64 / *scale).to_bits())
             }
             ValueDecoder::Int { bits, tag, k, prev } => {
                 let v = match *prev {
@@ -937,8 +1086,7 @@ impl<'a> ValueDecoder<'a> {
                     Some(p) => p.wrapping_add(unzigzag(bits.rice(*k)?) as u64),
                 };
                 *prev = Some(v);
-                out.push(*tag);
-                out.extend_from_slice(&v.to_be_bytes());
+                Decoded::Number(*tag, v)
             }
             ValueDecoder::Xor {
                 bits,
@@ -966,12 +1114,17 @@ impl<'a> ValueDecoder<'a> {
                     }
                 };
                 *prev = Some(v);
-                out.push(TAG_FLOAT);
-                out.extend_from_slice(&v.to_be_bytes());
+                Decoded::Number(TAG_FLOAT, v)
             }
-        }
-        Ok(())
+        })
     }
+}
+
+/// One value as its codec gives it: a raw value's bytes, or a number's
+/// value tag and 64 bits.
+enum Decoded<'a> {
+    Raw(&'a [u8]),
+    Number(u8, u64),
 }
 
 fn rice_k(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
