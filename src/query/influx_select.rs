@@ -49,6 +49,17 @@ impl PointFields<'_> {
     fn contains_key(&self, name: &str) -> bool {
         self.get(name).is_some()
     }
+
+    /// The field whose name is `name` itself (the same slice of the
+    /// statement's field names, which every point borrows): a pointer
+    /// compare where [`PointFields::get`] compares bytes, for the fold
+    /// that looks up each call's field in each point.
+    fn get_by_name_slice(&self, name: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .find(|(n, _)| std::ptr::eq(*n, name))
+            .map(|(_, v)| v)
+    }
 }
 
 /// A raw select's points of one series, oldest first.
@@ -231,6 +242,11 @@ pub fn select(
             .collect()
     } else {
         let calls = &agg_calls;
+        // Each call's field as the slice of `names` the points borrow.
+        let call_fields: Vec<Option<&str>> = calls
+            .iter()
+            .map(|(call, _)| names.iter().copied().find(|n| *n == call.field))
+            .collect();
         let bucketed = |t: i64| match s.group_time {
             Some((every, offset)) => bucket_of(t, every, offset),
             None => lo,
@@ -259,8 +275,12 @@ pub fn select(
                         open = Some((bucket, vec![Reducer::default(); calls.len()]));
                     }
                     if let Some((_, reducers)) = open.as_mut() {
-                        for (r, (call, _)) in reducers.iter_mut().zip(calls) {
-                            if let Some(v) = p.fields.get(&call.field) {
+                        for ((r, (call, _)), field) in
+                            reducers.iter_mut().zip(calls).zip(&call_fields)
+                        {
+                            if let Some(v) =
+                                field.and_then(|f| p.fields.get_by_name_slice(f))
+                            {
                                 r.add(call.func, p.time, v);
                             }
                         }

@@ -195,6 +195,21 @@ impl<'a> BitReader<'a> {
 
     #[inline]
     fn refill(&mut self) {
+        debug_assert!(self.n < 57);
+        // Eight bytes at once where eight are left: as many whole bytes
+        // as fit above the bits held.
+        if let Some(word) = self.data.get(self.at..self.at + 8) {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            // Called with fewer than 57 bits held, so 0..=7 bytes fit and
+            // the mask's shift stays below 64.
+            let take = (63 - self.n) / 8;
+            self.acc |= word << self.n;
+            // The bytes not taken were shifted in above them: drop them.
+            self.acc &= (1u64 << (self.n + take * 8)) - 1;
+            self.at += take as usize;
+            self.n += take * 8;
+            return;
+        }
         while self.n <= 56 && self.at < self.data.len() {
             self.acc |= u64::from(self.data[self.at]) << self.n;
             self.at += 1;
@@ -279,7 +294,21 @@ impl<'a> BitReader<'a> {
         Ok(unzigzag(self.len_code()?))
     }
 
+    #[inline]
     fn rice(&mut self, k: u32) -> Result<u64, DecodeError> {
+        // The common case, the whole code among the bits held: the
+        // quotient's zeros and its one, then k bits.
+        if self.n < 57 {
+            self.refill();
+        }
+        let q = self.acc.trailing_zeros();
+        if q < RICE_ESCAPE && q + 1 + k <= self.n {
+            let rest = self.acc >> (q + 1);
+            let low = rest & ((1u64 << k) - 1);
+            self.acc = rest >> k;
+            self.n -= q + 1 + k;
+            return Ok(u64::from(q) << k | low);
+        }
         let q = self.zeros(RICE_ESCAPE)?;
         if q == RICE_ESCAPE {
             return self.len_code();
