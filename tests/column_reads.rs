@@ -1,5 +1,5 @@
-//! The column reader (`Region::scan_columns` with `ColumnRead::Fold`)
-//! against the row scanner: random series-shaped writes (several
+//! The column reader (`Region::scan_columns`, folding or reading the
+//! first rows) against the row scanner: random series-shaped writes (several
 //! versions, per-cell and family TTLs, values of every type, rows cut
 //! across blocks), flushes, compactions, clock moves, reopens and now and
 //! then a delete, checked after every step on every scan shape a column
@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::RowMutation;
-use halite::region::read::columns::ColumnRead;
+use halite::region::read::columns::{ColumnRead, rows_by_column};
 use halite::region::read::{Columns, Scan, TimeRange};
 use halite::region::wal::io::IoBackendChoice;
 use halite::schema::{Compression, DataBlockEncoding, Durability, FamilyDescriptor};
@@ -167,26 +167,57 @@ fn read(h: &Harness, scan: &Scan, how: ColumnRead) -> Result<Rows, TestCaseError
     Ok(rows)
 }
 
+/// The same scan through the row scanner: the reference.
+fn read_by_row_scanner(h: &Harness, scan: &Scan) -> Result<Rows, TestCaseError> {
+    let mut rows = Vec::new();
+    let mut scanner = h
+        .region()
+        .scanner(scan)
+        .map_err(|e| TestCaseError::fail(format!("scanner: {e}")))?;
+    rows_by_column(&mut scanner, &scan.columns, &mut |key, cells| {
+        rows.push((key.to_vec(), cells.to_vec()));
+        true
+    })
+    .map_err(|e| TestCaseError::fail(format!("rows_by_column: {e}")))?;
+    Ok(rows)
+}
+
 fn check(h: &Harness, step: usize, markers: bool) -> Result<(), TestCaseError> {
     let stats = h.region().stats();
     for (i, scan) in scans().iter().enumerate() {
-        let by_rows = read(h, scan, ColumnRead::FirstRows)?;
-        let before = stats.column_reads.load(Ordering::Relaxed);
-        let by_columns = read(h, scan, ColumnRead::Fold)?;
-        let column_reader = stats.column_reads.load(Ordering::Relaxed) > before;
-        prop_assert_eq!(&by_columns, &by_rows, "step {} scan {} {:?}", step, i, scan);
-        if !markers {
-            prop_assert!(
-                column_reader,
-                "step {} scan {}: not read by columns",
+        let by_rows = read_by_row_scanner(h, scan)?;
+        // A fold, and reads of the first rows that go on past them (each
+        // block walked again from its start for the next row or three).
+        for how in [
+            ColumnRead::Fold,
+            ColumnRead::FirstRows(1),
+            ColumnRead::FirstRows(3),
+        ] {
+            let before = stats.column_reads.load(Ordering::Relaxed);
+            let by_columns = read(h, scan, how)?;
+            let column_reader = stats.column_reads.load(Ordering::Relaxed) > before;
+            prop_assert_eq!(
+                &by_columns,
+                &by_rows,
+                "step {} scan {} {:?} {:?}",
                 step,
-                i
+                i,
+                how,
+                scan
             );
+            if !markers {
+                prop_assert!(
+                    column_reader,
+                    "step {} scan {}: not read by columns",
+                    step,
+                    i
+                );
+            }
         }
     }
     // Stopping early stops at the same row.
     let scan = &scans()[0];
-    for how in [ColumnRead::Fold, ColumnRead::FirstRows] {
+    for how in [ColumnRead::Fold, ColumnRead::FirstRows(1)] {
         let mut seen = 0;
         h.region()
             .scan_columns(scan, how, &mut |_, _| {
@@ -412,4 +443,31 @@ fn a_row_cut_by_a_block_boundary_is_one_row() {
         Op::Flush,
     ];
     run(ops).unwrap();
+}
+
+/// A scan the row scanner refuses (an empty time range) the column
+/// reader refuses too (the first version answered it with no rows).
+#[test]
+fn a_scan_the_row_scanner_refuses_is_refused_by_columns() {
+    let h = Harness::new(
+        families(),
+        foreground_options(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let scan = Scan {
+        columns: Columns {
+            families: vec![],
+            columns: vec![(b"t".to_vec(), b"user".to_vec())],
+        },
+        time_range: TimeRange { min: 10, max: 5 },
+        ..Scan::new()
+    };
+    assert!(h.region().scanner(&scan).is_err());
+    for how in [ColumnRead::Fold, ColumnRead::FirstRows(1)] {
+        let err = h
+            .region()
+            .scan_columns(&scan, how, &mut |_, _| true)
+            .expect_err("an empty time range is refused");
+        assert!(err.to_string().contains("time range is empty"), "{err}");
+    }
 }

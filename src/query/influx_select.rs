@@ -278,9 +278,7 @@ pub fn select(
                         for ((r, (call, _)), field) in
                             reducers.iter_mut().zip(calls).zip(&call_fields)
                         {
-                            if let Some(v) =
-                                field.and_then(|f| p.fields.get_by_name_slice(f))
-                            {
+                            if let Some(v) = field.and_then(|f| p.fields.get_by_name_slice(f)) {
                                 r.add(call.func, p.time, v);
                             }
                         }
@@ -466,7 +464,7 @@ fn scan_series<'n>(
         return Ok(());
     }
     let read = match range.points {
-        Some(_) => ColumnRead::FirstRows,
+        Some(n) => ColumnRead::FirstRows(n),
         None => ColumnRead::Fold,
     };
     scan.columns.columns = names

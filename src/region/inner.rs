@@ -343,16 +343,16 @@ impl Inner {
     /// The rows of a scan that names single columns
     /// (`scan.columns.columns`), each given to `sink` with its cells'
     /// values by their column's index there, until it answers false (then
-    /// false). The column reader ([`super::read::columns`]) reads them
-    /// when `read` is a fold and the scan and the sources allow it;
-    /// otherwise a [`RowScanner`] on the same snapshot does, with the same
-    /// answer.
+    /// false). The column reader ([`super::read::columns`]) reads them,
+    /// as `read` says, when the scan and the sources allow it; otherwise a
+    /// [`RowScanner`] on the same snapshot does, with the same answer.
     pub(crate) fn scan_columns(
         &self,
         scan: &Scan,
         read: ColumnRead,
         sink: &mut ColumnSink<'_>,
     ) -> Result<bool> {
+        scan.validate()?;
         let columns = &scan.columns;
         if columns.columns.is_empty() || !columns.families.is_empty() {
             return Err(Error::InvalidInput(
@@ -361,11 +361,7 @@ impl Inner {
         }
         let state = self.state.read().clone();
         let read_point = self.mvcc.read_point();
-        let family = match read {
-            ColumnRead::Fold => self.column_read_family(scan),
-            ColumnRead::FirstRows => None,
-        };
-        let mut scanner = match family {
+        let mut scanner = match self.column_read_family(scan) {
             None => self.scanner_on(&state, read_point, scan, None)?,
             Some(family) => {
                 let mut files = Vec::new();
@@ -393,6 +389,10 @@ impl Inner {
                         family: &family,
                         now_ms: self.clock.now_ms(),
                         time_range: scan.time_range,
+                        max_rows: match read {
+                            ColumnRead::Fold => None,
+                            ColumnRead::FirstRows(n) => Some(n.max(1)),
+                        },
                     };
                     self.stats.column_reads.fetch_add(1, Ordering::Relaxed);
                     return read_columns(sources, &select, &rules, sink);

@@ -235,8 +235,8 @@ pub struct MemStore {
     max_seq: AtomicU64,
     min_ts: AtomicU64,
     max_ts: AtomicU64,
-    /// Delete markers inserted: a read of a MemStore without any needs no
-    /// version resolution beyond "newest put wins".
+    /// Delete markers inserted: a read over sources without any resolves
+    /// a column among its puts alone (see `read::columns`).
     delete_markers: AtomicU64,
     /// When the first edit arrived (ms), for age-based flushes.
     first_write_ms: AtomicU64,
@@ -322,8 +322,11 @@ impl MemStore {
     pub fn max_seq(&self) -> u64 {
         self.max_seq.load(AtomicOrdering::Relaxed)
     }
-    /// Delete markers inserted so far: counted before the edit that holds
-    /// them is visible to readers.
+    /// Delete markers inserted so far. An edit's markers are counted
+    /// before the read point passes the edit (its nodes are linked
+    /// earlier, but a reader below its sequence id skips them): a reader
+    /// that takes the read point first, then this count, counts every
+    /// marker it can see.
     pub fn delete_markers(&self) -> u64 {
         self.delete_markers.load(AtomicOrdering::Acquire)
     }

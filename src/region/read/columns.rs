@@ -19,7 +19,7 @@ use crate::cell::{CellKind, KeyRef, first_key_of_row};
 use crate::error::{Error, Result};
 use crate::region::memstore::cursor::MemCursor;
 use crate::region::sst::SstReader;
-use crate::region::sst::columns::{ColumnRows, ColumnSelect};
+use crate::region::sst::columns::{BlockRead, ColumnRows, ColumnSelect};
 use crate::schema::FamilyDescriptor;
 use crate::value::Value;
 
@@ -36,10 +36,11 @@ pub enum ColumnRead {
     /// Every row of the range (an aggregate): the column reader decodes
     /// whole blocks straight into columns.
     Fold,
-    /// The first few rows (newest points): a row scanner seeks to them
-    /// through the block cache, where the column reader would decode a
-    /// block per source for a row or two.
-    FirstRows,
+    /// About the first `n` rows (a series' newest points): each source
+    /// decodes a block only as far as `n` rows in range, and walks it
+    /// again for more if more are wanted, where a fold decodes each
+    /// block it meets to its end or the range's.
+    FirstRows(usize),
 }
 
 /// Rows a MemStore source decodes at once.
@@ -52,9 +53,10 @@ thread_local! {
     static SPARE_ROWS: RefCell<Vec<ColumnRows>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Most spare row buffers a thread keeps, and the largest it keeps.
-const SPARE_BUFFERS: usize = 32;
-const SPARE_BUFFER_BYTES: usize = 4 << 20;
+/// Most spare row buffers a thread keeps, and the largest it keeps (a
+/// block's rows take tens of KiB): at most 8 MiB a thread.
+const SPARE_BUFFERS: usize = 8;
+const SPARE_BUFFER_BYTES: usize = 1 << 20;
 
 /// One source of a column read, newest first as in [`super::merge`].
 pub enum ColumnSource {
@@ -68,6 +70,9 @@ pub struct ColumnRules<'a> {
     pub family: &'a FamilyDescriptor,
     pub now_ms: u64,
     pub time_range: TimeRange,
+    /// Rows each source decodes at a time, when few are wanted (see
+    /// [`ColumnRead::FirstRows`]).
+    pub max_rows: Option<usize>,
 }
 
 /// A source with the rows it has decoded and not yet given.
@@ -75,6 +80,8 @@ struct Cursor {
     source: Place,
     rows: ColumnRows,
     at: usize,
+    /// Rows a decode stops after (a read of a series' first rows).
+    max_rows: Option<usize>,
 }
 
 enum Place {
@@ -85,12 +92,15 @@ enum Place {
     File {
         reader: Arc<SstReader>,
         next_block: usize,
+        /// Where a decode cut short by `max_rows` goes on in
+        /// `next_block`: rows from this key (empty: from the start).
+        resume: Vec<u8>,
         done: bool,
     },
 }
 
 impl Cursor {
-    fn open(source: ColumnSource, select: &ColumnSelect<'_>) -> Cursor {
+    fn open(source: ColumnSource, select: &ColumnSelect<'_>, max_rows: Option<usize>) -> Cursor {
         let source = match source {
             ColumnSource::Mem(mut cursor) => {
                 cursor.seek(&first_key_of_row(select.start));
@@ -102,6 +112,7 @@ impl Cursor {
             ColumnSource::File(reader) => Place::File {
                 next_block: reader.first_block_for_row(select.start),
                 reader,
+                resume: Vec::new(),
                 done: false,
             },
         };
@@ -112,6 +123,7 @@ impl Cursor {
             source,
             rows,
             at: 0,
+            max_rows,
         }
     }
 
@@ -141,6 +153,7 @@ impl Cursor {
     /// cut between two decodes: a source then gave its key twice.
     fn decode(&mut self, select: &ColumnSelect<'_>) -> Result<()> {
         let rows = &mut self.rows;
+        let max_rows = self.max_rows;
         match &mut self.source {
             Place::Mem { cursor, done } => loop {
                 let Some(entry) = cursor.current() else {
@@ -154,7 +167,8 @@ impl Cursor {
                     *done = true;
                     return Ok(());
                 }
-                if rows.len() >= MEM_ROWS && k.row != rows.key(rows.len() - 1) {
+                let batch = max_rows.unwrap_or(MEM_ROWS).clamp(1, MEM_ROWS);
+                if rows.len() >= batch && k.row != rows.key(rows.len() - 1) {
                     return Ok(());
                 }
                 if let Some(column) = select.column_of(k.family, k.qualifier) {
@@ -176,6 +190,7 @@ impl Cursor {
             Place::File {
                 reader,
                 next_block,
+                resume,
                 done,
             } => {
                 loop {
@@ -183,11 +198,27 @@ impl Cursor {
                         *done = true;
                         return Ok(());
                     }
-                    let reached_stop = reader.read_columns(*next_block, select, rows)?;
-                    *next_block += 1;
-                    if reached_stop {
-                        *done = true;
-                        return Ok(());
+                    let from = ColumnSelect {
+                        start: select.start.max(resume.as_slice()),
+                        ..*select
+                    };
+                    match reader.read_columns(*next_block, &from, max_rows, rows)? {
+                        BlockRead::Stop => {
+                            *done = true;
+                            return Ok(());
+                        }
+                        BlockRead::Cut => {
+                            // The next decode walks this block again to
+                            // the row after the last one given.
+                            resume.clear();
+                            resume.extend_from_slice(rows.key(rows.len() - 1));
+                            resume.push(0);
+                            return Ok(());
+                        }
+                        BlockRead::End => {
+                            resume.clear();
+                            *next_block += 1;
+                        }
                     }
                     // A row may go on in the next block: read that too.
                     let goes_on = !rows.is_empty()
@@ -239,7 +270,7 @@ pub fn read_columns(
 ) -> Result<bool> {
     let mut cursors: Vec<Cursor> = sources
         .into_iter()
-        .map(|s| Cursor::open(s, select))
+        .map(|s| Cursor::open(s, select, rules.max_rows))
         .collect();
     // The smallest row of the sources not at it, which ends a run.
     let mut bound: Vec<u8> = Vec::new();

@@ -31,6 +31,17 @@ impl ColumnSelect<'_> {
     }
 }
 
+/// How a block's read ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockRead {
+    /// At a row at or past `stop`: nothing further is wanted.
+    Stop,
+    /// At the block's end.
+    End,
+    /// After the rows asked for; more of the block may follow them.
+    Cut,
+}
+
 /// One selected cell of a row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColumnCell {

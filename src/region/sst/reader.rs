@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockIter};
 use super::bloom::{Bloom, hash, rowcol_key};
-use super::columns::{ColumnRows, ColumnSelect};
+use super::columns::{BlockRead, ColumnRows, ColumnSelect};
 use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use super::frame::{FRAME_OVERHEAD, Payload, unframe, unframe_payload, unframe_projected};
 use super::ts_block;
@@ -295,18 +295,19 @@ impl SstReader {
         self.index.get(i).map(|e| crate::cell::row_of(&e.first_key))
     }
 
-    /// Adds what `select` takes of data block `i` to `out`; true when the
-    /// block holds a row at or past `select.stop`. A time-series block
-    /// decodes straight into `out` (and is not cached: its payload is
+    /// Adds what `select` takes of data block `i` to `out`, and says how
+    /// the read ended. A time-series block decodes straight into `out`,
+    /// stopping after `max_rows` rows (and is not cached: its payload is
     /// cheaper to decode again than the body it would make is to keep);
-    /// a standard or cached block is read entry by entry. For files
-    /// without delete markers: a marker is reported as damage.
+    /// a standard or cached block is read entry by entry, whole. For
+    /// files without delete markers: a marker is reported as damage.
     pub(crate) fn read_columns(
         &self,
         i: usize,
         select: &ColumnSelect<'_>,
+        max_rows: Option<usize>,
         out: &mut ColumnRows,
-    ) -> Result<bool, SstError> {
+    ) -> Result<BlockRead, SstError> {
         let entry = &self.index[i];
         let whole = (self.reader_id, entry.offset, 0);
         let cached = self.use_cache.then(|| self.cache.get(&whole)).flatten();
@@ -321,8 +322,10 @@ impl SstReader {
                     .map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
                 let body = match payload {
                     Payload::TimeSeries(payload) => {
-                        return ts_block::decode_columns(&payload, MAX_BLOCK, select, out)
-                            .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what));
+                        return ts_block::decode_columns(
+                            &payload, MAX_BLOCK, select, max_rows, out,
+                        )
+                        .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what));
                     }
                     Payload::Standard(body) => body.into_owned(),
                 };
@@ -523,7 +526,7 @@ fn columns_of_block(
     block: Arc<Block>,
     select: &ColumnSelect<'_>,
     out: &mut ColumnRows,
-) -> Result<bool, crate::codec::DecodeError> {
+) -> Result<BlockRead, crate::codec::DecodeError> {
     let mut it = BlockIter::new(block);
     it.seek(&first_key_of_row(select.start))?;
     while it.valid() {
@@ -534,7 +537,7 @@ fn columns_of_block(
             });
         };
         if select.stop.is_some_and(|stop| k.row >= stop) {
-            return Ok(true);
+            return Ok(BlockRead::Stop);
         }
         if let Some(column) = select.column_of(k.family, k.qualifier) {
             if k.kind != CellKind::Put {
@@ -553,7 +556,7 @@ fn columns_of_block(
         }
         it.advance()?;
     }
-    Ok(false)
+    Ok(BlockRead::End)
 }
 
 /// A forward cursor over a store file.

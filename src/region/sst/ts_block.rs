@@ -53,7 +53,7 @@ use crate::cell::{KEY_OVERHEAD, KIND_MASK, TTL_FLAG, encode_key_into};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
 use super::block::{Block, BlockBuilder, BlockIter};
-use super::columns::{ColumnRows, ColumnSelect};
+use super::columns::{BlockRead, ColumnRows, ColumnSelect};
 use crate::value::Value;
 
 const FORMAT: u8 = 1;
@@ -732,17 +732,18 @@ pub fn decode_projected(
 }
 
 /// Decodes the rows of `[select.start, select.stop)` straight into
-/// `out`, with only the selected columns' puts, their values as
-/// [`Value`]s: no standard body is built. True when a row at or past
-/// `stop` was met (the rows after it are not decoded). A delete marker of
-/// a selected column is an error: the caller reads only blocks of files
-/// without markers, through [`ColumnRows`]' rules.
+/// `out` (at most `max_rows` of them), with only the selected columns'
+/// puts, their values as [`Value`]s: no standard body is built. Rows after
+/// the last one given are not decoded. A delete marker of a selected
+/// column is an error: the caller reads only blocks of files without
+/// markers, through [`ColumnRows`]' rules.
 pub fn decode_columns(
     payload: &[u8],
     max_len: usize,
     select: &ColumnSelect<'_>,
+    max_rows: Option<usize>,
     out: &mut ColumnRows,
-) -> Result<bool, DecodeError> {
+) -> Result<BlockRead, DecodeError> {
     let mut w = RowWalker::open(payload, max_len)?;
     let selected: Vec<Option<u32>> = w
         .columns
@@ -753,9 +754,10 @@ pub fn decode_columns(
     let mut before = true;
     // The block's first row may go on from the last block's last.
     let mut first_row = true;
+    let mut rows = 0usize;
     while w.next_row()? {
         if select.stop.is_some_and(|stop| w.row.as_slice() >= stop) {
-            return Ok(true);
+            return Ok(BlockRead::Stop);
         }
         before = before && w.row.as_slice() < select.start;
         let mut started = false;
@@ -772,6 +774,10 @@ pub fn decode_columns(
             let value = w.decoders[c].next_value()?;
             if !before {
                 if !started {
+                    if max_rows.is_some_and(|n| rows >= n) {
+                        return Ok(BlockRead::Cut);
+                    }
+                    rows += 1;
                     if first_row {
                         out.continue_row(&w.row);
                         first_row = false;
@@ -785,7 +791,7 @@ pub fn decode_columns(
         }
     }
     w.finish()?;
-    Ok(false)
+    Ok(BlockRead::End)
 }
 
 /// A time-series block's header and streams, read row by row: after each
