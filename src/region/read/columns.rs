@@ -49,7 +49,8 @@ const MEM_ROWS: usize = 256;
 thread_local! {
     /// Row buffers of this thread's finished column reads, for its next:
     /// a statement reads thousands of series, each from a few sources,
-    /// and buffers grown anew for each were a tenth of its time.
+    /// and growing new buffers for each took 7 % of a double-groupby's
+    /// time in a profile.
     static SPARE_ROWS: RefCell<Vec<ColumnRows>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -272,7 +273,8 @@ pub fn read_columns(
         .into_iter()
         .map(|s| Cursor::open(s, select, rules.max_rows))
         .collect();
-    // The smallest row of the sources not at it, which ends a run.
+    // A copied row key: the row several sources hold, being resolved,
+    // or the smallest row of the other sources, which ends a run.
     let mut bound: Vec<u8> = Vec::new();
     let mut at_row: Vec<usize> = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::new();
