@@ -310,7 +310,7 @@ pub fn read_columns(
             let c = &cursors[first];
             bound.clear();
             bound.extend_from_slice(c.rows.key(c.at));
-            resolve_row(
+            resolve_current(
                 &mut cursors,
                 &at_row,
                 select,
@@ -340,39 +340,19 @@ pub fn read_columns(
             bound.extend_from_slice(key);
         }
         let other = other.is_some();
-        at_row.truncate(1);
         loop {
             let c = &mut cursors[first];
             if other && c.rows.key(c.at) >= bound.as_slice() {
                 break;
             }
-            let (_, cells) = c.rows.row_mut(c.at);
-            if cells.windows(2).any(|w| w[0].column == w[1].column) {
-                resolve_row(
-                    &mut cursors,
-                    &at_row,
-                    select,
-                    rules,
-                    &mut candidates,
-                    &mut out,
-                );
-            } else {
-                out.clear();
-                for cell in cells.iter_mut() {
-                    let only = Candidate {
-                        column: cell.column,
-                        timestamp: cell.timestamp,
-                        ttl_ms: cell.ttl_ms,
-                        source: first,
-                        cell: 0,
-                    };
-                    if resolve(&[only], rules).is_some()
-                        && let Some(value) = cell.value.take()
-                    {
-                        out.push((cell.column, value));
-                    }
-                }
-            }
+            resolve_current(
+                &mut cursors,
+                &at_row,
+                select,
+                rules,
+                &mut candidates,
+                &mut out,
+            );
             let c = &mut cursors[first];
             if !out.is_empty() && !sink(c.rows.key(c.at), &out) {
                 return Ok(false);
@@ -383,6 +363,43 @@ pub fn read_columns(
             }
         }
     }
+}
+
+/// Resolves the row the sources `at_row` are at into `out`, taking the
+/// values it answers with. One source with one version of each column (a
+/// series' rows, mostly) needs no sorting: each cell is its column's only
+/// version, in qualifier order already.
+fn resolve_current(
+    cursors: &mut [Cursor],
+    at_row: &[usize],
+    select: &ColumnSelect<'_>,
+    rules: &ColumnRules<'_>,
+    candidates: &mut Vec<Candidate>,
+    out: &mut Vec<(u32, Value)>,
+) {
+    if let [source] = *at_row {
+        let c = &mut cursors[source];
+        let (_, cells) = c.rows.row_mut(c.at);
+        if !cells.windows(2).any(|w| w[0].column == w[1].column) {
+            out.clear();
+            for cell in cells.iter_mut() {
+                let only = Candidate {
+                    column: cell.column,
+                    timestamp: cell.timestamp,
+                    ttl_ms: cell.ttl_ms,
+                    source,
+                    cell: 0,
+                };
+                if resolve(&[only], rules).is_some()
+                    && let Some(value) = cell.value.take()
+                {
+                    out.push((cell.column, value));
+                }
+            }
+            return;
+        }
+    }
+    resolve_row(cursors, at_row, select, rules, candidates, out);
 }
 
 /// Resolves the row the sources `at_row` are at (each column's version,
