@@ -17,17 +17,19 @@
 //! | `POST /api/v1/query` | logical series query, raw or aggregated |
 //! | `GET /api/v1/ingest` | the Kafka consumer's counters and positions |
 //! | `GET /api/v1/cluster` | cluster mode: partitions held here, every lease |
+//! | `GET/POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | API tokens (`auth.rs`, docs/security.md) |
 //! | `GET /internal/v1/regions/{id}/tail` | cluster mode: a region's MemStore edits and files, for the other nodes |
 //! | `GET\|HEAD /ping`, `POST /write`, `POST /api/v2/write`, `GET\|POST /query` | the InfluxDB 1.x protocol (`influx.rs`, docs/compatibility.md) |
 //! | `POST /api/v1/write` (protobuf), `POST /api/v1/read`, `POST /api/v1/prom/{write,read}?db=` | Prometheus remote write and remote read (`prometheus.rs`) |
 //!
 //! This file routes requests and guards their bodies; the handlers are in
 //! `admin.rs`, `read.rs` and `write.rs`, what they share in `state.rs`,
-//! errors in `error.rs`, hand-written JSON in `json.rs`, streamed answers in
+//! errors in `error.rs`, who may call what in `auth.rs`, hand-written JSON in `json.rs`, streamed answers in
 //! `stream.rs` and `arrow.rs`, page tokens in `token.rs`.
 
 mod admin;
 mod arrow;
+mod auth;
 mod error;
 mod influx;
 mod internal;
@@ -59,6 +61,7 @@ use read::get_row;
 use read::{list_series, query, scan_table};
 use write::{delete_data, write};
 
+pub use auth::{AuthSettings, decide as decide_auth, is_loopback};
 pub use error::ApiError;
 pub use read::parse_scan_request;
 pub use state::AppState;
@@ -78,6 +81,14 @@ fn monitoring_routes() -> Router<Arc<AppState>> {
 /// Only `/metrics`, `/healthz` and `/readyz` (`server.metrics_listen`).
 pub fn metrics_router(state: Arc<AppState>) -> Router {
     monitoring_routes()
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::identify,
+        ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
 }
@@ -126,6 +137,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/query", post(query))
         .route("/api/v1/ingest", get(ingest_status))
         .route("/api/v1/cluster", get(cluster_status))
+        .route(
+            "/api/v1/tokens",
+            get(auth::list_tokens).post(auth::create_token),
+        )
+        .route(
+            "/api/v1/tokens/{id}",
+            axum::routing::delete(auth::revoke_token),
+        )
         .route("/internal/v1/regions/{id}/tail", get(internal::region_tail))
         .merge(influx_routes())
         .fallback(unknown_route)
@@ -134,6 +153,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard_body,
+        ))
+        // Credentials and scopes are checked before the body is read
+        // (layers run after routing: the route is known to them).
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::identify,
         ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)

@@ -72,6 +72,20 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started = Instant::now();
     let store = Arc::new(open_store(&config, clock.clone())?);
+    // Before anything listens or consumes: a server other machines reach
+    // checks tokens, and will not start with none to check.
+    let auth = crate::api::decide_auth(
+        &config.auth,
+        &config.server.listen,
+        store.catalog().has_tokens(),
+        store.is_cluster(),
+    )?;
+    if !auth.enabled && !crate::api::is_loopback(&config.server.listen) {
+        tracing::warn!(
+            listen = %config.server.listen,
+            "serving without authentication on an address other machines reach (--insecure)"
+        );
+    }
     ensure_tables(&store, &config.tables)?;
     let catalog_refresh = store
         .is_cluster()
@@ -125,6 +139,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tag_sets: Arc::new(crate::series::TagSets::new()),
         influx: config.influx.clone(),
         prometheus: config.prometheus.clone(),
+        auth,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -254,7 +269,13 @@ fn open_store(config: &Config, clock: Arc<dyn Clock>) -> Result<Store, Box<dyn s
         config.store_options(),
         clock,
         ClusterStorage {
-            nodes: Arc::new(Nodes::new(objects.clone())),
+            // Nodes read each other's tails with the bootstrap token
+            // when the API checks tokens.
+            nodes: Arc::new(Nodes::new(
+                objects.clone(),
+                (!config.auth.bootstrap_token.is_empty())
+                    .then(|| config.auth.bootstrap_token.clone()),
+            )),
             objects,
             node: config.cluster.node.clone(),
             address: if config.cluster.advertise.is_empty() {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::TokenRecord;
 use crate::error::{Error, Result};
 use crate::key::KeySchema;
 use crate::objects::{ObjectError, Objects, Version};
@@ -30,7 +31,7 @@ pub struct TableName {
     pub table: String,
 }
 
-fn check_name(what: &str, name: &str) -> Result<()> {
+pub fn check_name(what: &str, name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && name
@@ -160,6 +161,10 @@ struct CatalogData {
     /// that never finished, which is undone.
     #[serde(default)]
     splits: Vec<SplitIntent>,
+    /// API tokens by id (docs/security.md): their scopes and the digest
+    /// of their secret. Kept here so a cluster's nodes share them.
+    #[serde(default)]
+    tokens: BTreeMap<String, TokenRecord>,
 }
 
 /// A region split under way: `parent` becomes `daughters[0]` (rows before
@@ -389,6 +394,45 @@ impl Catalog {
             }
             d.namespaces.remove(ns);
             Ok(())
+        })
+    }
+
+    /// Keeps a token made by [`crate::auth::mint`].
+    pub fn add_token(&self, record: &TokenRecord) -> Result<()> {
+        self.update(|d| {
+            if d.tokens.contains_key(&record.id) {
+                return Err(Error::Conflict(format!(
+                    "a token with this id exists; make another. id=`{}`",
+                    record.id
+                )));
+            }
+            d.tokens.insert(record.id.clone(), record.clone());
+            Ok(())
+        })
+    }
+
+    /// Every token, by id (their secrets' digests included).
+    pub fn tokens(&self) -> Vec<TokenRecord> {
+        self.data.lock().tokens.values().cloned().collect()
+    }
+
+    /// Whether any token exists.
+    pub fn has_tokens(&self) -> bool {
+        !self.data.lock().tokens.is_empty()
+    }
+
+    /// Calls `f` with the token named `id`, if there is one, without
+    /// copying it (every authenticated request looks one up).
+    pub fn with_token<T>(&self, id: &str, f: impl FnOnce(Option<&TokenRecord>) -> T) -> T {
+        f(self.data.lock().tokens.get(id))
+    }
+
+    /// Revokes a token: the next request that presents it is refused.
+    pub fn revoke_token(&self, id: &str) -> Result<TokenRecord> {
+        self.update(|d| {
+            d.tokens
+                .remove(id)
+                .ok_or_else(|| Error::NotFound(format!("no such token. id=`{id}`")))
         })
     }
 

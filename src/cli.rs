@@ -4,12 +4,14 @@
 
 use serde_json::{Value, json};
 
-use crate::client::{Response, request};
+use crate::client::{Response, request_with};
 
-/// Where the server is and how to print.
+/// Where the server is, the token to show it, and how to print.
 pub struct Client {
     pub addr: String,
     pub json: bool,
+    /// Sent as `Authorization: Bearer` (`--token`, or `HALITE_TOKEN`).
+    pub token: Option<String>,
 }
 
 pub type CliResult = Result<(), String>;
@@ -22,12 +24,37 @@ impl Client {
         content_type: Option<&str>,
         body: &[u8],
     ) -> Result<Response, String> {
-        request(&self.addr, method, path, content_type, body).map_err(|e| {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|ct| ("Content-Type", ct))
+            .into_iter()
+            .collect();
+        self.call_with(method, path, &headers, body)
+    }
+
+    /// A request with any headers, and the token when there is one.
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Response, String> {
+        let authorization = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut all = headers.to_vec();
+        if let Some(a) = &authorization {
+            all.push(("Authorization", a));
+        }
+        request_with(&self.addr, method, path, &all, body).map_err(|e| {
             format!(
                 "cannot reach halite at {}: {e} (is `halite serve` running?)",
                 self.addr
             )
         })
+    }
+
+    /// `GET path`, answered as it comes (for a caller that reads it).
+    pub fn get_path(&self, path: &str) -> Result<Response, String> {
+        self.call("GET", path, None, b"")
     }
 
     /// Prints the answer, or turns an error answer into the error message.
@@ -259,6 +286,52 @@ impl Client {
         self.finish(r, |_| format!("created namespace {name}\n"))
     }
 
+    /// `halite token create`: the token is printed once, on its own line
+    /// last, for a script to take.
+    pub fn token_create(&self, name: &str, scopes: &[String], namespaces: &[String]) -> CliResult {
+        let body = json!({ "name": name, "scopes": scopes, "namespaces": namespaces }).to_string();
+        let r = self.call(
+            "POST",
+            "/api/v1/tokens",
+            Some("application/json"),
+            body.as_bytes(),
+        )?;
+        self.finish(r, |t| {
+            format!(
+                "created token {} ({}) for {}\nshown once; keep it secret:\n{}\n",
+                t["id"].as_str().unwrap_or("?"),
+                list(&t["scopes"]),
+                namespaces_of(&t["namespaces"]),
+                t["token"].as_str().unwrap_or("?")
+            )
+        })
+    }
+
+    pub fn token_list(&self) -> CliResult {
+        let r = self.call("GET", "/api/v1/tokens", None, b"")?;
+        self.finish(r, |tokens| {
+            let rows: Vec<Vec<String>> = tokens
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    vec![
+                        scalar(&t["id"]),
+                        scalar(&t["name"]),
+                        list(&t["scopes"]),
+                        namespaces_of(&t["namespaces"]),
+                    ]
+                })
+                .collect();
+            render(&["ID", "NAME", "SCOPES", "NAMESPACES"], &rows)
+        })
+    }
+
+    pub fn token_revoke(&self, id: &str) -> CliResult {
+        let r = self.call("DELETE", &format!("/api/v1/tokens/{id}"), None, b"")?;
+        self.finish(r, |_| format!("revoked token {id}\n"))
+    }
+
     pub fn namespace_drop(&self, name: &str) -> CliResult {
         let r = self.call("DELETE", &format!("/api/v1/namespaces/{name}"), None, b"")?;
         self.finish(r, |_| format!("dropped namespace {name}\n"))
@@ -278,8 +351,7 @@ impl Client {
     /// HBase's `count`: the rows a query selects, streamed as NDJSON and
     /// counted from its trailer (nothing is held whole).
     pub fn count(&self, spec: &Value) -> CliResult {
-        let r = crate::client::request_with(
-            &self.addr,
+        let r = self.call_with(
             "POST",
             "/api/v1/query",
             &[
@@ -287,13 +359,7 @@ impl Client {
                 ("Accept", "application/x-ndjson"),
             ],
             spec.to_string().as_bytes(),
-        )
-        .map_err(|e| {
-            format!(
-                "cannot reach halite at {}: {e} (is `halite serve` running?)",
-                self.addr
-            )
-        })?;
+        )?;
         if r.status >= 400 {
             return self.finish(r, |_| String::new());
         }
@@ -503,6 +569,24 @@ fn aggregates_table(aggs: &[Value]) -> String {
 }
 
 /// Left-aligned columns separated by two spaces.
+/// A JSON list of strings, comma-separated.
+fn list(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(scalar)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A token's namespaces; none listed means every one.
+fn namespaces_of(v: &Value) -> String {
+    match list(v) {
+        all if all.is_empty() => "every namespace".to_string(),
+        some => some,
+    }
+}
+
 fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {

@@ -123,9 +123,18 @@ const IDLE_PER_ADDRESS: usize = 4;
 #[derive(Default)]
 pub struct ConnectionPool {
     idle: Mutex<HashMap<String, Vec<BufReader<TcpStream>>>>,
+    /// Sent as `Authorization: Bearer` with every request, when set.
+    token: Option<String>,
 }
 
 impl ConnectionPool {
+    pub fn with_token(token: Option<String>) -> ConnectionPool {
+        ConnectionPool {
+            idle: Mutex::default(),
+            token,
+        }
+    }
+
     /// `GET path` on `addr`, on an idle connection when there is one. A
     /// kept connection the server closed meanwhile fails at once; the GET
     /// then goes once more on a new connection (it changes nothing, so
@@ -157,7 +166,13 @@ impl ConnectionPool {
     ) -> std::io::Result<Response> {
         conn.get_ref().set_read_timeout(Some(timeout))?;
         conn.get_ref().set_write_timeout(Some(timeout))?;
-        let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n");
+        let authorization = self
+            .token
+            .as_ref()
+            .map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{authorization}Content-Length: 0\r\n\r\n"
+        );
         conn.get_mut().write_all(head.as_bytes())?;
         let (response, reusable) = read_response(&mut conn, false)?;
         if reusable {

@@ -57,6 +57,40 @@ pub struct Config {
     pub log: LogConfig,
     pub influx: InfluxConfig,
     pub prometheus: PrometheusConfig,
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: who may use the API (docs/security.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Require a token on every route but `/healthz`, `/readyz`, `/ping`,
+    /// the explorer's files and (with `metrics_open`) `/metrics`. Default
+    /// false, but authentication is on whatever this says when
+    /// `server.listen` is not a loopback address (unless `insecure`).
+    pub enabled: bool,
+    /// A token with admin over everything, for making the first tokens
+    /// and for a cluster's nodes to call on each other: at least 16
+    /// characters (say `openssl rand -hex 32`), better given in the
+    /// environment (`HALITE__AUTH__BOOTSTRAP_TOKEN`) than in a file.
+    pub bootstrap_token: String,
+    /// `/metrics` answers without a token (default true, as Prometheus
+    /// scrapes without one unless told).
+    pub metrics_open: bool,
+    /// Serve without authentication even on an address other machines
+    /// reach (`halite serve --insecure`).
+    pub insecure: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            enabled: false,
+            bootstrap_token: String::new(),
+            metrics_open: true,
+            insecure: false,
+        }
+    }
 }
 
 /// `[influx]`: the InfluxDB 1.x protocol (`/write`, `/query`, `/ping`).
@@ -287,6 +321,7 @@ impl Default for Config {
             log: LogConfig::default(),
             influx: InfluxConfig::default(),
             prometheus: PrometheusConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -390,6 +425,13 @@ impl Config {
                 why: why.into(),
             })
         };
+        let boot = &self.auth.bootstrap_token;
+        if !boot.is_empty() && (boot.len() < 16 || boot.chars().any(char::is_whitespace)) {
+            return bad(
+                "auth.bootstrap_token",
+                "must be at least 16 characters without spaces (say the output of `openssl rand -hex 32`)",
+            );
+        }
         if !matches!(self.log.format.as_str(), "human" | "json") {
             return bad("log.format", "must be `human` or `json`");
         }

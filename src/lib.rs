@@ -41,6 +41,7 @@
 //!   ▼
 //! cli  client  tsbs   (the CLI's verbs and HTTP client; TSBS-style data)
 //! catalog  key  schema  cell  value  codec  clock  fsutil  units  error/kind
+//! auth        API tokens: scopes over namespaces, hashed secrets
 //! objects     the object store (local directory or S3), blocking calls
 //! ownership   epoch leases and fenced region manifests on it
 //! ```
@@ -59,6 +60,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod catalog;
 pub mod cell;
 pub mod cli;

@@ -59,6 +59,10 @@ struct Conn {
     /// Print the server's JSON answer instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// The API token to present (default: HALITE_TOKEN from the
+    /// environment, which keeps it out of the shell's history).
+    #[arg(long, global = true)]
+    token: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -84,6 +88,26 @@ enum TableCmd {
     Flush { name: String },
     /// Major-compact every region: deleted, expired and surplus cells go.
     Compact { name: String },
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Make a token; it is printed once (docs/security.md).
+    Create {
+        /// What it is for (shown in `token list`).
+        #[arg(long, default_value = "")]
+        name: String,
+        /// read, write or admin; repeat or comma-separate for several.
+        #[arg(long = "scope", value_delimiter = ',', required = true)]
+        scopes: Vec<String>,
+        /// Namespaces it may touch; none: every namespace.
+        #[arg(long = "namespace", value_delimiter = ',')]
+        namespaces: Vec<String>,
+    },
+    /// List tokens (never their secrets).
+    List,
+    /// Revoke a token by id: it stops working at once.
+    Revoke { id: String },
 }
 
 #[derive(Subcommand)]
@@ -162,6 +186,13 @@ enum Command {
     /// Who owns what in a cluster: every partition's lease (owner and
     /// epoch) and the partitions the server holds.
     Cluster {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Manage API tokens on a running server (needs an admin token).
+    Token {
+        #[command(subcommand)]
+        cmd: TokenCmd,
         #[command(flatten)]
         conn: Conn,
     },
@@ -369,6 +400,10 @@ enum Command {
         /// Override a setting: --set server.listen=127.0.0.1:9000
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// Serve without authentication even on an address other
+        /// machines reach (auth.insecure).
+        #[arg(long)]
+        insecure: bool,
     },
     /// The demo (`make run`): a local Kafka broker (Tansu), the service on
     /// the config's tables consuming it, TSBS-style points produced into
@@ -445,6 +480,11 @@ fn client(conn: &Conn) -> cli::Client {
             .trim_end_matches('/')
             .to_string(),
         json: conn.json,
+        token: conn
+            .token
+            .clone()
+            .or_else(|| std::env::var("HALITE_TOKEN").ok())
+            .filter(|t| !t.is_empty()),
     }
 }
 
@@ -469,14 +509,7 @@ fn series_values(c: &cli::Client, table: &str, series: &str) -> Result<serde_jso
     if pairs.is_empty() {
         return Ok(serde_json::json!([]));
     }
-    let r = halite::client::request(
-        &c.addr,
-        "GET",
-        &format!("/api/v1/tables/{table}"),
-        None,
-        b"",
-    )
-    .map_err(|e| format!("cannot reach halite at {}: {e}", c.addr))?;
+    let r = c.get_path(&format!("/api/v1/tables/{table}"))?;
     let desc = r.json();
     let fields = desc["key"]["fields"]
         .as_array()
@@ -545,6 +578,18 @@ fn run_client(command: Command) -> Result<(), String> {
             }
         }
         Command::Cluster { conn } => client(&conn).cluster(),
+        Command::Token { cmd, conn } => {
+            let c = client(&conn);
+            match cmd {
+                TokenCmd::Create {
+                    name,
+                    scopes,
+                    namespaces,
+                } => c.token_create(&name, &scopes, &namespaces),
+                TokenCmd::List => c.token_list(),
+                TokenCmd::Revoke { id } => c.token_revoke(&id),
+            }
+        }
         Command::Namespace { cmd, conn } => {
             let c = client(&conn);
             match cmd {
@@ -721,11 +766,11 @@ fn run_client(command: Command) -> Result<(), String> {
 
 /// A table's descriptor as a running server has it.
 fn table_descriptor(
-    server: &str,
+    c: &cli::Client,
     table: &str,
 ) -> Result<halite::catalog::TableDescriptor, Box<dyn std::error::Error>> {
-    let r = halite::client::request(server, "GET", &format!("/api/v1/tables/{table}"), None, b"")
-        .map_err(|e| format!("cannot reach halite at {server}: {e}"))?;
+    let server = &c.addr;
+    let r = c.get_path(&format!("/api/v1/tables/{table}"))?;
     if r.status != 200 {
         return Err(format!("table `{table}` at {server}: {} ({})", r.text(), r.status).into());
     }
@@ -754,7 +799,7 @@ fn main() -> ExitCode {
                 other => Err(format!("unknown format `{other}`: use line or json").into()),
             };
             let by_bucket = by_bucket
-                .map(|table| table_descriptor(&conn.server, &table))
+                .map(|table| table_descriptor(&client(&conn), &table))
                 .transpose();
             format.and_then(|format| {
                 let spec = ProduceSpec {
@@ -778,9 +823,18 @@ fn main() -> ExitCode {
             })
         }
         Command::Verify { dir, json } => return verify(&dir, json),
-        Command::Serve { config, overrides } => Config::load(config.as_deref(), &overrides)
-            .map_err(Into::into)
-            .and_then(halite::app::serve),
+        Command::Serve {
+            config,
+            mut overrides,
+            insecure,
+        } => {
+            if insecure {
+                overrides.push("auth.insecure=true".into());
+            }
+            Config::load(config.as_deref(), &overrides)
+                .map_err(Into::into)
+                .and_then(halite::app::serve)
+        }
         Command::Demo {
             config,
             overrides,

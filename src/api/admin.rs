@@ -6,16 +6,18 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::auth::allow;
 use super::error::ApiError;
 use super::error::ApiResult;
 use super::state::AppState;
 use super::state::{Params, blocking, json_body, table_name};
+use crate::auth::{Caller, Scope};
 use crate::catalog::{CreateTable, TableDescriptor};
 use crate::error::Error;
 use crate::schema::FamilySpec;
@@ -59,8 +61,14 @@ pub(super) async fn readyz(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-pub(super) async fn list_namespaces(State(s): State<Arc<AppState>>) -> Json<Vec<String>> {
-    Json(s.store.catalog().namespaces())
+/// The namespaces the caller may see.
+pub(super) async fn list_namespaces(
+    State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+) -> Json<Vec<String>> {
+    let mut all = s.store.catalog().namespaces();
+    all.retain(|ns| caller.sees(ns));
+    Json(all)
 }
 
 #[derive(Deserialize)]
@@ -71,9 +79,11 @@ pub(super) struct NamespaceReq {
 
 pub(super) async fn create_namespace(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let req: NamespaceReq = json_body(body)?;
+    allow(&caller, Scope::Admin, Some(&req.name))?;
     let store = s.store.clone();
     let name = req.name.clone();
     blocking(move || store.catalog().create_namespace(&name)).await?;
@@ -95,18 +105,24 @@ pub(super) struct ListTables {
     pub(super) namespace: Option<String>,
 }
 
+/// The tables of the namespaces the caller may see.
 pub(super) async fn list_tables(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Params(q): Params<ListTables>,
 ) -> Json<Vec<TableDescriptor>> {
-    Json(s.store.catalog().tables(q.namespace.as_deref()))
+    let mut tables = s.store.catalog().tables(q.namespace.as_deref());
+    tables.retain(|t| caller.sees(&t.name.namespace));
+    Json(tables)
 }
 
 pub(super) async fn create_table(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let req: CreateTable = json_body(body)?;
+    allow(&caller, Scope::Admin, Some(&req.name.namespace))?;
     if req.name.table.starts_with("__") {
         return Err(ApiError::bad(format!(
             "table names starting with `__` are halite's own (`{}` keeps a namespace's open tag sets); choose another name",

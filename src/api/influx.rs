@@ -11,12 +11,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query as QueryParams, State};
+use axum::extract::{Extension, Query as QueryParams, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
 
+use super::auth::allow;
 use super::state::AppState;
+use crate::auth::{Caller, Scope};
 use crate::catalog::{CreateTable, TableName};
 use crate::error::Error;
 use crate::ingest::{self, line_protocol::Precision};
@@ -446,6 +448,7 @@ fn write_body(
 /// `GET|POST /query?q=&db=&epoch=`: `q` in the URL or a form body.
 pub(super) async fn query(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     method: Method,
     QueryParams(mut p): QueryParams<BTreeMap<String, String>>,
     headers: HeaderMap,
@@ -470,6 +473,20 @@ pub(super) async fn query(
         }
     };
     let db = p.get("db").cloned().filter(|d| !d.is_empty());
+    // Every statement is checked before any runs, as InfluxDB does.
+    for st in &statements {
+        let (scope, ns) = statement_need(st, db.as_deref());
+        // SHOW DATABASES lists what the caller may see.
+        if matches!(st, Statement::ShowDatabases) && caller.holds(scope) {
+            continue;
+        }
+        if let Err(refused) = allow(&caller, scope, ns) {
+            return influx_error(
+                StatusCode::FORBIDDEN,
+                format!("error authorizing query: {}", refused.message()),
+            );
+        }
+    }
     let epoch = p.get("epoch").cloned().filter(|e| !e.is_empty());
     let read_only = method == Method::GET;
     let state = s.clone();
@@ -480,7 +497,7 @@ pub(super) async fn query(
                 epoch: epoch.as_deref(),
                 msgpack,
             };
-            let mut r = match run(&state, st, db.as_deref(), format) {
+            let mut r = match run(&state, &caller, st, db.as_deref(), format) {
                 Ok(series) => {
                     let mut r = json!({ "statement_id": i });
                     if !series.is_empty() {
@@ -802,8 +819,25 @@ fn per_measurement(
     Ok(out)
 }
 
+/// The scope a statement needs, and the database it is in (`None` for
+/// `SHOW DATABASES`, which lists only what the caller may see).
+fn statement_need<'a>(st: &'a Statement, db: Option<&'a str>) -> (Scope, Option<&'a str>) {
+    match st {
+        Statement::CreateDatabase { name } => (Scope::Admin, Some(name)),
+        Statement::ShowDatabases => (Scope::Read, None),
+        Statement::ShowRetentionPolicies { on }
+        | Statement::ShowMeasurements { on, .. }
+        | Statement::ShowTagKeys { on, .. }
+        | Statement::ShowTagValues { on, .. }
+        | Statement::ShowFieldKeys { on, .. }
+        | Statement::ShowSeries { on, .. } => (Scope::Read, on.as_deref().or(db)),
+        Statement::Select(_) | Statement::Unsupported(_) => (Scope::Read, db),
+    }
+}
+
 fn run(
     s: &AppState,
+    caller: &Caller,
     st: &Statement,
     db: Option<&str>,
     format: CellFormat,
@@ -825,6 +859,7 @@ fn run(
                 .catalog()
                 .namespaces()
                 .into_iter()
+                .filter(|n| caller.sees(n))
                 .map(|n| vec![json!(n)])
                 .collect();
             Ok(vec![one_series(Some("databases"), &["name"], values)])

@@ -13,11 +13,13 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query as QueryParams, State};
+use axum::extract::{Extension, Query as QueryParams, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::auth::allow;
 use super::state::AppState;
+use crate::auth::{Caller, Scope};
 use crate::catalog::{CreateTable, TableName};
 use crate::error::{Error, ErrorKind};
 use crate::ingest::line_protocol::Precision;
@@ -126,6 +128,7 @@ fn samples_table_request(s: &AppState, name: &TableName) -> CreateTable {
 /// `POST /api/v1/write` (protobuf) and `/api/v1/prom/write?db=`.
 pub(super) async fn remote_write(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     QueryParams(p): QueryParams<PromParams>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -133,6 +136,11 @@ pub(super) async fn remote_write(
         Ok(got) => got,
         Err(r) => return r.into_response(),
     };
+    // `/api/v1/write` shares its route with halite's own writes, so the
+    // route cannot say which database a sample goes to: this does.
+    if let Err(refused) = allow(&caller, Scope::Write, Some(&name.namespace)) {
+        return super::ApiError::from(refused).into_response();
+    }
     if s.topics.is_some() {
         return refuse(
             StatusCode::NOT_IMPLEMENTED,

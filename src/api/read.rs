@@ -6,13 +6,14 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json_, json};
 
 use super::arrow;
+use super::auth::allow;
 use super::error::ApiError;
 use super::error::ApiResult;
 use super::json::{RowOut, push_bytes_as_str, push_str, push_u64, push_value};
@@ -23,6 +24,7 @@ use super::state::{
 use super::stream;
 use super::stream::{Format, RowSource};
 use super::token::{PageKind, PageScope};
+use crate::auth::{Caller, Scope};
 use crate::catalog::TableDescriptor;
 use crate::catalog::{TableName, from_hex};
 use crate::codec::{bytes_equal, compare_bytes};
@@ -582,12 +584,14 @@ pub(super) fn parse_query_request(bytes: &[u8]) -> ApiResult<(String, Shape, Que
 
 pub(super) async fn query(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let bytes = body_bytes(body)?;
     let (table, shape, mut q) = parse_query_request(&bytes)?;
     let name = table_name(&table)?;
+    allow(&caller, Scope::Read, Some(&name.namespace))?;
     let format = Format::from_headers(&headers);
     let paged = q.limit.is_some();
     let scope = PageScope::new(

@@ -42,6 +42,8 @@ pub struct AppState {
     pub tag_sets: Arc<crate::series::TagSets>,
     pub influx: crate::config::InfluxConfig,
     pub prometheus: crate::config::PrometheusConfig,
+    /// Whether requests need tokens, and the bootstrap token.
+    pub auth: super::auth::AuthSettings,
 }
 
 /// Query parameters, read strictly: an unknown or malformed one is a 400

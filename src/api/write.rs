@@ -5,17 +5,19 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value as Json_, json};
 
+use super::auth::allow;
 use super::error::ApiError;
 use super::error::ApiResult;
 use super::read::split_column;
 use super::state::AppState;
 use super::state::{Params, blocking, body_bytes, field_error, table_name};
+use crate::auth::{Caller, Scope};
 use crate::catalog::from_hex;
 use crate::ingest::line_protocol::Precision;
 use crate::ingest::{self, PointEncoder, RowsSink};
@@ -111,11 +113,13 @@ pub(super) struct WriteParams {
 /// get 400 with their numbers and reasons, and the good ones are written.
 pub(super) async fn write(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Params(p): Params<WriteParams>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let name = table_name(&p.table)?;
+    allow(&caller, Scope::Write, Some(&name.namespace))?;
     let precision = match p.precision.as_deref() {
         None => None,
         Some(x) => Some(Precision::parse(x).ok_or_else(|| {

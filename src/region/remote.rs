@@ -66,11 +66,13 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    pub fn new(objects: Arc<Objects>) -> Nodes {
+    /// `token`: what this node presents to the others (their API may
+    /// check tokens).
+    pub fn new(objects: Arc<Objects>, token: Option<String>) -> Nodes {
         Nodes {
             objects,
             known: Mutex::new(HashMap::new()),
-            connections: ConnectionPool::default(),
+            connections: ConnectionPool::with_token(token),
         }
     }
 
