@@ -381,3 +381,92 @@ fn explorer_charts_what_the_query_api_answers_in_a_real_browser() {
     drop(browser);
     stop(srv);
 }
+
+/// A server that checks tokens: the page asks for one, charts with it,
+/// and shows its requests naming the token by variable only.
+#[test]
+fn explorer_asks_for_a_token_when_the_server_checks_them() {
+    const BOOT: &str = "bootstrap-secret-for-the-explorer-0123";
+    let sc = Scenario::new()
+        .set("auth.enabled=true")
+        .env("HALITE__AUTH__BOOTSTRAP_TOKEN", BOOT)
+        .build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    let boot = format!("Bearer {BOOT}");
+    let send = |method: &str, path: &str, ct: &str, body: &[u8]| {
+        common::http::request_with(
+            &addr,
+            method,
+            path,
+            &[("Authorization", boot.as_str()), ("Content-Type", ct)],
+            body,
+        )
+        .expect("request")
+    };
+    let spec = json!({
+        "name": "cpu",
+        "families": [{"name": "f", "data_block_encoding": "TIME_SERIES"}],
+        "key": {
+            "fields": [
+                {"name": "metric", "type": "string", "width": 16},
+                {"name": "host", "type": "string", "width": 16},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ],
+            "salt": {"buckets": 2}
+        }
+    });
+    let r = send(
+        "POST",
+        "/api/v1/tables",
+        "application/json",
+        spec.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let w = send(
+        "POST",
+        "/api/v1/write?table=cpu&precision=ms",
+        "text/plain",
+        lines(0..HOSTS, 0..60, BASE_MS).as_bytes(),
+    );
+    assert_eq!(w.status, 204, "{}", w.text());
+    let made = send(
+        "POST",
+        "/api/v1/tokens",
+        "application/json",
+        br#"{"name": "explorer", "scopes": ["read"]}"#,
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    let token = made.json()["token"].as_str().expect("token").to_string();
+
+    let browser = Browser::start(1280, 900);
+    browser.goto(&format!("http://{addr}/"));
+    let asked = browser.wait_for(
+        "const e = window.explorer; return e.error && !document.getElementById('token-form').hidden \
+         ? e.error : null",
+        Duration::from_secs(20),
+        "the page asking for a token",
+    );
+    assert!(asked.as_str().is_some_and(|m| m.contains("token")), "{asked}");
+    browser.eval(&format!(
+        "document.getElementById('token').value = {}; return true",
+        json!(token)
+    ));
+    browser.click("#use-token");
+    let drawn = browser.wait_for(
+        "const e = window.explorer; return e.error ? {error: e.error} \
+         : (e.drawn >= 1 && e.chart) ? {table: e.table.name, \
+            curl: document.getElementById('curl').textContent, \
+            form: document.getElementById('token-form').hidden} : null",
+        Duration::from_secs(20),
+        "a chart once the token is given",
+    );
+    assert_eq!(drawn["table"], json!("default:cpu"), "{drawn}");
+    assert_eq!(drawn["form"], json!(true), "{drawn}");
+    let curl = drawn["curl"].as_str().unwrap_or("");
+    assert!(
+        curl.contains("$HALITE_TOKEN") && !curl.contains(&token),
+        "{curl}"
+    );
+    stop(srv);
+}

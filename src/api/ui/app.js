@@ -33,11 +33,24 @@ const el = (tag, attrs = {}, ...children) => {
 
 class ApiError extends Error {}
 
+// A server that checks tokens answers 401: the page asks for one and
+// keeps it for this tab only (sessionStorage), never in the URL.
+const TOKEN_KEY = "halite.token";
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+const authorized = (headers = {}) => (token() ? { ...headers, Authorization: `Bearer ${token()}` } : headers);
+
+function askForToken(why) {
+  $("token-form").hidden = false;
+  $("token").focus();
+  throw new ApiError(`${why}: this server needs an API token with the read scope; paste one above (\`halite token create --scope read\`).`);
+}
+
 async function api(path, body) {
   const init = body === undefined
-    ? {}
-    : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+    ? { headers: authorized() }
+    : { method: "POST", headers: authorized({ "Content-Type": "application/json" }), body: JSON.stringify(body) };
   const r = await fetch(path, init);
+  if (r.status === 401) askForToken(token() ? "the token was refused" : "no token");
   const text = await r.text();
   let json = null;
   try { json = JSON.parse(text); } catch (_) { /* not JSON: say so below */ }
@@ -69,7 +82,8 @@ function parseMetrics(text) {
 }
 
 async function metrics() {
-  const r = await fetch("/metrics");
+  const r = await fetch("/metrics", { headers: authorized() });
+  if (r.status === 401) askForToken(token() ? "the token was refused" : "no token");
   if (!r.ok) throw new ApiError(`${r.status} /metrics`);
   return parseMetrics(await r.text());
 }
@@ -345,7 +359,7 @@ async function drawQuery(t, s, fields, g) {
     `--start ${start}`, `--end ${end}`, `--fields ${shellQuote(fields.join(","))}`,
     `--agg ${fn}`, `--downsample ${downsample}`, "--limit 10000",
   ].join(" ");
-  showRequest(`curl -s -X POST http://${location.host}/api/v1/query -H 'Content-Type: application/json' -d ${shellQuote(JSON.stringify(request))}`, cli);
+  showRequest(`curl -s -X POST http://${location.host}/api/v1/query${curlAuth()} -H 'Content-Type: application/json' -d ${shellQuote(JSON.stringify(request))}`, cli);
   return { request, chart: drawn, ...rowsOf(t, raw) };
 }
 
@@ -412,7 +426,7 @@ async function drawInfluxQL(t, s, fields, g) {
     windows.set(v[0], w);
   }
   const drawn = chart(windows, fields, `${fn} per ${downsample} ms`);
-  showRequest(`curl -s -G http://${location.host}/query --data-urlencode ${shellQuote(`db=${db}`)} --data-urlencode 'epoch=ms' --data-urlencode ${shellQuote(`q=${q}`)}`,
+  showRequest(`curl -s -G http://${location.host}/query${curlAuth()} --data-urlencode ${shellQuote(`db=${db}`)} --data-urlencode 'epoch=ms' --data-urlencode ${shellQuote(`q=${q}`)}`,
     `influx -host ${location.hostname} -port ${location.port || 80} -database ${shellQuote(db)} -execute ${shellQuote(q)}`);
   return {
     request: { db, q },
@@ -449,6 +463,9 @@ function chart(windows, fields, what) {
   say(`${xs.length} windows, ${what}`);
   return shown;
 }
+
+// The shown commands name the token by variable, never by value.
+const curlAuth = () => (token() ? ` -H "Authorization: Bearer $HALITE_TOKEN"` : "");
 
 function showRequest(curl, cli) {
   $("request").hidden = false;
@@ -622,6 +639,21 @@ async function start() {
     b.addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText($(b.dataset.copy).textContent));
   }
   window.addEventListener("hashchange", () => route().catch((e) => say(e.message, true)));
+  $("token-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const t = $("token").value.trim();
+    if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
+    $("token").value = "";
+    $("token-form").hidden = true;
+    explorer.error = null;
+    say("");
+    try {
+      await loadTables();
+      await route();
+    } catch (err) {
+      say(err.message, true);
+    }
+  });
   try {
     await loadTables();
     await route();
