@@ -34,6 +34,7 @@ mod error;
 mod influx;
 mod internal;
 mod json;
+pub mod listen;
 mod msgpack;
 mod prometheus;
 mod read;
@@ -361,20 +362,18 @@ async fn count_request(req: axum::extract::Request, next: axum::middleware::Next
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    serving: listen::Serving,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    listen::serve(listener, router(state), serving, shutdown).await
 }
 
 /// Serves [`metrics_router`] until `shutdown`.
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    serving: listen::Serving,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, metrics_router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    listen::serve(listener, metrics_router(state), serving, shutdown).await
 }

@@ -150,7 +150,21 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         // Listening first, then taking the signals held since start-up.
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut terminate = signal(SignalKind::terminate())?;
+        let mut hangup = signal(SignalKind::hangup())?;
         hold_stop_signals(false);
+        let tls = if config.server.tls_cert.is_empty() {
+            None
+        } else {
+            Some(Arc::new(api::listen::Tls::load(
+                std::path::Path::new(&config.server.tls_cert),
+                std::path::Path::new(&config.server.tls_key),
+            )?))
+        };
+        let serving = api::listen::Serving {
+            header_timeout: config.server.header_timeout.0,
+            tls: tls.clone(),
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind(&config.server.listen).await?;
         let addr = listener.local_addr()?;
         let metrics_listener = if config.server.metrics_listen.is_empty() {
@@ -164,7 +178,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
                         config.server.metrics_listen
                     )
                 })?;
-            tracing::info!("metrics also on http://{}/metrics", l.local_addr()?);
+            tracing::info!("metrics also on {scheme}://{}/metrics", l.local_addr()?);
             Some(l)
         };
         state.ready.store(true, Ordering::Release);
@@ -172,8 +186,21 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             data = %config.data_dir.display(),
             tables = store.catalog().tables(None).len(),
             started_s = started.elapsed().as_secs_f64(),
-            "halite serving http://{addr}"
+            "halite serving {scheme}://{addr}"
         );
+        // SIGHUP: the certificate and key are read again (renewed ones
+        // take effect without a restart).
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                match &tls {
+                    Some(tls) => match tls.reload() {
+                        Ok(()) => tracing::info!("TLS certificate and key reloaded"),
+                        Err(e) => tracing::error!(error = %e, "TLS reload failed; the old certificate stays"),
+                    },
+                    None => tracing::info!("SIGHUP: nothing to reload (no TLS)"),
+                }
+            }
+        });
         let ready = state.clone();
         let (stopping, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -198,10 +225,11 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             tokio::spawn(api::serve_metrics(
                 l,
                 state.clone(),
+                serving.clone(),
                 shutdown(stopped.clone()),
             ))
         });
-        let served = api::serve(listener, state.clone(), shutdown(stopped)).await;
+        let served = api::serve(listener, state.clone(), serving, shutdown(stopped)).await;
         if let Some(m) = metrics_server {
             match m.await {
                 Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener failed"),

@@ -211,6 +211,14 @@ pub struct ServerConfig {
     /// How long a request body may take to arrive once its headers have
     /// (default 30s); a slower or stalled client gets 408 and writes nothing.
     pub body_timeout: Dur,
+    /// How long a request's headers may take to arrive (default 10s); a
+    /// client stalled inside them is disconnected.
+    pub header_timeout: Dur,
+    /// PEM certificate chain: with `tls_key`, the API and metrics ports
+    /// speak HTTPS only. Read again on SIGHUP.
+    pub tls_cert: String,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: String,
     /// Writer shards, each with a WAL (default: one per core).
     pub shards: usize,
     /// Threads for the bucket scans of queries (default: two per core).
@@ -226,6 +234,9 @@ impl Default for ServerConfig {
             max_body: ByteSize(25 << 20),
             write_piece: ByteSize(4 << 20),
             body_timeout: Dur(Duration::from_secs(30)),
+            header_timeout: Dur(Duration::from_secs(10)),
+            tls_cert: String::new(),
+            tls_key: String::new(),
             shards: cores,
             query_threads: 2 * cores,
         }
@@ -425,6 +436,15 @@ impl Config {
                 why: why.into(),
             })
         };
+        if self.server.tls_cert.is_empty() != self.server.tls_key.is_empty() {
+            return bad(
+                "server.tls_cert",
+                "server.tls_cert and server.tls_key go together: set both (PEM files) or neither",
+            );
+        }
+        if self.server.header_timeout.0.is_zero() {
+            return bad("server.header_timeout", "must be more than 0");
+        }
         let boot = &self.auth.bootstrap_token;
         if !boot.is_empty() && (boot.len() < 16 || boot.chars().any(char::is_whitespace)) {
             return bad(

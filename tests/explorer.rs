@@ -447,7 +447,10 @@ fn explorer_asks_for_a_token_when_the_server_checks_them() {
         Duration::from_secs(20),
         "the page asking for a token",
     );
-    assert!(asked.as_str().is_some_and(|m| m.contains("token")), "{asked}");
+    assert!(
+        asked.as_str().is_some_and(|m| m.contains("token")),
+        "{asked}"
+    );
     browser.eval(&format!(
         "document.getElementById('token').value = {}; return true",
         json!(token)

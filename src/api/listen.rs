@@ -1,0 +1,189 @@
+//! The connection loop under the routes: HTTP/1.1 over TCP, or over TLS
+//! (rustls) when the server has a certificate, with a deadline on each
+//! request's headers so a client that stalls inside them does not hold a
+//! connection for as long as it likes. axum's own `serve` has neither.
+//!
+//! The certificate and key are read again on [`Tls::reload`] (SIGHUP):
+//! connections made after it get the new ones, and a pair that does not
+//! load leaves the old in place.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::RwLock;
+use tokio::net::TcpListener;
+
+/// A certificate chain and key served on TLS connections, swappable while
+/// the server runs.
+pub struct Tls {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<tokio_rustls::TlsAcceptor>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read TLS {what} `{path}`: {why}; check server.tls_cert and server.tls_key")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        why: String,
+    },
+    #[error(
+        "the TLS certificate and key do not make a server config ({0}); check that the key is the certificate's"
+    )]
+    Config(String),
+}
+
+impl Tls {
+    /// Loads the PEM certificate chain at `cert` and private key at `key`.
+    pub fn load(cert: &Path, key: &Path) -> Result<Tls, TlsError> {
+        let acceptor = acceptor(cert, key)?;
+        Ok(Tls {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            current: RwLock::new(acceptor),
+        })
+    }
+
+    /// Reads the certificate and key again; on failure the ones loaded
+    /// before stay in use.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let fresh = acceptor(&self.cert, &self.key)?;
+        *self.current.write() = fresh;
+        Ok(())
+    }
+
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.current.read().clone()
+    }
+}
+
+fn acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |what: &'static str, path: &Path, why: String| TlsError::Read {
+        what,
+        path: path.to_path_buf(),
+        why,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| read("certificate", cert, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| read("certificate", cert, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(read(
+            "certificate",
+            cert,
+            "no CERTIFICATE block in it".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| read("key", key, e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// How connections are served.
+#[derive(Clone)]
+pub struct Serving {
+    /// A request's headers must all arrive within this of its first byte
+    /// (of the connection, for its first request), else the connection is
+    /// closed; a TLS handshake gets as long.
+    pub header_timeout: Duration,
+    pub tls: Option<Arc<Tls>>,
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets the
+/// requests under way finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    serving: Serving,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (closing, closed) = tokio::sync::watch::channel(());
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it
+                    // was taken: wait a moment rather than spin.
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let serving = serving.clone();
+        let mut closed = closed.clone();
+        tokio::spawn(async move {
+            match &serving.tls {
+                None => connection(stream, router, &serving, &mut closed).await,
+                Some(tls) => {
+                    let handshake = tls.acceptor().accept(stream);
+                    match tokio::time::timeout(serving.header_timeout, handshake).await {
+                        Ok(Ok(stream)) => connection(stream, router, &serving, &mut closed).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                }
+            }
+            drop(closed);
+        });
+    }
+    drop(listener);
+    drop(closed);
+    // Every connection holds a receiver: this wakes them all, and returns
+    // when the last has finished.
+    let _ = closing.send(());
+    closing.closed().await;
+    Ok(())
+}
+
+async fn connection<IO>(
+    io: IO,
+    router: Router,
+    serving: &Serving,
+    closed: &mut tokio::sync::watch::Receiver<()>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let mut router = router.clone();
+        tower_service::Service::call(&mut router, req.map(Body::new))
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(serving.header_timeout);
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
+    tokio::select! {
+        done = conn.as_mut() => {
+            if let Err(e) = done {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        }
+        _ = closed.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The API's connections: HTTPS with a certificate the test makes (and
+//! replaces, for SIGHUP to load), and a client stalled inside its request
+//! headers disconnected after `server.header_timeout`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::scenario::Scenario;
+use common::server::stop;
+
+/// A self-signed certificate for 127.0.0.1 and localhost, by openssl.
+fn make_certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cert = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=halite-test"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        // An end entity, not a CA (webpki refuses a CA as a server's).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("run openssl (the openssl package)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
+
+fn der_of(cert: &Path) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_file(cert)
+        .expect("certificate")
+        .to_vec()
+}
+
+/// `GET path` over TLS trusting only `trusted`: the status line, the body,
+/// and the certificate the server showed.
+fn https_get(
+    addr: &str,
+    trusted: &Path,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(String, String, Vec<u8>), String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(trusted).expect("trusted certificate"))
+        .expect("add root");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")
+        .expect("name")
+        .to_owned();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    match tls.read_to_end(&mut answer) {
+        Ok(_) => {}
+        // A server that closes without close_notify still answered.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let shown = tls
+        .conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+        shown,
+    ))
+}
+
+#[test]
+fn the_api_speaks_https_and_sighup_loads_a_renewed_certificate() {
+    let sc = Scenario::new().build();
+    let (cert, key) = make_certificate(sc.dir(), "first");
+    let boot = "tls-bootstrap-token-0123456789";
+    let srv = common::server::spawn(
+        sc.command(&[
+            &format!("server.tls_cert=\"{}\"", cert.display()),
+            &format!("server.tls_key=\"{}\"", key.display()),
+            "auth.enabled=true",
+            &format!("auth.bootstrap_token=\"{boot}\""),
+        ]),
+        sc.port,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (status, body, shown) = loop {
+        match https_get(&srv.addr, &cert, "/readyz", None) {
+            Ok(answer) if answer.0.contains("200") => break answer,
+            other => {
+                assert!(Instant::now() < deadline, "no HTTPS answer: {other:?}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    assert!(status.starts_with("HTTP/1.1 200"), "{status} {body}");
+    assert_eq!(shown, der_of(&cert));
+    // Tokens over TLS.
+    let (status, _, _) = https_get(&srv.addr, &cert, "/api/v1/tables", None).expect("https");
+    assert!(status.contains("401"), "{status}");
+    let (status, body, _) =
+        https_get(&srv.addr, &cert, "/api/v1/tables", Some(boot)).expect("https");
+    assert!(status.contains("200"), "{status} {body}");
+    // Plain HTTP gets no HTTP answer from a TLS port.
+    let plain = common::http::request(&srv.addr, "GET", "/healthz", None, b"");
+    assert!(plain.is_err() || plain.is_ok_and(|r| r.status != 200));
+
+    // A renewed certificate in the same files, then SIGHUP.
+    let (next_cert, next_key) = make_certificate(sc.dir(), "second");
+    std::fs::copy(&next_cert, &cert).expect("replace cert");
+    std::fs::copy(&next_key, &key).expect("replace key");
+    // SAFETY: a signal to our own child process by its pid.
+    assert_eq!(
+        unsafe { libc::kill(srv.child.id() as i32, libc::SIGHUP) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok((status, _, shown)) = https_get(&srv.addr, &next_cert, "/healthz", None)
+            && status.contains("200")
+        {
+            assert_eq!(shown, der_of(&next_cert));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate was not loaded"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A broken pair on the next SIGHUP leaves the renewed one serving.
+    std::fs::write(&key, "not a key").expect("break key");
+    assert_eq!(
+        unsafe { libc::kill(srv.child.id() as i32, libc::SIGHUP) },
+        0
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, _, _) = https_get(&srv.addr, &next_cert, "/healthz", None).expect("still serving");
+    assert!(status.contains("200"), "{status}");
+    stop(srv);
+}
+
+#[test]
+fn a_client_stalled_inside_its_headers_is_disconnected() {
+    let sc = Scenario::new().set("server.header_timeout=\"1s\"").build();
+    let srv = sc.start();
+    let mut tcp = TcpStream::connect(&srv.addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .expect("write");
+    let started = Instant::now();
+    let mut buf = [0u8; 512];
+    let read = tcp.read(&mut buf);
+    let waited = started.elapsed();
+    // Closed (0 bytes, or a reset), or answered 408 and closed: not held.
+    match read {
+        Ok(0) | Err(_) => {}
+        Ok(n) => {
+            let text = String::from_utf8_lossy(&buf[..n]);
+            assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        }
+    }
+    assert!(waited < Duration::from_secs(10), "held for {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "dropped at once ({waited:?})"
+    );
+    // Other clients are served meanwhile and after.
+    let r = common::http::request(&srv.addr, "GET", "/healthz", None, b"").expect("healthz");
+    assert_eq!(r.status, 200);
+    stop(srv);
+}
