@@ -298,22 +298,40 @@ fn open_store(config: &Config, clock: Arc<dyn Clock>) -> Result<Store, Box<dyn s
         clock,
         ClusterStorage {
             // Nodes read each other's tails with the bootstrap token
-            // when the API checks tokens.
+            // (their APIs may check tokens), over HTTPS when they serve it,
+            // trusting HALITE_CACERT or else the nodes' own certificate.
             nodes: Arc::new(Nodes::new(
                 objects.clone(),
                 (!config.auth.bootstrap_token.is_empty())
                     .then(|| config.auth.bootstrap_token.clone()),
-            )),
+                &node_tls(config),
+            )?),
             objects,
             node: config.cluster.node.clone(),
-            address: if config.cluster.advertise.is_empty() {
-                config.server.listen.clone()
-            } else {
-                config.cluster.advertise.clone()
+            address: {
+                let address = if config.cluster.advertise.is_empty() {
+                    config.server.listen.clone()
+                } else {
+                    config.cluster.advertise.clone()
+                };
+                if config.server.tls_cert.is_empty() || address.contains("://") {
+                    address
+                } else {
+                    format!("https://{address}")
+                }
             },
             files,
         },
     )?)
+}
+
+/// The certificates a node trusts when the others serve HTTPS.
+fn node_tls(config: &Config) -> crate::client::Tls {
+    let mut tls = crate::client::Tls::from_env();
+    if tls.ca_file.is_none() && !config.server.tls_cert.is_empty() {
+        tls.ca_file = Some(config.server.tls_cert.clone().into());
+    }
+    tls
 }
 
 /// Creates the configured tables (and their namespaces) that do not exist.

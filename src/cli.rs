@@ -4,15 +4,19 @@
 
 use serde_json::{Value, json};
 
-use crate::client::{Response, request_with};
+use crate::client::{HttpClient, Response};
 
-/// Where the server is, the token to show it, and how to print.
+/// Where the server is, how to reach it (TLS, token), and how to print.
 pub struct Client {
+    /// `host:port`, `http://host:port` or `https://host:port`.
     pub addr: String,
     pub json: bool,
-    /// Sent as `Authorization: Bearer` (`--token`, or `HALITE_TOKEN`).
-    pub token: Option<String>,
+    pub http: HttpClient,
 }
+
+/// How long a verb waits for its answer (a big scan or a major compaction
+/// takes a while).
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub type CliResult = Result<(), String>;
 
@@ -31,7 +35,7 @@ impl Client {
         self.call_with(method, path, &headers, body)
     }
 
-    /// A request with any headers, and the token when there is one.
+    /// A request with any headers (the client adds the token).
     fn call_with(
         &self,
         method: &str,
@@ -39,17 +43,9 @@ impl Client {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Response, String> {
-        let authorization = self.token.as_ref().map(|t| format!("Bearer {t}"));
-        let mut all = headers.to_vec();
-        if let Some(a) = &authorization {
-            all.push(("Authorization", a));
-        }
-        request_with(&self.addr, method, path, &all, body).map_err(|e| {
-            format!(
-                "cannot reach halite at {}: {e} (is `halite serve` running?)",
-                self.addr
-            )
-        })
+        self.http
+            .request(&self.addr, method, path, headers, body, ANSWER_WITHIN)
+            .map_err(|e| format!("{e} (is `halite serve` running there?)"))
     }
 
     /// `GET path`, answered as it comes (for a caller that reads it).

@@ -153,7 +153,6 @@ fn feed(
     hosts: u64,
     points: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::client::request;
     let wait = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| {
         let deadline = Instant::now() + std::time::Duration::from_secs(120);
         loop {
@@ -260,7 +259,6 @@ fn write_influx_demo(
     hosts: u64,
     points: u64,
 ) -> Result<(u64, u64), Box<dyn std::error::Error>> {
-    use crate::client::request;
     let create = request(api, "POST", "/query?q=CREATE%20DATABASE%20demo", None, b"")?;
     if create.status != 200 {
         return Err(format!(
@@ -313,4 +311,27 @@ fn write_influx_demo(
         send(&mut body)?;
     }
     Ok((written, first_ms))
+}
+
+/// One request to the demo's own server (plain HTTP on loopback).
+fn request(
+    api: &str,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<crate::client::Response, crate::client::ClientError> {
+    let http = crate::client::HttpClient::new(&crate::client::Tls::default(), None, false)?;
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|ct| ("Content-Type", ct))
+        .into_iter()
+        .collect();
+    http.request(
+        api,
+        method,
+        path,
+        &headers,
+        body,
+        std::time::Duration::from_secs(60),
+    )
 }

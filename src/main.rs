@@ -63,6 +63,11 @@ struct Conn {
     /// environment, which keeps it out of the shell's history).
     #[arg(long, global = true)]
     token: Option<String>,
+    /// PEM certificates to trust for an https:// server beyond the public
+    /// roots: its CA's, or its own self-signed one (default:
+    /// HALITE_CACERT from the environment).
+    #[arg(long, global = true)]
+    cacert: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -472,20 +477,22 @@ fn verify(dir: &std::path::Path, json: bool) -> ExitCode {
     }
 }
 
-fn client(conn: &Conn) -> cli::Client {
-    cli::Client {
-        addr: conn
-            .server
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string(),
-        json: conn.json,
-        token: conn
-            .token
-            .clone()
-            .or_else(|| std::env::var("HALITE_TOKEN").ok())
-            .filter(|t| !t.is_empty()),
+fn client(conn: &Conn) -> Result<cli::Client, String> {
+    let token = conn
+        .token
+        .clone()
+        .or_else(|| std::env::var("HALITE_TOKEN").ok())
+        .filter(|t| !t.is_empty());
+    let mut tls = halite::client::Tls::from_env();
+    if let Some(ca) = &conn.cacert {
+        tls.ca_file = Some(ca.clone());
     }
+    let http = halite::client::HttpClient::new(&tls, token, false).map_err(|e| e.to_string())?;
+    Ok(cli::Client {
+        addr: conn.server.trim().trim_end_matches('/').to_string(),
+        json: conn.json,
+        http,
+    })
 }
 
 fn split_list(s: &str) -> Vec<String> {
@@ -562,7 +569,7 @@ fn read_input(path: &std::path::Path) -> Result<String, String> {
 fn run_client(command: Command) -> Result<(), String> {
     match command {
         Command::Table { cmd, conn } => {
-            let c = client(&conn);
+            let c = client(&conn)?;
             match cmd {
                 TableCmd::Create { spec } => c.table_create(&read_input(&spec)?),
                 TableCmd::Describe { name } => c.table_describe(&name),
@@ -577,9 +584,9 @@ fn run_client(command: Command) -> Result<(), String> {
                 TableCmd::Compact { name } => c.table_compact(&name),
             }
         }
-        Command::Cluster { conn } => client(&conn).cluster(),
+        Command::Cluster { conn } => client(&conn)?.cluster(),
         Command::Token { cmd, conn } => {
-            let c = client(&conn);
+            let c = client(&conn)?;
             match cmd {
                 TokenCmd::Create {
                     name,
@@ -591,7 +598,7 @@ fn run_client(command: Command) -> Result<(), String> {
             }
         }
         Command::Namespace { cmd, conn } => {
-            let c = client(&conn);
+            let c = client(&conn)?;
             match cmd {
                 NamespaceCmd::List => c.namespace_list(),
                 NamespaceCmd::Create { name } => c.namespace_create(&name),
@@ -611,7 +618,7 @@ fn run_client(command: Command) -> Result<(), String> {
             fields,
             conn,
         } => {
-            let c = client(&conn);
+            let c = client(&conn)?;
             let spec = match (row, series) {
                 (Some(_), Some(_)) => return Err("give --row or --series, not both".into()),
                 (Some(row), None) => serde_json::json!({
@@ -642,7 +649,7 @@ fn run_client(command: Command) -> Result<(), String> {
             end,
             conn,
         } => {
-            let c = client(&conn);
+            let c = client(&conn)?;
             c.count(&serde_json::json!({
                 "table": table,
                 "series": series_values(&c, &table, &series)?,
@@ -660,7 +667,7 @@ fn run_client(command: Command) -> Result<(), String> {
             } else {
                 lines.join("\n")
             };
-            client(&conn).put(&table, &precision, &body)
+            client(&conn)?.put(&table, &precision, &body)
         }
         Command::Get {
             table,
@@ -685,7 +692,7 @@ fn run_client(command: Command) -> Result<(), String> {
             } else {
                 format!("{row}?{}", params.join("&"))
             };
-            client(&conn).get(&table, &row)
+            client(&conn)?.get(&table, &row)
         }
         Command::Scan {
             table,
@@ -721,7 +728,7 @@ fn run_client(command: Command) -> Result<(), String> {
                         serde_json::json!(filter_if_missing);
                 }
             }
-            client(&conn).scan(&table, &spec)
+            client(&conn)?.scan(&table, &spec)
         }
         Command::Query {
             table,
@@ -739,7 +746,7 @@ fn run_client(command: Command) -> Result<(), String> {
             continuation,
             conn,
         } => {
-            let c = client(&conn);
+            let c = client(&conn)?;
             let mut q = serde_json::json!({
                 "table": table,
                 "series": series_values(&c, &table, &series)?,
@@ -799,7 +806,7 @@ fn main() -> ExitCode {
                 other => Err(format!("unknown format `{other}`: use line or json").into()),
             };
             let by_bucket = by_bucket
-                .map(|table| table_descriptor(&client(&conn), &table))
+                .map(|table| table_descriptor(&client(&conn)?, &table))
                 .transpose();
             format.and_then(|format| {
                 let spec = ProduceSpec {

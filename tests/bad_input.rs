@@ -30,7 +30,7 @@ fn scenario() -> Scenario {
         .build()
 }
 
-fn error_of(r: &halite::client::Response) -> (String, String) {
+fn error_of(r: &common::http::Response) -> (String, String) {
     let body: Json = serde_json::from_slice(&r.body).expect("a JSON error");
     (
         body["error"]["code"].as_str().expect("code").to_string(),
@@ -68,7 +68,7 @@ fn points_of(addr: &str, host: &str) -> u64 {
         .sum()
 }
 
-fn write(addr: &str, body: &[u8]) -> halite::client::Response {
+fn write(addr: &str, body: &[u8]) -> common::http::Response {
     request(addr, "POST", WRITE, Some("text/plain"), body).expect("write")
 }
 

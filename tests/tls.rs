@@ -147,6 +147,31 @@ fn the_api_speaks_https_and_sighup_loads_a_renewed_certificate() {
     let plain = common::http::request(&srv.addr, "GET", "/healthz", None, b"");
     assert!(plain.is_err() || plain.is_ok_and(|r| r.status != 200));
 
+    // The CLI over HTTPS: trusting the certificate by --cacert or
+    // HALITE_CACERT, refusing a server it cannot verify.
+    let https = format!("https://{}", srv.addr);
+    let cli = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_halite"));
+        cmd.args(["namespace", "list", "--server", &https])
+            .args(extra)
+            .env_remove("HALITE_CACERT")
+            .env_remove("HALITE_TOKEN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run halite")
+    };
+    let cert_arg = cert.display().to_string();
+    let out = cli(&["--cacert", &cert_arg, "--token", boot], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("default"));
+    let out = cli(&[], &[("HALITE_CACERT", &cert_arg), ("HALITE_TOKEN", boot)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(&["--token", boot], &[]);
+    assert!(!out.status.success(), "an unverified server was trusted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("certificate") || err.contains("Certificate"), "{err}");
+
     // A renewed certificate in the same files, then SIGHUP.
     let (next_cert, next_key) = make_certificate(sc.dir(), "second");
     std::fs::copy(&next_cert, &cert).expect("replace cert");

@@ -30,7 +30,7 @@ use super::sst::SstReader;
 use super::sst::cache::BlockCache;
 use super::tail::decode_tail;
 use crate::cell::Row;
-use crate::client::ConnectionPool;
+use crate::client::{ClientError, HttpClient, Response, Tls};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::objects::Objects;
@@ -61,18 +61,45 @@ pub fn node_object(node: &str) -> String {
 pub struct Nodes {
     objects: Arc<Objects>,
     known: Mutex<HashMap<String, (String, Instant)>>,
-    /// Kept-alive connections to the nodes, for the tails reads ask for.
-    connections: ConnectionPool,
+    /// Kept-alive connections to the nodes, for the tails reads ask for:
+    /// a connect and an accept per request cost as much as the answer of
+    /// a small read.
+    connections: HttpClient,
 }
 
 impl Nodes {
     /// `token`: what this node presents to the others (their API may
-    /// check tokens).
-    pub fn new(objects: Arc<Objects>, token: Option<String>) -> Nodes {
-        Nodes {
+    /// check tokens); `tls`: the certificates it trusts when they serve
+    /// HTTPS (their addresses then say `https://`).
+    pub fn new(objects: Arc<Objects>, token: Option<String>, tls: &Tls) -> Result<Nodes> {
+        let connections = HttpClient::new(tls, token, true)
+            .map_err(|e| crate::error::Error::InvalidInput(e.to_string()))?;
+        Ok(Nodes {
             objects,
             known: Mutex::new(HashMap::new()),
-            connections: ConnectionPool::with_token(token),
+            connections,
+        })
+    }
+
+    /// `GET path` on the node at `address`. A kept connection the node
+    /// closed meanwhile fails at once, so a failure is tried once more
+    /// (a GET changes nothing); a node too slow to answer is not asked
+    /// twice.
+    fn get(
+        &self,
+        address: &str,
+        path: &str,
+        within: Duration,
+    ) -> std::result::Result<Response, ClientError> {
+        match self
+            .connections
+            .request(address, "GET", path, &[], b"", within)
+        {
+            Err(ClientError::Unreachable { .. }) => {
+                self.connections
+                    .request(address, "GET", path, &[], b"", within)
+            }
+            answered => answered,
         }
     }
 
@@ -103,9 +130,7 @@ impl Nodes {
     /// Forgets a node's address after it did not answer (it may have
     /// restarted elsewhere).
     pub fn forget(&self, node: &str) {
-        if let Some((address, _)) = self.known.lock().remove(node) {
-            self.connections.forget(&address);
-        }
+        self.known.lock().remove(node);
     }
 }
 
@@ -344,7 +369,7 @@ impl RemoteRegion {
         if let Some(s) = &stop {
             path.push_str(&format!("stop={}", crate::codec::to_hex(s)));
         }
-        let answer = self.nodes.connections.get(&address, &path, TAIL_TIMEOUT);
+        let answer = self.nodes.get(&address, &path, TAIL_TIMEOUT);
         let answer = match answer {
             Ok(a) if a.status == 200 => a,
             Ok(a) => {

@@ -1,11 +1,207 @@
-//! The library's HTTP client, with a test-friendly free port.
+//! A raw HTTP/1.1 client for tests: one request per connection, bytes as
+//! written, for checking the server's protocol edges (an answer sent
+//! before the whole body was taken, chunked answers, HEAD) that a full
+//! client hides. The CLI and the nodes of a cluster use `halite::client`.
 #![allow(dead_code)]
 
-#[allow(unused_imports)]
-pub use halite::client::{Response, request, request_with};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
 
 pub fn free_port() -> u16 {
-    halite::client::free_port().expect("free port")
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The body as JSON; `Null` when it is not JSON (callers show `text`).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|ct| ("Content-Type", ct))
+        .into_iter()
+        .collect();
+    request_with(addr, method, path, &headers, body)
+}
+
+/// A request with any headers (`Accept`, say).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    extra_headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    request_within(
+        addr,
+        method,
+        path,
+        extra_headers,
+        body,
+        Duration::from_secs(60),
+    )
+}
+
+/// A request that gives up when connecting or any read takes longer
+/// than `timeout` (a node asking another, which may be gone).
+pub fn request_within(
+    addr: &str,
+    method: &str,
+    path: &str,
+    extra_headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Response> {
+    let mut s = connect(addr, timeout)?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in extra_headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    // A server may answer (413, say) and close before taking the whole
+    // body; the answer is still there to read.
+    let sent = s.write_all(body);
+    match read_response(&mut BufReader::new(s), method == "HEAD") {
+        Ok((response, _)) => Ok(response),
+        Err(e) => {
+            sent?;
+            Err(e)
+        }
+    }
+}
+
+/// A connection to `addr` whose connect, reads and writes give up after
+/// `timeout`.
+fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    // Every address the name has, in turn (`localhost` may be ::1 first).
+    let mut connected = Err(std::io::Error::other(format!("no address for {addr}")));
+    for target in std::net::ToSocketAddrs::to_socket_addrs(addr)? {
+        connected = TcpStream::connect_timeout(&target, timeout);
+        if connected.is_ok() {
+            break;
+        }
+    }
+    let s = connected?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// Reads one response: (the response, whether the connection can carry
+/// another request). The body is as long as its length or its chunks say,
+/// else up to the end of the connection; the answer to a HEAD, a 204 or a
+/// 304 has none.
+fn read_response(
+    conn: &mut BufReader<TcpStream>,
+    to_head: bool,
+) -> std::io::Result<(Response, bool)> {
+    let mut line = String::new();
+    if conn.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the server closed the connection",
+        ));
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        conn.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let closes = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let chunked = header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
+    let length = header("content-length").and_then(|v| v.parse::<usize>().ok());
+    let mut body = Vec::new();
+    let reusable = if to_head || status == 204 || status == 304 {
+        !closes
+    } else if chunked {
+        loop {
+            line.clear();
+            conn.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                .map_err(|_| std::io::Error::other("malformed chunked body"))?;
+            if size == 0 {
+                // Trailers, then the empty line.
+                loop {
+                    line.clear();
+                    if conn.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            let at = body.len();
+            body.resize(at + size, 0);
+            conn.read_exact(&mut body[at..])?;
+            line.clear();
+            conn.read_line(&mut line)?;
+        }
+        !closes
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        conn.read_exact(&mut body)?;
+        !closes
+    } else {
+        conn.read_to_end(&mut body)?;
+        false
+    };
+    Ok((
+        Response {
+            status,
+            headers,
+            body,
+        },
+        reusable,
+    ))
 }
 
 /// Waits up to 20 s for a server just started (`what`) to accept
