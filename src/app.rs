@@ -94,6 +94,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let queries = Arc::new(QueryEngine::new(store.clone(), config.server.query_threads));
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let memory_guard = MemoryGuard::start(&store)?;
+    let scrubber = crate::store::scrub::Scrubber::start(&store, config.region.scrub_rate.0)?;
     // A cluster's HTTP writes go through the topics, as every other point;
     // the consumer forwards misrouted points through the same producer.
     let topics = if store.is_cluster() {
@@ -244,6 +245,9 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     drop(queries);
     splitter.stop();
     memory_guard.stop();
+    if let Some(s) = scrubber {
+        s.stop();
+    }
     if let Some(c) = catalog_refresh {
         c.stop();
     }

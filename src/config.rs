@@ -296,6 +296,10 @@ pub struct RegionConfig {
     pub max_size: ByteSize,
     /// How often region sizes are checked against `max_size` (default 10s).
     pub split_check_interval: Dur,
+    /// The scrub reads every live store file again at this many bytes a
+    /// second and checks it (default 8MiB; 0 turns it off). Damage shows
+    /// in `/readyz` and `halite_scrub_damaged_files`.
+    pub scrub_rate: ByteSize,
     pub compaction: CompactionConfig,
 }
 
@@ -368,6 +372,7 @@ impl Default for RegionConfig {
             global_memstore_size: ByteSize(1 << 30),
             max_size: ByteSize(10 << 30),
             split_check_interval: Dur(std::time::Duration::from_secs(10)),
+            scrub_rate: ByteSize(8 << 20),
             compaction: CompactionConfig::default(),
         }
     }

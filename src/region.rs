@@ -627,6 +627,18 @@ impl Region {
         self.inner.manifest.lock().clone()
     }
 
+    /// The live store files: (path, file id, bytes).
+    pub fn store_files(&self) -> Vec<(PathBuf, u64, u64)> {
+        self.inner
+            .state
+            .read()
+            .files
+            .values()
+            .flatten()
+            .map(|r| (r.path().to_path_buf(), r.file_id(), r.size()))
+            .collect()
+    }
+
     /// Paths of the live store files.
     pub fn file_paths(&self) -> Vec<PathBuf> {
         self.inner

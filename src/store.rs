@@ -19,6 +19,7 @@
 pub mod chores;
 pub mod cluster;
 mod recovery;
+pub mod scrub;
 mod shard;
 mod split;
 
@@ -100,6 +101,9 @@ pub struct Store {
     /// Set by `close`: a closed region then means shutdown, not a split.
     closing: AtomicBool,
     memory_waits: std::sync::atomic::AtomicU64,
+    /// Live store files the scrub found damaged (`store/scrub.rs`), with
+    /// what was wrong; kept until the file is no longer live.
+    damaged: Mutex<std::collections::BTreeMap<PathBuf, String>>,
     /// Cluster mode: the object store, and the shards this node owns.
     cluster: Option<cluster::Cluster>,
 }
@@ -186,6 +190,7 @@ impl Store {
             maintenance,
             closing: AtomicBool::new(false),
             memory_waits: std::sync::atomic::AtomicU64::new(0),
+            damaged: Mutex::new(std::collections::BTreeMap::new()),
             cluster: storage.map(cluster::Cluster::new),
         };
         if store.cluster.is_some() {
@@ -787,7 +792,40 @@ impl Store {
                 }
             }
         }
+        if let Some((path, what)) = self.damaged.lock().iter().next() {
+            return Some(format!(
+                "the scrub found a damaged store file: {} ({what}); reads of its rows fail \
+                 until it is replaced: restore it, or drop and reload its table",
+                path.display()
+            ));
+        }
         None
+    }
+
+    /// The live store files of this node's regions: (path, file id,
+    /// bytes).
+    pub fn live_store_files(&self) -> Vec<(PathBuf, u64, u64)> {
+        let tables = self.tables.read();
+        let mut out = Vec::new();
+        for t in tables.values() {
+            for r in t.regions().iter().filter_map(RegionHandle::local) {
+                out.extend(r.store_files());
+            }
+        }
+        out
+    }
+
+    /// Records what the scrub found wrong with a live store file.
+    pub fn note_damage(&self, path: &Path, what: String) {
+        self.damaged.lock().insert(path.to_path_buf(), what);
+    }
+
+    /// Forgets damage of files no longer live (compacted away, dropped);
+    /// how many damaged files remain.
+    pub fn forget_damage_except(&self, live: &std::collections::BTreeSet<PathBuf>) -> usize {
+        let mut damaged = self.damaged.lock();
+        damaged.retain(|p, _| live.contains(p));
+        damaged.len()
     }
 
     /// Whether writes wait for disk space (a WAL segment or a flush failed

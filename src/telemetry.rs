@@ -92,6 +92,32 @@ impl Telemetry {
     }
 }
 
+/// Refused credentials (docs/security.md) and the scrub's work.
+fn describe_security_and_scrub() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_counter!(
+        "halite_auth_failures_total",
+        "Requests refused for their credentials: missing, invalid (unknown, revoked, unreadable) or forbidden (a token without the scope or namespace)."
+    );
+    describe_counter!(
+        "halite_scrub_checked_bytes_total",
+        Unit::Bytes,
+        "Store file bytes the scrub read again from disk and checked."
+    );
+    describe_counter!(
+        "halite_scrub_checked_files_total",
+        "Store files the scrub checked."
+    );
+    describe_counter!(
+        "halite_scrub_passes_total",
+        "Passes of the scrub over every live store file."
+    );
+    describe_gauge!(
+        "halite_scrub_damaged_files",
+        "Live store files the scrub found damaged (/readyz names them)."
+    );
+}
+
 /// The metrics of cluster mode (docs/cluster.md), present once a node
 /// of a cluster did what they count.
 fn describe_cluster() {
@@ -209,6 +235,7 @@ fn describe() {
     );
     describe_gauge!("halite_healthy", "1 while the process answers (/healthz).");
     describe_cluster();
+    describe_security_and_scrub();
     describe_gauge!(
         "halite_disk_full",
         "1 while writes wait for disk space (a WAL segment or a flush failed with ENOSPC)."

@@ -163,14 +163,25 @@ fn the_api_speaks_https_and_sighup_loads_a_renewed_certificate() {
     };
     let cert_arg = cert.display().to_string();
     let out = cli(&["--cacert", &cert_arg, "--token", boot], &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("default"));
     let out = cli(&[], &[("HALITE_CACERT", &cert_arg), ("HALITE_TOKEN", boot)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = cli(&["--token", boot], &[]);
     assert!(!out.status.success(), "an unverified server was trusted");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("certificate") || err.contains("Certificate"), "{err}");
+    assert!(
+        err.contains("certificate") || err.contains("Certificate"),
+        "{err}"
+    );
 
     // A renewed certificate in the same files, then SIGHUP.
     let (next_cert, next_key) = make_certificate(sc.dir(), "second");
