@@ -149,6 +149,111 @@ fn prometheus_reads_back_through_halite_what_it_wrote() {
     common::server::stop(halite);
 }
 
+/// A halite that checks tokens: Prometheus writes with a bearer token
+/// (`authorization: credentials`) and reads with Basic auth (the token as
+/// password), each token scoped to what it does; a writer with a wrong
+/// token is refused and counted, and what was written reads back alike.
+#[test]
+fn prometheus_writes_and_reads_with_tokens() {
+    const BOOT: &str = "prometheus-bootstrap-token-0123456789";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let mut cmd = command(
+        &dir.path().join("halite"),
+        port,
+        &["--set", "auth.enabled=true"],
+    );
+    cmd.env("HALITE__AUTH__BOOTSTRAP_TOKEN", BOOT);
+    let halite = spawn_ready(cmd, port);
+    let token = |scope: &str| {
+        let body = format!(
+            r#"{{"name": "prometheus", "scopes": ["{scope}"], "namespaces": ["prometheus"]}}"#
+        );
+        let r = common::http::request_with(
+            &halite.addr,
+            "POST",
+            "/api/v1/tokens",
+            &[
+                ("Authorization", &format!("Bearer {BOOT}")),
+                ("Content-Type", "application/json"),
+            ],
+            body.as_bytes(),
+        )
+        .expect("make token");
+        assert_eq!(r.status, 201, "{}", r.text());
+        r.json()["token"].as_str().expect("token").to_string()
+    };
+    let (write_token, read_token) = (token("write"), token("read"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let exporter = common::prometheus::exporter(stop.clone(), exposition);
+    let writer_config = |credentials: &str| {
+        format!(
+            "global:\n  scrape_interval: 1s\n\
+             scrape_configs:\n  - job_name: exporter\n    static_configs:\n      - targets: ['{exporter}']\n\
+             remote_write:\n  - url: http://{}/api/v1/write\n    authorization:\n      credentials: {credentials}\n    \
+             queue_config:\n      batch_send_deadline: 1s\n      min_backoff: 100ms\n      max_backoff: 1s\n",
+            halite.addr
+        )
+    };
+    let writer = Prometheus::with_config(&dir.path().join("writer"), &writer_config(&write_token));
+    // A read token cannot write.
+    let refused = Prometheus::with_config(&dir.path().join("refused"), &writer_config(&read_token));
+    let reader = Prometheus::with_config(
+        &dir.path().join("reader"),
+        &format!(
+            "global:\n  scrape_interval: 1m\nremote_read:\n  - url: http://{}/api/v1/read\n    read_recent: true\n    \
+             basic_auth:\n      username: grafana\n      password: {read_token}\n",
+            halite.addr
+        ),
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+        - 4.0;
+    std::thread::sleep(Duration::from_secs(2));
+    for q in [
+        "test_temperature",
+        "count_over_time(test_temperature[6s])",
+        "test_requests_total",
+    ] {
+        let (a, b) = (writer.query_at(q, at), reader.query_at(q, at));
+        assert_eq!(a["status"], "success", "{q}: {a}");
+        assert_eq!(b["status"], "success", "{q}: {b}");
+        let (a, b) = (sorted(&a), sorted(&b));
+        assert!(a.as_array().is_some_and(|r| !r.is_empty()), "{q}: {a}");
+        assert_close(&a, &b, q);
+    }
+    let metrics = common::http::request(&halite.addr, "GET", "/metrics", None, b"")
+        .expect("metrics")
+        .text();
+    let forbidden: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("halite_auth_failures_total") && l.contains("forbidden"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        forbidden > 0.0,
+        "the read token's writes were not refused:\n{metrics}"
+    );
+    let failed_sends: f64 = refused
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("prometheus_remote_storage_samples_failed_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        failed_sends > 0.0,
+        "Prometheus did not see its writes refused"
+    );
+    stop.store(true, Ordering::Relaxed);
+    drop(refused);
+    drop(reader);
+    drop(writer);
+    common::server::stop(halite);
+}
+
 use halite::ingest::remote_write::encode_write_request as write_request;
 
 /// What Prometheus' client does with each answer: 4xx drops the batch, so
