@@ -3,9 +3,9 @@
 //! call on each other with it (kept-alive connections).
 //!
 //! A server is named `host:port` (plain HTTP), `http://host:port` or
-//! `https://host:port`. HTTPS trusts the usual public roots, and the
-//! certificates in the PEM file `HALITE_CACERT` names (or [`Tls`] gives):
-//! a private CA, or a self-signed server certificate.
+//! `https://host:port`. HTTPS trusts the public roots, or, when a PEM
+//! file is named (`HALITE_CACERT`, [`Tls`]), only the certificates in it
+//! (as curl's `--cacert`): a private CA's, or a self-signed server's.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,7 +14,7 @@ use std::time::Duration;
 pub enum ClientError {
     #[error("cannot reach {server}: {why}")]
     Unreachable { server: String, why: String },
-    #[error("{server} did not answer within {within:?}")]
+    #[error("{server} went quiet for {within:?}")]
     TimedOut { server: String, within: Duration },
     #[error("cannot read the CA certificates in `{path}`: {why}")]
     CaFile { path: PathBuf, why: String },
@@ -45,7 +45,7 @@ impl Response {
     }
 }
 
-/// Certificates to trust beyond the public roots.
+/// Certificates to trust instead of the public roots.
 #[derive(Debug, Clone, Default)]
 pub struct Tls {
     /// A PEM file of certificates (a private CA's, or a self-signed
@@ -84,6 +84,12 @@ impl HttpClient {
             tls_config = tls_config.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
         }
         let mut config = ureq::Agent::config_builder()
+            // Straight to the server: a proxy from the environment would
+            // see the token (and plain HTTP to it).
+            .proxy(None)
+            // Kept connections go before the server's header deadline
+            // (server.header_timeout, default 10 s) closes them.
+            .max_idle_age(Duration::from_secs(5))
             .http_status_as_error(false)
             .tls_config(tls_config.build())
             .timeout_connect(Some(Duration::from_secs(10)))
@@ -97,8 +103,9 @@ impl HttpClient {
         })
     }
 
-    /// `method path` on `server`, with `headers` (and the token), within
-    /// `timeout` for the whole exchange.
+    /// `method path` on `server`, with `headers` (and the token). It gives
+    /// up when connecting, or any one read or write, takes longer than
+    /// `timeout` (a server that answers slowly but steadily is waited for).
     pub fn request(
         &self,
         server: &str,
@@ -126,7 +133,9 @@ impl HttpClient {
         let request = self
             .agent
             .configure_request(request)
-            .timeout_global(Some(timeout))
+            .timeout_connect(Some(timeout))
+            .timeout_per_read(Some(timeout))
+            .timeout_per_write(Some(timeout))
             .build();
         let response = self.agent.run(request).map_err(|e| match e {
             ureq::Error::Timeout(_) => ClientError::TimedOut {

@@ -211,8 +211,9 @@ pub struct ServerConfig {
     /// How long a request body may take to arrive once its headers have
     /// (default 30s); a slower or stalled client gets 408 and writes nothing.
     pub body_timeout: Dur,
-    /// How long a request's headers may take to arrive (default 10s); a
-    /// client stalled inside them is disconnected.
+    /// How long a request's headers may take to arrive (default 10s),
+    /// counted from when the server waits for them: a client stalled
+    /// inside them, or a kept-alive connection idle that long, is closed.
     pub header_timeout: Dur,
     /// PEM certificate chain: with `tls_key`, the API and metrics ports
     /// speak HTTPS only. Read again on SIGHUP.

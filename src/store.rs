@@ -793,10 +793,13 @@ impl Store {
             }
         }
         if let Some((path, what)) = self.damaged.lock().iter().next() {
+            // Named within the data directory: /readyz is open to anyone.
+            let shown = path.strip_prefix(&self.dir).unwrap_or(path);
             return Some(format!(
-                "the scrub found a damaged store file: {} ({what}); reads of its rows fail \
-                 until it is replaced: restore it, or drop and reload its table",
-                path.display()
+                "the scrub found a damaged store file: {} in the data directory ({what}); \
+                 reads of its rows fail until it is replaced: restore it (the next pass \
+                 clears this), or drop and reload its table",
+                shown.display()
             ));
         }
         None
@@ -818,6 +821,11 @@ impl Store {
     /// Records what the scrub found wrong with a live store file.
     pub fn note_damage(&self, path: &Path, what: String) {
         self.damaged.lock().insert(path.to_path_buf(), what);
+    }
+
+    /// Forgets what the scrub noted of `path` (it checked clean again).
+    pub fn clear_damage(&self, path: &Path) {
+        self.damaged.lock().remove(path);
     }
 
     /// Forgets damage of files no longer live (compacted away, dropped);

@@ -1,7 +1,7 @@
 //! The scrub against a running server: it reads every live store file
 //! again from disk, and a byte changed on disk under a live file is found,
 //! named in `/readyz` (503) and counted in `halite_scrub_damaged_files`,
-//! until the file is no longer live.
+//! until the file reads clean again or is no longer live.
 
 mod common;
 
@@ -130,10 +130,44 @@ fn the_scrub_finds_a_byte_changed_on_disk_and_readyz_names_the_file() {
         .as_str()
         .unwrap_or("")
         .to_string();
+    let within = file
+        .strip_prefix(sc.data())
+        .expect("under the data directory");
     assert!(
-        why.contains("scrub") && why.contains(&file.display().to_string()),
+        why.contains("scrub")
+            && why.contains(&within.display().to_string())
+            && !why.contains(&sc.data().display().to_string()),
         "{why}"
     );
+
+    // The byte put back (a restored file): the next pass clears it.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .expect("open store file");
+    byte[0] ^= 0x5a;
+    f.write_all_at(&byte, at).expect("restore");
+    drop(f);
+    wait_until("the restored file read clean", || {
+        metric(&a, "halite_scrub_damaged_files") == 0.0
+    });
+    assert_eq!(
+        request(&a, "GET", "/readyz", None, b"")
+            .expect("readyz")
+            .status,
+        200
+    );
+
+    // Damaged again, then gone with its table.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .expect("open store file");
+    f.write_all_at(&[byte[0] ^ 0x5a], at).expect("damage again");
+    drop(f);
+    wait_until("the damage found again", || {
+        metric(&a, "halite_scrub_damaged_files") == 1.0
+    });
 
     // Once the file is gone (its table dropped), so is the damage.
     let r = request(&a, "DELETE", "/api/v1/tables/cpu", None, b"").expect("drop");

@@ -199,15 +199,17 @@ fn refusal(path: &str, status: StatusCode, code: &'static str, message: String) 
 
 fn unauthorized(path: &str, reason: &'static str, message: &str) -> Response {
     count_failure(reason);
+    let how = if speaks_influx(path) {
+        "`Authorization: Token <token>`, Basic auth with the token as password, or \
+         ?u=<user>&p=<token>"
+    } else {
+        "`Authorization: Bearer <token>` (or Basic auth with the token as password)"
+    };
     refusal(
         path,
         StatusCode::UNAUTHORIZED,
         "unauthorized",
-        format!(
-            "{message}: send a token as `Authorization: Bearer <token>` (or `Token <token>`, \
-             Basic auth with the token as password, or ?u=&p=<token>); docs/security.md says \
-             how to make one"
-        ),
+        format!("{message}: send a token as {how}; docs/security.md says how to make one"),
     )
 }
 
@@ -337,7 +339,14 @@ pub(super) async fn authorize(
         Some(Some(need)) => need,
         Some(None) => return next.run(req).await,
         // Fail closed: a route nobody declared is the bootstrap token's.
-        None => (Scope::Admin, Ns::Global),
+        None if caller == Caller::Bootstrap => return next.run(req).await,
+        None => {
+            count_failure("forbidden");
+            return Forbidden(format!(
+                "route `{route}` declares no scope, so only the bootstrap token may call it"
+            ))
+            .into_response_for(req.uri().path());
+        }
     };
     if route == "/metrics" && s.auth.metrics_open {
         return next.run(req).await;
@@ -345,12 +354,24 @@ pub(super) async fn authorize(
     // Owned: a borrow of the request (whose body is not Sync) may not be
     // held across the handler's await.
     let query = req.uri().query().unwrap_or("").to_string();
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&query).unwrap_or_default();
+    // A parameter that names a namespace, given twice, could be checked
+    // as one and used as the other.
+    for name in ["db", "bucket", "table"] {
+        if pairs.iter().filter(|(k, _)| k == name).count() > 1 {
+            let message = format!("query parameter `{name}` is given more than once: give it once");
+            return if speaks_influx(req.uri().path()) {
+                (StatusCode::BAD_REQUEST, Json(json!({ "error": message }))).into_response()
+            } else {
+                ApiError::bad(message).into_response()
+            };
+        }
+    }
     let param = |name: &str| -> Option<String> {
-        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&query).unwrap_or_default();
         pairs
-            .into_iter()
+            .iter()
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v)
+            .map(|(_, v)| v.clone())
             .filter(|v| !v.is_empty())
     };
     let ns = match from {

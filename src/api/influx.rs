@@ -121,6 +121,7 @@ pub(super) async fn ping(QueryParams(p): QueryParams<BTreeMap<String, String>>) 
 /// `POST /write?db=&rp=&precision=` (InfluxDB 1.x).
 pub(super) async fn write_v1(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     QueryParams(p): QueryParams<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -145,13 +146,23 @@ pub(super) async fn write_v1(
         return influx_error(StatusCode::BAD_REQUEST, "invalid consistency level");
     }
     let db = p.get("db").cloned().unwrap_or_default();
-    write(s, db, p.get("rp").cloned(), precision, headers, body).await
+    write(
+        s,
+        caller,
+        db,
+        p.get("rp").cloned(),
+        precision,
+        headers,
+        body,
+    )
+    .await
 }
 
 /// `POST /api/v2/write?bucket=db[/rp]&precision=` (InfluxDB 1.8's
 /// compatibility endpoint; `org` is ignored).
 pub(super) async fn write_v2(
     State(s): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     QueryParams(p): QueryParams<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -181,7 +192,7 @@ pub(super) async fn write_v2(
             ),
         );
     }
-    write(s, db, rp, precision, headers, body).await
+    write(s, caller, db, rp, precision, headers, body).await
 }
 
 fn database_exists(s: &AppState, db: &str) -> bool {
@@ -282,6 +293,7 @@ struct Outcome {
 
 async fn write(
     s: Arc<AppState>,
+    caller: Caller,
     db: String,
     rp: Option<String>,
     precision: Precision,
@@ -290,6 +302,10 @@ async fn write(
 ) -> Response {
     if db.is_empty() {
         return influx_error(StatusCode::BAD_REQUEST, "database is required");
+    }
+    // The route checked the `db` it read; this is the one written to.
+    if let Err(refused) = allow(&caller, Scope::Write, Some(&db)) {
+        return influx_error(StatusCode::FORBIDDEN, refused.message());
     }
     if !database_exists(&s, &db) {
         return influx_error(StatusCode::NOT_FOUND, format!("database not found: {db:?}"));
@@ -831,7 +847,8 @@ fn statement_need<'a>(st: &'a Statement, db: Option<&'a str>) -> (Scope, Option<
         | Statement::ShowTagValues { on, .. }
         | Statement::ShowFieldKeys { on, .. }
         | Statement::ShowSeries { on, .. } => (Scope::Read, on.as_deref().or(db)),
-        Statement::Select(_) | Statement::Unsupported(_) => (Scope::Read, db),
+        Statement::Select(sel) => (Scope::Read, sel.database.as_deref().or(db)),
+        Statement::Unsupported(_) => (Scope::Read, db),
     }
 }
 
@@ -974,7 +991,11 @@ fn run(
             Ok(vec![one_series(None, &["key"], values)])
         }
         Statement::Select(sel) => {
-            let name = db.ok_or("database name required")?;
+            let name = sel
+                .database
+                .as_deref()
+                .or(db)
+                .ok_or("database name required")?;
             if !database_exists(s, name) {
                 return Err(format!("database not found: {name}"));
             }

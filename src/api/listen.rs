@@ -96,12 +96,15 @@ fn acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, TlsErr
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// How long a stop waits for the answers under way.
+const DRAIN_WITHIN: Duration = Duration::from_secs(20);
+
 /// How connections are served.
 #[derive(Clone)]
 pub struct Serving {
-    /// A request's headers must all arrive within this of its first byte
-    /// (of the connection, for its first request), else the connection is
-    /// closed; a TLS handshake gets as long.
+    /// A request's headers must all arrive within this of the moment the
+    /// connection waits for them (so an idle kept-alive connection is
+    /// closed after it too); a TLS handshake gets as long.
     pub header_timeout: Duration,
     pub tls: Option<Arc<Tls>>,
 }
@@ -152,9 +155,17 @@ pub async fn serve(
     drop(listener);
     drop(closed);
     // Every connection holds a receiver: this wakes them all, and returns
-    // when the last has finished.
+    // when the last has finished, or gives up on a client that stopped
+    // reading a long answer (its connection is dropped with the runtime).
     let _ = closing.send(());
-    closing.closed().await;
+    if tokio::time::timeout(DRAIN_WITHIN, closing.closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still under way {DRAIN_WITHIN:?} after the stop: their connections are dropped"
+        );
+    }
     Ok(())
 }
 

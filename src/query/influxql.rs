@@ -49,6 +49,8 @@ pub enum Statement {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Select {
     pub fields: Vec<SelectField>,
+    /// The database `FROM db.rp.m` names; else the request's `db`.
+    pub database: Option<String>,
     /// The measurement (a retention policy or database before it is
     /// dropped: there is one, `autogen`).
     pub from: String,
@@ -382,18 +384,16 @@ impl Parser {
         }
     }
 
-    /// `FROM m` (one measurement; `FROM "rp"."m"` names its retention
-    /// policy first).
-    fn parse_from(&mut self) -> Result<Option<String>, String> {
+    /// `ON db` and `FROM m` (one measurement; `FROM "rp"."m"` names its
+    /// retention policy first, `FROM "db"."rp"."m"` or `FROM db..m` its
+    /// database, which then wins over `ON`).
+    fn on_and_from(&mut self) -> Result<(Option<String>, Option<String>), String> {
+        let on = self.on_clause()?;
         if !self.accept("FROM") {
-            return Ok(None);
+            return Ok((on, None));
         }
-        let mut name = self.ident()?;
-        while matches!(self.peek(), Token::Punct('.')) {
-            self.next();
-            name = self.ident()?;
-        }
-        Ok(Some(name))
+        let (db, name) = self.parse_from_name()?;
+        Ok((db.or(on), Some(name)))
     }
 
     fn limit_clause(&mut self) -> Result<Option<usize>, String> {
@@ -456,8 +456,7 @@ impl Parser {
             if what.is_word("TAG") {
                 self.next();
                 if self.accept("KEYS") {
-                    let on = self.on_clause()?;
-                    let from = self.parse_from()?;
+                    let (on, from) = self.on_and_from()?;
                     if self.peek().is_word("WHERE") {
                         return Ok(self.rest_unsupported("SHOW TAG KEYS … WHERE"));
                     }
@@ -465,8 +464,7 @@ impl Parser {
                     return Ok(Statement::ShowTagKeys { on, from, limit });
                 }
                 self.word("VALUES")?;
-                let on = self.on_clause()?;
-                let from = self.parse_from()?;
+                let (on, from) = self.on_and_from()?;
                 self.word("WITH")?;
                 self.word("KEY")?;
                 let keys = match self.peek().clone() {
@@ -507,15 +505,13 @@ impl Parser {
             if what.is_word("FIELD") {
                 self.next();
                 self.word("KEYS")?;
-                let on = self.on_clause()?;
-                let from = self.parse_from()?;
+                let (on, from) = self.on_and_from()?;
                 let limit = self.limit_clause()?;
                 return Ok(Statement::ShowFieldKeys { on, from, limit });
             }
             if what.is_word("SERIES") {
                 self.next();
-                let on = self.on_clause()?;
-                let from = self.parse_from()?;
+                let (on, from) = self.on_and_from()?;
                 if self.peek().is_word("WHERE") {
                     return Ok(self.rest_unsupported("SHOW SERIES … WHERE"));
                 }
@@ -566,11 +562,12 @@ impl Parser {
             fields.push(self.select_field()?);
         }
         self.word("FROM")?;
-        let from = self
+        let (database, from) = self
             .parse_from_name()
             .map_err(|_| self.error("identifier"))?;
         let mut s = Select {
             fields,
+            database,
             from,
             condition: None,
             group_time: None,
@@ -663,13 +660,27 @@ impl Parser {
         Ok(s)
     }
 
-    fn parse_from_name(&mut self) -> Result<String, String> {
-        let mut name = self.ident()?;
+    /// `m`, `rp.m`, `db.rp.m` or `db..m`: the database, if named, and the
+    /// measurement.
+    fn parse_from_name(&mut self) -> Result<(Option<String>, String), String> {
+        let mut parts = vec![self.ident()?];
         while self.is_punct('.') {
             self.next();
-            name = self.ident()?;
+            if self.is_punct('.') {
+                // `db..m`: the retention policy left out.
+                parts.push(String::new());
+                continue;
+            }
+            parts.push(self.ident()?);
         }
-        Ok(name)
+        let name = parts.pop().unwrap_or_default();
+        match parts.len() {
+            0 | 1 => Ok((None, name)),
+            2 => Ok((Some(parts.swap_remove(0)), name)),
+            _ => Err(
+                "a measurement is named by at most database.retention_policy.measurement".into(),
+            ),
+        }
     }
 
     fn select_field(&mut self) -> Result<SelectField, String> {

@@ -6,7 +6,9 @@
 //!
 //! Reads go around the block cache, so what is checked is what the disk
 //! holds, not a copy read before the damage. One file is checked at a
-//! time; after a file of `n` bytes the next waits `n / rate`.
+//! time, read as fast as the disk gives it; the next waits `n / rate`
+//! after a file of `n` bytes, so `rate` is the average, not a ceiling. A
+//! file that reads clean again (restored) is no longer damaged.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -79,18 +81,29 @@ impl Scrubber {
     }
 }
 
-/// Checks one file as it is on disk now; damage is noted in the store.
+/// Checks one file as it is on disk now: damage is noted in the store, a
+/// clean check clears what an earlier one noted (the file was restored).
 fn check(store: &Store, path: &std::path::Path, file_id: u64) {
     let checked = SstReader::open(path, file_id, store.cache.clone(), false, false)
         .and_then(|r| r.check_all());
     let what = match checked {
-        Ok(_) => return,
+        Ok(_) => {
+            store.clear_damage(path);
+            let damaged = store.damaged.lock().len();
+            metrics::gauge!("halite_scrub_damaged_files").set(damaged as f64);
+            return;
+        }
         // Compacted away or dropped since the pass began: nothing to say.
         Err(SstError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return;
         }
+        // Out of descriptors, a permission, a failing read: not the
+        // file's bytes. Said, and tried again next pass.
+        Err(e @ SstError::Io { .. }) => {
+            tracing::warn!(path = %path.display(), error = %e, "the scrub could not read a store file");
+            return;
+        }
         Err(SstError::Corrupt { offset, what, .. }) => format!("at offset {offset}: {what}"),
-        Err(e) => e.to_string(),
     };
     tracing::error!(path = %path.display(), problem = %what, "the scrub found a damaged store file");
     store.note_damage(path, what);
