@@ -62,10 +62,11 @@ use read::get_row;
 use read::{list_series, query, scan_table};
 use write::{delete_data, write};
 
-pub use auth::{AuthSettings, decide as decide_auth, is_loopback};
+pub use auth::{decide as decide_auth, is_loopback};
 pub use error::ApiError;
 pub use read::parse_scan_request;
 pub use state::AppState;
+pub use state::AuthSettings;
 
 /// The routes a monitoring system needs, on the API port and, when
 /// `server.metrics_listen` is set, on a port of their own.

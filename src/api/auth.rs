@@ -22,28 +22,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
-use super::state::{AppState, blocking, json_body};
+use super::state::{AppState, AuthSettings, PROMETHEUS_DB, blocking, json_body};
 use crate::auth::{Caller, KnownSecret, Scope, TokenRecord};
 use crate::catalog::TableName;
-
-/// How the API checks callers (from `[auth]` and the listen address).
-#[derive(Debug, Clone)]
-pub struct AuthSettings {
-    pub enabled: bool,
-    pub bootstrap: Option<KnownSecret>,
-    pub metrics_open: bool,
-}
-
-impl AuthSettings {
-    /// No checks: every request may do everything.
-    pub fn off() -> AuthSettings {
-        AuthSettings {
-            enabled: false,
-            bootstrap: None,
-            metrics_open: true,
-        }
-    }
-}
 
 /// Decides whether the API checks tokens: when `[auth] enabled`, and
 /// always when `listen` is an address other machines reach (unless
@@ -380,7 +361,7 @@ pub(super) async fn authorize(
         Ns::QueryBucket => {
             param("bucket").map(|b| b.split('/').next().unwrap_or_default().to_string())
         }
-        Ns::PromDb => Some(param("db").unwrap_or_else(|| super::prometheus::DEFAULT_DB.into())),
+        Ns::PromDb => Some(param("db").unwrap_or_else(|| PROMETHEUS_DB.into())),
         Ns::PathTable | Ns::PathNamespace => {
             let key = if from == Ns::PathTable { "table" } else { "ns" };
             let (mut parts, body) = req.into_parts();

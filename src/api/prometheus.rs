@@ -33,7 +33,7 @@ use crate::value::Value;
 /// The table of a database that holds its samples.
 pub const SAMPLES_TABLE: &str = "samples";
 /// The database samples go to without `?db=`.
-pub const DEFAULT_DB: &str = "prometheus";
+pub use super::state::PROMETHEUS_DB as DEFAULT_DB;
 
 #[derive(serde::Deserialize, Default)]
 pub(super) struct PromParams {

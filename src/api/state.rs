@@ -43,8 +43,21 @@ pub struct AppState {
     pub influx: crate::config::InfluxConfig,
     pub prometheus: crate::config::PrometheusConfig,
     /// Whether requests need tokens, and the bootstrap token.
-    pub auth: super::auth::AuthSettings,
+    pub auth: AuthSettings,
 }
+
+/// How the API checks callers (from `[auth]` and the listen address;
+/// `auth.rs` decides and checks).
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    pub enabled: bool,
+    pub bootstrap: Option<crate::auth::KnownSecret>,
+    pub metrics_open: bool,
+}
+
+/// The database Prometheus' samples go to without `?db=` (its routes'
+/// default namespace, which `auth.rs` checks too).
+pub const PROMETHEUS_DB: &str = "prometheus";
 
 /// Query parameters, read strictly: an unknown or malformed one is a 400
 /// in the documented JSON shape (axum's own `Query` answers plain text).
