@@ -313,7 +313,8 @@ fn write_influx_demo(
     Ok((written, first_ms))
 }
 
-/// One request to the demo's own server (plain HTTP on loopback).
+/// One request to the demo's own server (plain HTTP on loopback), on a
+/// client made once: the demo polls and writes in loops.
 fn request(
     api: &str,
     method: &str,
@@ -321,7 +322,14 @@ fn request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> Result<crate::client::Response, crate::client::ClientError> {
-    let http = crate::client::HttpClient::new(&crate::client::Tls::default(), None, false)?;
+    static CLIENT: std::sync::OnceLock<crate::client::HttpClient> = std::sync::OnceLock::new();
+    let http = match CLIENT.get() {
+        Some(http) => http,
+        None => {
+            let made = crate::client::HttpClient::new(&crate::client::Tls::default(), None, false)?;
+            CLIENT.get_or_init(|| made)
+        }
+    };
     let headers: Vec<(&str, &str)> = content_type
         .map(|ct| ("Content-Type", ct))
         .into_iter()

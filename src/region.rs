@@ -641,13 +641,9 @@ impl Region {
 
     /// Paths of the live store files.
     pub fn file_paths(&self) -> Vec<PathBuf> {
-        self.inner
-            .state
-            .read()
-            .files
-            .values()
-            .flatten()
-            .map(|r| r.path().to_path_buf())
+        self.store_files()
+            .into_iter()
+            .map(|(path, _, _)| path)
             .collect()
     }
 

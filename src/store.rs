@@ -818,14 +818,20 @@ impl Store {
         out
     }
 
-    /// Records what the scrub found wrong with a live store file.
-    pub fn note_damage(&self, path: &Path, what: String) {
-        self.damaged.lock().insert(path.to_path_buf(), what);
+    /// Records what the scrub found wrong with a live store file; how
+    /// many damaged files there are.
+    pub fn note_damage(&self, path: &Path, what: String) -> usize {
+        let mut damaged = self.damaged.lock();
+        damaged.insert(path.to_path_buf(), what);
+        damaged.len()
     }
 
-    /// Forgets what the scrub noted of `path` (it checked clean again).
-    pub fn clear_damage(&self, path: &Path) {
-        self.damaged.lock().remove(path);
+    /// Forgets what the scrub noted of `path` (it checked clean again);
+    /// how many damaged files remain.
+    pub fn clear_damage(&self, path: &Path) -> usize {
+        let mut damaged = self.damaged.lock();
+        damaged.remove(path);
+        damaged.len()
     }
 
     /// Forgets damage of files no longer live (compacted away, dropped);

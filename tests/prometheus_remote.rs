@@ -49,6 +49,15 @@ fn exposition(n: u64) -> String {
 }
 
 /// A result set in a comparable order (by its series' labels).
+/// Samples a Prometheus failed to remote-write (by its own count).
+fn samples_failed(p: &Prometheus) -> f64 {
+    p.metrics()
+        .lines()
+        .filter(|l| l.starts_with("prometheus_remote_storage_samples_failed_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn sorted(answer: &Json) -> Json {
     let mut result = answer["data"]["result"]
         .as_array()
@@ -136,12 +145,7 @@ fn prometheus_reads_back_through_halite_what_it_wrote() {
         compared += 1;
     }
     assert_eq!(compared, queries.len());
-    let failed: f64 = writer
-        .metrics()
-        .lines()
-        .filter(|l| l.starts_with("prometheus_remote_storage_samples_failed_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let failed = samples_failed(&writer);
     assert_eq!(failed, 0.0, "samples the writer failed to send");
     stop.store(true, Ordering::Relaxed);
     drop(reader);
@@ -237,12 +241,7 @@ fn prometheus_writes_and_reads_with_tokens() {
         forbidden > 0.0,
         "the read token's writes were not refused:\n{metrics}"
     );
-    let failed_sends: f64 = refused
-        .metrics()
-        .lines()
-        .filter(|l| l.starts_with("prometheus_remote_storage_samples_failed_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let failed_sends = samples_failed(&refused);
     assert!(
         failed_sends > 0.0,
         "Prometheus did not see its writes refused"

@@ -32,6 +32,20 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Flips bits of the byte at `at` of `file` on disk; a second flip puts
+/// it back.
+fn flip_byte(file: &std::path::Path, at: u64) {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .expect("open store file");
+    let mut byte = [0u8; 1];
+    f.read_exact_at(&mut byte, at).expect("read");
+    byte[0] ^= 0x5a;
+    f.write_all_at(&byte, at).expect("write");
+}
+
 fn store_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -108,18 +122,8 @@ fn the_scrub_finds_a_byte_changed_on_disk_and_readyz_names_the_file() {
     // One byte of a data block changes on disk (the page cache holds the
     // change: the scrub reads what the disk now says).
     let file = &files[0];
-    let size = std::fs::metadata(file).expect("size").len();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(file)
-        .expect("open store file");
-    let at = size / 3;
-    let mut byte = [0u8; 1];
-    f.read_exact_at(&mut byte, at).expect("read");
-    byte[0] ^= 0x5a;
-    f.write_all_at(&byte, at).expect("write");
-    drop(f);
+    let at = std::fs::metadata(file).expect("size").len() / 3;
+    flip_byte(file, at);
 
     wait_until("the damage found", || {
         metric(&a, "halite_scrub_damaged_files") == 1.0
@@ -141,13 +145,7 @@ fn the_scrub_finds_a_byte_changed_on_disk_and_readyz_names_the_file() {
     );
 
     // The byte put back (a restored file): the next pass clears it.
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(file)
-        .expect("open store file");
-    byte[0] ^= 0x5a;
-    f.write_all_at(&byte, at).expect("restore");
-    drop(f);
+    flip_byte(file, at);
     wait_until("the restored file read clean", || {
         metric(&a, "halite_scrub_damaged_files") == 0.0
     });
@@ -159,12 +157,7 @@ fn the_scrub_finds_a_byte_changed_on_disk_and_readyz_names_the_file() {
     );
 
     // Damaged again, then gone with its table.
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(file)
-        .expect("open store file");
-    f.write_all_at(&[byte[0] ^ 0x5a], at).expect("damage again");
-    drop(f);
+    flip_byte(file, at);
     wait_until("the damage found again", || {
         metric(&a, "halite_scrub_damaged_files") == 1.0
     });

@@ -340,12 +340,12 @@ pub(super) async fn authorize(
     // as one and used as the other.
     for name in ["db", "bucket", "table"] {
         if pairs.iter().filter(|(k, _)| k == name).count() > 1 {
-            let message = format!("query parameter `{name}` is given more than once: give it once");
-            return if speaks_influx(req.uri().path()) {
-                (StatusCode::BAD_REQUEST, Json(json!({ "error": message }))).into_response()
-            } else {
-                ApiError::bad(message).into_response()
-            };
+            return refusal(
+                req.uri().path(),
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                format!("query parameter `{name}` is given more than once: give it once"),
+            );
         }
     }
     let param = |name: &str| -> Option<String> {

@@ -88,8 +88,7 @@ fn check(store: &Store, path: &std::path::Path, file_id: u64) {
         .and_then(|r| r.check_all());
     let what = match checked {
         Ok(_) => {
-            store.clear_damage(path);
-            let damaged = store.damaged.lock().len();
+            let damaged = store.clear_damage(path);
             metrics::gauge!("halite_scrub_damaged_files").set(damaged as f64);
             return;
         }
@@ -106,7 +105,6 @@ fn check(store: &Store, path: &std::path::Path, file_id: u64) {
         Err(SstError::Corrupt { offset, what, .. }) => format!("at offset {offset}: {what}"),
     };
     tracing::error!(path = %path.display(), problem = %what, "the scrub found a damaged store file");
-    store.note_damage(path, what);
-    let damaged = store.damaged.lock().len();
+    let damaged = store.note_damage(path, what);
     metrics::gauge!("halite_scrub_damaged_files").set(damaged as f64);
 }
