@@ -69,6 +69,9 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     };
     // Injected I/O faults, for tests of a failing disk (HALITE_FAULTS).
     crate::fault::arm_from_env(&config.data_dir)?;
+    // A record of every change to the data directory, for the power-cut
+    // tests (HALITE_POWER_TRACE).
+    crate::fault::power::arm_from_env(&config.data_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started = Instant::now();
     let store = Arc::new(open_store(&config, clock.clone())?);

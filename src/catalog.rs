@@ -211,7 +211,7 @@ impl Catalog {
     /// namespace) if there is none.
     pub fn open(dir: impl AsRef<Path>) -> Result<Catalog> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir)
+        crate::fsutil::create_dir_all(&dir)
             .map_err(|e| Error::io(&dir, "create catalog directory", e))?;
         let path = dir.join(CATALOG_FILE);
         let data = match std::fs::read(&path) {

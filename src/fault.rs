@@ -9,6 +9,8 @@
 //! `HALITE_FAULTS` at start (see [`arm_from_env`]). When nothing is armed a
 //! check is one relaxed atomic load.
 
+pub mod power;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -4,24 +4,108 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
 
+use crate::fault::power;
+
 /// Replaces `dir/name` with `bytes` atomically: written to `name.tmp`,
 /// fsynced, renamed over `name`, and the directory fsynced, so a crash leaves
 /// the old file or the new one, never a mix.
 pub fn replace_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = File::create(&tmp)?;
+    power::created(&tmp);
     crate::fault::fail_if_armed(crate::fault::Site::MetaWrite, &tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    power::wrote(&tmp, 0, bytes);
+    sync_file(&f, &tmp)?;
     drop(f);
     crate::failpoint::hit(&format!("{}-before-rename", name.to_ascii_lowercase()));
-    fs::rename(&tmp, dir.join(name))?;
+    rename(&tmp, &dir.join(name))?;
     fsync_dir(dir)
 }
 
+// Every change to a data directory goes through the functions below (or
+// reports itself to `fault::power` where it cannot), so the power-cut tests
+// see it.
+
 /// fsync of a directory: makes creations, renames and deletions in it durable.
 pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    let ticket = power::sync_begin(dir);
+    File::open(dir)?.sync_all()?;
+    power::sync_end(ticket);
+    Ok(())
+}
+
+/// fsync of a file's data and size (not its name: see [`fsync_dir`]).
+pub fn sync_file(file: &File, path: &Path) -> std::io::Result<()> {
+    let ticket = power::sync_begin(path);
+    file.sync_all()?;
+    power::sync_end(ticket);
+    Ok(())
+}
+
+/// fdatasync of a file: its data, and its size where that changed.
+pub fn sync_file_data(file: &File, path: &Path) -> std::io::Result<()> {
+    let ticket = power::sync_begin(path);
+    file.sync_data()?;
+    power::sync_end(ticket);
+    Ok(())
+}
+
+pub fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::rename(from, to)?;
+    power::renamed(from, to);
+    Ok(())
+}
+
+pub fn remove_file(path: &Path) -> std::io::Result<()> {
+    fs::remove_file(path)?;
+    power::removed(path);
+    Ok(())
+}
+
+pub fn remove_dir_all(path: &Path) -> std::io::Result<()> {
+    fs::remove_dir_all(path)?;
+    power::removed_tree(path);
+    Ok(())
+}
+
+/// Creates `path` and any missing parents, durably: a new directory's
+/// name is an entry in its parent, which a power cut loses unless the
+/// parent is synced (files written and synced inside it would be lost
+/// with it).
+pub fn create_dir_all(path: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(path);
+    while let Some(p) = at {
+        if p.as_os_str().is_empty() || p.is_dir() {
+            break;
+        }
+        missing.push(p);
+        at = p.parent();
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs::create_dir_all(path)?;
+    power::made_dirs(path);
+    // Outermost first: each new directory's parent exists by then.
+    for dir in missing.iter().rev() {
+        if let Some(parent) = dir.parent() {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            fsync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn hard_link(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::hard_link(from, to)?;
+    power::linked(from, to);
+    Ok(())
 }
 
 /// A checksummed container: `magic (8) · CRC32C of body (u32 LE) · body

@@ -250,11 +250,12 @@ impl RecoveringRegion {
                 "a region needs at least one column family".into(),
             ));
         }
-        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create region directory", e))?;
+        crate::fsutil::create_dir_all(&dir)
+            .map_err(|e| Error::io(&dir, "create region directory", e))?;
         let mut files = BTreeMap::new();
         for family in &descriptor.families {
             let fdir = family_dir(&dir, &family.name);
-            fs::create_dir_all(&fdir)
+            crate::fsutil::create_dir_all(&fdir)
                 .map_err(|e| Error::io(&fdir, "create family directory", e))?;
             let live = manifest
                 .families
@@ -766,14 +767,16 @@ impl Region {
     /// Everything is fsynced before this returns.
     pub fn link_files_into(&self, dir: &Path) -> Result<()> {
         let manifest = self.inner.manifest.lock().clone();
-        fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create region directory", e))?;
+        crate::fsutil::create_dir_all(dir)
+            .map_err(|e| Error::io(dir, "create region directory", e))?;
         for (family, ids) in &manifest.families {
             let from = family_dir(&self.inner.dir, family);
             let to = family_dir(dir, family);
-            fs::create_dir_all(&to).map_err(|e| Error::io(&to, "create family directory", e))?;
+            crate::fsutil::create_dir_all(&to)
+                .map_err(|e| Error::io(&to, "create family directory", e))?;
             for id in ids {
                 let target = to.join(sst::file_name(*id));
-                match fs::hard_link(from.join(sst::file_name(*id)), &target) {
+                match crate::fsutil::hard_link(&from.join(sst::file_name(*id)), &target) {
                     Ok(()) => {}
                     // A retried split after a crash: the link is already there.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -852,7 +855,7 @@ fn remove_leftovers(fdir: &Path, live: &[u64]) -> Result<()> {
             .and_then(|s| s.parse::<u64>().ok());
         let leftover = name.ends_with(".tmp") || id.is_some_and(|id| !live.contains(&id));
         if leftover {
-            fs::remove_file(entry.path())
+            crate::fsutil::remove_file(&entry.path())
                 .map_err(|e| Error::io(entry.path(), "remove leftover file", e))?;
         }
     }

@@ -306,7 +306,7 @@ impl Store {
         let mut parent = None;
         for &id in ids {
             let dir = region_dir(&self.dir, id);
-            std::fs::create_dir_all(&dir)
+            crate::fsutil::create_dir_all(&dir)
                 .map_err(|e| Error::io(&dir, "create region directory", e))?;
             crate::region::manifest::Manifest {
                 next_file_id: 1,
@@ -460,7 +460,8 @@ impl Store {
             }
             self.shard_of(r.id()).wal.mark_flushed(r.id(), u64::MAX);
             let d = region_dir(&self.dir, r.id());
-            std::fs::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove dropped region", e))?;
+            crate::fsutil::remove_dir_all(&d)
+                .map_err(|e| Error::io(&d, "remove dropped region", e))?;
         }
         Ok(())
     }

@@ -107,7 +107,7 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     // A failure from here on removes the outputs: the inputs stay live.
     let forget_outputs = || {
         for (_, path) in &outputs {
-            let _ = std::fs::remove_file(path);
+            let _ = crate::fsutil::remove_file(path);
         }
     };
     if let Some(shared) = &inner.shared {
@@ -211,7 +211,7 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     }
     for r in removed {
         inner.cache.evict_reader(r.reader_id());
-        let _ = std::fs::remove_file(r.path());
+        let _ = crate::fsutil::remove_file(r.path());
     }
     Ok(())
 }
@@ -326,7 +326,7 @@ impl Outputs<'_> {
                         rest.abandon();
                     }
                     for (_, path) in &done {
-                        let _ = std::fs::remove_file(path);
+                        let _ = crate::fsutil::remove_file(path);
                     }
                     return Err(e.into());
                 }

@@ -102,7 +102,7 @@ fn flush_snapshot(inner: &Inner, snapshot: Arc<MemStore>) -> Result<()> {
     // the MemStore and the WAL, and the next flush writes new files.
     let forget = |finished: &[(Vec<u8>, u64, std::path::PathBuf)]| {
         for (_, _, path) in finished {
-            let _ = std::fs::remove_file(path);
+            let _ = crate::fsutil::remove_file(path);
         }
     };
     let mut pending = writers.into_iter();

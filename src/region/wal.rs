@@ -84,7 +84,8 @@ impl Wal {
     /// tail off the last one, and starts the writer thread on a new segment.
     pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<Wal, WalError> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).map_err(|e| WalError::io(&dir, "create directory", e))?;
+        crate::fsutil::create_dir_all(&dir)
+            .map_err(|e| WalError::io(&dir, "create directory", e))?;
         let mut ids = Vec::new();
         let mut free = Vec::new();
         for entry in fs::read_dir(&dir).map_err(|e| WalError::io(&dir, "list directory", e))? {
@@ -110,7 +111,8 @@ impl Wal {
         free.sort();
         while free.len() > options.spare_segments + 1 {
             let surplus = free.remove(0);
-            fs::remove_file(&surplus).map_err(|e| WalError::io(&surplus, "remove surplus", e))?;
+            crate::fsutil::remove_file(&surplus)
+                .map_err(|e| WalError::io(&surplus, "remove surplus", e))?;
         }
 
         let mut recovered = Vec::new();
@@ -138,7 +140,8 @@ impl Wal {
                 for (_, &later) in ids_iter.by_ref() {
                     let from = segment_path(&dir, later);
                     let to = dir.join(format!("{later:020}.damaged"));
-                    fs::rename(&from, &to).map_err(|e| WalError::io(&from, "set aside", e))?;
+                    crate::fsutil::rename(&from, &to)
+                        .map_err(|e| WalError::io(&from, "set aside", e))?;
                 }
                 fsync_dir(&dir)?;
             }

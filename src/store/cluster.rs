@@ -209,7 +209,7 @@ impl Store {
     pub(super) fn open_cluster_tables(&self) -> Result<()> {
         let regions = self.dir.join("regions");
         if regions.exists() {
-            std::fs::remove_dir_all(&regions)
+            crate::fsutil::remove_dir_all(&regions)
                 .map_err(|e| Error::io(&regions, "remove the previous run's regions", e))?;
         }
         for s in &self.shards {
@@ -560,7 +560,7 @@ impl Store {
                 }
                 regions[i] = cluster.remote(&table.desc, i, &self.cache, &self.clock);
                 let dir = region_dir(&self.dir, handle.id());
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if let Err(e) = crate::fsutil::remove_dir_all(&dir) {
                     tracing::debug!(dir = %dir.display(), error = %e, "removing a released region's cache failed");
                 }
             }

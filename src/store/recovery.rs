@@ -94,7 +94,7 @@ impl Store {
             for e in entries.flatten() {
                 let id = e.file_name().to_string_lossy().parse::<u64>().ok();
                 if id.is_some_and(|id| !live.contains(&id)) {
-                    std::fs::remove_dir_all(e.path())
+                    crate::fsutil::remove_dir_all(&e.path())
                         .map_err(|err| Error::io(e.path(), "remove dropped region", err))?;
                 }
             }

@@ -87,7 +87,7 @@ impl Store {
                 // Not committed: back to the parent as it is on disk.
                 let _ = self.catalog.abandon_split(&intent);
                 for d in intent.daughters {
-                    let _ = std::fs::remove_dir_all(region_dir(&self.dir, d));
+                    let _ = crate::fsutil::remove_dir_all(&region_dir(&self.dir, d));
                 }
                 let families: Vec<_> = table
                     .desc
@@ -123,7 +123,7 @@ impl Store {
         // Everything of the parent is in the daughters' files now.
         self.shard_of(id).wal.mark_flushed(id, u64::MAX);
         let d = region_dir(&self.dir, id);
-        std::fs::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove split parent", e))?;
+        crate::fsutil::remove_dir_all(&d).map_err(|e| Error::io(&d, "remove split parent", e))?;
         let [a, b]: [Arc<Region>; 2] = daughters
             .try_into()
             .map_err(|_| Error::Internal("a split makes two daughters".into()))?;

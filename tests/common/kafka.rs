@@ -17,6 +17,10 @@ pub struct Broker {
     child: Child,
     pub bootstrap: String,
     bin: PathBuf,
+    port: u16,
+    /// Where Tansu keeps its topics when not in memory: an S3 server it
+    /// outlives no longer than this handle.
+    s3: Option<super::s3::S3>,
 }
 
 impl Drop for Broker {
@@ -53,31 +57,66 @@ impl Broker {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGSTOP) };
     }
 
+    /// A broker keeping its topics in memory: they die with it.
     pub fn start() -> Broker {
+        Broker::start_with(None)
+    }
+
+    /// A broker keeping its topics, offsets and groups on an S3 server
+    /// (s3s-fs) of its own, so they survive [`Broker::restart`].
+    pub fn start_on_s3() -> Broker {
+        Broker::start_with(Some(super::s3::S3::start(&["tansu"])))
+    }
+
+    fn start_with(s3: Option<super::s3::S3>) -> Broker {
         let bin = tansu_binary();
         let port = super::http::free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(&bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu");
-        let bootstrap = format!("127.0.0.1:{port}");
-        super::http::wait_until_listening(&bootstrap, "tansu");
+        let child = Broker::spawn(&bin, port, s3.as_ref());
         Broker {
             child,
-            bootstrap,
+            bootstrap: format!("127.0.0.1:{port}"),
             bin,
+            port,
+            s3,
         }
+    }
+
+    fn spawn(bin: &std::path::Path, port: u16, s3: Option<&super::s3::S3>) -> Child {
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        match s3 {
+            None => cmd.args(["--storage-engine", "memory://tansu/"]),
+            Some(s3) => cmd
+                .args(["--storage-engine", "s3://tansu/"])
+                .env("AWS_ENDPOINT", &s3.endpoint)
+                .env("AWS_ALLOW_HTTP", "true")
+                .env("AWS_DEFAULT_REGION", "us-east-1")
+                .env("AWS_ACCESS_KEY_ID", super::s3::ACCESS_KEY)
+                .env("AWS_SECRET_ACCESS_KEY", super::s3::SECRET_KEY),
+        };
+        let child = cmd.spawn().expect("start tansu");
+        super::http::wait_until_listening(&format!("127.0.0.1:{port}"), "tansu");
+        child
+    }
+
+    /// Kills the broker (SIGKILL) and starts it again on the same port
+    /// and storage.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The port is free once the process is gone; a client's
+        // reconnects in between are refused, as when a broker dies.
+        self.child = Broker::spawn(&self.bin, self.port, self.s3.as_ref());
     }
 
     pub fn create_topic(&self, name: &str, partitions: u32) {
@@ -139,6 +178,14 @@ pub fn produce_in_background(
 /// The offsets the consumer group has committed for `topic`'s first
 /// `partitions` partitions, summed (asked without joining the group).
 pub fn group_committed_total(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
+    group_committed(bootstrap, group, topic, partitions)
+        .iter()
+        .sum()
+}
+
+/// The offset the consumer group has committed for each of `topic`'s
+/// first `partitions` partitions (0 where none), asked without joining.
+pub fn group_committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -159,7 +206,50 @@ pub fn group_committed_total(bootstrap: &str, group: &str, topic: &str, partitio
             rdkafka::Offset::Offset(o) => o,
             _ => 0,
         })
-        .sum()
+        .collect()
+}
+
+/// Every message of `topic`'s `partitions` partitions, as (partition,
+/// offset, payload), read from the beginning until `messages` were seen.
+pub fn read_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    messages: usize,
+) -> Vec<(i32, i64, Vec<u8>)> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "read-topic")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::with_capacity(messages);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < messages {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {messages} messages of {topic}",
+            out.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("message");
+            out.push((
+                m.partition(),
+                m.offset(),
+                m.payload().unwrap_or_default().to_vec(),
+            ));
+        }
+    }
+    out
 }
 
 /// Waits until the group's committed offsets reach `messages` in all.

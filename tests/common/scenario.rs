@@ -27,6 +27,7 @@ use super::server::{self, Server};
 pub struct Builder {
     topics: Vec<(String, u32)>,
     broker: bool,
+    broker_on_s3: bool,
     example_config: bool,
     client: Vec<String>,
     edits: Vec<(String, String)>,
@@ -61,6 +62,14 @@ impl Builder {
     /// A broker, with no topics of its own yet.
     pub fn broker(mut self) -> Self {
         self.broker = true;
+        self
+    }
+
+    /// The broker keeps its topics on an S3 server, so they survive its
+    /// restarts ([`Scenario::broker_mut`], `Broker::restart`).
+    pub fn broker_on_s3(mut self) -> Self {
+        self.broker = true;
+        self.broker_on_s3 = true;
         self
     }
 
@@ -118,7 +127,13 @@ impl Builder {
 
     pub fn build(self) -> Scenario {
         let dir = tempfile::tempdir().expect("temp dir");
-        let broker = self.broker.then(Broker::start);
+        let broker = self.broker.then(|| {
+            if self.broker_on_s3 {
+                Broker::start_on_s3()
+            } else {
+                Broker::start()
+            }
+        });
         if let Some(b) = &broker {
             for (name, partitions) in &self.topics {
                 b.create_topic(name, *partitions);
@@ -206,8 +221,21 @@ impl Scenario {
         self.dir.path()
     }
 
+    /// The config a start of the service reads (file, settings), with its
+    /// data directory at `data`: for a test that opens a store in-process
+    /// the way the service would.
+    pub fn config_at(&self, data: &Path) -> halite::config::Config {
+        let mut settings = self.settings.clone();
+        settings.push(format!("data_dir=\"{}\"", data.display()));
+        halite::config::Config::load(self.config.as_deref(), &settings).expect("the config loads")
+    }
+
     pub fn broker(&self) -> &Broker {
         self.broker.as_ref().expect("the scenario has no broker")
+    }
+
+    pub fn broker_mut(&mut self) -> &mut Broker {
+        self.broker.as_mut().expect("the scenario has no broker")
     }
 
     pub fn bootstrap(&self) -> &str {

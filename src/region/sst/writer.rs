@@ -29,7 +29,7 @@
 //! and the directory synced, so a crash never leaves a half file under a
 //! live name.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -80,6 +80,7 @@ impl SstWriter {
             .truncate(true)
             .open(&tmp_path)
             .map_err(|e| SstError::io(&tmp_path, "create store file", e))?;
+        crate::fault::power::created(&tmp_path);
         Ok(SstWriter {
             tmp_path,
             final_path,
@@ -210,6 +211,9 @@ impl SstWriter {
         self.out
             .write_all(&self.scratch)
             .map_err(|e| SstError::io(&self.tmp_path, "write store file", e))?;
+        // Recorded before the buffer reaches the file; the sync below is
+        // recorded only after the buffer is flushed, so it covers this.
+        crate::fault::power::wrote(&self.tmp_path, self.offset, &self.scratch);
         self.offset += self.scratch.len() as u64;
         Ok(())
     }
@@ -230,7 +234,7 @@ impl SstWriter {
         let tmp = self.tmp_path.clone();
         let done = self.finish_file(max_seq);
         if done.is_err() {
-            let _ = fs::remove_file(&tmp);
+            let _ = crate::fsutil::remove_file(&tmp);
         }
         done
     }
@@ -285,10 +289,10 @@ impl SstWriter {
             .into_inner()
             .map_err(|e| SstError::io(&self.tmp_path, "write store file", e.into_error()))?;
         crate::fault::fail_if_armed(crate::fault::Site::StoreSync, &self.tmp_path)
-            .and_then(|_| file.sync_all())
+            .and_then(|_| crate::fsutil::sync_file(&file, &self.tmp_path))
             .map_err(|e| SstError::io(&self.tmp_path, "fsync store file", e))?;
         drop(file);
-        fs::rename(&self.tmp_path, &self.final_path)
+        crate::fsutil::rename(&self.tmp_path, &self.final_path)
             .map_err(|e| SstError::io(&self.final_path, "rename store file", e))?;
         // fsync the folder, or the rename may not survive a crash.
         crate::fsutil::fsync_dir(&self.dir)
@@ -298,7 +302,7 @@ impl SstWriter {
 
     /// Removes the temporary file of an abandoned write.
     pub fn abandon(self) {
-        let _ = fs::remove_file(&self.tmp_path);
+        let _ = crate::fsutil::remove_file(&self.tmp_path);
     }
 }
 

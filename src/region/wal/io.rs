@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fault::{self, Fault, Site};
+use crate::fault::{self, Fault, Site, power};
 
 /// Which backend is in use; reported in logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,10 +133,13 @@ impl WalIo for SyncIo {
             Some(f) => Err(f.error()),
             None => file.write_all_at(&buf, offset),
         };
+        if result.is_ok() {
+            power::wrote(path, offset, &buf);
+        }
         if result.is_ok() && sync {
             result = fault::fail_if_armed(Site::WalSync, path).and_then(|_| {
                 self.syncs.add();
-                file.sync_data()
+                crate::fsutil::sync_file_data(file, path)
             });
         }
         self.done.push(Completion { id, result });
@@ -169,6 +172,8 @@ mod uring {
         write_done: bool,
         sync_done: bool,
         error: Option<io::Error>,
+        /// The power-cut trace's ticket for the linked sync.
+        sync_ticket: u64,
     }
 
     /// Each batch is a write linked to an fdatasync, so the sync starts only
@@ -245,8 +250,11 @@ mod uring {
             let mut r = p
                 .file
                 .write_all_at(&p.buf[written..], p.offset + written as u64);
+            if r.is_ok() {
+                power::wrote(&p.path, p.offset, &p.buf);
+            }
             if r.is_ok() && p.sync {
-                r = p.file.sync_data();
+                r = crate::fsutil::sync_file_data(&p.file, &p.path);
                 syncs.add();
             }
             if let Err(e) = r {
@@ -283,10 +291,14 @@ mod uring {
                     write_done: empty,
                     sync_done: !sync,
                     error: None,
+                    sync_ticket: 0,
                 },
             );
             if empty {
                 if sync {
+                    if let Some(p) = self.pending.get_mut(&id) {
+                        p.sync_ticket = power::sync_begin(path);
+                    }
                     let entry = opcode::Fsync::new(types::Fd(file.as_raw_fd()))
                         .flags(types::FsyncFlags::DATASYNC)
                         .build()
@@ -348,6 +360,11 @@ mod uring {
                         UringIo::finish_inline(p, res as usize, &self.syncs);
                     } else {
                         p.write_done = true;
+                        // The linked sync starts only now, after the write.
+                        power::wrote(&p.path, p.offset, &p.buf);
+                        if p.sync {
+                            p.sync_ticket = power::sync_begin(&p.path);
+                        }
                     }
                 } else {
                     if res == -libc::ECANCELED && p.write_done {
@@ -357,6 +374,7 @@ mod uring {
                         p.error.get_or_insert(io::Error::from_raw_os_error(-res));
                     } else {
                         self.syncs.add();
+                        power::sync_end(p.sync_ticket);
                     }
                     p.sync_done = true;
                 }

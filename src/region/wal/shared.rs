@@ -2,7 +2,6 @@
 //! what regions flushed, the failure that stopped the log, its counters.
 
 use std::collections::HashMap;
-use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -109,12 +108,12 @@ impl Shared {
             if self.options.recycle && room > 0 {
                 room -= 1;
                 let to = self.dir.join(format!("{:020}.free", seg.id));
-                if fs::rename(&seg.path, &to).is_ok() {
+                if crate::fsutil::rename(&seg.path, &to).is_ok() {
                     free.push(to);
                     continue;
                 }
             }
-            let _ = fs::remove_file(&seg.path);
+            let _ = crate::fsutil::remove_file(&seg.path);
         }
         *closed = keep;
     }

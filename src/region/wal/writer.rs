@@ -2,7 +2,7 @@
 //! group with one sync, rolls segments, and gives an idle log's space back.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{self, File};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -499,7 +499,7 @@ impl Writer {
             std::mem::take(&mut segs.free)
         };
         for path in free.iter().chain(std::iter::once(&old)) {
-            if let Err(e) = fs::remove_file(path) {
+            if let Err(e) = crate::fsutil::remove_file(path) {
                 tracing::warn!(path = %path.display(), error = %e, "could not delete a flushed WAL segment");
             }
         }
@@ -522,7 +522,10 @@ impl Writer {
         record::frame_into(&mut end, self.seg_id, TYPE_SEGMENT_END, &[]);
         self.file
             .write_all_at(&end, self.offset)
-            .and_then(|_| self.file.sync_data())
+            .and_then(|_| {
+                crate::fault::power::wrote(&path, self.offset, &end);
+                crate::fsutil::sync_file_data(&self.file, &path)
+            })
             .map_err(|e| WalError::io(&path, "close segment", e))?;
         self.shared.stats.syncs.add();
         self.unsynced = false;
