@@ -20,6 +20,8 @@ mod http;
 #[path = "../tests/common/kafka.rs"]
 mod kafka;
 mod kafka_ingest;
+#[path = "../tests/common/s3.rs"]
+mod s3;
 mod support;
 
 fn main() {

@@ -10,6 +10,8 @@
 mod http;
 #[path = "../tests/common/kafka.rs"]
 mod kafka;
+#[path = "../tests/common/s3.rs"]
+mod s3;
 mod support;
 
 use std::fmt::Write as _;

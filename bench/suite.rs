@@ -33,6 +33,8 @@ mod kafka_ingest;
 mod layers;
 #[path = "suite/report.rs"]
 mod report;
+#[path = "../tests/common/s3.rs"]
+mod s3;
 #[path = "suite/service.rs"]
 mod service;
 mod support;
