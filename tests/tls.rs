@@ -11,40 +11,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::certs::make_certificate;
 use common::scenario::Scenario;
 use common::server::stop;
-
-/// A self-signed certificate for 127.0.0.1 and localhost, by openssl.
-fn make_certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let cert = dir.join(format!("{name}.crt"));
-    let key = dir.join(format!("{name}.key"));
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=halite-test"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
-        // An end entity, not a CA (webpki refuses a CA as a server's).
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .args(["-addext", "extendedKeyUsage=serverAuth"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("run openssl (the openssl package)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (cert, key)
-}
 
 fn der_of(cert: &Path) -> Vec<u8> {
     use rustls::pki_types::CertificateDer;

@@ -6,6 +6,7 @@
 //! starts a real S3 server (s3s-fs); `webdriver` a real browser.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod http;
 pub mod influx;
 pub mod kafka;
