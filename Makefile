@@ -35,8 +35,9 @@ $(S3S_FS):
 
 ## The real systems the protocol tests compare halite's answers with:
 ## InfluxDB 1.6 (Debian's influxdb; the influx CLI is influxdb-client),
-## installed when missing.
-ORACLES := influxdb influxdb-client
+## and socat, which ends TLS in front of the Kafka broker for the TLS
+## consumer's test; installed when missing.
+ORACLES := influxdb influxdb-client socat
 oracles:
 	@missing=""; for p in $(ORACLES); do \
 	  dpkg -s $$p 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; done; \

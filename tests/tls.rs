@@ -1,6 +1,7 @@
 //! The API's connections: HTTPS with a certificate the test makes (and
 //! replaces, for SIGHUP to load), and a client stalled inside its request
-//! headers disconnected after `server.header_timeout`.
+//! headers disconnected after `server.header_timeout`. And the Kafka
+//! consumer over TLS.
 
 mod common;
 
@@ -216,5 +217,118 @@ fn a_client_stalled_inside_its_headers_is_disconnected() {
     // Other clients are served meanwhile and after.
     let r = common::http::request(&srv.addr, "GET", "/healthz", None, b"").expect("healthz");
     assert_eq!(r.status, 200);
+    stop(srv);
+}
+
+/// Kills a child process when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The consumer reaches its broker over TLS, set up only through
+/// `[kafka.client]` as docs/security.md shows, verifying the broker's
+/// certificate. Tansu 0.6's own TLS cannot be switched on from its command
+/// line (`--cert` with `--key` is refused, `--cert` alone serves plain
+/// TCP), so the broker sits behind socat, which ends TLS in front of it;
+/// Tansu advertises socat's port, so every connection a client makes goes
+/// through TLS.
+#[test]
+fn the_kafka_consumer_reads_a_broker_over_tls() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = make_certificate(dir.path(), "broker");
+    let (plain, tls) = (common::http::free_port(), common::http::free_port());
+    let _broker = Killed(
+        Command::new(common::kafka::tansu_binary())
+            .args([
+                "broker",
+                "--listener-url",
+                &format!("tcp://127.0.0.1:{plain}"),
+            ])
+            .args([
+                "--advertised-listener-url",
+                &format!("tcp://127.0.0.1:{tls}"),
+            ])
+            .args(["--storage-engine", "memory://tansu/"])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start tansu"),
+    );
+    let _front = Killed(
+        Command::new("socat")
+            .arg(format!(
+                "OPENSSL-LISTEN:{tls},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+                cert.display(),
+                key.display()
+            ))
+            .arg(format!("TCP:127.0.0.1:{plain}"))
+            .stdout(std::process::Stdio::null())
+            // It logs the readiness probes, which connect without TLS.
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start socat (the socat package; `make test` installs it)"),
+    );
+    common::http::wait_until_listening(&format!("127.0.0.1:{plain}"), "tansu");
+    common::http::wait_until_listening(&format!("127.0.0.1:{tls}"), "socat");
+    let created = Command::new(common::kafka::tansu_binary())
+        .args(["topic", "create", "cpu", "--partitions", "2"])
+        .args(["--broker", &format!("tcp://127.0.0.1:{plain}")])
+        .env("RUST_LOG", "warn")
+        .status()
+        .expect("tansu topic create");
+    assert!(created.success());
+
+    // Produced over TLS too.
+    let (hosts, points) = (5u64, 2_000u64);
+    let producer: BaseProducer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{tls}"))
+        .set("security.protocol", "ssl")
+        .set("ssl.ca.location", cert.display().to_string())
+        .create()
+        .expect("producer");
+    for i in 0..points {
+        let mut line = String::new();
+        halite::tsbs::cpu_line(i % hosts, i / hosts, &mut line);
+        let key = format!("host_{}", i % hosts);
+        loop {
+            match producer.send(BaseRecord::to("cpu").key(&key).payload(&line)) {
+                Ok(()) => break,
+                Err((e, _)) => {
+                    assert!(
+                        matches!(
+                            e,
+                            rdkafka::error::KafkaError::MessageProduction(
+                                rdkafka::types::RDKafkaErrorCode::QueueFull
+                            )
+                        ),
+                        "produce: {e}"
+                    );
+                    producer.poll(Duration::from_millis(50));
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every message sent over TLS");
+
+    let sc = Scenario::new()
+        .example_config()
+        .client("\"security.protocol\" = \"ssl\"")
+        .client(&format!("\"ssl.ca.location\" = \"{}\"", cert.display()))
+        .set(&format!("kafka.brokers=\"127.0.0.1:{tls}\""))
+        .set("kafka.commit_interval=\"200ms\"")
+        .build();
+    let srv = sc.start();
+    common::kafka::wait_for(&srv.addr, "every point over TLS", |s| s["points"] == points);
+    common::kafka::assert_cpu_oracle(&srv.addr, hosts, points);
     stop(srv);
 }
