@@ -86,10 +86,12 @@ fn the_api_speaks_https_and_sighup_loads_a_renewed_certificate() {
     let sc = Scenario::new().build();
     let (cert, key) = make_certificate(sc.dir(), "first");
     let boot = "tls-bootstrap-token-0123456789";
+    let metrics = format!("127.0.0.1:{}", common::http::free_port());
     let srv = common::server::spawn(
         sc.command(&[
             &format!("server.tls_cert=\"{}\"", cert.display()),
             &format!("server.tls_key=\"{}\"", key.display()),
+            &format!("server.metrics_listen=\"{metrics}\""),
             "auth.enabled=true",
             &format!("auth.bootstrap_token=\"{boot}\""),
         ]),
@@ -115,6 +117,16 @@ fn the_api_speaks_https_and_sighup_loads_a_renewed_certificate() {
     assert!(status.contains("200"), "{status} {body}");
     // Plain HTTP gets no HTTP answer from a TLS port.
     let plain = common::http::request(&srv.addr, "GET", "/healthz", None, b"");
+    assert!(plain.is_err() || plain.is_ok_and(|r| r.status != 200));
+    // The metrics port speaks HTTPS with the same certificate.
+    let (status, body, shown) =
+        https_get(&metrics, &cert, "/metrics", None).expect("metrics over https");
+    assert!(
+        status.contains("200") && body.contains("halite_"),
+        "{status}"
+    );
+    assert_eq!(shown, der_of(&cert));
+    let plain = common::http::request(&metrics, "GET", "/metrics", None, b"");
     assert!(plain.is_err() || plain.is_ok_and(|r| r.status != 200));
 
     // The CLI over HTTPS: trusting the certificate by --cacert or
@@ -168,6 +180,9 @@ fn the_api_speaks_https_and_sighup_loads_a_renewed_certificate() {
             && status.contains("200")
         {
             assert_eq!(shown, der_of(&next_cert));
+            let (_, _, shown) =
+                https_get(&metrics, &next_cert, "/healthz", None).expect("metrics port");
+            assert_eq!(shown, der_of(&next_cert), "the metrics port reloaded too");
             break;
         }
         assert!(
