@@ -72,7 +72,10 @@ pub fn remove_dir_all(path: &Path) -> std::io::Result<()> {
 /// Creates `path` and any missing parents, durably: a new directory's
 /// name is an entry in its parent, which a power cut loses unless the
 /// parent is synced (files written and synced inside it would be lost
-/// with it).
+/// with it). `path`'s parent is synced even when `path` was there
+/// already: an earlier run killed between the creation and the sync, or
+/// another thread still before its sync, left a name that may not be
+/// durable yet.
 pub fn create_dir_all(path: &Path) -> std::io::Result<()> {
     let mut missing = Vec::new();
     let mut at = Some(path);
@@ -84,10 +87,11 @@ pub fn create_dir_all(path: &Path) -> std::io::Result<()> {
         at = p.parent();
     }
     if missing.is_empty() {
-        return Ok(());
+        missing.push(path);
+    } else {
+        fs::create_dir_all(path)?;
+        power::made_dirs(path);
     }
-    fs::create_dir_all(path)?;
-    power::made_dirs(path);
     // Outermost first: each new directory's parent exists by then.
     for dir in missing.iter().rev() {
         if let Some(parent) = dir.parent() {

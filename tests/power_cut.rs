@@ -238,33 +238,52 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
     }
     let r = request(&addr, "DELETE", "/api/v1/tables/default:temp", None, b"").expect("drop");
     assert_eq!(r.status, 204, "{}", r.text());
+    let dropped_at = trace_len(&trace);
     producer.join().expect("producer");
-    // The last commits, then a little more HTTP load on top.
-    std::thread::sleep(Duration::from_millis(1500));
-    stop.store(true, Ordering::Relaxed);
-    let sent: Vec<Sent> = writers
-        .into_iter()
-        .flat_map(|w| w.join().expect("writer"))
-        .collect();
-    let commits = watcher.join().expect("watcher");
-    let metrics = request(&addr, "GET", "/metrics", None, b"")
-        .expect("metrics")
-        .text();
-    let mut srv = srv;
-    srv.child.kill().expect("SIGKILL");
-    srv.child.wait().expect("wait");
-    let counter = |name: &str| -> f64 {
+    // The HTTP writers go on until every message is committed and the
+    // store has flushed, compacted and split (however slow the machine).
+    let counter = |metrics: &str, name: &str| -> f64 {
         metrics
             .lines()
             .filter(|l| l.starts_with(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
-    let (flushes, compactions, splits) = (
-        counter("halite_flushes_total"),
-        counter("halite_compactions_total"),
-        counter("halite_region_splits_total"),
-    );
+    let messages = (KAFKA_POINTS / PER_MESSAGE) as i64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (flushes, compactions, splits) = loop {
+        let metrics = request(&addr, "GET", "/metrics", None, b"")
+            .expect("metrics")
+            .text();
+        let seen = (
+            counter(&metrics, "halite_flushes_total"),
+            counter(&metrics, "halite_compactions_total"),
+            counter(&metrics, "halite_region_splits_total"),
+        );
+        let committed: i64 = group_committed(sc.bootstrap(), "halite", "cpu", PARTITIONS)
+            .iter()
+            .sum();
+        if committed == messages && seen.0 > 0.0 && seen.1 > 0.0 && seen.2 > 0.0 {
+            break seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workload must commit every message ({committed} of {messages}), flush, \
+             compact and split: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // A last look at the commits after they are all in.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let sent: Vec<Sent> = writers
+        .into_iter()
+        .flat_map(|w| w.join().expect("writer"))
+        .collect();
+    let commits = watcher.join().expect("watcher");
+    let mut srv = srv;
+    srv.child.kill().expect("SIGKILL");
+    srv.child.wait().expect("wait");
     eprintln!(
         "workload: {:.1} s, {} HTTP batches, {} commit observations, {flushes} flushes, \
          {compactions} compactions, {splits} splits, trace {} bytes",
@@ -272,10 +291,6 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
         sent.len(),
         commits.len(),
         trace_len(&trace)
-    );
-    assert!(
-        flushes > 0.0 && compactions > 0.0 && splits > 0.0,
-        "the workload must flush, compact and split"
     );
     let last = commits.last().map(|c| c.0.iter().sum::<i64>()).unwrap_or(0);
     assert_eq!(
@@ -375,6 +390,7 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
         kafka_rows,
         by_offset,
         commits,
+        dropped_at,
         options,
     };
 
@@ -457,6 +473,8 @@ struct Expected {
     by_offset: BTreeMap<(i32, i64), Vec<Vec<u8>>>,
     /// The group's committed offsets, with the trace length after each look.
     commits: Vec<(Vec<i64>, u64)>,
+    /// The trace length when the drop of the table `temp` was answered.
+    dropped_at: u64,
     options: halite::store::StoreOptions,
 }
 
@@ -467,6 +485,13 @@ impl Expected {
         let store = Store::open(dir, self.options.clone(), Arc::new(SystemClock))
             .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
         let mut checked = 0;
+        if position >= self.dropped_at {
+            let temp = TableName::parse("temp").expect("table name");
+            assert!(
+                store.table(&temp).is_err(),
+                "{what}: a dropped table is back"
+            );
+        }
         let mut present: HashMap<&str, Rows> = HashMap::new();
         for (table, sent) in [("rows", &self.http_rows), ("metrics:cpu", &self.kafka_rows)] {
             let Some(rows) = scan_all(&store, table) else {

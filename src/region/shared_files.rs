@@ -337,7 +337,7 @@ pub fn fetch_object(objects: &Objects, name: &str, path: &Path) -> Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| Error::InvalidInput(format!("no directory in {}", path.display())))?;
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create cache directory", e))?;
+    crate::fsutil::create_dir_all(dir).map_err(|e| Error::io(dir, "create cache directory", e))?;
     let file = path
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())

@@ -6,12 +6,14 @@
 //! one possible disk at the current point into a fresh directory:
 //!
 //! - each file holds its durable bytes plus a random prefix of its unsynced
-//!   writes, the last one kept possibly torn at any byte (page-cache
-//!   writeback follows no order, and a cut can land inside a write);
+//!   writes, the last one kept possibly torn at any byte (a cut can land
+//!   inside a write); later writes reaching the disk before earlier ones
+//!   of the same file are not modelled;
 //! - each unsynced directory change (creation, rename, link, removal) is
 //!   kept or lost independently of the others, so unsynced renames may
-//!   land in any order, and a file whose name was never made durable is
-//!   gone, whatever became of its bytes.
+//!   land in any order (a rename whose source is not there is lost too),
+//!   and a file whose name was never made durable is gone, whatever
+//!   became of its bytes.
 //!
 //! A file sync makes durable that file's data only, not its name; a
 //! directory sync makes durable the entries changed in that directory. This
@@ -109,6 +111,13 @@ struct Inode {
 enum Entry {
     Bind(String, Node),
     Unbind(String, Node),
+    /// A rename: it lands only where its source is there (one file never
+    /// ends up under two names because an earlier rename was lost).
+    Move {
+        from: String,
+        to: String,
+        node: Node,
+    },
 }
 
 /// A change to directory entries, durable once its directory is synced.
@@ -128,6 +137,12 @@ fn apply_entries(ns: &mut BTreeMap<String, Node>, entries: &[Entry]) {
             Entry::Unbind(path, node) => {
                 if ns.get(path) == Some(node) {
                     ns.remove(path);
+                }
+            }
+            Entry::Move { from, to, node } => {
+                if ns.get(from) == Some(node) {
+                    ns.remove(from);
+                    ns.insert(to.clone(), *node);
                 }
             }
         }
@@ -313,11 +328,14 @@ impl<'a> Replay<'a> {
                 if matches!(node, Node::Dir(_)) {
                     return Err(format!("rename of directory `{from}` is not modelled"));
                 }
+                // Made durable by a sync of the one directory it changes.
+                if parent(&from) != parent(&to) {
+                    return Err(format!(
+                        "rename from `{from}` to another directory is not modelled"
+                    ));
+                }
                 self.current.insert(to.clone(), node);
-                self.dir_op(
-                    parent(&to),
-                    vec![Entry::Unbind(from, node), Entry::Bind(to, node)],
-                );
+                self.dir_op(parent(&to), vec![Entry::Move { from, to, node }]);
             }
             Record::Remove { path } => {
                 let node = self
@@ -632,6 +650,36 @@ mod tests {
         let want: std::collections::BTreeSet<Vec<u8>> =
             [b"0".to_vec(), b"1".to_vec(), b"2".to_vec()].into();
         assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn a_file_renamed_twice_never_has_two_names() {
+        let rs = vec![
+            Record::InitialFile {
+                path: p("a"),
+                data: b"x".to_vec(),
+            },
+            Record::Rename {
+                from: p("a"),
+                to: p("b"),
+            },
+            Record::Rename {
+                from: p("b"),
+                to: p("c"),
+            },
+        ];
+        let seen = outcomes(&rs);
+        for m in &seen {
+            assert_eq!(
+                m.len(),
+                1,
+                "one name, not {:?}",
+                m.keys().collect::<Vec<_>>()
+            );
+        }
+        let names: std::collections::BTreeSet<String> =
+            seen.iter().flat_map(|m| m.keys().cloned()).collect();
+        assert_eq!(names, ["a", "b", "c"].map(String::from).into());
     }
 
     #[test]

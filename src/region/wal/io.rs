@@ -361,6 +361,12 @@ mod uring {
                     } else {
                         p.write_done = true;
                         // The linked sync starts only now, after the write.
+                        // Recorded as the completion is reaped: completions
+                        // come in the order they happened, so a write
+                        // recorded before this sync's start finished before
+                        // the kernel started the sync, and one that finished
+                        // after comes later in the queue and is recorded
+                        // after it, as not covered.
                         power::wrote(&p.path, p.offset, &p.buf);
                         if p.sync {
                             p.sync_ticket = power::sync_begin(&p.path);

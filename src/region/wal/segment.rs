@@ -202,7 +202,15 @@ pub(super) fn prepare_segment(
         // The renames that made the file free and then this spare must be
         // durable before its header changes: a power cut that lost them
         // would leave the old segment's name on the new segment's bytes.
-        Some(from) => crate::fsutil::rename(&from, &spare).is_ok() && fsync_dir(dir).is_ok(),
+        // (A failed sync is an error: truncating the renamed file instead
+        // would rewrite its header all the same.)
+        Some(from) => {
+            let renamed = crate::fsutil::rename(&from, &spare).is_ok();
+            if renamed {
+                fsync_dir(dir)?;
+            }
+            renamed
+        }
         None => false,
     };
     let file = OpenOptions::new()
