@@ -714,7 +714,7 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
     // passed, and never longer than the family's TTL.
     create_table(
         &a,
-        &json!({"name": "ttl", "families": [{"name": "f", "ttl": 2}],
+        &json!({"name": "ttl", "families": [{"name": "f", "ttl": 4}],
                 "key": {"fields": [{"name": "metric", "type": "string", "width": 8},
                                    {"name": "host", "type": "string", "width": 8},
                                    {"name": "ts", "type": "reversed_timestamp"}]}}),
@@ -738,11 +738,13 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
         .expect("write");
         assert_eq!(r.status, 204, "{}", r.text());
     };
-    write("&ttl_ms=300", "text/plain", "cpu,host=short v=1\n");
+    // Long enough for the reads below on a slow machine (300 ms was not,
+    // on a CI run: the first cell had expired before it was read).
+    write("&ttl_ms=1000", "text/plain", "cpu,host=short v=1\n");
     write(
         "",
         "application/json",
-        &json!({"metric": "cpu", "tags": {"host": "json"}, "fields": {"v": 1}, "ttl_ms": 300})
+        &json!({"metric": "cpu", "tags": {"host": "json"}, "fields": {"v": 1}, "ttl_ms": 1000})
             .to_string(),
     );
     write("&ttl_ms=3600000", "text/plain", "cpu,host=long v=1\n");
@@ -756,14 +758,14 @@ fn deletes_ttls_and_durability_reach_the_data_model() {
         ),
         (1, 1, 1, 1)
     );
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    std::thread::sleep(std::time::Duration::from_millis(1300));
     assert_eq!(
         (now_rows("short"), now_rows("json")),
         (0, 0),
         "past their cell TTL"
     );
     assert_eq!(now_rows("long"), 1);
-    std::thread::sleep(std::time::Duration::from_millis(1800));
+    std::thread::sleep(std::time::Duration::from_millis(3000));
     assert_eq!(
         (now_rows("long"), now_rows("plain")),
         (0, 0),
