@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-
-use crate::fault::power;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use crate::fault::power;
 
 use super::error::WalError;
 use super::options::WalRecovery;
