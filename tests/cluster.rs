@@ -446,11 +446,7 @@ fn ingest_counter(node: &Node, name: &str) -> u64 {
 /// The sum of a metric's samples in `/metrics`.
 fn metric_sum(node: &Node, name: &str) -> f64 {
     let r = request(&node.addr(), "GET", "/metrics", None, b"").expect("metrics");
-    r.text()
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    common::metric_sum(&r.text(), name)
 }
 
 #[test]

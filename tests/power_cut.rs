@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use common::http::{create_table, request};
 use common::kafka::{Load, group_committed, read_topic};
+use common::metric_sum;
 use common::rng::Rng;
 use common::scenario::Scenario;
 use halite::catalog::TableName;
@@ -51,13 +52,6 @@ const ROWS_PER_BATCH: u64 = 20;
 
 /// Row key → the values of its cells, sorted: what a whole row holds.
 type Rows = HashMap<Vec<u8>, Vec<Vec<u8>>>;
-
-/// One HTTP write: its body, and the trace length when its 204 came.
-struct Sent {
-    table: &'static str,
-    body: Vec<u8>,
-    acked_at: Option<u64>,
-}
 
 fn trace_len(trace: &Path) -> u64 {
     std::fs::metadata(trace).map_or(0, |m| m.len())
@@ -195,12 +189,8 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
                     )
                     .expect("write");
                     assert_eq!(r.status, 204, "{}", r.text());
-                    let acked_at = Some(trace_len(&trace));
-                    sent.push(Sent {
-                        table: "rows",
-                        body,
-                        acked_at,
-                    });
+                    // The trace length when the 204 came, and the body.
+                    sent.push((trace_len(&trace), body));
                     batch += 1;
                     // Paced, so the cuts' checks stay quick: the point is
                     // the moments, not the volume.
@@ -242,13 +232,6 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
     producer.join().expect("producer");
     // The HTTP writers go on until every message is committed and the
     // store has flushed, compacted and split (however slow the machine).
-    let counter = |metrics: &str, name: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
     let messages = (KAFKA_POINTS / PER_MESSAGE) as i64;
     let deadline = Instant::now() + Duration::from_secs(120);
     let (flushes, compactions, splits) = loop {
@@ -256,9 +239,9 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
             .expect("metrics")
             .text();
         let seen = (
-            counter(&metrics, "halite_flushes_total"),
-            counter(&metrics, "halite_compactions_total"),
-            counter(&metrics, "halite_region_splits_total"),
+            metric_sum(&metrics, "halite_flushes_total"),
+            metric_sum(&metrics, "halite_compactions_total"),
+            metric_sum(&metrics, "halite_region_splits_total"),
         );
         let committed: i64 = group_committed(sc.bootstrap(), "halite", "cpu", PARTITIONS)
             .iter()
@@ -276,7 +259,7 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
     // A last look at the commits after they are all in.
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    let sent: Vec<Sent> = writers
+    let sent: Vec<(u64, Vec<u8>)> = writers
         .into_iter()
         .flat_map(|w| w.join().expect("writer"))
         .collect();
@@ -293,11 +276,7 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
         trace_len(&trace)
     );
     let last = commits.last().map(|c| c.0.iter().sum::<i64>()).unwrap_or(0);
-    assert_eq!(
-        last,
-        (KAFKA_POINTS / PER_MESSAGE) as i64,
-        "every message committed at the end"
-    );
+    assert_eq!(last, messages, "every message committed at the end");
 
     // What was sent, as rows, encoded against the tables as the killed
     // service left them (this open is itself a recovery from a kill).
@@ -307,22 +286,15 @@ fn a_power_cut_at_any_moment_loses_nothing_acknowledged() {
         Store::open(sc.data(), options.clone(), Arc::new(SystemClock)).expect("open after kill");
     let mut http_rows = Rows::new();
     let mut http_acked: Vec<(u64, Rows)> = Vec::new();
-    for s in &sent {
-        let rows = encode(&store, s.table, Format::Json, &s.body, None);
+    for (acked_at, body) in &sent {
+        let rows = encode(&store, "rows", Format::Json, body, None);
         http_rows.extend(rows.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if let Some(at) = s.acked_at {
-            http_acked.push((at, rows));
-        }
+        http_acked.push((*acked_at, rows));
     }
-    let messages = read_topic(
-        sc.bootstrap(),
-        "cpu",
-        PARTITIONS,
-        (KAFKA_POINTS / PER_MESSAGE) as usize,
-    );
+    let produced = read_topic(sc.bootstrap(), "cpu", PARTITIONS, messages as usize);
     let mut kafka_rows = Rows::new();
     let mut by_offset: BTreeMap<(i32, i64), Vec<Vec<u8>>> = BTreeMap::new();
-    for (p, o, payload) in &messages {
+    for (p, o, payload) in &produced {
         let rows = encode(
             &store,
             "metrics:cpu",

@@ -51,11 +51,10 @@ fn exposition(n: u64) -> String {
 /// A result set in a comparable order (by its series' labels).
 /// Samples a Prometheus failed to remote-write (by its own count).
 fn samples_failed(p: &Prometheus) -> f64 {
-    p.metrics()
-        .lines()
-        .filter(|l| l.starts_with("prometheus_remote_storage_samples_failed_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    common::metric_sum(
+        &p.metrics(),
+        "prometheus_remote_storage_samples_failed_total",
+    )
 }
 
 fn sorted(answer: &Json) -> Json {

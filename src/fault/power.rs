@@ -376,17 +376,8 @@ pub fn sync_begin(path: &Path) -> u64 {
 
 /// The sync of `ticket` returned successfully.
 pub fn sync_end(ticket: u64) {
-    if ticket == 0 || !ON.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut guard = RECORDER.lock();
-    let Some(r) = guard.as_mut() else { return };
-    r.scratch.clear();
-    Record::SyncEnd { ticket }.encode(&mut r.scratch);
-    if let Err(e) = r.out.write_all(&r.scratch) {
-        tracing::error!(error = %e, "power-cut trace: cannot write; recording stops");
-        ON.store(false, Ordering::Release);
-        *guard = None;
+    if ticket != 0 {
+        record([], |[]| Record::SyncEnd { ticket });
     }
 }
 

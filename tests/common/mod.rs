@@ -40,6 +40,15 @@ pub struct Harness {
     pub region: Option<Region>,
 }
 
+/// The sum of a metric's samples (every label set) in a `/metrics` text.
+pub fn metric_sum(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn small_wal(io: IoBackendChoice) -> WalOptions {
     WalOptions {
         segment_size: 256 * 1024,
