@@ -539,6 +539,172 @@ fn queries_leave_out_store_files_older_than_their_time_range() {
     store.close().expect("close");
 }
 
+/// A raw query naming fewer key fields than stand before the time field
+/// ("one host, one hour" on a key of metric, host, dc, ts) seeks to each
+/// series' window instead of reading the series' whole history: it looks
+/// up about as many blocks as the query naming every field, and answers
+/// the same rows, in both directions, paged or not, for both time
+/// encodings. The host moved between data centres on day 15, so one host
+/// is two series, and the hour across the move reads both.
+#[test]
+fn raw_queries_seek_to_each_series_time_window() {
+    const STEP: u64 = 60_000;
+    const POINTS_PER_HOST: u64 = 30 * 1440;
+    const HOUR: u64 = 3_600_000;
+    let moved_at = T0 + 15 * 1440 * STEP;
+    for time_type in ["timestamp", "reversed_timestamp"] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = open(dir.path());
+        let name = TableName::parse("wide").expect("name");
+        let req: CreateTable = serde_json::from_str(&format!(
+            r#"{{ "name": "wide", "families": [{{ "name": "f" }}],
+                  "key": {{ "fields": [
+                    {{ "name": "metric", "type": "string", "width": 8 }},
+                    {{ "name": "host", "type": "string", "width": 12 }},
+                    {{ "name": "dc", "type": "string", "width": 8 }},
+                    {{ "name": "ts", "type": "{time_type}" }} ],
+                  "salt": {{ "buckets": 4, "from": "series" }} }} }}"#
+        ))
+        .expect("request");
+        store.create_table(&req).expect("create");
+        let schema = store.table(&name).expect("table").desc.key.clone();
+        let dc_of = |h: u64, ts: u64| match (h, ts >= moved_at) {
+            (0, false) => "east",
+            (0, true) => "west",
+            _ => "north",
+        };
+        // (host, ts) -> value, for the oracle.
+        let mut oracle: BTreeMap<(u64, u64), f64> = BTreeMap::new();
+        for h in 0..3u64 {
+            for chunk in (0..POINTS_PER_HOST).collect::<Vec<_>>().chunks(10_000) {
+                let rows: Vec<RowMutation> = chunk
+                    .iter()
+                    .map(|&p| {
+                        let ts = T0 + p * STEP;
+                        let key = schema
+                            .encode_ordered(&[
+                                FieldValue::Str("cpu".into()),
+                                FieldValue::Str(format!("host_{h:02}")),
+                                FieldValue::Str(dc_of(h, ts).into()),
+                                FieldValue::Uint(ts),
+                            ])
+                            .expect("key");
+                        let v = value(h, p, 0);
+                        oracle.insert((h, ts), v);
+                        RowMutation::new(key).put("f", "usage_user", ts, Value::Float(v).encode())
+                    })
+                    .collect();
+                store.write(&name, rows, None).expect("write");
+            }
+        }
+        store.flush_all().expect("flush");
+        let lookups = || {
+            let s = store.block_cache().stats();
+            s.hits.load(std::sync::atomic::Ordering::Relaxed)
+                + s.misses.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let named = |dc: Option<&str>| {
+            let mut s = series(Some(0));
+            if let Some(dc) = dc {
+                s.push(("dc".into(), FieldValue::Str(dc.into())));
+            }
+            s
+        };
+        // Values of every row of an answer, in its order.
+        let points = |rows: &[halite::region::read::ScannedRow]| -> Vec<(u64, f64)> {
+            rows.iter()
+                .map(|r| {
+                    assert_eq!(r.cell_count(), 1);
+                    (
+                        r.cell(0).timestamp,
+                        numeric(r.cell(0).value).expect("number"),
+                    )
+                })
+                .collect()
+        };
+        let ordered = |mut want: Vec<(u64, f64)>, dcs: &[&str], reverse: bool| {
+            // Key order: dc first, then the time field's own order.
+            want.sort_by_key(|&(ts, _)| {
+                let dc = dcs.iter().position(|d| *d == dc_of(0, ts)).expect("dc");
+                let t = if time_type == "timestamp" {
+                    ts
+                } else {
+                    u64::MAX - ts
+                };
+                (dc, t)
+            });
+            if reverse {
+                want.reverse();
+            }
+            want
+        };
+        for (start, dcs) in [
+            (T0 + 10 * 1440 * STEP, vec!["east"]),
+            (moved_at - HOUR / 2, vec!["east", "west"]),
+        ] {
+            let want: Vec<(u64, f64)> = oracle
+                .range((0, start)..(0, start + HOUR))
+                .map(|(&(_, ts), &v)| (ts, v))
+                .collect();
+            assert_eq!(want.len(), 60);
+            for reverse in [false, true] {
+                let q = |dc: Option<&str>| Query {
+                    series: named(dc),
+                    start_ms: Some(start),
+                    end_ms: Some(start + HOUR),
+                    reverse,
+                    ..Query::default()
+                };
+                let before = lookups();
+                let page = store.query(&name, &q(None)).expect("by host");
+                let by_host = lookups() - before;
+                assert_eq!(
+                    points(&page.rows),
+                    ordered(want.clone(), &["east", "west"], reverse),
+                    "{time_type} reverse={reverse}"
+                );
+                let before = lookups();
+                let mut by_dc_rows = Vec::new();
+                for dc in &dcs {
+                    by_dc_rows.extend(store.query(&name, &q(Some(dc))).expect("by dc").rows);
+                }
+                let by_dc = lookups() - before;
+                assert_eq!(by_dc_rows.len(), 60);
+                assert!(
+                    by_host <= 2 * by_dc + 8,
+                    "{time_type} reverse={reverse}: naming the host looked up {by_host} blocks, \
+                     naming the series {by_dc}"
+                );
+                // Pages of 7 with tokens give the same rows once, though
+                // one bucket holds them all (each series is in one).
+                let paged = |dc: Option<&str>| {
+                    let mut paged = Vec::new();
+                    let mut page_q = Query {
+                        limit: Some(7),
+                        ..q(dc)
+                    };
+                    loop {
+                        let page = store.query(&name, &page_q).expect("page");
+                        paged.extend(points(&page.rows));
+                        match page.continuation {
+                            Some(t) => page_q.continuation = Some(t.encode()),
+                            None => break,
+                        }
+                    }
+                    paged
+                };
+                let by_dc: Vec<(u64, f64)> = dcs.iter().flat_map(|dc| paged(Some(dc))).collect();
+                assert_eq!(by_dc.len(), 60, "{time_type} reverse={reverse}");
+                assert_eq!(
+                    paged(None),
+                    ordered(want.clone(), &["east", "west"], reverse)
+                );
+            }
+        }
+        store.close().expect("close");
+    }
+}
+
 /// A cell value of the filter test: the model knows it as a number (every
 /// integer here is below 2^53, so f64 holds it exactly), a string or a bool.
 #[derive(Debug, Clone)]

@@ -9,13 +9,29 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::{Cell, CellKind, Row, RowMutation};
-use halite::region::read::{CellSink, Columns, CompareOp, Filter, Get, Operand, Scan, TimeRange};
+use halite::region::read::{
+    CellSink, Columns, CompareOp, Filter, Get, KeyTimeWindow, Operand, Scan, TimeRange,
+};
 use halite::region::wal::io::IoBackendChoice;
 use halite::schema::{BloomType, Compression, Durability, FamilyDescriptor};
 use proptest::prelude::*;
 
 const BASE: u64 = 1_700_000_000_000;
-const ROWS: [&[u8]; 6] = [b"r0", b"r1", b"r10", b"r2", b"s", b"s\xff"];
+/// Short rows, and rows holding a time at byte 1 (series `k` and `m`) for
+/// scans with a key time window.
+const ROWS: [&[u8]; 11] = [
+    b"r0",
+    b"r1",
+    b"r10",
+    b"r2",
+    b"s",
+    b"s\xff",
+    b"k\0\0\0\0\0\0\0\x05",
+    b"k\0\0\0\0\0\0\0\x09",
+    b"k\0\0\0\0\0\0\0\x09x",
+    b"m\0\0\0\0\0\0\0\x02",
+    b"m\xff\xff\xff\xff\xff\xff\xff\xfa",
+];
 const QUALS: [&[u8]; 3] = [b"", b"q1", b"q2"];
 
 fn families() -> Vec<FamilyDescriptor> {
@@ -256,6 +272,12 @@ impl Oracle {
             .filter(|r| scan.start.as_ref().is_none_or(|s| r >= s))
             .filter(|r| scan.stop.as_ref().is_none_or(|s| r < s))
             .filter(|r| scan.prefix.as_ref().is_none_or(|p| r.starts_with(p)))
+            .filter(|r| {
+                scan.key_window.is_none_or(|w| {
+                    w.time_of(r)
+                        .is_some_and(|t| t >= w.start && (w.end == u64::MAX || t < w.end))
+                })
+            })
             .filter_map(|r| self.read_row(&r, scan, now))
             .collect();
         if scan.reverse {
@@ -377,6 +399,30 @@ fn queries() -> Vec<Scan> {
         limit: Some(1),
         ..Scan::new()
     });
+    // Key time windows: rows too short to hold a time are never in one;
+    // the rest of a series is skipped by seeks either way.
+    for (reversed, start, end) in [(false, 3, 9), (false, 9, u64::MAX), (true, 4, 6)] {
+        let key_window = Some(KeyTimeWindow {
+            at: 1,
+            reversed,
+            start,
+            end,
+        });
+        for reverse in [false, true] {
+            v.push(Scan {
+                key_window,
+                reverse,
+                max_versions: 2,
+                ..Scan::new()
+            });
+        }
+        v.push(Scan {
+            key_window,
+            offset: 1,
+            limit: Some(1),
+            ..Scan::new()
+        });
+    }
     v
 }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use crossbeam_channel::bounded;
 
-use super::plan::{key_ts, plan, query_columns, time_window, ts_offset};
+use super::plan::{key_ts, plan, query_columns, ts_offset};
 use super::pool::{Job, QueryPool};
 use super::{AggregatePage, Partial, Query, SeriesAggregate};
-use crate::codec::{bytes_equal, compare_bytes, prefix_successor};
+use crate::codec::{bytes_equal, prefix_successor};
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
 use crate::region::read::{CellSink, ContinuationToken, Scan};
@@ -145,24 +145,6 @@ pub(super) struct BucketAgg<'a> {
     pub(super) row: Option<(u64, Option<u64>)>,
     /// Where the row's next field likely is in `current`.
     pub(super) hint: usize,
-    /// A skip scan: the rows read are one series' time window at a time,
-    /// and the scan stops where a seek beats reading on.
-    pub(super) skip: Option<SkipScan>,
-}
-
-/// Where a bucket's skip scan stands.
-#[derive(Default)]
-pub(super) struct SkipScan {
-    /// The series (key prefix up to the time field) of the last row read,
-    /// once a row was read.
-    pub(super) series: Option<Vec<u8>>,
-    /// Whether `current` holds `series`' partials yet.
-    pub(super) series_open: bool,
-    /// Where to read on when the scan stopped: the start of `series`' time
-    /// window, when rows before it came first; else after `series`.
-    pub(super) seek_to: Option<Vec<u8>>,
-    /// A key too short to hold a time field: the skip scan cannot go on.
-    pub(super) broken: bool,
 }
 
 impl BucketAgg<'_> {
@@ -178,52 +160,23 @@ impl CellSink for BucketAgg<'_> {
     fn start_row(&mut self, key: &[u8]) -> bool {
         self.row = None;
         self.hint = 0;
-        // In a skip scan a series is its key prefix up to the time field
-        // (every field before it is identity, the salt one per bucket).
-        let mut same_series = None;
-        if let Some(skip) = self.skip.as_mut() {
-            let Some(prefix) = key.get(..self.ts_at) else {
-                skip.broken = true;
-                return false;
-            };
-            if !skip
-                .series
-                .as_deref()
-                .is_some_and(|known| bytes_equal(known, prefix))
-            {
-                let series = skip.series.get_or_insert_with(Vec::new);
-                series.clear();
-                series.extend_from_slice(prefix);
-                skip.series_open = false;
-                let (lo, _) = time_window(prefix, self.ts_enc, self.start, self.end);
-                if compare_bytes(key, &lo).is_lt() {
-                    skip.seek_to = Some(lo);
-                    return false;
-                }
-            }
-            same_series = Some(skip.series_open);
-        }
         let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
             return true;
         };
         if ts < self.start || ts >= self.end {
-            // A skip scan is at or after the series' window here, so past
-            // it: the rest of the series is left by a seek.
-            return self.skip.is_none();
+            return true;
         }
         self.row = Some((ts, self.window.map(|w| ts - ts % w)));
-        let same_series = same_series.unwrap_or_else(|| {
-            self.current.as_ref().is_some_and(|acc| {
-                let mut at = 0;
-                self.identity.iter().all(|r| {
-                    let part = &key[r.clone()];
-                    let same = acc
-                        .series
-                        .get(at..at + part.len())
-                        .is_some_and(|known| bytes_equal(known, part));
-                    at += part.len();
-                    same
-                })
+        let same_series = self.current.as_ref().is_some_and(|acc| {
+            let mut at = 0;
+            self.identity.iter().all(|r| {
+                let part = &key[r.clone()];
+                let same = acc
+                    .series
+                    .get(at..at + part.len())
+                    .is_some_and(|known| bytes_equal(known, part));
+                at += part.len();
+                same
             })
         });
         if !same_series {
@@ -235,9 +188,6 @@ impl CellSink for BucketAgg<'_> {
                 series.extend_from_slice(&key[r.clone()]);
             }
             self.current = Some(SeriesAcc::new(series));
-            if let Some(skip) = self.skip.as_mut() {
-                skip.series_open = true;
-            }
         }
         true
     }
@@ -301,16 +251,6 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
         ),
         None => None,
     };
-    // Skip scan: when fields sit between the query's series and the
-    // timestamp (all hosts of a metric, say), each series is found, its time
-    // window read directly, and the scan jumps to the next series — instead
-    // of reading every row of the bucket and dropping most of them.
-    let skip_scan = p.ts_filter.is_some()
-        && schema
-            .fields
-            .iter()
-            .take_while(|f| !f.encoding.is_time())
-            .all(|f| f.encoding.is_identity());
     let (columns, filters) = query_columns(&table, q)?;
     let mut waits = Vec::new();
     for &b in &p.buckets {
@@ -331,6 +271,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
         let ts_enc = ts_enc.clone();
         let (start, end) = (p.start, p.end);
         let time_range = p.cell_time_range();
+        let key_window = p.key_window;
         let table = table.clone();
         let columns = columns.clone();
         let filters = filters.clone();
@@ -346,7 +287,6 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
                 current: None,
                 row: None,
                 hint: 0,
-                skip: None,
             };
             let open = |start: Vec<u8>, stop: Option<Vec<u8>>| {
                 TableScanner::new(
@@ -356,40 +296,19 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
                         stop,
                         columns: columns.clone(),
                         filters: filters.clone(),
+                        key_window,
                         time_range,
                         ..Scan::new()
                     },
                 )
             };
-            let mut read = || -> Result<()> {
-                let start = scan.start.clone().unwrap_or_default();
-                if !skip_scan {
-                    open(start, scan.stop.clone())?.scan_cells(&mut agg)?;
-                    return Ok(());
-                }
-                // Each series' time window is read, and the scan stops at
-                // the first row outside it: a new scanner goes on from the
-                // window's start when newer rows came first (reversed
-                // timestamps), else from the next series.
-                agg.skip = Some(SkipScan::default());
-                let mut pos = Some(start);
-                while let Some(at) = pos.take() {
-                    let ran_out = open(at, scan.stop.clone())?.scan_cells(&mut agg)?;
-                    let Some(skip) = agg.skip.as_mut() else {
-                        break;
-                    };
-                    if ran_out || skip.broken {
-                        break;
-                    }
-                    pos = match skip.seek_to.take() {
-                        Some(lo) => Some(lo),
-                        None => skip.series.as_deref().and_then(prefix_successor),
-                    }
-                    .filter(|n| scan.stop.as_ref().is_none_or(|s| n < s));
-                }
-                Ok(())
-            };
-            let outcome = read();
+            // With fields between the query's series and the time (all
+            // hosts of a metric, say), the scanner seeks to each series'
+            // window instead of reading the rows around it.
+            let start = scan.start.clone().unwrap_or_default();
+            let outcome = open(start, scan.stop.clone())
+                .and_then(|mut scanner| scanner.scan_cells(&mut agg))
+                .map(|_ran_out| ());
             let partials = agg.finish();
             let flat = outcome.map(|()| {
                 let mut flat: BTreeMap<AggKey, Partial> = BTreeMap::new();

@@ -5,7 +5,7 @@ use super::{Query, ValueFilter};
 use crate::codec::prefix_successor;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, KeySchema, TimeUnit};
-use crate::region::read::{Columns, Filter, TimeRange};
+use crate::region::read::{Columns, Filter, KeyTimeWindow, TimeRange};
 use crate::table::Table;
 
 /// Where a query's rows are in one table.
@@ -14,9 +14,10 @@ pub(super) struct Plan {
     /// Range after the salt: [lo, hi) (hi `None`: to the end of the bucket).
     pub(super) lo: Vec<u8>,
     pub(super) hi: Option<Vec<u8>>,
-    /// Offset of the timestamp field in the key, when rows must be filtered
-    /// on it (it does not follow the series fields directly).
-    pub(super) ts_filter: Option<(usize, FieldEncoding)>,
+    /// The time range on the key's timestamp field, when the range cannot
+    /// narrow the scan (other fields stand between the series named and the
+    /// time): the bucket scanners seek to each series' window.
+    pub(super) key_window: Option<KeyTimeWindow>,
     /// `[start, end)` in `unit`, the table's.
     pub(super) start: u64,
     pub(super) end: u64,
@@ -55,37 +56,13 @@ pub(super) fn ts_offset(schema: &KeySchema) -> Option<(usize, usize, FieldEncodi
     None
 }
 
-/// Keys bounding `[start, end)` on a timestamp field that directly follows
-/// `prefix`: `[lo, hi)`, `hi = None` for the end of the prefix.
-pub(super) fn time_window(
-    prefix: &[u8],
-    enc: &FieldEncoding,
-    start: u64,
-    end: u64,
-) -> (Vec<u8>, Option<Vec<u8>>) {
-    let with = |ts: u64| [prefix, &ts.to_be_bytes()].concat();
-    match enc {
-        FieldEncoding::Timestamp => (
-            with(start),
-            if end == u64::MAX {
-                prefix_successor(prefix)
-            } else {
-                Some(with(end))
-            },
-        ),
-        // ts in [start, end) <=> MAX - ts in (MAX - end, MAX - start].
-        _ => (
-            if end == u64::MAX {
-                prefix.to_vec()
-            } else {
-                with(u64::MAX - (end - 1))
-            },
-            if start == 0 {
-                prefix_successor(prefix)
-            } else {
-                Some(with(u64::MAX - start + 1))
-            },
-        ),
+/// `[start, end)` on the timestamp at byte `at` of a key in `enc`.
+fn key_window(at: usize, enc: &FieldEncoding, start: u64, end: u64) -> KeyTimeWindow {
+    KeyTimeWindow {
+        at,
+        reversed: *enc == FieldEncoding::ReversedTimestamp,
+        start,
+        end,
     }
 }
 
@@ -164,7 +141,7 @@ pub fn reads_one_series_page(schema: &KeySchema, q: &Query, max_rows: usize) -> 
     q.aggregate.is_none()
         && q.limit
             .is_some_and(|l| l.saturating_add(q.offset) <= max_rows)
-        && plan(schema, q).is_ok_and(|p| p.buckets.len() == 1 && p.ts_filter.is_none())
+        && plan(schema, q).is_ok_and(|p| p.buckets.len() == 1 && p.key_window.is_none())
 }
 
 pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
@@ -224,15 +201,15 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
         None => (0..schema.buckets()).collect(),
     };
     let (mut lo, mut hi) = (lead.clone(), prefix_successor(&lead));
-    let mut ts_filter = None;
+    let mut window = None;
     if let Some((i, at, enc)) = ts_offset(schema) {
         if i == values.len() {
             // The timestamp follows the series: the range narrows the scan.
             if start < end {
-                (lo, hi) = time_window(&lead, &enc, start, end);
+                (lo, hi) = key_window(lead.len(), &enc, start, end).rows_of(&lead);
             }
         } else if q_start.is_some() || q_end.is_some() {
-            ts_filter = Some((at, enc));
+            window = Some(key_window(at, &enc, start, end));
         }
     } else if q_start.is_some() || q_end.is_some() {
         return Err(Error::InvalidInput(
@@ -246,7 +223,7 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
         buckets,
         lo,
         hi,
-        ts_filter,
+        key_window: window,
         start,
         end,
         unit,

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, bounded};
 use parking_lot::Mutex;
 
-use super::plan::{key_ts, plan, query_columns};
+use super::plan::{plan, query_columns};
 use super::pool::QueryPool;
 use super::{Query, QueryPage};
 use crate::cell::RowMutation;
 use crate::codec::{compare_bytes, prefix_successor};
 use crate::error::{Error, Result};
-use crate::key::FieldEncoding;
 use crate::region::read::{Columns, ContinuationToken, Filter, RowCells, Scan, ScannedRow};
 use crate::table::{Table, TableScanner};
 
@@ -33,24 +32,15 @@ pub(super) struct BucketCursor {
 
 pub(super) const BATCH: usize = 256;
 
-/// Reads up to a batch of a bucket's rows that pass the timestamp filter;
-/// true when the bucket has no more.
-pub(super) fn read_batch(
-    s: &mut TableScanner,
-    filter: Option<&(usize, FieldEncoding, u64, u64)>,
-    rows: &mut Vec<ScannedRow>,
-) -> Result<bool> {
+/// Reads up to a batch of a bucket's rows; true when the bucket has no
+/// more.
+pub(super) fn read_batch(s: &mut TableScanner, rows: &mut Vec<ScannedRow>) -> Result<bool> {
     loop {
         match s.next_view()? {
             Some(row) => {
-                let keep = filter.is_none_or(|(at, enc, start, end)| {
-                    key_ts(row.key(), *at, enc).is_some_and(|t| t >= *start && t < *end)
-                });
-                if keep {
-                    rows.push(row.to_scanned());
-                    if rows.len() == BATCH {
-                        return Ok(false);
-                    }
+                rows.push(row.to_scanned());
+                if rows.len() == BATCH {
+                    return Ok(false);
                 }
             }
             None => return Ok(true),
@@ -59,11 +49,7 @@ pub(super) fn read_batch(
 }
 
 impl BucketCursor {
-    pub(super) fn request(
-        &mut self,
-        pool: &QueryPool,
-        filter: Option<(usize, FieldEncoding, u64, u64)>,
-    ) -> Result<()> {
+    pub(super) fn request(&mut self, pool: &QueryPool) -> Result<()> {
         if self.done || self.inflight.is_some() || self.inline {
             return Ok(());
         }
@@ -71,8 +57,7 @@ impl BucketCursor {
         let scanner = self.scanner.clone();
         pool.run(Box::new(move || {
             let mut rows = Vec::with_capacity(BATCH);
-            let outcome = read_batch(&mut scanner.lock(), filter.as_ref(), &mut rows)
-                .map(|done| (rows, done));
+            let outcome = read_batch(&mut scanner.lock(), &mut rows).map(|done| (rows, done));
             // The query may be gone: then nobody listens, and that is fine.
             let _ = tx.send(outcome);
         }))?;
@@ -81,26 +66,22 @@ impl BucketCursor {
     }
 
     /// Makes sure a row is buffered if the bucket has one.
-    pub(super) fn fill(
-        &mut self,
-        pool: &QueryPool,
-        filter: Option<(usize, FieldEncoding, u64, u64)>,
-    ) -> Result<()> {
+    pub(super) fn fill(&mut self, pool: &QueryPool) -> Result<()> {
         while self.buf.is_empty() && !self.done {
             if self.inline {
                 let mut rows = Vec::with_capacity(BATCH);
-                self.done = read_batch(&mut self.scanner.lock(), filter.as_ref(), &mut rows)?;
+                self.done = read_batch(&mut self.scanner.lock(), &mut rows)?;
                 self.buf.extend(rows);
                 continue;
             }
-            self.request(pool, filter.clone())?;
+            self.request(pool)?;
             let rx = self.inflight.take().expect("requested above");
             let (rows, done) = rx.recv().map_err(|_| Error::Closed)??;
             self.buf.extend(rows);
             self.done = done;
         }
         // Read ahead one batch while the merge works through this one.
-        self.request(pool, filter)
+        self.request(pool)
     }
 }
 
@@ -110,7 +91,6 @@ impl BucketCursor {
 pub struct QueryRows {
     pub(super) pool: Arc<QueryPool>,
     pub(super) cursors: Vec<BucketCursor>,
-    pub(super) filter: Option<(usize, FieldEncoding, u64, u64)>,
     pub(super) salt_len: usize,
     pub(super) reverse: bool,
     pub(super) to_skip: usize,
@@ -167,17 +147,12 @@ impl QueryRows {
             }
             None => None,
         };
-        // Each bucket needs at most offset + limit rows — counted after the
-        // timestamp filter, so with a filter the scanners cannot stop early on
-        // their own (the merge still reads only a batch ahead per bucket).
-        let need = match p.ts_filter {
-            Some(_) => None,
-            None => q.limit.map(|l| l.saturating_add(q.offset)),
-        };
-        let filter = p
-            .ts_filter
-            .clone()
-            .map(|(at, enc)| (at, enc, p.start, p.end));
+        // Each bucket needs at most offset + limit rows, and one more to
+        // tell whether a continuation token is owed: a bucket stopped at
+        // exactly the limit looks finished.
+        let need = q
+            .limit
+            .map(|l| l.saturating_add(q.offset).saturating_add(1));
         let mut cursors = Vec::with_capacity(p.buckets.len());
         for &b in &p.buckets {
             let salt = schema.salt_bytes(b);
@@ -206,6 +181,7 @@ impl QueryRows {
                 stop,
                 columns: columns.clone(),
                 filters: filters.clone(),
+                key_window: p.key_window,
                 time_range: p.cell_time_range(),
                 limit: need,
                 reverse: q.reverse,
@@ -220,13 +196,12 @@ impl QueryRows {
                 inline: p.buckets.len() == 1,
             };
             // Start every bucket at once: the first batches load in parallel.
-            c.request(&pool, filter.clone())?;
+            c.request(&pool)?;
             cursors.push(c);
         }
         Ok(QueryRows {
             pool,
             cursors,
-            filter,
             salt_len,
             reverse: q.reverse,
             to_skip: q.offset,
@@ -268,7 +243,7 @@ impl QueryRows {
     pub(super) fn pop_smallest(&mut self) -> Result<Option<ScannedRow>> {
         let mut best: Option<usize> = None;
         for i in 0..self.cursors.len() {
-            self.cursors[i].fill(&self.pool, self.filter.clone())?;
+            self.cursors[i].fill(&self.pool)?;
             let Some(row) = self.cursors[i].buf.front() else {
                 continue;
             };
@@ -295,7 +270,7 @@ impl QueryRows {
         }
         let mut more = false;
         for c in &mut self.cursors {
-            c.fill(&self.pool, self.filter.clone())?;
+            c.fill(&self.pool)?;
             more |= !c.buf.is_empty();
         }
         Ok(match (more, &self.last_key) {

@@ -7,6 +7,7 @@
 //! within a row stay in their normal order, as in HBase).
 
 pub mod columns;
+pub mod key_window;
 pub mod merge;
 pub mod resolve;
 
@@ -19,6 +20,8 @@ use crate::cell::{Cell, CellKind, KeyRef, Row, first_key_of_row};
 use crate::codec::{bytes_equal, compare_bytes, prefix_successor};
 use crate::error::{Error, Result};
 use crate::schema::FamilyDescriptor;
+pub use key_window::KeyTimeWindow;
+use key_window::Placement;
 use merge::Merge;
 use resolve::{ColumnGroup, resolve_column};
 
@@ -162,6 +165,9 @@ pub struct Scan {
     /// Versions per column (default 1).
     pub max_versions: u32,
     pub filters: Vec<Filter>,
+    /// Only rows whose key time is in this window, the rest of each
+    /// series skipped by seeks.
+    pub key_window: Option<KeyTimeWindow>,
     /// Rows to skip before the first returned.
     pub offset: usize,
     /// Most rows returned; `None` for all.
@@ -181,6 +187,7 @@ impl Default for Scan {
             time_range: TimeRange::default(),
             max_versions: 1,
             filters: Vec::new(),
+            key_window: None,
             offset: 0,
             limit: None,
             reverse: false,
@@ -252,6 +259,14 @@ impl Scan {
             return Err(Error::InvalidInput(format!(
                 "time range is empty: min {} > max {}",
                 self.time_range.min, self.time_range.max
+            )));
+        }
+        if let Some(w) = &self.key_window
+            && w.start > w.end
+        {
+            return Err(Error::InvalidInput(format!(
+                "key time window is inverted: start {} > end {}",
+                w.start, w.end
             )));
         }
         Ok(())
@@ -547,6 +562,7 @@ pub struct RowScanner {
     remaining: Option<usize>,
     /// Reverse scans: rows below this one are next.
     reverse_bound: Option<Vec<u8>>,
+    key_window: Option<KeyTimeWindow>,
     started: bool,
     done: bool,
     row: ScannedRow,
@@ -597,6 +613,7 @@ impl RowScanner {
                 row_family: Vec::new(),
             },
             reverse_bound: stop.clone(),
+            key_window: scan.key_window,
             start,
             stop,
             reverse: scan.reverse,
@@ -688,20 +705,38 @@ impl RowScanner {
             let seek = first_key_of_row(self.start.as_deref().unwrap_or(&[]));
             self.merge.seek(&seek)?;
         }
-        if !self.merge.valid() {
-            return Ok(false);
+        loop {
+            if !self.merge.valid() {
+                return Ok(false);
+            }
+            let row = crate::cell::row_of(self.merge.key());
+            if self
+                .stop
+                .as_deref()
+                .is_some_and(|s| compare_bytes(row, s).is_ge())
+            {
+                return Ok(false);
+            }
+            if let Some(w) = self.key_window {
+                let place = w.place(row);
+                if place != Placement::Inside {
+                    // Every target sorts after `row`, as skip_to needs.
+                    let target = match place {
+                        Placement::Before => w.rows_of(&row[..w.at]).0,
+                        Placement::After => match prefix_successor(&row[..w.at]) {
+                            Some(next) => next,
+                            None => return Ok(false),
+                        },
+                        _ => [row, &[0]].concat(),
+                    };
+                    self.merge.skip_to(&first_key_of_row(&target))?;
+                    continue;
+                }
+            }
+            self.row.clear();
+            self.row.key.extend_from_slice(row);
+            return Ok(true);
         }
-        let row = crate::cell::row_of(self.merge.key());
-        if self
-            .stop
-            .as_deref()
-            .is_some_and(|s| compare_bytes(row, s).is_ge())
-        {
-            return Ok(false);
-        }
-        self.row.clear();
-        self.row.key.extend_from_slice(row);
-        Ok(true)
     }
 
     /// Streams the rest of the scan's cells to `sink` without building
@@ -739,18 +774,39 @@ impl RowScanner {
     }
 
     fn next_row_reverse(&mut self) -> Result<bool> {
-        let Some(row) = self.merge.last_row_before(self.reverse_bound.as_deref())? else {
-            return Ok(false);
-        };
-        if self.start.as_ref().is_some_and(|s| row < *s) {
-            return Ok(false);
+        loop {
+            let Some(row) = self.merge.last_row_before(self.reverse_bound.as_deref())? else {
+                return Ok(false);
+            };
+            if self.start.as_ref().is_some_and(|s| row < *s) {
+                return Ok(false);
+            }
+            if let Some(w) = self.key_window {
+                // Each bound is below `row`: the walk only goes down.
+                match w.place(&row) {
+                    Placement::Inside => {}
+                    Placement::After => {
+                        let hi = w.rows_of(&row[..w.at]).1;
+                        self.reverse_bound = Some(hi.unwrap_or(row));
+                        continue;
+                    }
+                    Placement::Before => {
+                        self.reverse_bound = Some(row[..w.at].to_vec());
+                        continue;
+                    }
+                    Placement::Unreadable => {
+                        self.reverse_bound = Some(row);
+                        continue;
+                    }
+                }
+            }
+            self.merge.seek(&first_key_of_row(&row))?;
+            self.row.clear();
+            self.row.key.extend_from_slice(&row);
+            self.reverse_bound = Some(row);
+            self.read_row()?;
+            return Ok(true);
         }
-        self.merge.seek(&first_key_of_row(&row))?;
-        self.row.clear();
-        self.row.key.extend_from_slice(&row);
-        self.reverse_bound = Some(row);
-        self.read_row()?;
-        Ok(true)
     }
 
     /// Consumes every entry of the row in `self.row.key` from the merge and
