@@ -225,6 +225,7 @@ fn main() {
             functions: vec![AggFn::Max],
             downsample_ms: None,
             downsample: None,
+            group_by: None,
         }),
         ..Query::default()
     };

@@ -64,6 +64,10 @@ pub struct Aggregate {
     /// Window length in the table's time unit (instead of `downsample_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downsample: Option<u64>,
+    /// Aggregate across series: one answer per field, window and value of
+    /// these key fields (`[]`: all series together). Absent: per series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<Vec<String>>,
 }
 
 impl Aggregate {
@@ -105,6 +109,15 @@ pub struct Query {
     /// Values of leading key fields, in key order (`[["metric","cpu"],["host","h1"]]`).
     #[serde(default)]
     pub series: Vec<(String, FieldValue)>,
+    /// Further leading key fields after `series`, each one of a set of
+    /// values (`[["host", ["h1", "h2"]]]`): the rows of every combination.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series_in: Vec<(String, Vec<FieldValue>)>,
+    /// At most this many rows of each series (the key before its time
+    /// field), its first in the answer's order: 1 on newest-first keys is
+    /// every series' last point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series_limit: Option<usize>,
     /// Time range `[start_ms, end_ms)` on the key's timestamp field, in
     /// epoch milliseconds...
     #[serde(default)]

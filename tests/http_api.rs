@@ -183,6 +183,69 @@ fn http_end_to_end_against_an_oracle() {
         );
     }
 
+    // The TSBS forms over HTTP: 3 hosts by value set, each one's last
+    // point (`series_limit` 1 on newest-first keys), and max across them
+    // per hour grouped by metric.
+    let three = [host(3), host(42), host(77)];
+    let r = post_json(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "metrics:cpu", "series": [["metric","cpu"]],
+                "series_in": [["host", three]], "series_limit": 1}),
+    )
+    .json();
+    assert_eq!(r["buckets_scanned"], 3, "{r}");
+    let last: Vec<(String, u64)> = r["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| {
+            (
+                row["key"]["fields"]["host"]
+                    .as_str()
+                    .expect("host")
+                    .to_string(),
+                row["key"]["fields"]["ts"].as_u64().expect("ts"),
+            )
+        })
+        .collect();
+    let newest = T0_MS + (POINTS - 1) * 10_000;
+    assert_eq!(
+        last,
+        three
+            .iter()
+            .map(|h| (h.clone(), newest))
+            .collect::<Vec<_>>()
+    );
+    let r = post_json(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "metrics:cpu", "series": [["metric","cpu"]],
+                "series_in": [["host", three]], "start_ms": T0_MS, "end_ms": T0_MS + 7_200_000,
+                "aggregate": {"functions": ["max"], "downsample_ms": 3_600_000, "group_by": ["metric"]}}),
+    )
+    .json();
+    let mut want: BTreeMap<u64, f64> = BTreeMap::new();
+    for ((h, ts), v) in &oracle {
+        if three.contains(h) && (T0_MS..T0_MS + 7_200_000).contains(ts) {
+            let max = want.entry(ts - ts % 3_600_000).or_insert(f64::MIN);
+            *max = max.max(*v);
+        }
+    }
+    let got: BTreeMap<u64, f64> = r["aggregates"]
+        .as_array()
+        .expect("aggregates")
+        .iter()
+        .map(|agg| {
+            assert_eq!(agg["series"], json!({"metric": "cpu"}));
+            (
+                agg["window_ms"].as_u64().expect("window"),
+                agg["values"]["max"].as_f64().expect("max"),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "{r}");
+
     // Raw scan and get.
     let r = post_json(
         &a,

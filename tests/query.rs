@@ -347,6 +347,7 @@ fn check_aggregates_over(
             ],
             downsample_ms: Some(100_000),
             downsample: None,
+            group_by: None,
         }),
         ..Query::default()
     };
@@ -528,6 +529,7 @@ fn queries_leave_out_store_files_older_than_their_time_range() {
                     functions: vec![AggFn::Count],
                     downsample_ms: None,
                     downsample: None,
+                    group_by: None,
                 }),
                 ..q
             },
@@ -703,6 +705,220 @@ fn raw_queries_seek_to_each_series_time_window() {
         }
         store.close().expect("close");
     }
+}
+
+/// The query forms TSBS's devops queries need, on the query API: series
+/// chosen by a set of values (`series_in`), each series' newest rows
+/// (`series_limit`), and aggregates across series grouped by a key field
+/// (`group_by`), each against the oracle, on a table salted by series (a
+/// series in one bucket) and one salted by time (a series in every bucket).
+#[test]
+fn series_sets_last_points_and_groups_across_series() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path());
+    for (table_name, salt_from) in [("by_series", "series"), ("by_time", "timestamp")] {
+        let name = TableName::parse(table_name).expect("name");
+        store
+            .create_table(&table(table_name, salt_from))
+            .expect("create");
+        let oracle = load(&store, &name);
+
+        // series_in: three hosts (one named twice), one window, paged.
+        let chosen = [3u64, 7, 12];
+        let q = Query {
+            series: series(None),
+            series_in: vec![(
+                "host".into(),
+                [3u64, 7, 7, 12]
+                    .iter()
+                    .map(|h| FieldValue::Str(format!("host_{h:02}")))
+                    .collect(),
+            )],
+            start_ms: Some(T0 + 100_000),
+            end_ms: Some(T0 + 300_000),
+            ..Query::default()
+        };
+        let want: Vec<Vec<u8>> = oracle
+            .iter()
+            .filter(|(_, (h, ts, _))| {
+                chosen.contains(h) && (T0 + 100_000..T0 + 300_000).contains(ts)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(want.len(), 3 * 20);
+        let page = store.query(&name, &q).expect("series_in");
+        assert_eq!(
+            unsalted(page.rows.iter().map(|r| r.key().to_vec())),
+            want,
+            "{table_name}"
+        );
+        if salt_from == "series" {
+            assert_eq!(page.buckets_scanned, 3, "one bucket per host");
+        }
+        let mut paged = Vec::new();
+        let mut page_q = Query {
+            limit: Some(11),
+            ..q.clone()
+        };
+        loop {
+            let page = store.query(&name, &page_q).expect("page");
+            paged.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
+            match page.continuation {
+                Some(t) => page_q.continuation = Some(t.encode()),
+                None => break,
+            }
+        }
+        assert_eq!(paged, want, "{table_name} paged");
+
+        // series_limit: each host's newest points (reversed timestamps:
+        // its first rows), with a time range, paged across series.
+        for (per_series, range) in [(1usize, None), (3, Some((T0 + 100_000, T0 + 400_000)))] {
+            let mut want: Vec<Vec<u8>> = Vec::new();
+            for h in 0..HOSTS {
+                let mut rows: Vec<(&Vec<u8>, u64)> = oracle
+                    .iter()
+                    .filter(|(_, (oh, ts, _))| {
+                        *oh == h && range.is_none_or(|(a, b)| (a..b).contains(ts))
+                    })
+                    .map(|(k, (_, ts, _))| (k, *ts))
+                    .collect();
+                rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+                want.extend(rows.into_iter().take(per_series).map(|r| r.0.clone()));
+            }
+            want.sort();
+            let q = Query {
+                series: series(None),
+                series_limit: Some(per_series),
+                start_ms: range.map(|r| r.0),
+                end_ms: range.map(|r| r.1),
+                ..Query::default()
+            };
+            let page = store.query(&name, &q).expect("series_limit");
+            let got = unsalted(page.rows.iter().map(|r| r.key().to_vec()));
+            assert_eq!(got.len(), HOSTS as usize * per_series);
+            assert_eq!(got, want, "{table_name} series_limit {per_series}");
+            if per_series == 1 {
+                let newest = T0 + (POINTS - 1) * 10_000;
+                assert!(page.rows.iter().all(|r| r.cell(0).timestamp == newest));
+            }
+            for limit in [2usize, 7] {
+                let mut paged = Vec::new();
+                let mut page_q = Query {
+                    limit: Some(limit),
+                    ..q.clone()
+                };
+                loop {
+                    let page = store.query(&name, &page_q).expect("page");
+                    paged.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
+                    match page.continuation {
+                        Some(t) => page_q.continuation = Some(t.encode()),
+                        None => break,
+                    }
+                }
+                assert_eq!(
+                    paged, want,
+                    "{table_name} series_limit {per_series} pages of {limit}"
+                );
+            }
+        }
+
+        // group_by: max, avg and count per 100 s window across all hosts
+        // (`[]`) and per metric (one metric: the same), and by host (each
+        // series alone).
+        let window_of = |ts: u64| ts - ts % 100_000;
+        let mut want: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for (_, ts, v) in oracle.values() {
+            want.entry(window_of(*ts)).or_default().push(v[0]);
+        }
+        for group_by in [vec![], vec!["metric".to_string()]] {
+            let q = Query {
+                series: series(None),
+                fields: vec!["usage_user".into()],
+                aggregate: Some(Aggregate {
+                    functions: vec![AggFn::Max, AggFn::Avg, AggFn::Count],
+                    downsample_ms: Some(100_000),
+                    downsample: None,
+                    group_by: Some(group_by.clone()),
+                }),
+                ..Query::default()
+            };
+            let got = store.aggregate(&name, &q).expect("grouped").aggregates;
+            assert_eq!(got.len(), want.len(), "{table_name} {group_by:?}");
+            for (g, (w, vals)) in got.iter().zip(&want) {
+                let names: Vec<&str> = g.series.iter().map(|(n, _)| n.as_str()).collect();
+                assert_eq!(
+                    names,
+                    group_by.iter().map(String::as_str).collect::<Vec<_>>()
+                );
+                assert_eq!(g.window, Some(*w));
+                let max = vals.iter().cloned().fold(f64::MIN, f64::max);
+                let avg = vals.iter().sum::<f64>() / vals.len() as f64;
+                let expect = [max, avg, vals.len() as f64];
+                for ((f, v), e) in g.values.iter().zip(expect) {
+                    assert!(
+                        (v - e).abs() < 1e-9,
+                        "{table_name} {f:?} window {w}: {v} != {e}"
+                    );
+                }
+            }
+        }
+        let by_host = store
+            .aggregate(
+                &name,
+                &Query {
+                    series: series(None),
+                    fields: vec!["usage_user".into()],
+                    aggregate: Some(Aggregate {
+                        functions: vec![AggFn::Count],
+                        downsample_ms: None,
+                        downsample: None,
+                        group_by: Some(vec!["host".into()]),
+                    }),
+                    ..Query::default()
+                },
+            )
+            .expect("by host")
+            .aggregates;
+        assert_eq!(by_host.len(), HOSTS as usize);
+        assert!(by_host.iter().all(|a| a.values[0].1 == POINTS as f64
+            && a.series.len() == 1
+            && a.series[0].0 == "host"));
+
+        // Wrong forms say what is wrong.
+        let bad = |q: Query| store.query(&name, &q).unwrap_err().to_string();
+        let e = bad(Query {
+            series_in: vec![("dc".into(), vec![FieldValue::Str("x".into())])],
+            ..Query::default()
+        });
+        assert!(e.contains("leading key fields"), "{e}");
+        let e = bad(Query {
+            series_in: vec![("metric".into(), vec![])],
+            ..Query::default()
+        });
+        assert!(e.contains("no values"), "{e}");
+        let e = bad(Query {
+            series_limit: Some(0),
+            ..Query::default()
+        });
+        assert!(e.contains("at least 1"), "{e}");
+        let e = store
+            .aggregate(
+                &name,
+                &Query {
+                    aggregate: Some(Aggregate {
+                        functions: vec![AggFn::Count],
+                        downsample_ms: None,
+                        downsample: None,
+                        group_by: Some(vec!["ts".into()]),
+                    }),
+                    ..Query::default()
+                },
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a series field"), "{e}");
+    }
+    store.close().expect("close");
 }
 
 /// A cell value of the filter test: the model knows it as a number (every
@@ -915,7 +1131,7 @@ proptest::proptest! {
                 // Aggregates count the numeric values that pass, per host.
                 let agg = store
                     .aggregate(&name, &Query {
-                        aggregate: Some(Aggregate { functions: vec![AggFn::Count], downsample_ms: None, downsample: None }),
+                        aggregate: Some(Aggregate { functions: vec![AggFn::Count], downsample_ms: None, downsample: None, group_by: None }),
                         ..q.clone()
                     })
                     .expect("aggregate");

@@ -491,6 +491,7 @@ pub(super) fn to_scan(r: ScanReq, scope: &PageScope) -> ApiResult<Scan> {
         max_versions: r.max_versions.unwrap_or(1),
         filters,
         key_window: None,
+        rows_per_series: None,
         offset: r.offset,
         limit: r.limit,
         reverse: r.reverse,

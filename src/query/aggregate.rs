@@ -9,7 +9,7 @@ use crossbeam_channel::bounded;
 use super::plan::{key_ts, plan, query_columns, ts_offset};
 use super::pool::{Job, QueryPool};
 use super::{AggregatePage, Partial, Query, SeriesAggregate};
-use crate::codec::{bytes_equal, prefix_successor};
+use crate::codec::bytes_equal;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
 use crate::region::read::{CellSink, ContinuationToken, Scan};
@@ -219,19 +219,50 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
             "aggregate needs at least one function".into(),
         ));
     }
+    if q.series_limit.is_some() {
+        return Err(Error::InvalidInput(
+            "series_limit limits raw rows: drop it, or the aggregate".into(),
+        ));
+    }
     let window = agg.window(table.desc.key.time_unit)?;
     let schema = table.desc.key.clone();
     let p = plan(&schema, q)?;
     p.record_buckets();
     let (_, ts_at, ts_enc) = ts_offset(&schema)
         .ok_or_else(|| Error::InvalidInput("aggregation needs a timestamp key field".into()))?;
-    // Series identity: the bytes of every field that is not time or a
-    // uniquifier, in key order.
+    // What an answer is per: the series identity (the bytes of every field
+    // that is not time or a uniquifier, in key order), or with `group_by`
+    // the bytes of those fields only: a group's series fold into one.
+    if let Some(group) = &agg.group_by {
+        for name in group {
+            if !schema
+                .fields
+                .iter()
+                .any(|f| &f.name == name && f.encoding.is_identity())
+            {
+                return Err(Error::InvalidInput(format!(
+                    "group_by `{name}` is not a series field of the key (one of {})",
+                    schema
+                        .fields
+                        .iter()
+                        .filter(|f| f.encoding.is_identity())
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    }
+    let grouped = |name: &str| {
+        agg.group_by
+            .as_ref()
+            .is_none_or(|group| group.iter().any(|g| g == name))
+    };
     let mut identity: Vec<std::ops::Range<usize>> = Vec::new();
     let mut at = schema.prefix_len();
     for f in &schema.fields {
         let w = f.encoding.width();
-        if f.encoding.is_identity() {
+        if f.encoding.is_identity() && grouped(&f.name) {
             // Adjacent parts are one range: one comparison per row.
             match identity.last_mut() {
                 Some(last) if last.end == at => last.end = at + w,
@@ -253,13 +284,8 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
     };
     let (columns, filters) = query_columns(&table, q)?;
     let mut waits = Vec::new();
-    for &b in &p.buckets {
-        let salt = schema.salt_bytes(b);
-        let start = [salt.as_slice(), &p.lo].concat();
-        let stop = match &p.hi {
-            Some(h) => Some([salt.as_slice(), h].concat()),
-            None => prefix_successor(&salt),
-        };
+    for range in &p.ranges {
+        let (start, stop) = range.salted(&schema.salt_bytes(range.bucket));
         let scan = Scan {
             start: Some(start),
             stop,
@@ -323,8 +349,8 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
             });
             let _ = tx.send(flat);
         });
-        // One bucket: nothing to run beside it, so no thread hop.
-        if p.buckets.len() == 1 {
+        // One range: nothing to run beside it, so no thread hop.
+        if p.ranges.len() == 1 {
             job();
         } else {
             pool.run(job)?;
@@ -341,14 +367,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
     let names: Vec<&str> = schema
         .fields
         .iter()
-        .filter(|f| {
-            !matches!(
-                f.encoding,
-                FieldEncoding::Timestamp
-                    | FieldEncoding::ReversedTimestamp
-                    | FieldEncoding::Uniquifier { .. }
-            )
-        })
+        .filter(|f| f.encoding.is_identity() && grouped(&f.name))
         .map(|f| f.name.as_str())
         .collect();
     let after = match after {

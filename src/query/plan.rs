@@ -4,16 +4,20 @@
 use super::{Query, ValueFilter};
 use crate::codec::prefix_successor;
 use crate::error::{Error, Result};
-use crate::key::{FieldEncoding, KeySchema, TimeUnit};
+use crate::key::{FieldEncoding, FieldValue, KeySchema, TimeUnit};
 use crate::region::read::{Columns, Filter, KeyTimeWindow, TimeRange};
 use crate::table::Table;
 
+/// Most series prefixes `series_in` may name (the product of its sets).
+const MAX_SERIES_PREFIXES: usize = 10_000;
+
 /// Where a query's rows are in one table.
 pub(super) struct Plan {
+    /// The salt buckets read, ascending.
     pub(super) buckets: Vec<u32>,
-    /// Range after the salt: [lo, hi) (hi `None`: to the end of the bucket).
-    pub(super) lo: Vec<u8>,
-    pub(super) hi: Option<Vec<u8>>,
+    /// The key ranges read, by bucket then start: one per series prefix
+    /// named (one without `series_in`) in each of its buckets.
+    pub(super) ranges: Vec<BucketRange>,
     /// The time range on the key's timestamp field, when the range cannot
     /// narrow the scan (other fields stand between the series named and the
     /// time): the bucket scanners seek to each series' window.
@@ -22,6 +26,28 @@ pub(super) struct Plan {
     pub(super) start: u64,
     pub(super) end: u64,
     pub(super) unit: TimeUnit,
+}
+
+/// A key range in one bucket: `[lo, hi)` after the salt (`hi` `None`: to
+/// the end of the bucket).
+pub(super) struct BucketRange {
+    pub(super) bucket: u32,
+    pub(super) lo: Vec<u8>,
+    pub(super) hi: Option<Vec<u8>>,
+}
+
+impl BucketRange {
+    /// The range with `salt` in front: `[start, stop)` of a scan.
+    pub(super) fn salted(&self, salt: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+        let with_salt = |k: &[u8]| [salt, k].concat();
+        (
+            with_salt(&self.lo),
+            match &self.hi {
+                Some(h) => Some(with_salt(h)),
+                None => prefix_successor(salt),
+            },
+        )
+    }
 }
 
 impl Plan {
@@ -141,7 +167,7 @@ pub fn reads_one_series_page(schema: &KeySchema, q: &Query, max_rows: usize) -> 
     q.aggregate.is_none()
         && q.limit
             .is_some_and(|l| l.saturating_add(q.offset) <= max_rows)
-        && plan(schema, q).is_ok_and(|p| p.buckets.len() == 1 && p.key_window.is_none())
+        && plan(schema, q).is_ok_and(|p| p.ranges.len() == 1 && p.key_window.is_none())
 }
 
 pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
@@ -157,25 +183,58 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
                 .into(),
         ));
     }
+    let named = |i: usize, name: &str| match schema.fields.get(i) {
+        Some(f) if f.name == name => Ok(()),
+        _ => Err(Error::InvalidInput(format!(
+            "series fields must be leading key fields in key order; `{name}` is not field {} ({})",
+            i + 1,
+            schema
+                .fields
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    };
     let mut values = Vec::with_capacity(q.series.len());
     for (i, (name, v)) in q.series.iter().enumerate() {
-        match schema.fields.get(i) {
-            Some(f) if &f.name == name => values.push(v.clone()),
-            _ => {
-                return Err(Error::InvalidInput(format!(
-                    "series fields must be leading key fields in key order; `{name}` is not field {} ({})",
-                    i + 1,
-                    schema
-                        .fields
-                        .iter()
-                        .map(|f| f.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
+        named(i, name)?;
+        values.push(v.clone());
     }
-    let lead = schema.encode_leading(&values)?;
+    // `series_in`: further fields, each one of a set of values; every
+    // combination is a series prefix of its own.
+    let mut value_sets: Vec<Vec<FieldValue>> = vec![values];
+    for (j, (name, set)) in q.series_in.iter().enumerate() {
+        named(q.series.len() + j, name)?;
+        if set.is_empty() {
+            return Err(Error::InvalidInput(format!(
+                "series_in `{name}` has no values: give at least one"
+            )));
+        }
+        if value_sets.len().saturating_mul(set.len()) > MAX_SERIES_PREFIXES {
+            return Err(Error::InvalidInput(format!(
+                "series_in names more than {MAX_SERIES_PREFIXES} combinations of values: \
+                 name fewer, or leave the field out and filter the answer"
+            )));
+        }
+        value_sets = value_sets
+            .into_iter()
+            .flat_map(|known| {
+                set.iter().map(move |v| {
+                    let mut next = known.clone();
+                    next.push(v.clone());
+                    next
+                })
+            })
+            .collect();
+    }
+    let mut leads = value_sets
+        .iter()
+        .map(|v| Ok((schema.encode_leading(v)?, v)))
+        .collect::<Result<Vec<_>>>()?;
+    // A value named twice is one series prefix, read once.
+    leads.sort_by(|a, b| a.0.cmp(&b.0));
+    leads.dedup_by(|a, b| a.0 == b.0);
     let unit = schema.time_unit;
     let either = |t: Option<u64>, ms: Option<u64>, name: &str| match (t, ms) {
         (Some(_), Some(_)) => Err(Error::InvalidInput(format!(
@@ -195,34 +254,49 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             "time range is inverted: start {start} > end {end}"
         )));
     }
-    let buckets: Vec<u32> = match schema.buckets_for_leading(&values, start, end)? {
-        _ if start == end => Vec::new(), // an empty range matches nothing
-        Some(b) => b,
-        None => (0..schema.buckets()).collect(),
-    };
-    let (mut lo, mut hi) = (lead.clone(), prefix_successor(&lead));
-    let mut window = None;
-    if let Some((i, at, enc)) = ts_offset(schema) {
-        if i == values.len() {
-            // The timestamp follows the series: the range narrows the scan.
-            if start < end {
-                (lo, hi) = key_window(lead.len(), &enc, start, end).rows_of(&lead);
-            }
-        } else if q_start.is_some() || q_end.is_some() {
-            window = Some(key_window(at, &enc, start, end));
-        }
-    } else if q_start.is_some() || q_end.is_some() {
+    let ts = ts_offset(schema);
+    if ts.is_none() && (q_start.is_some() || q_end.is_some()) {
         return Err(Error::InvalidInput(
             "the table's key has no timestamp field: drop the time range".into(),
         ));
     }
-    if lead.is_empty() && hi.as_ref().is_some_and(|h| h.is_empty()) {
-        hi = None;
+    let named_fields = q.series.len() + q.series_in.len();
+    let mut window = None;
+    let mut ranges = Vec::new();
+    for (lead, values) in &leads {
+        let buckets: Vec<u32> = match schema.buckets_for_leading(values, start, end)? {
+            _ if start == end => Vec::new(), // an empty range matches nothing
+            Some(b) => b,
+            None => (0..schema.buckets()).collect(),
+        };
+        let (mut lo, mut hi) = (lead.clone(), prefix_successor(lead));
+        if let Some((i, at, enc)) = &ts {
+            if *i == named_fields {
+                // The timestamp follows the series: the range narrows the scan.
+                if start < end {
+                    (lo, hi) = key_window(lead.len(), enc, start, end).rows_of(lead);
+                }
+            } else if q_start.is_some() || q_end.is_some() {
+                window = Some(key_window(*at, enc, start, end));
+            }
+        }
+        if lead.is_empty() && hi.as_ref().is_some_and(|h| h.is_empty()) {
+            hi = None;
+        }
+        for bucket in buckets {
+            ranges.push(BucketRange {
+                bucket,
+                lo: lo.clone(),
+                hi: hi.clone(),
+            });
+        }
     }
+    ranges.sort_by(|a, b| (a.bucket, &a.lo).cmp(&(b.bucket, &b.lo)));
+    let mut buckets: Vec<u32> = ranges.iter().map(|r| r.bucket).collect();
+    buckets.dedup();
     Ok(Plan {
         buckets,
-        lo,
-        hi,
+        ranges,
         key_window: window,
         start,
         end,

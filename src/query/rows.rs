@@ -7,13 +7,15 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, bounded};
 use parking_lot::Mutex;
 
-use super::plan::{plan, query_columns};
+use super::plan::{plan, query_columns, ts_offset};
 use super::pool::QueryPool;
 use super::{Query, QueryPage};
 use crate::cell::RowMutation;
-use crate::codec::{compare_bytes, prefix_successor};
+use crate::codec::compare_bytes;
 use crate::error::{Error, Result};
-use crate::region::read::{Columns, ContinuationToken, Filter, RowCells, Scan, ScannedRow};
+use crate::region::read::{
+    Columns, ContinuationToken, Filter, RowCells, RowsPerSeries, Scan, ScannedRow,
+};
 use crate::table::{Table, TableScanner};
 
 /// A batch of a bucket's rows, and whether the bucket is done.
@@ -91,14 +93,29 @@ impl BucketCursor {
 pub struct QueryRows {
     pub(super) pool: Arc<QueryPool>,
     pub(super) cursors: Vec<BucketCursor>,
+    /// Salt buckets the cursors read.
+    pub(super) buckets: usize,
     pub(super) salt_len: usize,
     pub(super) reverse: bool,
     pub(super) to_skip: usize,
     pub(super) remaining: Option<usize>,
+    /// `series_limit`: the unsalted series length and the rows kept of
+    /// each series, counted again here since a series' rows may come from
+    /// several buckets or regions.
+    pub(super) series_limit: Option<(usize, usize)>,
+    pub(super) series: SeriesCount,
     /// Unsalted key of the last row handed out.
     pub(super) last_key: Option<Vec<u8>>,
     /// Cells handed out, counted once when the rows are dropped.
     pub(super) cells_returned: u64,
+}
+
+/// The series of the last row handed out (unsalted) and how many of its
+/// rows were.
+#[derive(Default)]
+pub(super) struct SeriesCount {
+    pub(super) prefix: Vec<u8>,
+    pub(super) rows: usize,
 }
 
 impl Drop for QueryRows {
@@ -135,6 +152,27 @@ impl QueryRows {
         let p = plan(schema, q)?;
         p.record_buckets();
         let salt_len = schema.salt.as_ref().map_or(0, |s| s.width);
+        // A series is its key before the time field; with `series_limit`
+        // a token also carries how many rows of its series were returned.
+        let series_len = match q.series_limit {
+            Some(0) => {
+                return Err(Error::InvalidInput(
+                    "series_limit must be at least 1 (leave it out for every row)".into(),
+                ));
+            }
+            Some(_) => Some(
+                ts_offset(schema)
+                    .map(|(_, at, _)| at - salt_len)
+                    .ok_or_else(|| {
+                        Error::InvalidInput(
+                            "series_limit needs a timestamp key field (a series is the key before it)"
+                                .into(),
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let mut series = SeriesCount::default();
         let token = match &q.continuation {
             Some(t) => {
                 let t = ContinuationToken::decode(t)?;
@@ -143,27 +181,49 @@ impl QueryRows {
                         "continuation token belongs to a query in the other direction".into(),
                     ));
                 }
-                Some(t.row)
+                let mut row = t.row;
+                if let Some(len) = series_len {
+                    let count = row
+                        .len()
+                        .checked_sub(4)
+                        .filter(|&at| at >= len)
+                        .ok_or_else(|| {
+                            Error::InvalidInput(
+                                "continuation token is not one of a query with series_limit".into(),
+                            )
+                        })?;
+                    let rows = u32::from_be_bytes(row[count..].try_into().expect("4 bytes"));
+                    row.truncate(count);
+                    series.prefix = row[..len].to_vec();
+                    series.rows = rows as usize;
+                }
+                Some(row)
             }
             None => None,
         };
         // Each bucket needs at most offset + limit rows, and one more to
         // tell whether a continuation token is owed: a bucket stopped at
-        // exactly the limit looks finished.
+        // exactly the limit looks finished. Not with `series_limit`: the
+        // merge may drop rows a bucket counted (a series resumed from a
+        // token, or spread over buckets), so buckets read on a batch at a
+        // time as the merge asks.
         let need = q
             .limit
+            .filter(|_| series_len.is_none())
             .map(|l| l.saturating_add(q.offset).saturating_add(1));
-        let mut cursors = Vec::with_capacity(p.buckets.len());
-        for &b in &p.buckets {
-            let salt = schema.salt_bytes(b);
-            let with_salt = |k: &[u8]| [salt.as_slice(), k].concat();
-            let mut start = with_salt(&p.lo);
-            let mut stop = match &p.hi {
-                Some(h) => Some(with_salt(h)),
-                None => prefix_successor(&salt),
-            };
+        let rows_per_series = match (series_len, q.series_limit) {
+            (Some(len), Some(rows)) => Some(RowsPerSeries {
+                series_len: salt_len + len,
+                rows,
+            }),
+            _ => None,
+        };
+        let mut cursors = Vec::with_capacity(p.ranges.len());
+        for range in &p.ranges {
+            let salt = schema.salt_bytes(range.bucket);
+            let (mut start, mut stop) = range.salted(&salt);
             if let Some(after) = &token {
-                let key = with_salt(after);
+                let key = [salt.as_slice(), after].concat();
                 if q.reverse {
                     if stop.as_ref().is_none_or(|s| *s > key) {
                         stop = Some(key);
@@ -176,12 +236,16 @@ impl QueryRows {
                     }
                 }
             }
+            if stop.as_ref().is_some_and(|s| *s <= start) {
+                continue; // all of it before the token
+            }
             let scan = Scan {
                 start: Some(start),
                 stop,
                 columns: columns.clone(),
                 filters: filters.clone(),
                 key_window: p.key_window,
+                rows_per_series,
                 time_range: p.cell_time_range(),
                 limit: need,
                 reverse: q.reverse,
@@ -193,27 +257,30 @@ impl QueryRows {
                 buf: VecDeque::new(),
                 inflight: None,
                 done: false,
-                inline: p.buckets.len() == 1,
+                inline: p.ranges.len() == 1,
             };
-            // Start every bucket at once: the first batches load in parallel.
+            // Start every range at once: the first batches load in parallel.
             c.request(&pool)?;
             cursors.push(c);
         }
         Ok(QueryRows {
             pool,
             cursors,
+            buckets: p.buckets.len(),
             salt_len,
             reverse: q.reverse,
             to_skip: q.offset,
             remaining: q.limit,
+            series_limit: series_len.zip(q.series_limit),
+            series,
             last_key: None,
             cells_returned: 0,
         })
     }
 
-    /// How many bucket scanners the query runs.
+    /// How many salt buckets the query reads.
     pub fn buckets(&self) -> usize {
-        self.cursors.len()
+        self.buckets
     }
 
     /// The next row in logical order, or `None` at the end or the limit.
@@ -225,6 +292,20 @@ impl QueryRows {
             let Some(row) = self.pop_smallest()? else {
                 return Ok(None);
             };
+            if let Some((len, most)) = self.series_limit {
+                let key = &row.key()[self.salt_len..];
+                let series = key.get(..len).unwrap_or(key);
+                if series == self.series.prefix.as_slice() {
+                    self.series.rows += 1;
+                } else {
+                    self.series.prefix.clear();
+                    self.series.prefix.extend_from_slice(series);
+                    self.series.rows = 1;
+                }
+                if self.series.rows > most {
+                    continue;
+                }
+            }
             if self.to_skip > 0 {
                 self.to_skip -= 1;
                 continue;
@@ -274,10 +355,17 @@ impl QueryRows {
             more |= !c.buf.is_empty();
         }
         Ok(match (more, &self.last_key) {
-            (true, Some(last)) => Some(ContinuationToken {
-                row: last.clone(),
-                reverse: self.reverse,
-            }),
+            (true, Some(last)) => {
+                let mut row = last.clone();
+                if self.series_limit.is_some() {
+                    let rows = u32::try_from(self.series.rows).unwrap_or(u32::MAX);
+                    row.extend_from_slice(&rows.to_be_bytes());
+                }
+                Some(ContinuationToken {
+                    row,
+                    reverse: self.reverse,
+                })
+            }
             _ => None,
         })
     }
@@ -297,13 +385,14 @@ pub fn delete(
 ) -> Result<u64> {
     if q.aggregate.is_some()
         || q.value_filter.is_some()
+        || q.series_limit.is_some()
         || q.limit.is_some()
         || q.offset != 0
         || q.reverse
         || q.continuation.is_some()
     {
         return Err(Error::InvalidInput(
-            "a delete takes series, a time range, family and fields: drop aggregate, value_filter, limit, offset, reverse and continuation".into(),
+            "a delete takes series, a time range, family and fields: drop aggregate, value_filter, series_limit, limit, offset, reverse and continuation".into(),
         ));
     }
     let timed = q.start.is_some() || q.end.is_some() || q.start_ms.is_some() || q.end_ms.is_some();

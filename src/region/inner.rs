@@ -419,7 +419,7 @@ impl Inner {
 
     /// The family a column reader may read `scan` of: a forward scan of
     /// single columns of one family, without paging, filters, a key time
-    /// window or more than one version. (Its sources must also hold no delete marker.) `None`:
+    /// window, a limit per series or more than one version. (Its sources must also hold no delete marker.) `None`:
     /// a [`RowScanner`] must read it.
     fn column_read_family(&self, scan: &Scan) -> Option<FamilyDescriptor> {
         let (family, _) = scan.columns.columns.first()?;
@@ -428,6 +428,7 @@ impl Inner {
             && scan.limit.is_none()
             && scan.filters.is_empty()
             && scan.key_window.is_none()
+            && scan.rows_per_series.is_none()
             && scan.max_versions == 1
             && scan.columns.families.is_empty()
             && scan.columns.columns.iter().all(|(f, _)| f == family);

@@ -168,6 +168,8 @@ pub struct Scan {
     /// Only rows whose key time is in this window, the rest of each
     /// series skipped by seeks.
     pub key_window: Option<KeyTimeWindow>,
+    /// At most this many rows of each series, the rest skipped by seeks.
+    pub rows_per_series: Option<RowsPerSeries>,
     /// Rows to skip before the first returned.
     pub offset: usize,
     /// Most rows returned; `None` for all.
@@ -188,6 +190,7 @@ impl Default for Scan {
             max_versions: 1,
             filters: Vec::new(),
             key_window: None,
+            rows_per_series: None,
             offset: 0,
             limit: None,
             reverse: false,
@@ -271,6 +274,14 @@ impl Scan {
         }
         Ok(())
     }
+}
+
+/// At most `rows` rows of each series, a series being the rows that share
+/// their first `series_len` key bytes (a key too short is its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsPerSeries {
+    pub series_len: usize,
+    pub rows: usize,
 }
 
 /// Where a page ended; opaque to clients, printable as hex.
@@ -563,6 +574,10 @@ pub struct RowScanner {
     /// Reverse scans: rows below this one are next.
     reverse_bound: Option<Vec<u8>>,
     key_window: Option<KeyTimeWindow>,
+    rows_per_series: Option<RowsPerSeries>,
+    /// The series of the last row returned, and how many of its rows were.
+    series: Vec<u8>,
+    series_rows: usize,
     started: bool,
     done: bool,
     row: ScannedRow,
@@ -614,6 +629,9 @@ impl RowScanner {
             },
             reverse_bound: stop.clone(),
             key_window: scan.key_window,
+            rows_per_series: scan.rows_per_series,
+            series: Vec::new(),
+            series_rows: 0,
             start,
             stop,
             reverse: scan.reverse,
@@ -674,6 +692,20 @@ impl RowScanner {
             if self.row.cells.is_empty() {
                 continue;
             }
+            if let Some(limit) = self.rows_per_series {
+                let key = &self.row.key;
+                let series = key.get(..limit.series_len).unwrap_or(key);
+                if bytes_equal(series, &self.series) {
+                    self.series_rows += 1;
+                } else {
+                    self.series.clear();
+                    self.series.extend_from_slice(series);
+                    self.series_rows = 1;
+                }
+                if self.series_rows > limit.rows {
+                    continue;
+                }
+            }
             if self.to_skip > 0 {
                 self.to_skip -= 1;
                 continue;
@@ -717,6 +749,15 @@ impl RowScanner {
             {
                 return Ok(false);
             }
+            if self.series_full(row) {
+                match prefix_successor(&self.series) {
+                    Some(next) => {
+                        self.merge.skip_to(&first_key_of_row(&next))?;
+                        continue;
+                    }
+                    None => return Ok(false),
+                }
+            }
             if let Some(w) = self.key_window {
                 let place = w.place(row);
                 if place != Placement::Inside {
@@ -747,6 +788,7 @@ impl RowScanner {
         let by_rows = self.reverse
             || self.to_skip > 0
             || self.remaining.is_some()
+            || self.rows_per_series.is_some()
             || self.assembler.has_row_filter();
         if by_rows {
             while let Some(row) = self.next_view()? {
@@ -781,6 +823,10 @@ impl RowScanner {
             if self.start.as_ref().is_some_and(|s| row < *s) {
                 return Ok(false);
             }
+            if self.series_full(&row) {
+                self.reverse_bound = Some(self.series.clone());
+                continue;
+            }
             if let Some(w) = self.key_window {
                 // Each bound is below `row`: the walk only goes down.
                 match w.place(&row) {
@@ -807,6 +853,16 @@ impl RowScanner {
             self.read_row()?;
             return Ok(true);
         }
+    }
+
+    /// Whether `row` belongs to the series whose rows per series were all
+    /// returned: the rest of it is skipped.
+    fn series_full(&self, row: &[u8]) -> bool {
+        self.rows_per_series.is_some_and(|limit| {
+            self.series_rows >= limit.rows
+                && self.series.len() == limit.series_len
+                && row.starts_with(&self.series)
+        })
     }
 
     /// Consumes every entry of the row in `self.row.key` from the merge and
