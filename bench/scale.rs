@@ -73,6 +73,11 @@ fn ingest(server: &Server, bodies: Bodies) -> Ingest {
     let retries = Arc::new(AtomicU64::new(0));
     let tenths = Arc::new(Mutex::new(vec![0.0; 10]));
     let cpu_before = process_cpu_secs(server.pid);
+    let bar = halite::cli::progress_bar(
+        rows,
+        &format!("{} ingest", server.kind.name()),
+        halite::cli::ProgressUnit::Count("rows"),
+    );
     let started = Instant::now();
     let generate_secs = std::thread::scope(|s| {
         let maker = s.spawn(move || {
@@ -90,8 +95,13 @@ fn ingest(server: &Server, bodies: Bodies) -> Ingest {
             busy.as_secs_f64()
         });
         for _ in 0..CONNECTIONS {
-            let (rx, acked, retries, tenths) =
-                (rx.clone(), acked.clone(), retries.clone(), tenths.clone());
+            let (rx, acked, retries, tenths, bar) = (
+                rx.clone(),
+                acked.clone(),
+                retries.clone(),
+                tenths.clone(),
+                bar.clone(),
+            );
             let (addr, path, name) = (&server.addr, server.write_path(), server.kind.name());
             s.spawn(move || {
                 let mut conn = Conn::open(addr);
@@ -112,6 +122,7 @@ fn ingest(server: &Server, bodies: Bodies) -> Ingest {
                         std::thread::sleep(Duration::from_millis(100));
                     }
                     let before = acked.fetch_add(lines, Ordering::Relaxed);
+                    bar.set_position(before + lines);
                     let (from, to) = (before * 10 / rows, (before + lines) * 10 / rows);
                     if to > from {
                         let mut t = tenths.lock().expect("tenths");
@@ -125,6 +136,7 @@ fn ingest(server: &Server, bodies: Bodies) -> Ingest {
         maker.join().expect("maker")
     });
     let secs = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
     let marks = tenths.lock().expect("tenths").clone();
     let per_tenth = rows as f64 / 10.0;
     let tenths = (0..10)

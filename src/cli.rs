@@ -609,3 +609,32 @@ fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// What a progress bar counts.
+#[derive(Debug, Clone, Copy)]
+pub enum ProgressUnit {
+    /// Points, rows, messages: shown as a count and a rate.
+    Count(&'static str),
+    Bytes,
+}
+
+/// A progress bar on stderr for long work (`halite produce`, `halite
+/// verify`, the bench's load phases), `total` long. indicatif draws it only
+/// when stderr is a terminal, so logs and tests see nothing of it.
+pub fn progress_bar(total: u64, what: &str, unit: ProgressUnit) -> indicatif::ProgressBar {
+    let template = match unit {
+        ProgressUnit::Count(name) => format!(
+            "{{msg}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {name} ({{per_sec}}, {{eta}} left)"
+        ),
+        ProgressUnit::Bytes => {
+            "{msg} [{wide_bar}] {bytes}/{total_bytes} ({binary_bytes_per_sec}, {eta} left)"
+                .to_string()
+        }
+    };
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}

@@ -35,9 +35,10 @@ fn keep_freed_pages_a_while() {
 
 use clap::{Parser, Subcommand};
 use halite::cli;
+use halite::cli::{ProgressUnit, progress_bar};
 use halite::config::Config;
 use halite::ingest::Format;
-use halite::ingest::produce::{ProduceSpec, produce};
+use halite::ingest::produce::{ProduceSpec, produce_with_progress};
 
 #[derive(Parser)]
 #[command(
@@ -435,7 +436,13 @@ enum Command {
 /// `halite verify`: the report on stdout; 0 when nothing is wrong, 1 with
 /// problems, 2 when the directory is not a data directory.
 fn verify(dir: &std::path::Path, json: bool) -> ExitCode {
-    let report = match halite::verify::verify(dir) {
+    let bar = progress_bar(0, "checking", ProgressUnit::Bytes);
+    let report = halite::verify::verify_with_progress(dir, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let report = match report {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -820,7 +827,10 @@ fn main() -> ExitCode {
                     by_bucket: by_bucket?,
                 };
                 let started = Instant::now();
-                let messages = produce(&spec)?;
+                let bar = progress_bar(points, "producing", ProgressUnit::Count("points"));
+                let messages = produce_with_progress(&spec, &mut |done| bar.set_position(done));
+                bar.finish_and_clear();
+                let messages = messages?;
                 println!(
                     "produced {points} points in {messages} messages to {} in {:.2}s",
                     spec.topic,

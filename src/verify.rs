@@ -83,9 +83,59 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Bytes checked of the bytes to check (every store file and WAL
+/// segment), told after each file: what a progress bar shows.
+struct Progress<'a> {
+    done: u64,
+    total: u64,
+    tell: &'a mut dyn FnMut(u64, u64),
+}
+
+impl Progress<'_> {
+    fn checked(&mut self, path: &Path) {
+        self.done += std::fs::metadata(path).map_or(0, |m| m.len());
+        // A file that grew since it was counted moves the total along.
+        self.total = self.total.max(self.done);
+        (self.tell)(self.done, self.total);
+    }
+}
+
+/// The bytes of every store file (`regions/*/*/*.sst`) and WAL segment
+/// (`wal/*/*.log`) under `dir`.
+fn bytes_to_check(dir: &Path) -> u64 {
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut total = 0;
+    for region in sorted_entries(&dir.join("regions")) {
+        for family in sorted_entries(&region) {
+            for f in sorted_entries(&family) {
+                if f.extension().is_some_and(|e| e == "sst") {
+                    total += size(&f);
+                }
+            }
+        }
+    }
+    for shard in sorted_entries(&dir.join("wal")) {
+        for f in sorted_entries(&shard) {
+            if f.extension().is_some_and(|e| e == "log") {
+                total += size(&f);
+            }
+        }
+    }
+    total
+}
+
 /// Verifies the data directory `dir`; `Err` when it is not one (no
 /// catalog, no regions, no WAL: nothing to verify).
 pub fn verify(dir: &Path) -> Result<Report, String> {
+    verify_with_progress(dir, &mut |_, _| {})
+}
+
+/// [`verify`], telling `progress(done, total)` in bytes after each store
+/// file and WAL segment; it ends with `done == total`.
+pub fn verify_with_progress(
+    dir: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Report, String> {
     let catalog_dir = dir.join("catalog");
     let regions_dir = dir.join("regions");
     let wal_dir = dir.join("wal");
@@ -96,6 +146,12 @@ pub fn verify(dir: &Path) -> Result<Report, String> {
         ));
     }
     let mut report = Report::default();
+    let mut progress = Progress {
+        done: 0,
+        total: bytes_to_check(dir),
+        tell: progress,
+    };
+    (progress.tell)(0, progress.total);
 
     // The catalog: which regions should exist.
     let mut expected: BTreeSet<u64> = BTreeSet::new();
@@ -142,7 +198,7 @@ pub fn verify(dir: &Path) -> Result<Report, String> {
             report.note(&region, None, why);
             continue;
         }
-        verify_region(&region, &cache, &mut report);
+        verify_region(&region, &cache, &mut report, &mut progress);
     }
     for id in expected.difference(&seen) {
         report.problem(
@@ -155,13 +211,21 @@ pub fn verify(dir: &Path) -> Result<Report, String> {
     // WAL segments, shard by shard.
     for shard in sorted_entries(&wal_dir) {
         if shard.is_dir() {
-            verify_wal(&shard, &mut report);
+            verify_wal(&shard, &mut report, &mut progress);
         }
     }
+    // Files not checked (leftovers no manifest names) count as passed.
+    progress.done = progress.total;
+    (progress.tell)(progress.total, progress.total);
     Ok(report)
 }
 
-fn verify_region(region: &Path, cache: &Arc<BlockCache>, report: &mut Report) {
+fn verify_region(
+    region: &Path,
+    cache: &Arc<BlockCache>,
+    report: &mut Report,
+    progress: &mut Progress,
+) {
     let manifest = match Manifest::load(region) {
         Ok(m) => m,
         Err(e) => {
@@ -198,6 +262,7 @@ fn verify_region(region: &Path, cache: &Arc<BlockCache>, report: &mut Report) {
                     }
                     Err(e) => report.problem(&path, None, e.to_string()),
                 }
+                progress.checked(&path);
             }
         }
     }
@@ -220,7 +285,7 @@ fn verify_region(region: &Path, cache: &Arc<BlockCache>, report: &mut Report) {
     }
 }
 
-fn verify_wal(shard: &Path, report: &mut Report) {
+fn verify_wal(shard: &Path, report: &mut Report, progress: &mut Progress) {
     let mut segments: Vec<(u64, PathBuf)> = Vec::new();
     for f in sorted_entries(shard) {
         let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -238,31 +303,36 @@ fn verify_wal(shard: &Path, report: &mut Report) {
     let n = segments.len();
     for (i, (id, path)) in segments.iter().enumerate() {
         report.wal_segments += 1;
-        let buf = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) => {
-                report.problem(path, None, format!("cannot read: {e}"));
-                continue;
-            }
-        };
-        match check_segment(&buf, *id, i + 1 == n) {
-            Err((offset, what)) => report.problem(path, Some(offset), what),
-            Ok(check) => {
-                report.wal_records += check.records;
-                match check.end {
-                    SegmentEnd::Closed(_) => {}
-                    SegmentEnd::TornTail(at) => report.note(
-                        path,
-                        Some(at),
-                        "the live segment ends in a torn tail (what a crash leaves: nothing \
-                         acknowledged; cut off at next start)",
-                    ),
-                    SegmentEnd::Damage { offset, what } => report.problem(
-                        path,
-                        Some(offset),
-                        format!("{what} (damage in the middle of the log: see wal.recovery)"),
-                    ),
-                }
+        verify_segment(path, *id, i + 1 == n, report);
+        progress.checked(path);
+    }
+}
+
+fn verify_segment(path: &Path, id: u64, last: bool, report: &mut Report) {
+    let buf = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            report.problem(path, None, format!("cannot read: {e}"));
+            return;
+        }
+    };
+    match check_segment(&buf, id, last) {
+        Err((offset, what)) => report.problem(path, Some(offset), what),
+        Ok(check) => {
+            report.wal_records += check.records;
+            match check.end {
+                SegmentEnd::Closed(_) => {}
+                SegmentEnd::TornTail(at) => report.note(
+                    path,
+                    Some(at),
+                    "the live segment ends in a torn tail (what a crash leaves: nothing \
+                     acknowledged; cut off at next start)",
+                ),
+                SegmentEnd::Damage { offset, what } => report.problem(
+                    path,
+                    Some(offset),
+                    format!("{what} (damage in the middle of the log: see wal.recovery)"),
+                ),
             }
         }
     }

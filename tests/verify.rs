@@ -15,7 +15,7 @@ use halite::clock::{Clock, ManualClock};
 use halite::region::RegionOptions;
 use halite::region::wal::WalOptions;
 use halite::store::{Store, StoreOptions};
-use halite::verify::{Report, verify};
+use halite::verify::{Report, verify, verify_with_progress};
 
 fn options() -> StoreOptions {
     StoreOptions {
@@ -151,6 +151,27 @@ fn a_clean_data_directory_checks_clean() {
     assert!(r.wal_segments >= 4, "{r:?}");
     assert!(r.wal_records > 0, "the unflushed half is in the WAL");
     assert!(verify(&dir.path().join("nowhere")).is_err());
+
+    // Progress (what `halite verify` draws): the bytes of every store
+    // file and WAL segment, told after each, never going back, ending full.
+    let size = |p: &PathBuf| std::fs::metadata(p).expect("size").len();
+    let want: u64 = files(dir.path(), "sst").iter().map(size).sum::<u64>()
+        + files(dir.path(), "log").iter().map(size).sum::<u64>();
+    let mut told: Vec<(u64, u64)> = Vec::new();
+    verify_with_progress(dir.path(), &mut |done, total| told.push((done, total)))
+        .expect("a data directory");
+    assert_eq!(told.first(), Some(&(0, want)));
+    assert_eq!(told.last(), Some(&(want, want)));
+    assert!(
+        told.windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[1].0 <= w[1].1)
+    );
+    assert!(
+        told.len() > r.store_files + r.wal_segments,
+        "told {} times for {} files",
+        told.len(),
+        r.store_files + r.wal_segments
+    );
 }
 
 #[test]

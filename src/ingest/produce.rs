@@ -68,6 +68,16 @@ pub enum ProduceError {
 /// Produces every point and waits until the broker has them all; returns
 /// the number of messages.
 pub fn produce(spec: &ProduceSpec) -> Result<u64, ProduceError> {
+    produce_with_progress(spec, &mut |_| {})
+}
+
+/// [`produce`], telling `progress(points)` the points handed to the
+/// producer so far after each message (all of them before the final
+/// flush waits for the broker's acknowledgements).
+pub fn produce_with_progress(
+    spec: &ProduceSpec,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64, ProduceError> {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &spec.brokers)
         .set("linger.ms", "5")
@@ -155,6 +165,7 @@ pub fn produce(spec: &ProduceSpec) -> Result<u64, ProduceError> {
                 }
             }
             messages += 1;
+            progress(produced);
             if spec.rate > 0 {
                 let due = Duration::from_secs_f64(produced as f64 / spec.rate as f64);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
