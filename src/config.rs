@@ -18,6 +18,7 @@ use crate::region::RegionOptions;
 use crate::region::compaction::CompactionOptions;
 use crate::region::wal::io::IoBackendChoice;
 use crate::region::wal::{WalOptions, WalRecovery};
+use crate::schema::{CompactionStrategy, FamilySpec};
 use crate::store::StoreOptions;
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +105,12 @@ pub struct InfluxConfig {
     /// Most series a measurement's table holds (default 1,000,000); a
     /// write of new series past it is answered 503.
     pub series_limit: u64,
+    /// The compaction policy of a measurement's family (default
+    /// `TIME_WINDOW`: files by time window, a closed window merged once and
+    /// then left alone, as InfluxDB's shards by time; `RATIO` otherwise).
+    pub compaction: CompactionStrategy,
+    /// Seconds of a `TIME_WINDOW` window (default 86,400: a day).
+    pub time_window: u64,
 }
 
 impl Default for InfluxConfig {
@@ -111,6 +118,21 @@ impl Default for InfluxConfig {
         InfluxConfig {
             buckets: 4,
             series_limit: 1_000_000,
+            compaction: CompactionStrategy::TimeWindow,
+            time_window: 86_400,
+        }
+    }
+}
+
+impl InfluxConfig {
+    /// The family every measurement's (and Prometheus samples') table
+    /// holds its fields in.
+    pub fn family(&self) -> FamilySpec {
+        FamilySpec {
+            compaction: self.compaction,
+            time_window: (self.compaction == CompactionStrategy::TimeWindow)
+                .then_some(self.time_window),
+            ..FamilySpec::time_series("f")
         }
     }
 }
@@ -532,6 +554,14 @@ impl Config {
                 );
             }
         }
+        if self.influx.compaction == CompactionStrategy::TimeWindow
+            && !(60..=366 * 86_400).contains(&self.influx.time_window)
+        {
+            return bad(
+                "influx.time_window",
+                "must be between 60 seconds and 366 days (31,622,400)",
+            );
+        }
         let c = &self.region.compaction;
         if c.min_files < 2 || c.max_files < c.min_files || c.ratio <= 0.0 {
             return bad(
@@ -637,6 +667,8 @@ mod tests {
         assert_eq!(c.region.flush_age, d.region.flush_age);
         assert_eq!(c.cache.block_cache_size, d.cache.block_cache_size);
         assert_eq!(c.region.compaction.ratio, d.region.compaction.ratio);
+        assert_eq!(c.influx.compaction, d.influx.compaction);
+        assert_eq!(c.influx.time_window, d.influx.time_window);
     }
 
     #[test]
@@ -659,5 +691,30 @@ mod tests {
         assert!(e.to_string().contains("nope"), "{e}");
         let e = Config::load(None, &["region.flush_age=\"5 parsecs\"".into()]).unwrap_err();
         assert!(e.to_string().contains("unit"), "{e}");
+    }
+
+    #[test]
+    fn measurement_tables_are_date_tiered_unless_set_otherwise() {
+        let c = Config::default();
+        let f = c.influx.family().descriptor();
+        assert_eq!(f.compaction, CompactionStrategy::TimeWindow);
+        assert_eq!(f.time_window_secs, Some(86_400));
+        let c = Config::load(
+            None,
+            &[
+                "influx.compaction=\"RATIO\"".into(),
+                "influx.time_window=3600".into(),
+            ],
+        )
+        .unwrap();
+        let f = c.influx.family().descriptor();
+        assert_eq!(
+            (f.compaction, f.time_window_secs),
+            (CompactionStrategy::Ratio, None)
+        );
+        let c = Config::load(None, &["influx.time_window=3600".into()]).unwrap();
+        assert_eq!(c.influx.family().descriptor().time_window_secs, Some(3600));
+        let e = Config::load(None, &["influx.time_window=10".into()]).unwrap_err();
+        assert!(e.to_string().contains("influx.time_window"), "{e}");
     }
 }

@@ -633,5 +633,30 @@ fn time_window_families_are_created_shown_and_checked() {
         assert_eq!(r.status, 400, "{}", r.text());
         assert!(r.text().contains(says), "{}", r.text());
     }
+    // A measurement's table, made by its first point, is date-tiered by
+    // a day ([influx] compaction and time_window).
+    let created = request(
+        &a,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        b"q=CREATE+DATABASE+telegraf",
+    )
+    .expect("create database");
+    assert_eq!(created.status, 200, "{}", created.text());
+    let w = request(
+        &a,
+        "POST",
+        "/write?db=telegraf",
+        Some("text/plain"),
+        b"cpu,host=a usage_user=1 1700000000000000000\n",
+    )
+    .expect("write");
+    assert_eq!(w.status, 204, "{}", w.text());
+    let shown = request(&a, "GET", "/api/v1/tables/telegraf:cpu", None, b"").expect("get");
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    let family = &shown.json()["families"][0];
+    assert_eq!(family["compaction"], "TIME_WINDOW", "{family}");
+    assert_eq!(family["time_window"], 86_400, "{family}");
     stop(s);
 }

@@ -25,7 +25,7 @@ use crate::ingest::{self, line_protocol::Precision};
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
 use crate::query::influx_select::{self, Cell, SeriesOut};
 use crate::query::influxql::{self, Statement};
-use crate::schema::{Durability, FamilySpec};
+use crate::schema::Durability;
 use crate::series::Dictionary;
 
 use super::msgpack;
@@ -259,7 +259,7 @@ fn measurement_of(line: &str) -> String {
 fn measurement_table_request(s: &AppState, name: &TableName) -> CreateTable {
     CreateTable {
         name: name.clone(),
-        families: vec![FamilySpec::time_series("f")],
+        families: vec![s.influx.family()],
         key: KeySchema {
             fields: Vec::new(),
             salt: (s.influx.buckets >= 2).then(|| Salt {

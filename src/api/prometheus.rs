@@ -27,7 +27,7 @@ use crate::ingest::remote_write::{self, Series};
 use crate::ingest::{PointEncoder, RowsSink, SamplePoint};
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
 use crate::query::prom_read::{self, MatchOp, Matcher};
-use crate::schema::{Durability, FamilySpec};
+use crate::schema::Durability;
 use crate::value::Value;
 
 /// The table of a database that holds its samples.
@@ -104,7 +104,7 @@ fn samples_table(db: &str) -> Result<TableName, Refusal> {
 fn samples_table_request(s: &AppState, name: &TableName) -> CreateTable {
     CreateTable {
         name: name.clone(),
-        families: vec![FamilySpec::time_series("f")],
+        families: vec![s.influx.family()],
         key: KeySchema {
             fields: Vec::new(),
             salt: (s.influx.buckets >= 2).then(|| Salt {
