@@ -118,7 +118,9 @@ bench-prom: bench-peers
 ## At scale (issue #24): TSBS devops cpu-only, HALITE_BENCH_HOSTS (4,000)
 ## hosts × HALITE_BENCH_DAYS (1) days streamed into halite, VictoriaMetrics
 ## and InfluxDB; rows/s per tenth, CPU, RSS, bytes per value, write
-## amplification, restart time, the 15 query types; bench/SCALE.md.
+## amplification, restart time, the 15 query types, a mixed run (ingest at
+## half its rate beside single-groupby-1-1-1 from 2 clients), the
+## out-of-order leg; bench/SCALE.md.
 bench-scale: bench-peers
 	$(CARGO) bench --bench scale
 

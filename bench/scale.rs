@@ -14,7 +14,10 @@
 //! compared. Then the same points sent out of order (10 % up to a minute
 //! late, 1 % an hour late) into a fresh server, its rates, and the first
 //! query of each type answered as in order (`HALITE_BENCH_OUT_OF_ORDER=0`
-//! skips it). `HALITE_BENCH_ONLY=halite-influxql,InfluxDB` picks systems.
+//! skips it). Before that, a mixed run on the settled data: ingest of the
+//! next hours held at half the system's own rate while two clients run
+//! single-groupby-1-1-1 back to back (`HALITE_BENCH_MIXED=0` skips it).
+//! `HALITE_BENCH_ONLY=halite-influxql,InfluxDB` picks systems.
 //! Report in `bench/SCALE.md`, the figures in `bench/scale.json` and SVG
 //! charts of them in `bench/scale-*.svg` (`HALITE_BENCH_CHARTS=<json>`
 //! only draws the charts of an earlier run; `HALITE_BENCH_KEEP=1` keeps
@@ -66,6 +69,12 @@ struct Ingest {
 /// send them; a 5xx (a full cache or MemStore) is retried after 100 ms
 /// and counted.
 fn ingest(server: &Server, bodies: Bodies) -> Ingest {
+    ingest_paced(server, bodies, None)
+}
+
+/// [`ingest`], at most `rows_per_s` when given: a body is made no sooner
+/// than its first row is due.
+fn ingest_paced(server: &Server, bodies: Bodies, rows_per_s: Option<f64>) -> Ingest {
     let rows = bodies.total();
     let (tx, rx) = mpsc::sync_channel::<(String, u64)>(4);
     let rx = Arc::new(Mutex::new(rx));
@@ -83,11 +92,19 @@ fn ingest(server: &Server, bodies: Bodies) -> Ingest {
         let maker = s.spawn(move || {
             let mut busy = Duration::ZERO;
             let mut bodies = bodies;
+            let mut made = 0u64;
             loop {
+                if let Some(rate) = rows_per_s {
+                    let due = Duration::from_secs_f64(made as f64 / rate);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
                 let t = Instant::now();
                 let Some(body) = bodies.next() else { break };
                 busy += t.elapsed();
                 let lines = body.bytes().filter(|b| *b == b'\n').count() as u64;
+                made += lines;
                 if tx.send((body, lines)).is_err() {
                     break;
                 }
@@ -199,6 +216,151 @@ struct QueryRun {
     answers: Vec<Vec<u8>>,
 }
 
+/// One query of type `kind` drawn by `rng`, in the language of `system`:
+/// (the query, the request path). VictoriaMetrics answers the MetricsQL
+/// TSBS writes for it; the types TSBS has none for give `None` there.
+fn query_request(
+    system: Kind,
+    kind: QueryType,
+    rng: &mut Rng,
+    hosts: u64,
+    end: u64,
+) -> Option<(String, String)> {
+    if system == Kind::Victoria {
+        let r = kind.promql(rng, hosts, devops::START_MS, end)?;
+        let path = format!(
+            "/api/v1/query_range?query={}&start={}&end={}&step={}",
+            url_encode(&r.query),
+            r.start_s,
+            r.end_s,
+            r.step_s
+        );
+        return Some((r.query, path));
+    }
+    let q = kind.influxql(rng, hosts, devops::START_MS, end);
+    let path = format!("/query?db=bench&epoch=ms&q={}", url_encode(&q));
+    Some((q, path))
+}
+
+/// Clients running one query type back to back, and what they saw.
+struct QueryLoad {
+    p50_ms: f64,
+    p99_ms: f64,
+    queries: usize,
+}
+
+/// `MIXED_CLIENTS` clients run `kind` (drawn from `seed`) back to back
+/// until `done` says stop: the latencies of all of them.
+fn query_load(
+    server: &Server,
+    kind: QueryType,
+    hosts: u64,
+    end: u64,
+    seed: u64,
+    done: &(dyn Fn() -> bool + Sync),
+) -> QueryLoad {
+    let times: Vec<f64> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..MIXED_CLIENTS as u64)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut rng = Rng::new(seed ^ (c + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut conn = Conn::open(&server.addr);
+                    let mut times = Vec::new();
+                    while !done() {
+                        let Some((q, path)) = query_request(server.kind, kind, &mut rng, hosts, end)
+                        else {
+                            break;
+                        };
+                        let started = Instant::now();
+                        let (status, body) = conn.get(&path);
+                        times.push(started.elapsed().as_secs_f64() * 1e3);
+                        assert_eq!(
+                            status,
+                            200,
+                            "{}: {q}: {}",
+                            server.kind.name(),
+                            String::from_utf8_lossy(&body)
+                        );
+                    }
+                    times
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().expect("query client"))
+            .collect()
+    });
+    let queries = times.len();
+    let (p50_ms, p99_ms) = if times.is_empty() {
+        (f64::NAN, f64::NAN)
+    } else {
+        percentiles(times)
+    };
+    QueryLoad {
+        p50_ms,
+        p99_ms,
+        queries,
+    }
+}
+
+/// Ingest held at half the rate the system reached alone, while
+/// `MIXED_CLIENTS` clients run single-groupby-1-1-1 back to back over the
+/// settled day; beside it the same query load alone first.
+struct MixedRun {
+    target_rows_per_s: f64,
+    ingest: Ingest,
+    alone: QueryLoad,
+    loaded: QueryLoad,
+}
+
+const MIXED_CLIENTS: usize = 2;
+/// About how long the mixed ingest runs (its rows are sized from it).
+const MIXED_SECS: f64 = 60.0;
+const MIXED_ALONE_SECS: f64 = 15.0;
+
+fn mixed(server: &Server, hosts: u64, steps: u64, max_rows_per_s: f64) -> MixedRun {
+    let kind = QueryType::ALL[0];
+    let end = devops::START_MS + steps * devops::INTERVAL_MS;
+    let started = Instant::now();
+    let alone = query_load(server, kind, hosts, end, SEED, &|| {
+        started.elapsed().as_secs_f64() >= MIXED_ALONE_SECS
+    });
+    let target = max_rows_per_s / 2.0;
+    let more_steps = ((target * MIXED_SECS) / hosts as f64).ceil().max(1.0) as u64;
+    let ingesting = std::sync::atomic::AtomicBool::new(true);
+    let (ingest, loaded) = std::thread::scope(|s| {
+        let queries = s.spawn(|| {
+            query_load(server, kind, hosts, end, SEED + 1, &|| {
+                !ingesting.load(Ordering::Relaxed)
+            })
+        });
+        let ingest = ingest_paced(
+            server,
+            Bodies::continued(hosts, steps, more_steps, LINES_PER_BODY),
+            Some(target),
+        );
+        ingesting.store(false, Ordering::Relaxed);
+        (ingest, queries.join().expect("queries"))
+    });
+    eprintln!(
+        "{} mixed: ingest {:.0} rows/s of {target:.0} asked; single-groupby-1-1-1 from {MIXED_CLIENTS} \
+         clients p50/p99 {:.1}/{:.1} ms alone, {:.1}/{:.1} ms under ingest",
+        server.kind.name(),
+        ingest.rows as f64 / ingest.secs,
+        alone.p50_ms,
+        alone.p99_ms,
+        loaded.p50_ms,
+        loaded.p99_ms
+    );
+    MixedRun {
+        target_rows_per_s: target,
+        ingest,
+        alone,
+        loaded,
+    }
+}
+
 fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<QueryRun> {
     let end = devops::START_MS + steps * devops::INTERVAL_MS;
     let mut rng = Rng::new(SEED);
@@ -209,24 +371,8 @@ fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<Quer
         let mut answers = Vec::with_capacity(per_type);
         let mut paths = Vec::with_capacity(per_type);
         for _ in 0..per_type {
-            // VictoriaMetrics answers the MetricsQL TSBS writes for it;
-            // the types TSBS has none for are not run there.
-            let (q, path) = if server.kind == Kind::Victoria {
-                let Some(r) = kind.promql(&mut rng, hosts, devops::START_MS, end) else {
-                    continue;
-                };
-                let path = format!(
-                    "/api/v1/query_range?query={}&start={}&end={}&step={}",
-                    url_encode(&r.query),
-                    r.start_s,
-                    r.end_s,
-                    r.step_s
-                );
-                (r.query, path)
-            } else {
-                let q = kind.influxql(&mut rng, hosts, devops::START_MS, end);
-                let path = format!("/query?db=bench&epoch=ms&q={}", url_encode(&q));
-                (q, path)
+            let Some((q, path)) = query_request(server.kind, kind, &mut rng, hosts, end) else {
+                continue;
             };
             let started = Instant::now();
             let (status, body) = conn.get(&path);
@@ -340,6 +486,7 @@ struct SystemRun {
     write_amplification: Option<Amplification>,
     restart_s: f64,
     queries: Vec<QueryRun>,
+    mixed: Option<MixedRun>,
 }
 
 fn main() {
@@ -357,6 +504,7 @@ fn main() {
     let steps = (days * 86_400_000.0 / devops::INTERVAL_MS as f64) as u64;
     let only = std::env::var("HALITE_BENCH_ONLY").ok();
     let with_out_of_order = std::env::var("HALITE_BENCH_OUT_OF_ORDER").map_or(true, |v| v != "0");
+    let with_mixed = std::env::var("HALITE_BENCH_MIXED").map_or(true, |v| v != "0");
     let root = std::env::var_os("HALITE_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
@@ -392,6 +540,8 @@ fn main() {
         server.restart_untraced();
         let restart_s = restarting.elapsed().as_secs_f64();
         let queries = queries(&server, hosts, steps, per_type);
+        let mixed = with_mixed
+            .then(|| mixed(&server, hosts, steps, ingest.rows as f64 / ingest.secs));
         server.stop();
         let out_of_order = with_out_of_order.then(|| {
             let server = Server::start(kind, temp.path(), false);
@@ -420,6 +570,7 @@ fn main() {
             write_amplification,
             restart_s,
             queries,
+            mixed,
         });
     }
     let report = report(&runs, hosts, steps, per_type);
@@ -473,6 +624,17 @@ fn results_json(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> 
                     "peak_rss_mib": o.ingest.peak_rss_mib,
                     "answers_equal": o.equal,
                     "answers_compared": o.compared,
+                })),
+                "mixed": s.mixed.as_ref().map(|m| serde_json::json!({
+                    "target_rows_per_s": m.target_rows_per_s,
+                    "rows_per_s": m.ingest.rows as f64 / m.ingest.secs,
+                    "clients": MIXED_CLIENTS,
+                    "alone_p50_ms": m.alone.p50_ms,
+                    "alone_p99_ms": m.alone.p99_ms,
+                    "alone_queries": m.alone.queries,
+                    "loaded_p50_ms": m.loaded.p50_ms,
+                    "loaded_p99_ms": m.loaded.p99_ms,
+                    "loaded_queries": m.loaded.queries,
                 })),
                 "queries": s.queries.iter().map(|q| serde_json::json!({
                     "name": q.name,
@@ -557,6 +719,35 @@ fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String
                 o.ingest.retries,
                 o.equal,
                 o.compared
+            );
+        }
+    }
+    let mixed: Vec<&SystemRun> = runs.iter().filter(|s| s.mixed.is_some()).collect();
+    if !mixed.is_empty() {
+        let _ = writeln!(
+            r,
+            "\nMixed: on the settled data, {MIXED_CLIENTS} clients run single-groupby-1-1-1 back \
+             to back, {MIXED_ALONE_SECS:.0} s alone and then while the next hours of the data set \
+             are sent at half the rate the system reached alone (about {MIXED_SECS:.0} s of rows):\n\n\
+             | system | ingest asked rows/s | got | ÷ asked | query p50 / p99 ms alone | under ingest | p99 ÷ alone | queries alone / under ingest |\n\
+             |---|---|---|---|---|---|---|---|"
+        );
+        for s in mixed {
+            let Some(m) = &s.mixed else { continue };
+            let got = m.ingest.rows as f64 / m.ingest.secs;
+            let _ = writeln!(
+                r,
+                "| {} | {:.0} | {got:.0} | {:.2} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} | {} / {} |",
+                s.kind.name(),
+                m.target_rows_per_s,
+                got / m.target_rows_per_s,
+                m.alone.p50_ms,
+                m.alone.p99_ms,
+                m.loaded.p50_ms,
+                m.loaded.p99_ms,
+                m.loaded.p99_ms / m.alone.p99_ms,
+                m.alone.queries,
+                m.loaded.queries
             );
         }
     }

@@ -93,8 +93,11 @@ pub fn line(prefix: &str, host: u64, step: u64, out: &mut String) {
 /// taken, so a day of 4,000 hosts (34.56M lines) never sits in memory.
 pub struct Bodies {
     prefixes: Vec<String>,
+    /// Steps of the data set up to the last one sent.
     steps: u64,
     lines_per_body: usize,
+    /// The first point sent.
+    first: u64,
     next: u64,
     /// Out of order: points held back, by the place they are sent at.
     late: Option<std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>>,
@@ -111,8 +114,22 @@ impl Bodies {
             prefixes: (0..hosts).map(series_prefix).collect(),
             steps,
             lines_per_body: lines_per_body.max(1),
+            first: 0,
             next: 0,
             late: None,
+        }
+    }
+
+    /// The data set's `more_steps` steps after its first `after_steps`:
+    /// the same series going on (for ingest beside queries on what came
+    /// before).
+    pub fn continued(hosts: u64, after_steps: u64, more_steps: u64, lines_per_body: usize) -> Self {
+        let first = hosts * after_steps;
+        Bodies {
+            steps: after_steps + more_steps,
+            first,
+            next: first,
+            ..Bodies::new(hosts, 0, lines_per_body)
         }
     }
 
@@ -144,7 +161,7 @@ impl Bodies {
 
     /// Lines in all.
     pub fn total(&self) -> u64 {
-        self.prefixes.len() as u64 * self.steps
+        self.prefixes.len() as u64 * self.steps - self.first
     }
 }
 
@@ -514,6 +531,12 @@ mod tests {
         assert!(lines[0].starts_with("cpu,hostname=host_0,"));
         assert!(lines[5].starts_with("cpu,hostname=host_0,"));
         assert!(lines[5].ends_with(&format!(" {}", START_MS + INTERVAL_MS)));
+        // Going on after step 3 is the same lines from there.
+        let more = Bodies::continued(5, 3, 4, 6);
+        assert_eq!(more.total(), 20);
+        let more: Vec<String> = more.collect();
+        let more: Vec<&str> = more.iter().flat_map(|b| b.lines()).collect();
+        assert_eq!(more, lines[15..]);
     }
 
     #[test]
