@@ -267,7 +267,8 @@ fn query_load(
                     let mut conn = Conn::open(&server.addr);
                     let mut times = Vec::new();
                     while !done() {
-                        let Some((q, path)) = query_request(server.kind, kind, &mut rng, hosts, end)
+                        let Some((q, path)) =
+                            query_request(server.kind, kind, &mut rng, hosts, end)
                         else {
                             break;
                         };
@@ -540,8 +541,8 @@ fn main() {
         server.restart_untraced();
         let restart_s = restarting.elapsed().as_secs_f64();
         let queries = queries(&server, hosts, steps, per_type);
-        let mixed = with_mixed
-            .then(|| mixed(&server, hosts, steps, ingest.rows as f64 / ingest.secs));
+        let mixed =
+            with_mixed.then(|| mixed(&server, hosts, steps, ingest.rows as f64 / ingest.secs));
         server.stop();
         let out_of_order = with_out_of_order.then(|| {
             let server = Server::start(kind, temp.path(), false);

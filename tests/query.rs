@@ -807,8 +807,10 @@ fn series_sets_last_points_and_groups_across_series() {
                     limit: Some(limit),
                     ..q.clone()
                 };
+                let mut pages = 0;
                 loop {
                     let page = store.query(&name, &page_q).expect("page");
+                    pages += 1;
                     paged.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
                     match page.continuation {
                         Some(t) => page_q.continuation = Some(t.encode()),
@@ -817,6 +819,12 @@ fn series_sets_last_points_and_groups_across_series() {
                 }
                 assert_eq!(
                     paged, want,
+                    "{table_name} series_limit {per_series} pages of {limit}"
+                );
+                // No token leads to an empty page.
+                assert_eq!(
+                    pages,
+                    want.len().div_ceil(limit),
                     "{table_name} series_limit {per_series} pages of {limit}"
                 );
             }

@@ -419,7 +419,12 @@ fn queries() -> Vec<Scan> {
     });
     // Key time windows: rows too short to hold a time are never in one;
     // the rest of a series is skipped by seeks either way.
-    for (reversed, start, end) in [(false, 3, 9), (false, 9, u64::MAX), (true, 4, 6)] {
+    for (reversed, start, end) in [
+        (false, 3, 9),
+        (false, 9, u64::MAX),
+        (true, 4, 6),
+        (true, 0, 0),
+    ] {
         let key_window = Some(KeyTimeWindow {
             at: 1,
             reversed,

@@ -163,7 +163,8 @@ impl CellSink for BucketAgg<'_> {
         let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
             return true;
         };
-        if ts < self.start || ts >= self.end {
+        // An end of u64::MAX is no end, as for raw rows (KeyTimeWindow).
+        if ts < self.start || (self.end != u64::MAX && ts >= self.end) {
             return true;
         }
         self.row = Some((ts, self.window.map(|w| ts - ts % w)));

@@ -321,6 +321,17 @@ impl QueryRows {
         }
     }
 
+    /// Whether `key` (salted) is of the series last handed out, which has
+    /// all the rows `series_limit` gives it.
+    fn in_full_series(&self, key: &[u8]) -> bool {
+        self.series_limit.is_some_and(|(len, most)| {
+            self.series.rows >= most
+                && key
+                    .get(self.salt_len..self.salt_len + len)
+                    .is_some_and(|series| series == self.series.prefix.as_slice())
+        })
+    }
+
     pub(super) fn pop_smallest(&mut self) -> Result<Option<ScannedRow>> {
         let mut best: Option<usize> = None;
         for i in 0..self.cursors.len() {
@@ -349,10 +360,24 @@ impl QueryRows {
         if self.remaining != Some(0) {
             return Ok(None);
         }
+        // Rows of a series already given its `series_limit` rows are not
+        // more: the merge would drop them.
         let mut more = false;
-        for c in &mut self.cursors {
-            c.fill(&self.pool)?;
-            more |= !c.buf.is_empty();
+        for i in 0..self.cursors.len() {
+            loop {
+                self.cursors[i].fill(&self.pool)?;
+                let Some(row) = self.cursors[i].buf.front() else {
+                    break;
+                };
+                if !self.in_full_series(row.key()) {
+                    more = true;
+                    break;
+                }
+                self.cursors[i].buf.pop_front();
+            }
+            if more {
+                break;
+            }
         }
         Ok(match (more, &self.last_key) {
             (true, Some(last)) => {

@@ -638,7 +638,9 @@ impl RowScanner {
             to_skip: scan.offset,
             remaining: scan.limit,
             started: false,
-            done: empty || scan.limit == Some(0),
+            done: empty
+                || scan.limit == Some(0)
+                || scan.key_window.is_some_and(|w| w.start == w.end),
             row: ScannedRow::default(),
         })
     }

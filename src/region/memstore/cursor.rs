@@ -79,6 +79,19 @@ impl MemCursor {
     }
 
     pub(crate) fn skip_to(&mut self, target: &[u8]) {
+        if self.current().is_none() {
+            return;
+        }
+        // Past the loaded rows a walk would load and step over every row
+        // between (a whole series skipped by a scan): the skiplist seeks.
+        let past_loaded = self
+            .entries
+            .last()
+            .is_some_and(|e| compare_keys(e.key(&self.keys), target) == Ordering::Less);
+        if past_loaded {
+            self.seek(target);
+            return;
+        }
         while self
             .current()
             .is_some_and(|e| compare_keys(e.key(&self.keys), target) == Ordering::Less)
