@@ -8,7 +8,26 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+/// A port for a server a test starts. The kernel's choice (binding port 0)
+/// can hand a port just given to another test process to this one too, and
+/// then two servers race for it: one fails to bind while the test talks to
+/// the other. So each process takes ports from a block of its own, by its
+/// pid, in 20000..32000: below Linux's ephemeral range (no client
+/// connection holds them) and apart from the blocks of the test processes
+/// running beside it. A port that does not bind is passed over.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const BLOCK: u16 = 30;
+    const BLOCKS: u32 = 400;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let block = FIRST + (std::process::id() % BLOCKS) as u16 * BLOCK;
+    for _ in 0..BLOCK {
+        let port = block + NEXT.fetch_add(1, Ordering::Relaxed) % BLOCK;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
