@@ -120,8 +120,9 @@ bench-prom: bench-peers
 ## and InfluxDB; rows/s per tenth, CPU, RSS, bytes per value, write
 ## amplification, restart time, the 15 query types, a mixed run (ingest at
 ## half its rate beside single-groupby-1-1-1 from 2 clients), the
-## out-of-order leg; bench/SCALE.md.
-bench-scale: bench-peers
+## out-of-order leg, and the first hour through Kafka (Tansu) one point and
+## 100 points a message against a bare consumer; bench/SCALE.md.
+bench-scale: venv bench-peers
 	$(CARGO) bench --bench scale
 
 ## Prometheus soak (issue #23): HALITE_SOAK_MINUTES (default 10) of a

@@ -16,7 +16,7 @@ use rdkafka::{Offset, TopicPartitionList};
 const HOSTS: u64 = 100;
 pub const PARTITIONS: i32 = 8;
 
-/// Reads every message of the topic from the beginning; rows/s.
+/// Reads every message of the topic from the beginning; messages/s.
 fn consume_only(bootstrap: &str, topic: &str, messages: u64) -> f64 {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -59,6 +59,7 @@ fn ingest_status(addr: &str) -> serde_json::Value {
 
 /// What one run measured.
 pub struct KafkaFigures {
+    pub messages: u64,
     pub preload_secs: f64,
     pub consume_only_rows_per_s: f64,
     pub rows_per_s: f64,
@@ -76,15 +77,56 @@ pub struct KafkaFigures {
 /// 8-partition topic, then times a bare consumer and halite (with
 /// `extra_settings` as `--set` overrides) reading them all.
 pub fn run(rows: u64, extra_settings: &[String]) -> KafkaFigures {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
+    run_with(
+        &KafkaLoad {
+            data: "cpu",
+            topic: "cpu",
+            hosts: HOSTS,
+            rows,
+            per_message: 1,
+            config: &config,
+        },
+        extra_settings,
+    )
+}
+
+/// What goes through the broker: `halite produce --data <data>` into
+/// `topic`, read by halite under `config` (whose `[kafka.topics]` names
+/// the topic).
+pub struct KafkaLoad<'a> {
+    pub data: &'a str,
+    pub topic: &'a str,
+    pub hosts: u64,
+    pub rows: u64,
+    pub per_message: u64,
+    pub config: &'a std::path::Path,
+}
+
+/// [`run`] for any load.
+pub fn run_with(load: &KafkaLoad, extra_settings: &[String]) -> KafkaFigures {
+    let rows = load.rows;
     let broker = kafka::Broker::start();
-    broker.create_topic("cpu", PARTITIONS as u32);
+    broker.create_topic(load.topic, PARTITIONS as u32);
     let exe = env!("CARGO_BIN_EXE_halite");
 
     let t = Instant::now();
     let out = Command::new(exe)
-        .args(["produce", "--brokers", &broker.bootstrap, "--topic", "cpu"])
-        .args(["--hosts", &HOSTS.to_string(), "--points", &rows.to_string()])
-        .args(["--per-message", "1"])
+        .args([
+            "produce",
+            "--brokers",
+            &broker.bootstrap,
+            "--topic",
+            load.topic,
+        ])
+        .args(["--data", load.data])
+        .args([
+            "--hosts",
+            &load.hosts.to_string(),
+            "--points",
+            &rows.to_string(),
+        ])
+        .args(["--per-message", &load.per_message.to_string()])
         .output()
         .expect("halite produce");
     assert!(
@@ -92,17 +134,25 @@ pub fn run(rows: u64, extra_settings: &[String]) -> KafkaFigures {
         "produce failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // "produced N points in M messages to …"
+    let said = String::from_utf8_lossy(&out.stdout);
+    let messages: u64 = said
+        .split_whitespace()
+        .skip_while(|w| *w != "in")
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("produce said: {said}"));
     let preload_secs = t.elapsed().as_secs_f64();
-    let consume_rate = consume_only(&broker.bootstrap, "cpu", rows);
+    let consume_rate =
+        consume_only(&broker.bootstrap, load.topic, messages) * rows as f64 / messages as f64;
 
     let temp = tempfile::tempdir().expect("tmp");
     let port = http::free_port();
     let addr = format!("127.0.0.1:{port}");
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
     let mut server = Command::new(exe)
         .arg("serve")
         .arg("--config")
-        .arg(&config)
+        .arg(load.config)
         .args(["--set", &format!("data_dir=\"{}\"", temp.path().display())])
         .args(["--set", &format!("server.listen=\"{addr}\"")])
         .args(["--set", &format!("kafka.brokers=\"{}\"", broker.bootstrap)])
@@ -139,7 +189,7 @@ pub fn run(rows: u64, extra_settings: &[String]) -> KafkaFigures {
         let committed: i64 = s["committed"]
             .as_array()
             .map_or(0, |c| c.iter().filter_map(|c| c["offset"].as_i64()).sum());
-        if durable.is_some() && committed as u64 >= rows {
+        if durable.is_some() && committed as u64 >= messages {
             break;
         }
     }
@@ -159,6 +209,7 @@ pub fn run(rows: u64, extra_settings: &[String]) -> KafkaFigures {
         .filter(|(_, us)| *us >= 0.05)
         .collect();
     KafkaFigures {
+        messages,
         preload_secs,
         consume_only_rows_per_s: consume_rate,
         rows_per_s: rows as f64 / secs,

@@ -17,6 +17,9 @@
 //! skips it). Before that, a mixed run on the settled data: ingest of the
 //! next hours held at half the system's own rate while two clients run
 //! single-groupby-1-1-1 back to back (`HALITE_BENCH_MIXED=0` skips it).
+//! Last, the Kafka leg: the data set's first `HALITE_BENCH_KAFKA_MINUTES`
+//! (60; 0 skips it) through a real broker, one point a message and 100,
+//! halite against a bare consumer of the same topic.
 //! `HALITE_BENCH_ONLY=halite-influxql,InfluxDB` picks systems.
 //! Report in `bench/SCALE.md`, the figures in `bench/scale.json` and SVG
 //! charts of them in `bench/scale-*.svg` (`HALITE_BENCH_CHARTS=<json>`
@@ -29,6 +32,11 @@ mod charts;
 mod http;
 #[path = "../tests/common/influx.rs"]
 mod influx;
+#[path = "../tests/common/kafka.rs"]
+mod kafka;
+mod kafka_ingest;
+#[path = "../tests/common/s3.rs"]
+mod s3;
 #[allow(dead_code)]
 #[path = "suite/service.rs"]
 mod service;
@@ -574,9 +582,29 @@ fn main() {
             mixed,
         });
     }
-    let report = report(&runs, hosts, steps, per_type);
+    let kafka_minutes = env_f64("HALITE_BENCH_KAFKA_MINUTES", 60.0);
+    let kafka_runs: Vec<KafkaRun> = if kafka_minutes > 0.0 {
+        kafka_legs(hosts, kafka_minutes)
+    } else {
+        Vec::new()
+    };
+    let mut report = report(&runs, hosts, steps, per_type);
+    report.push_str(&kafka_report(&kafka_runs, hosts, kafka_minutes));
     print!("{report}");
-    let results = results_json(&runs, hosts, steps, per_type);
+    let mut results = results_json(&runs, hosts, steps, per_type);
+    results["kafka"] = kafka_runs
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "points_per_message": k.per_message,
+                "rows": k.rows,
+                "messages": k.figures.messages,
+                "bare_consumer_rows_per_s": k.figures.consume_only_rows_per_s,
+                "rows_per_s": k.figures.rows_per_s,
+                "server_cpu_us_per_row": k.figures.server_cpu_us_per_row,
+            })
+        })
+        .collect();
     let (md, json) = if only.is_none() {
         (bench_dir.join("SCALE.md"), bench_dir.join("scale.json"))
     } else {
@@ -597,6 +625,86 @@ fn main() {
             json.display()
         );
     }
+}
+
+/// The Kafka leg: the data set's first minutes through a real broker.
+struct KafkaRun {
+    per_message: u64,
+    rows: u64,
+    figures: kafka_ingest::KafkaFigures,
+}
+
+/// The first `minutes` of the data set (every host) produced into Tansu,
+/// one point per message and then 100 (a host's consecutive points), each
+/// read by a bare consumer and by halite into the declared-key table of
+/// `configs/tsbs-devops.toml` (every TSBS tag a key field), durably.
+fn kafka_legs(hosts: u64, minutes: f64) -> Vec<KafkaRun> {
+    let steps = ((minutes * 60_000.0) / devops::INTERVAL_MS as f64)
+        .ceil()
+        .max(1.0) as u64;
+    let rows = hosts * steps;
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/tsbs-devops.toml");
+    [1u64, 100]
+        .into_iter()
+        .map(|per_message| {
+            let figures = kafka_ingest::run_with(
+                &kafka_ingest::KafkaLoad {
+                    data: "devops",
+                    topic: "devops",
+                    hosts,
+                    rows,
+                    per_message,
+                    config: &config,
+                },
+                &[],
+            );
+            eprintln!(
+                "kafka, {per_message} points a message: bare consumer {:.0} rows/s, halite {:.0} rows/s \
+                 ({:.2}x), {:.2} µs CPU/row",
+                figures.consume_only_rows_per_s,
+                figures.rows_per_s,
+                figures.rows_per_s / figures.consume_only_rows_per_s,
+                figures.server_cpu_us_per_row
+            );
+            KafkaRun {
+                per_message,
+                rows,
+                figures,
+            }
+        })
+        .collect()
+}
+
+fn kafka_report(runs: &[KafkaRun], hosts: u64, minutes: f64) -> String {
+    let mut r = String::new();
+    if runs.is_empty() {
+        return r;
+    }
+    let _ = writeln!(
+        r,
+        "\nThrough Kafka: the data set's first {minutes:.0} minutes ({hosts} hosts, {} rows) produced \
+         into Tansu ({} partitions), read by a bare rdkafka consumer that drops every message, \
+         and by halite into `configs/tsbs-devops.toml`'s table (every TSBS tag a key field, \
+         SYNC_WAL), timed to every point durable:\n\n\
+         | points a message | messages | bare consumer rows/s | halite rows/s | ÷ bare | halite CPU µs/row |\n\
+         |---|---|---|---|---|---|",
+        runs[0].rows,
+        kafka_ingest::PARTITIONS
+    );
+    for k in runs {
+        let f = &k.figures;
+        let _ = writeln!(
+            r,
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            k.per_message,
+            f.messages,
+            f.consume_only_rows_per_s,
+            f.rows_per_s,
+            f.rows_per_s / f.consume_only_rows_per_s,
+            f.server_cpu_us_per_row
+        );
+    }
+    r
 }
 
 /// The figures of the run, for the charts and for comparing runs.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::ingest::Format;
-use crate::ingest::produce::{ProduceSpec, produce};
+use crate::ingest::produce::{Dataset, ProduceSpec, produce};
 use crate::tsbs;
 
 /// `make run`: the service on a real Kafka feed. Starts a Tansu broker on a
@@ -174,6 +174,7 @@ fn feed(
     let messages = produce(&ProduceSpec {
         brokers: bootstrap.to_string(),
         topic: topic.to_string(),
+        dataset: Dataset::Cpu,
         hosts,
         points,
         points_per_message: per_message,

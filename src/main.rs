@@ -38,7 +38,7 @@ use halite::cli;
 use halite::cli::{ProgressUnit, progress_bar};
 use halite::config::Config;
 use halite::ingest::Format;
-use halite::ingest::produce::{ProduceSpec, produce_with_progress};
+use halite::ingest::produce::{Dataset, ProduceSpec, produce_with_progress};
 
 #[derive(Parser)]
 #[command(
@@ -367,6 +367,10 @@ enum Command {
         brokers: String,
         #[arg(long, default_value = "cpu")]
         topic: String,
+        /// cpu (one tag, `host`) or devops (TSBS's ten tags, as
+        /// `make bench-scale` sends them; line protocol only).
+        #[arg(long, default_value = "cpu")]
+        data: String,
         #[arg(long, default_value_t = 100)]
         hosts: u64,
         /// Points in all; point i is host i % hosts at step i / hosts.
@@ -799,6 +803,7 @@ fn main() -> ExitCode {
         Command::Produce {
             brokers,
             topic,
+            data,
             hosts,
             points,
             per_message,
@@ -816,9 +821,17 @@ fn main() -> ExitCode {
                 .map(|table| table_descriptor(&client(&conn)?, &table))
                 .transpose();
             format.and_then(|format| {
+                let dataset = match data.as_str() {
+                    "cpu" => Dataset::Cpu,
+                    "devops" => Dataset::Devops,
+                    other => {
+                        return Err(format!("unknown data `{other}`: use cpu or devops").into());
+                    }
+                };
                 let spec = ProduceSpec {
                     brokers,
                     topic,
+                    dataset,
                     hosts,
                     points,
                     points_per_message: per_message,

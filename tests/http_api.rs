@@ -660,3 +660,92 @@ fn time_window_families_are_created_shown_and_checked() {
     assert_eq!(family["time_window"], 86_400, "{family}");
     stop(s);
 }
+
+/// `configs/tsbs-devops.toml`'s table (every TSBS tag a key field) takes
+/// every one of 4,000 hosts' devops lines (their tags fit the key's
+/// widths), answers one host's series by all its tags, and counts points
+/// per region with `group_by`.
+#[test]
+fn the_tsbs_devops_table_takes_every_hosts_tags() {
+    use halite::tsbs::devops;
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/tsbs-devops.toml"
+    ))
+    .expect("configs/tsbs-devops.toml");
+    // Its table, without its [kafka] settings (the example config has them).
+    let table = &shipped[shipped.find("[[tables]]").expect("a table")
+        ..shipped.find("[kafka]").expect("kafka settings")];
+    let sc = Scenario::new().config_append(&format!("\n{table}")).build();
+    let s = sc.start();
+    let a = s.addr.clone();
+    const HOSTS: u64 = 4_000;
+    const STEPS: u64 = 3;
+    let mut body = String::new();
+    for step in 0..STEPS {
+        for host in 0..HOSTS {
+            devops::line(&devops::series_prefix(host), host, step, &mut body);
+        }
+    }
+    let w = request(
+        &a,
+        "POST",
+        "/api/v1/write?table=bench:devops&precision=ms",
+        Some("text/plain"),
+        body.as_bytes(),
+    )
+    .expect("write");
+    assert_eq!(w.status, 204, "{}", w.text());
+    // Host 7 by all its tags, in key order.
+    let tags: BTreeMap<&str, String> = devops::host_tags(7).into_iter().collect();
+    let order = [
+        "region",
+        "datacenter",
+        "rack",
+        "os",
+        "arch",
+        "team",
+        "service",
+        "service_version",
+        "service_environment",
+        "hostname",
+    ];
+    let mut series = vec![json!(["metric", "cpu"])];
+    series.extend(order.iter().map(|k| json!([k, tags[k]])));
+    let r = post_json(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "bench:devops", "series": series}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rows = r.json()["rows"].as_array().expect("rows").clone();
+    assert_eq!(rows.len(), STEPS as usize);
+    assert!(
+        rows.iter()
+            .all(|row| row["cells"].as_array().map(Vec::len) == Some(10))
+    );
+    // Points per region across every host and field.
+    let mut want: BTreeMap<String, f64> = BTreeMap::new();
+    for host in 0..HOSTS {
+        *want
+            .entry(devops::host_tags(host)[1].1.clone())
+            .or_default() += (STEPS * 10) as f64;
+    }
+    let r = post_json(
+        &a,
+        "/api/v1/query",
+        &json!({"table": "bench:devops", "series": [["metric", "cpu"]],
+                "aggregate": {"functions": ["count"], "group_by": ["region"]}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut got: BTreeMap<String, f64> = BTreeMap::new();
+    for agg in r.json()["aggregates"].as_array().expect("aggregates") {
+        let region = agg["series"]["region"]
+            .as_str()
+            .expect("region")
+            .to_string();
+        *got.entry(region).or_default() += agg["values"]["count"].as_f64().expect("count");
+    }
+    assert_eq!(got, want);
+    stop(s);
+}

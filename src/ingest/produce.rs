@@ -16,11 +16,24 @@ use super::{Format, PointEncoder};
 use crate::catalog::TableDescriptor;
 use crate::tsbs;
 
+/// Which points `halite produce` makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dataset {
+    /// `cpu,host=host_0042 usage_user=…,…` (one tag, ten fields): the
+    /// demo's and the Kafka tests'.
+    #[default]
+    Cpu,
+    /// TSBS's devops cpu-only points with its ten tags (hostname, region,
+    /// datacenter, …), the bytes `make bench-scale` sends; line protocol.
+    Devops,
+}
+
 /// What to produce.
 #[derive(Debug, Clone)]
 pub struct ProduceSpec {
     pub brokers: String,
     pub topic: String,
+    pub dataset: Dataset,
     pub hosts: u64,
     /// Points in all (one row each).
     pub points: u64,
@@ -63,6 +76,8 @@ pub enum ProduceError {
     Kafka(#[from] KafkaError),
     #[error("a point does not fit table `{table}`'s key schema: {reason}")]
     Point { table: String, reason: String },
+    #[error("{0}")]
+    Spec(&'static str),
 }
 
 /// Produces every point and waits until the broker has them all; returns
@@ -78,6 +93,11 @@ pub fn produce_with_progress(
     spec: &ProduceSpec,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, ProduceError> {
+    if spec.dataset == Dataset::Devops && spec.format != Format::Line {
+        return Err(ProduceError::Spec(
+            "the devops data set is line protocol: use --format line",
+        ));
+    }
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &spec.brokers)
         .set("linger.ms", "5")
@@ -105,6 +125,11 @@ pub fn produce_with_progress(
     // One message holds consecutive steps of one host.
     let steps = spec.points.div_ceil(hosts);
     let mut produced = 0u64;
+    // A devops host's tags, made once: every line of it starts with them.
+    let devops_prefixes: Vec<String> = match spec.dataset {
+        Dataset::Devops => (0..hosts).map(tsbs::devops::series_prefix).collect(),
+        Dataset::Cpu => Vec::new(),
+    };
     for first_step in (0..steps).step_by(per_message as usize) {
         for host in 0..hosts {
             let last_step = (first_step + per_message).min(steps);
@@ -114,9 +139,15 @@ pub fn produce_with_progress(
                 if step * hosts + host >= spec.points {
                     break;
                 }
-                match spec.format {
-                    Format::Line => tsbs::cpu_line(host, step, &mut payload),
-                    Format::Json => json.push(tsbs::cpu_json(host, step)),
+                match (spec.dataset, spec.format) {
+                    (Dataset::Devops, _) => tsbs::devops::line(
+                        &devops_prefixes[host as usize],
+                        host,
+                        step,
+                        &mut payload,
+                    ),
+                    (Dataset::Cpu, Format::Line) => tsbs::cpu_line(host, step, &mut payload),
+                    (Dataset::Cpu, Format::Json) => json.push(tsbs::cpu_json(host, step)),
                 }
                 produced += 1;
             }
@@ -129,7 +160,10 @@ pub fn produce_with_progress(
             if payload.is_empty() {
                 continue;
             }
-            let key = tsbs::host_name(host);
+            let key = match spec.dataset {
+                Dataset::Cpu => tsbs::host_name(host),
+                Dataset::Devops => tsbs::devops::hostname(host),
+            };
             let mut record = BaseRecord::<'_, str, str>::to(&spec.topic)
                 .key(&key)
                 .payload(&payload);
