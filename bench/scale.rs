@@ -773,6 +773,9 @@ fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String
          for every system, one system at a time on this machine.\n",
         rows * 10
     );
+    if runs.is_empty() {
+        return r;
+    }
     let _ = writeln!(
         r,
         "| system | rows/s | first tenth | last tenth | last ÷ first | server CPU µs/row | peak RSS MiB | bytes/value (WAL incl.) | of it WAL | write amplification: ÷ ingested, ÷ flushed | restart s | 5xx retried |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
