@@ -250,6 +250,21 @@ fn query_request(
     Some((q, path))
 }
 
+/// Sends query `q` as `path`: (ms it took, the answer), which must be 200.
+fn timed_get(server: &Server, conn: &mut Conn, q: &str, path: &str) -> (f64, Vec<u8>) {
+    let started = Instant::now();
+    let (status, body) = conn.get(path);
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(
+        status,
+        200,
+        "{}: {q}: {}",
+        server.kind.name(),
+        String::from_utf8_lossy(&body)
+    );
+    (ms, body)
+}
+
 /// Clients running one query type back to back, and what they saw.
 struct QueryLoad {
     p50_ms: f64,
@@ -280,16 +295,7 @@ fn query_load(
                         else {
                             break;
                         };
-                        let started = Instant::now();
-                        let (status, body) = conn.get(&path);
-                        times.push(started.elapsed().as_secs_f64() * 1e3);
-                        assert_eq!(
-                            status,
-                            200,
-                            "{}: {q}: {}",
-                            server.kind.name(),
-                            String::from_utf8_lossy(&body)
-                        );
+                        times.push(timed_get(server, &mut conn, &q, &path).0);
                     }
                     times
                 })
@@ -383,16 +389,8 @@ fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<Quer
             let Some((q, path)) = query_request(server.kind, kind, &mut rng, hosts, end) else {
                 continue;
             };
-            let started = Instant::now();
-            let (status, body) = conn.get(&path);
-            times.push(started.elapsed().as_secs_f64() * 1e3);
-            assert_eq!(
-                status,
-                200,
-                "{}: {q}: {}",
-                server.kind.name(),
-                String::from_utf8_lossy(&body)
-            );
+            let (ms, body) = timed_get(server, &mut conn, &q, &path);
+            times.push(ms);
             answers.push(body);
             paths.push(path);
         }

@@ -161,6 +161,30 @@ fn unsalted(keys: impl Iterator<Item = Vec<u8>>) -> Vec<Vec<u8>> {
     keys.map(|k| k[1..].to_vec()).collect()
 }
 
+/// Every page of `q`, each asked with the token the one before gave.
+fn all_pages(store: &Db, name: &TableName, q: &Query) -> Vec<QueryPage> {
+    let mut q = q.clone();
+    let mut pages = Vec::new();
+    loop {
+        let page = store.query(name, &q).expect("page");
+        let next = page.continuation.as_ref().map(|t| t.encode());
+        pages.push(page);
+        match next {
+            Some(t) => q.continuation = Some(t),
+            None => return pages,
+        }
+    }
+}
+
+/// The unsalted keys of every row of `pages`, in order.
+fn paged_keys(pages: &[QueryPage]) -> Vec<Vec<u8>> {
+    unsalted(
+        pages
+            .iter()
+            .flat_map(|p| p.rows.iter().map(|r| r.key().to_vec())),
+    )
+}
+
 #[test]
 fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -213,29 +237,23 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
         want[100..150].to_vec()
     );
     for reverse in [false, true] {
-        let mut all = Vec::new();
-        let mut page_q = Query {
-            limit: Some(77),
-            reverse,
-            ..q.clone()
-        };
-        let mut pages = 0;
-        loop {
-            let page = store.query(&name, &page_q).expect("page");
-            all.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
-            pages += 1;
-            match page.continuation {
-                Some(t) => page_q.continuation = Some(t.encode()),
-                None => break,
-            }
-        }
+        let pages = all_pages(
+            &store,
+            &name,
+            &Query {
+                limit: Some(77),
+                reverse,
+                ..q.clone()
+            },
+        );
+        let all = paged_keys(&pages);
         let expect = if reverse {
             want_rev.clone()
         } else {
             want.clone()
         };
         assert_eq!(all, expect, "reverse={reverse}");
-        assert_eq!(pages, expect.len().div_ceil(77));
+        assert_eq!(pages.len(), expect.len().div_ceil(77));
     }
 
     // Fan-out with a time range that does not narrow the scan (the host field
@@ -247,16 +265,7 @@ fn merged_buckets_equal_an_unsalted_order_and_pages_cover_it_once() {
         limit: Some(40),
         ..q.clone()
     };
-    let mut got = Vec::new();
-    let mut page_q = old_end.clone();
-    loop {
-        let page = store.query(&name, &page_q).expect("page");
-        got.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
-        match page.continuation {
-            Some(t) => page_q.continuation = Some(t.encode()),
-            None => break,
-        }
-    }
+    let got = paged_keys(&all_pages(&store, &name, &old_end));
     let want_old: Vec<Vec<u8>> = oracle
         .iter()
         .filter(|(_, (_, ts, _))| *ts < T0 + 50_000)
@@ -680,20 +689,15 @@ fn raw_queries_seek_to_each_series_time_window() {
                 // Pages of 7 with tokens give the same rows once, though
                 // one bucket holds them all (each series is in one).
                 let paged = |dc: Option<&str>| {
-                    let mut paged = Vec::new();
-                    let mut page_q = Query {
+                    let q = Query {
                         limit: Some(7),
                         ..q(dc)
                     };
-                    loop {
-                        let page = store.query(&name, &page_q).expect("page");
-                        paged.extend(points(&page.rows));
-                        match page.continuation {
-                            Some(t) => page_q.continuation = Some(t.encode()),
-                            None => break,
-                        }
-                    }
-                    paged
+                    let pages = all_pages(&store, &name, &q);
+                    pages
+                        .iter()
+                        .flat_map(|p| points(&p.rows))
+                        .collect::<Vec<_>>()
                 };
                 let by_dc: Vec<(u64, f64)> = dcs.iter().flat_map(|dc| paged(Some(dc))).collect();
                 assert_eq!(by_dc.len(), 60, "{time_type} reverse={reverse}");
@@ -755,20 +759,15 @@ fn series_sets_last_points_and_groups_across_series() {
         if salt_from == "series" {
             assert_eq!(page.buckets_scanned, 3, "one bucket per host");
         }
-        let mut paged = Vec::new();
-        let mut page_q = Query {
-            limit: Some(11),
-            ..q.clone()
-        };
-        loop {
-            let page = store.query(&name, &page_q).expect("page");
-            paged.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
-            match page.continuation {
-                Some(t) => page_q.continuation = Some(t.encode()),
-                None => break,
-            }
-        }
-        assert_eq!(paged, want, "{table_name} paged");
+        let pages = all_pages(
+            &store,
+            &name,
+            &Query {
+                limit: Some(11),
+                ..q.clone()
+            },
+        );
+        assert_eq!(paged_keys(&pages), want, "{table_name} paged");
 
         // series_limit: each host's newest points (reversed timestamps:
         // its first rows), with a time range, paged across series.
@@ -802,28 +801,22 @@ fn series_sets_last_points_and_groups_across_series() {
                 assert!(page.rows.iter().all(|r| r.cell(0).timestamp == newest));
             }
             for limit in [2usize, 7] {
-                let mut paged = Vec::new();
-                let mut page_q = Query {
-                    limit: Some(limit),
-                    ..q.clone()
-                };
-                let mut pages = 0;
-                loop {
-                    let page = store.query(&name, &page_q).expect("page");
-                    pages += 1;
-                    paged.extend(unsalted(page.rows.into_iter().map(|r| r.key().to_vec())));
-                    match page.continuation {
-                        Some(t) => page_q.continuation = Some(t.encode()),
-                        None => break,
-                    }
-                }
+                let pages = all_pages(
+                    &store,
+                    &name,
+                    &Query {
+                        limit: Some(limit),
+                        ..q.clone()
+                    },
+                );
                 assert_eq!(
-                    paged, want,
+                    paged_keys(&pages),
+                    want,
                     "{table_name} series_limit {per_series} pages of {limit}"
                 );
                 // No token leads to an empty page.
                 assert_eq!(
-                    pages,
+                    pages.len(),
                     want.len().div_ceil(limit),
                     "{table_name} series_limit {per_series} pages of {limit}"
                 );
