@@ -694,6 +694,31 @@ mod tests {
     }
 
     #[test]
+    fn the_tsbs_devops_config_feeds_its_table_from_its_topic() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/tsbs-devops.toml");
+        let c = Config::load(Some(&path), &["kafka.brokers=\"127.0.0.1:9\"".into()]).unwrap();
+        assert_eq!(c.tables.len(), 1);
+        let table = &c.tables[0];
+        assert_eq!(c.kafka.topics.len(), 1);
+        assert_eq!(c.kafka.topics[0].table, table.name.to_string());
+        // Every one of TSBS's ten tags is a key field.
+        for tag in [
+            "hostname",
+            "region",
+            "datacenter",
+            "rack",
+            "os",
+            "arch",
+            "team",
+            "service",
+            "service_version",
+            "service_environment",
+        ] {
+            assert!(table.key.fields.iter().any(|f| f.name == tag), "{tag}");
+        }
+    }
+
+    #[test]
     fn measurement_tables_are_date_tiered_unless_set_otherwise() {
         let c = Config::default();
         let f = c.influx.family().descriptor();
