@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use crossbeam_channel::bounded;
 
-use super::plan::{key_ts, plan, query_columns, ts_offset};
+use super::plan::{key_window, plan, query_columns, ts_offset};
 use super::pool::{Job, QueryPool};
 use super::{AggregatePage, Partial, Query, SeriesAggregate};
 use crate::codec::bytes_equal;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
-use crate::region::read::{CellSink, ContinuationToken, Scan};
+use crate::region::read::{CellSink, ContinuationToken, KeyTimeWindow, Scan};
 use crate::table::{Table, TableScanner};
 
 /// A bucket's partials of one series: by field, then window.
@@ -129,11 +129,8 @@ pub(super) fn merge_series(partials: &mut BucketPartials, series: Vec<u8>, field
 pub(super) struct BucketAgg<'a> {
     /// Where the series identity's parts are in a row key.
     pub(super) identity: &'a [std::ops::Range<usize>],
-    pub(super) ts_at: usize,
-    pub(super) ts_enc: &'a FieldEncoding,
-    /// `[start, end)` in the table's time unit.
-    pub(super) start: u64,
-    pub(super) end: u64,
+    /// The query's time on the key's time field (the table's unit).
+    pub(super) time: KeyTimeWindow,
     pub(super) window: Option<u64>,
     pub(super) partials: BucketPartials,
     /// The series of the rows being read: a bucket's rows come series by
@@ -160,13 +157,9 @@ impl CellSink for BucketAgg<'_> {
     fn start_row(&mut self, key: &[u8]) -> bool {
         self.row = None;
         self.hint = 0;
-        let Some(ts) = key_ts(key, self.ts_at, self.ts_enc) else {
+        let Some(ts) = self.time.time_of(key).filter(|t| self.time.holds(*t)) else {
             return true;
         };
-        // An end of u64::MAX is no end, as for raw rows (KeyTimeWindow).
-        if ts < self.start || (self.end != u64::MAX && ts >= self.end) {
-            return true;
-        }
         self.row = Some((ts, self.window.map(|w| ts - ts % w)));
         let same_series = self.current.as_ref().is_some_and(|acc| {
             let mut at = 0;
@@ -295,8 +288,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
         };
         let (tx, rx) = bounded(1);
         let identity = identity.clone();
-        let ts_enc = ts_enc.clone();
-        let (start, end) = (p.start, p.end);
+        let time = key_window(ts_at, &ts_enc, p.start, p.end);
         let time_range = p.cell_time_range();
         let key_window = p.key_window;
         let table = table.clone();
@@ -305,10 +297,7 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
         let job: Job = Box::new(move || {
             let mut agg = BucketAgg {
                 identity: &identity,
-                ts_at,
-                ts_enc: &ts_enc,
-                start,
-                end,
+                time,
                 window,
                 partials: BTreeMap::new(),
                 current: None,

@@ -83,7 +83,7 @@ pub(super) fn ts_offset(schema: &KeySchema) -> Option<(usize, usize, FieldEncodi
 }
 
 /// `[start, end)` on the timestamp at byte `at` of a key in `enc`.
-fn key_window(at: usize, enc: &FieldEncoding, start: u64, end: u64) -> KeyTimeWindow {
+pub(super) fn key_window(at: usize, enc: &FieldEncoding, start: u64, end: u64) -> KeyTimeWindow {
     KeyTimeWindow {
         at,
         reversed: *enc == FieldEncoding::ReversedTimestamp,
@@ -148,14 +148,6 @@ pub(super) fn query_columns(table: &Table, q: &Query) -> Result<(Columns, Vec<Fi
         }
     };
     Ok((columns, filters))
-}
-
-pub(super) fn key_ts(key: &[u8], at: usize, enc: &FieldEncoding) -> Option<u64> {
-    let raw = u64::from_be_bytes(key.get(at..at + 8)?.try_into().ok()?);
-    Some(match enc {
-        FieldEncoding::ReversedTimestamp => u64::MAX - raw,
-        _ => raw,
-    })
 }
 
 /// Whether `q` is a raw read of at most `max_rows` rows of one series (one
@@ -260,8 +252,17 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             "the table's key has no timestamp field: drop the time range".into(),
         ));
     }
-    let named_fields = q.series.len() + q.series_in.len();
-    let mut window = None;
+    // The time narrows each series' key range when it follows the fields
+    // named; otherwise the bucket scanners seek to each series' window.
+    let narrows = ts
+        .as_ref()
+        .is_some_and(|(i, _, _)| *i == q.series.len() + q.series_in.len());
+    let window = match &ts {
+        Some((_, at, enc)) if !narrows && (q_start.is_some() || q_end.is_some()) => {
+            Some(key_window(*at, enc, start, end))
+        }
+        _ => None,
+    };
     let mut ranges = Vec::new();
     for (lead, values) in &leads {
         let buckets: Vec<u32> = match schema.buckets_for_leading(values, start, end)? {
@@ -270,15 +271,11 @@ pub(super) fn plan(schema: &KeySchema, q: &Query) -> Result<Plan> {
             None => (0..schema.buckets()).collect(),
         };
         let (mut lo, mut hi) = (lead.clone(), prefix_successor(lead));
-        if let Some((i, at, enc)) = &ts {
-            if *i == named_fields {
-                // The timestamp follows the series: the range narrows the scan.
-                if start < end {
-                    (lo, hi) = key_window(lead.len(), enc, start, end).rows_of(lead);
-                }
-            } else if q_start.is_some() || q_end.is_some() {
-                window = Some(key_window(*at, enc, start, end));
-            }
+        if let Some((_, _, enc)) = &ts
+            && narrows
+            && start < end
+        {
+            (lo, hi) = key_window(lead.len(), enc, start, end).rows_of(lead);
         }
         if lead.is_empty() && hi.as_ref().is_some_and(|h| h.is_empty()) {
             hi = None;

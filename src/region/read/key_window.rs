@@ -40,16 +40,19 @@ impl KeyTimeWindow {
         Some(if self.reversed { u64::MAX - raw } else { raw })
     }
 
+    /// Whether time `t` is in the window. An end of u64::MAX is no end, as
+    /// in `rows_of`.
+    pub fn holds(&self, t: u64) -> bool {
+        t >= self.start && (self.end == u64::MAX || t < self.end)
+    }
+
     pub(crate) fn place(&self, row: &[u8]) -> Placement {
         let Some(t) = self.time_of(row) else {
             return Placement::Unreadable;
         };
-        let early = t < self.start;
-        // An end of u64::MAX is no end, as in `rows_of`.
-        let late = self.end != u64::MAX && t >= self.end;
-        if !early && !late {
+        if self.holds(t) {
             Placement::Inside
-        } else if early != self.reversed {
+        } else if (t < self.start) != self.reversed {
             // Oldest first, early rows come before the window; newest
             // first, late ones do.
             Placement::Before
