@@ -320,8 +320,9 @@ pub struct RegionConfig {
     /// How often region sizes are checked against `max_size` (default 10s).
     pub split_check_interval: Dur,
     /// The scrub reads every live store file again at this many bytes a
-    /// second and checks it (default 8MiB; 0 turns it off). Damage shows
-    /// in `/readyz` and `halite_scrub_damaged_files`.
+    /// second and checks it (default 8MiB; 0 turns it off), and at most
+    /// a fifth of one core. Damage shows in `/readyz` and
+    /// `halite_scrub_damaged_files`.
     pub scrub_rate: ByteSize,
     pub compaction: CompactionConfig,
 }

@@ -7,6 +7,7 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::http::{create_table, request};
@@ -175,4 +176,45 @@ fn the_scrub_finds_a_byte_changed_on_disk_and_readyz_names_the_file() {
         200
     );
     stop(srv);
+}
+
+/// A stoppable chore's long run ends when the chore is stopped, rather
+/// than holding the stop until it is done: the scrub checks a file of
+/// gigabytes in such a run, and a stopping server waited for it (9 s in
+/// a bench's restart).
+#[test]
+fn stopping_a_chore_ends_the_run_under_way() {
+    use halite::clock::SystemClock;
+    use halite::config::Config;
+    use halite::store::Store;
+    use halite::store::chores::Chore;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(
+        Store::open(
+            dir.path(),
+            Config::default().store_options(),
+            Arc::new(SystemClock),
+        )
+        .expect("open store"),
+    );
+    let (said, heard) = std::sync::mpsc::channel::<&str>();
+    let chore = Chore::start_stoppable(
+        &store,
+        "long-chore",
+        Duration::from_millis(10),
+        move |_, go_on| {
+            let _ = said.send("running");
+            // Far longer than the test waits for the stop.
+            let until = Instant::now() + Duration::from_secs(120);
+            while go_on() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = said.send(if go_on() { "ran out" } else { "stopped" });
+        },
+    )
+    .expect("start the chore");
+    assert_eq!(heard.recv_timeout(Duration::from_secs(30)), Ok("running"));
+    chore.stop();
+    assert_eq!(heard.try_recv(), Ok("stopped"));
 }

@@ -134,6 +134,10 @@ impl Server {
                 // default (to spread load behind a balancer); the bench
                 // sends over two connections for as long as the ingest.
                 "-http.connTimeout=24h".into(),
+                // Its response cache answers a repeated range query from
+                // the last answer; halite and InfluxDB keep no such cache,
+                // so each query is timed reading the data.
+                "-search.disableCache".into(),
             ],
         };
         let trace_log = dir.join("syncs.strace");

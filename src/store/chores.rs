@@ -23,15 +23,34 @@ impl Chore {
         every: Duration,
         chore: impl Fn(&Store) + Send + 'static,
     ) -> std::io::Result<Chore> {
+        Self::start_stoppable(store, name, every, move |store, _| chore(store))
+    }
+
+    /// [`Chore::start`] for a chore whose run can be long: it is handed
+    /// a check that turns false once the chore is stopped, so that
+    /// [`Chore::stop`] need not wait for the run to end.
+    pub fn start_stoppable(
+        store: &Arc<Store>,
+        name: &str,
+        every: Duration,
+        chore: impl Fn(&Store, &dyn Fn() -> bool) + Send + 'static,
+    ) -> std::io::Result<Chore> {
         let (stop, rx) = bounded::<()>(1);
         let store = Arc::downgrade(store);
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                // Stopping drops the sender.
+                let go_on = || {
+                    !matches!(
+                        rx.try_recv(),
+                        Err(crossbeam_channel::TryRecvError::Disconnected)
+                    )
+                };
                 while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = rx.recv_timeout(every)
                 {
                     let Some(store) = store.upgrade() else { return };
-                    chore(&store);
+                    chore(&store, &go_on);
                 }
             })?;
         Ok(Chore {

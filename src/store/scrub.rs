@@ -7,8 +7,12 @@
 //! Reads go around the block cache, so what is checked is what the disk
 //! holds, not a copy read before the damage. One file is checked at a
 //! time, read as fast as the disk gives it; the next waits `n / rate`
-//! after a file of `n` bytes, so `rate` is the average, not a ceiling. A
-//! file that reads clean again (restored) is no longer damaged.
+//! after a file of `n` bytes, so `rate` is the average, not a ceiling,
+//! and at least [`IDLE_PER_BUSY`] times as long as the check took: the
+//! scrub takes at most a fifth of one core from ingest and queries
+//! (checking a compressed time-series file costs far more CPU than
+//! reading it). A stopping server does not wait for a file's check to
+//! end. A file that reads clean again (restored) is no longer damaged.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -24,6 +28,10 @@ use crate::region::sst::format::SstError;
 
 /// How often the chore looks whether the next file is due.
 const TICK: Duration = Duration::from_millis(200);
+
+/// The least time the scrub rests after a check, per unit of time the
+/// check took.
+const IDLE_PER_BUSY: u32 = 4;
 
 struct Pass {
     /// The files of this pass still to check.
@@ -46,7 +54,7 @@ impl Scrubber {
             under_way: false,
             next_at: Instant::now(),
         });
-        let chore = Chore::start(store, "halite-scrub", TICK, move |store| {
+        let chore = Chore::start_stoppable(store, "halite-scrub", TICK, move |store, go_on| {
             let mut pass = pass.lock();
             if Instant::now() < pass.next_at {
                 return;
@@ -72,10 +80,15 @@ impl Scrubber {
             let Some((path, file_id, bytes)) = pass.queue.pop_front() else {
                 return;
             };
-            check(store, &path, file_id);
+            let began = Instant::now();
+            if !check(store, &path, file_id, go_on) {
+                return;
+            }
             metrics::counter!("halite_scrub_checked_bytes_total").increment(bytes);
             metrics::counter!("halite_scrub_checked_files_total").increment(1);
-            pass.next_at = Instant::now() + Duration::from_secs_f64(bytes as f64 / rate as f64);
+            let rest = Duration::from_secs_f64(bytes as f64 / rate as f64)
+                .max(began.elapsed() * IDLE_PER_BUSY);
+            pass.next_at = Instant::now() + rest;
         })?;
         Ok(Some(chore))
     }
@@ -83,28 +96,31 @@ impl Scrubber {
 
 /// Checks one file as it is on disk now: damage is noted in the store, a
 /// clean check clears what an earlier one noted (the file was restored).
-fn check(store: &Store, path: &std::path::Path, file_id: u64) {
+/// False when `go_on` stopped the check before the file's end.
+fn check(store: &Store, path: &std::path::Path, file_id: u64, go_on: &dyn Fn() -> bool) -> bool {
     let checked = SstReader::open(path, file_id, store.cache.clone(), false, false)
-        .and_then(|r| r.check_all());
+        .and_then(|r| r.check_all_while(go_on));
     let what = match checked {
-        Ok(_) => {
+        Ok(None) => return false,
+        Ok(Some(_)) => {
             let damaged = store.clear_damage(path);
             metrics::gauge!("halite_scrub_damaged_files").set(damaged as f64);
-            return;
+            return true;
         }
         // Compacted away or dropped since the pass began: nothing to say.
         Err(SstError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return;
+            return true;
         }
         // Out of descriptors, a permission, a failing read: not the
         // file's bytes. Said, and tried again next pass.
         Err(e @ SstError::Io { .. }) => {
             tracing::warn!(path = %path.display(), error = %e, "the scrub could not read a store file");
-            return;
+            return true;
         }
         Err(SstError::Corrupt { offset, what, .. }) => format!("at offset {offset}: {what}"),
     };
     tracing::error!(path = %path.display(), problem = %what, "the scrub found a damaged store file");
     let damaged = store.note_damage(path, what);
     metrics::gauge!("halite_scrub_damaged_files").set(damaged as f64);
+    true
 }
