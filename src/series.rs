@@ -161,7 +161,7 @@ struct State {
     /// `series_added` they were made at: every statement reads them, and
     /// resolving thousands of series' names each time cost more than
     /// reading a small answer.
-    resolved: HashMap<Box<str>, (u64, Arc<[NamedSeries]>)>,
+    resolved: HashMap<Box<str>, (u64, Arc<SeriesList>)>,
 }
 
 type FieldTypes = FastMap<Box<str>, (FieldType, bool)>;
@@ -186,6 +186,54 @@ pub struct NamedSeries {
     pub key: Vec<u8>,
     pub metric: String,
     pub tags: BTreeMap<String, String>,
+}
+
+/// A table's series, names resolved, sorted by metric and tags, with an
+/// index by tag value made the first time a statement asks for one.
+pub struct SeriesList {
+    series: Box<[NamedSeries]>,
+    by_tag: std::sync::OnceLock<TagIndex>,
+}
+
+/// (tag key, value) → positions of the series with it, in order.
+type TagIndex = FastMap<(Box<str>, Box<str>), Vec<u32>>;
+
+impl SeriesList {
+    fn new(series: Vec<NamedSeries>) -> Self {
+        SeriesList {
+            series: series.into(),
+            by_tag: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The positions, in order, of the series whose tag `key` is `value`
+    /// (a statement naming one host of thousands looks it up here rather
+    /// than comparing every series' tags).
+    pub fn with_tag(&self, key: &str, value: &str) -> &[u32] {
+        let index = self.by_tag.get_or_init(|| {
+            let mut index = TagIndex::default();
+            for (i, s) in self.series.iter().enumerate() {
+                for (k, v) in &s.tags {
+                    index
+                        .entry((k.as_str().into(), v.as_str().into()))
+                        .or_default()
+                        .push(i as u32);
+                }
+            }
+            index
+        });
+        index
+            .get(&(Box::<str>::from(key), Box::<str>::from(value)))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+impl std::ops::Deref for SeriesList {
+    type Target = [NamedSeries];
+
+    fn deref(&self) -> &[NamedSeries] {
+        &self.series
+    }
 }
 
 /// What resolving a point's series found.
@@ -516,7 +564,7 @@ impl Dictionary {
     /// Every series of `table`, names resolved, sorted by metric and
     /// tags (InfluxDB's series-key order). Made once per set of series and
     /// shared until a new series arrives.
-    pub fn series_of(&self, table: &str) -> Arc<[NamedSeries]> {
+    pub fn series_of(&self, table: &str) -> Arc<SeriesList> {
         let (made_at, list) = {
             let state = self.state.read();
             if let Some((at, list)) = state.resolved.get(table)
@@ -524,7 +572,10 @@ impl Dictionary {
             {
                 return list.clone();
             }
-            (state.series_added, Arc::from(state.resolve(table, None)))
+            (
+                state.series_added,
+                Arc::new(SeriesList::new(state.resolve(table, None))),
+            )
         };
         let mut state = self.state.write();
         // A series recorded meanwhile makes this list stale: answer with

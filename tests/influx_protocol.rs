@@ -646,6 +646,15 @@ fn select_statements_answer_as_influxdb_does() {
         ),
         "SELECT usage_user FROM nope".to_string(),
         "SELECT usage_user FROM cpu WHERE host = 'nobody'".to_string(),
+        // Series found by their tag values (an index), and conditions
+        // that name tags otherwise (read through the whole list):
+        "SELECT count(usage_user) FROM cpu WHERE (host = 'host_0' OR host = 'host_3') AND region = 'us' GROUP BY host".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE host = 'host_0' AND region = 'us'".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE host = 'host_0' OR region = 'us' GROUP BY host".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE region = 'eu' AND (host = 'host_1' OR usage_user > 90) GROUP BY host".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE nosuchtag = 'x'".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE nosuchtag = '' GROUP BY host".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE host = 'host_2' OR host = 'host_2' OR host = 'nobody' GROUP BY host".to_string(),
         // The TSBS devops query forms, as tsbs_generate_queries writes them
         // for InfluxDB (its `hostname` is `host` here; T0 is 22:13:20).
         // single-groupby-1-1-1:
