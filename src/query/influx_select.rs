@@ -34,6 +34,20 @@ struct Point<'n> {
     fields: PointFields<'n>,
 }
 
+impl<'n> Point<'n> {
+    /// Becomes the row at `time` with `cells`, a cell's column its index
+    /// into `names`.
+    fn set(&mut self, time: i64, cells: &[(u32, Value)], names: &[&'n str]) {
+        self.time = time;
+        self.fields.0.clear();
+        self.fields.0.extend(
+            cells
+                .iter()
+                .map(|(column, value)| (names[*column as usize], value.clone())),
+        );
+    }
+}
+
 /// A point's fields, few: (name, value), the names borrowed from the
 /// statement's list of the measurement's fields rather than allocated or
 /// counted per point (a shared reference count, touched twice a cell by
@@ -48,17 +62,6 @@ impl PointFields<'_> {
 
     fn contains_key(&self, name: &str) -> bool {
         self.get(name).is_some()
-    }
-
-    /// The field whose name is `name` itself (the same slice of the
-    /// statement's field names, which every point borrows): a pointer
-    /// compare where [`PointFields::get`] compares bytes, for the fold
-    /// that looks up each call's field in each point.
-    fn get_by_name_slice(&self, name: &str) -> Option<&Value> {
-        self.0
-            .iter()
-            .find(|(n, _)| std::ptr::eq(*n, name))
-            .map(|(_, v)| v)
     }
 }
 
@@ -268,14 +271,28 @@ pub fn select(
             .collect()
     } else {
         let calls = &agg_calls;
-        // Each call's field as the slice of `names` the points borrow.
-        let call_fields: Vec<Option<&str>> = calls
+        let columns = range.columns();
+        // Each call's column of the read: a fold finds a call's value in
+        // a row's cells by it, with no point made (unless the condition
+        // names fields).
+        let call_columns: Vec<Option<u32>> = calls
             .iter()
-            .map(|(call, _)| names.iter().copied().find(|n| *n == call.field))
+            .map(|(call, _)| {
+                columns
+                    .iter()
+                    .position(|n| *n == call.field)
+                    .map(|i| i as u32)
+            })
             .collect();
         let bucketed = |t: i64| match s.group_time {
             Some((every, offset)) => bucket_of(t, every, offset),
             None => lo,
+        };
+        let in_bucket = |t: i64, bucket: i64| match s.group_time {
+            Some((every, _)) => t
+                .checked_sub(bucket)
+                .is_some_and(|d| (0..every).contains(&d)),
+            None => true,
         };
         let mut groups: Vec<GroupState> = (0..group_keys.len())
             .map(|_| GroupState::default())
@@ -286,31 +303,54 @@ pub fn select(
             |states, m| {
                 let group = &mut states[m.group];
                 let mut open: Option<(i64, Vec<Reducer>)> = None;
-                scan_series(store, &name, &schema, &m.series.key, &range, &mut |p| {
-                    if !keep(&m.series.tags, p) {
-                        return true;
+                let mut point = Point {
+                    time: 0,
+                    fields: PointFields(Vec::new()),
+                };
+                let mut fold = |time: i64, cells: &[(u32, Value)]| {
+                    if on_fields {
+                        point.set(time, cells, &columns);
+                        if !keep(&m.series.tags, &point) {
+                            return true;
+                        }
                     }
                     group.any_point = true;
-                    let bucket = bucketed(p.time);
                     // A series' points come newest first: a bucket, once
                     // left, is done for this series.
-                    if open.as_ref().is_none_or(|(b, _)| *b != bucket) {
+                    if open.as_ref().is_none_or(|(b, _)| !in_bucket(time, *b)) {
                         if let Some((b, reducers)) = open.take() {
                             group.fold(calls, b, reducers);
                         }
-                        open = Some((bucket, vec![Reducer::default(); calls.len()]));
+                        open = Some((bucketed(time), vec![Reducer::default(); calls.len()]));
                     }
                     if let Some((_, reducers)) = open.as_mut() {
-                        for ((r, (call, _)), field) in
-                            reducers.iter_mut().zip(calls).zip(&call_fields)
+                        for ((r, (call, _)), column) in
+                            reducers.iter_mut().zip(calls).zip(&call_columns)
                         {
-                            if let Some(v) = field.and_then(|f| p.fields.get_by_name_slice(f)) {
-                                r.add(call.func, p.time, v);
+                            // Cells come by column: where a row has every
+                            // column, a column's cell is at its index.
+                            let value = column.and_then(|column| {
+                                cells
+                                    .get(column as usize)
+                                    .filter(|(c, _)| *c == column)
+                                    .or_else(|| cells.iter().find(|(c, _)| *c == column))
+                            });
+                            if let Some((_, v)) = value {
+                                r.add(call.func, time, v);
                             }
                         }
                     }
                     true
-                })?;
+                };
+                scan_series_cells(
+                    store,
+                    &name,
+                    &schema,
+                    &m.series.key,
+                    &range,
+                    &columns,
+                    &mut fold,
+                )?;
                 if let Some((b, reducers)) = open {
                     group.fold(calls, b, reducers);
                 }
@@ -477,6 +517,24 @@ struct SeriesRange<'a> {
     points: Option<usize>,
 }
 
+impl<'n> SeriesRange<'n> {
+    /// The fields a read of a series takes, by the names the points
+    /// borrow, in the order of the read's columns: a field first written
+    /// after the statement began is not among them (as a statement run a
+    /// moment earlier).
+    fn columns(&self) -> Vec<&'n str> {
+        match self.fields.filter(|f| !f.is_empty()) {
+            Some(fields) => self
+                .names
+                .iter()
+                .copied()
+                .filter(|n| fields.contains(*n))
+                .collect(),
+            None => self.names.to_vec(),
+        }
+    }
+}
+
 /// Reads one series' points in range, newest first, each shown to
 /// `visit` until it answers false. The point passed is reused from row to
 /// row (a statement over millions of points allocates per row only what
@@ -489,22 +547,45 @@ fn scan_series<'n>(
     range: &SeriesRange<'n>,
     visit: &mut dyn FnMut(&Point<'n>) -> bool,
 ) -> Result<(), String> {
-    let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
-    // The statement's fields, by the names the points borrow: a field
-    // first written after the statement began is not among them (as a
-    // statement run a moment earlier).
-    let names: Vec<&'n str> = match range.fields.filter(|f| !f.is_empty()) {
-        Some(fields) => range
-            .names
-            .iter()
-            .copied()
-            .filter(|n| fields.contains(*n))
-            .collect(),
-        None => range.names.to_vec(),
+    let names = range.columns();
+    let mut point = Point {
+        time: 0,
+        fields: PointFields(Vec::new()),
     };
+    scan_series_cells(
+        store,
+        table,
+        schema,
+        series,
+        range,
+        &names,
+        &mut |time, cells| {
+            point.set(time, cells, &names);
+            visit(&point)
+        },
+    )
+}
+
+/// What sees a series' rows: each row's time and cells (column, value),
+/// until it answers false.
+type RowVisit<'v> = dyn FnMut(i64, &[(u32, Value)]) -> bool + 'v;
+
+/// [`scan_series`] without making points: `visit` gets each row's time
+/// and cells, a cell's column its index into `names` (which is
+/// `range.columns()`). For folds, which look at a call's column directly.
+fn scan_series_cells(
+    store: &Store,
+    table: &TableName,
+    schema: &KeySchema,
+    series: &[u8],
+    range: &SeriesRange<'_>,
+    names: &[&str],
+    visit: &mut RowVisit<'_>,
+) -> Result<(), String> {
     if names.is_empty() {
         return Ok(());
     }
+    let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
     let read = match range.points {
         Some(n) => ColumnRead::FirstRows(n),
         None => ColumnRead::Fold,
@@ -513,23 +594,12 @@ fn scan_series<'n>(
         .iter()
         .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
         .collect();
-    let mut point = Point {
-        time: 0,
-        fields: PointFields(Vec::new()),
-    };
     store
         .scan_columns(table, &scan, read, &mut |key, cells| {
             let Some(time) = key_time(schema, key) else {
                 return true;
             };
-            point.time = time as i64;
-            point.fields.0.clear();
-            point.fields.0.extend(
-                cells
-                    .iter()
-                    .map(|(column, value)| (names[*column as usize], value.clone())),
-            );
-            visit(&point)
+            visit(time as i64, cells)
         })
         .map_err(invalid)
 }

@@ -757,6 +757,10 @@ pub fn decode_columns(
     // The block's first row may go on from the last block's last.
     let mut first_row = true;
     let mut rows = 0usize;
+    // The row's selected cells (position in the row, block column, read
+    // column), worked out again only when a row names other columns: a
+    // row of ten fields read for one looked at all ten.
+    let mut picked: Vec<(usize, usize, u32)> = Vec::new();
     while w.next_row()? {
         if stop
             .as_mut()
@@ -765,12 +769,17 @@ pub fn decode_columns(
             return Ok(BlockRead::Stop);
         }
         before = before && start.cmp(&w.row, w.tail_only).is_lt();
+        if std::mem::take(&mut w.columns_changed) {
+            picked.clear();
+            picked.extend(
+                w.row_columns
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &c)| Some((i, c, selected[c]?))),
+            );
+        }
         let mut started = false;
-        for i in 0..w.row_columns.len() {
-            let c = w.row_columns[i];
-            let Some(column) = selected[c] else {
-                continue;
-            };
+        for &(i, c, column) in &picked {
             let (kind, ttl) = w.kind(i);
             if kind & KIND_MASK != crate::cell::CellKind::Put as u8 {
                 return Err(err(0, "delete marker in a file that counts none"));
@@ -848,6 +857,9 @@ struct RowWalker<'a> {
     /// `row` differs from the row before only in its last 8 bytes.
     tail_only: bool,
     row_columns: Vec<usize>,
+    /// Set when a row names other columns than the row before; the
+    /// caller clears it once it has looked.
+    columns_changed: bool,
     timestamps: Vec<u64>,
     kinds: Vec<(u8, Option<u64>)>,
     prev_tail_delta: i64,
@@ -907,6 +919,7 @@ impl<'a> RowWalker<'a> {
             row: Vec::new(),
             tail_only: false,
             row_columns: Vec::new(),
+            columns_changed: true,
             timestamps: Vec::new(),
             kinds: Vec::new(),
             prev_tail_delta: 0,
@@ -965,6 +978,7 @@ impl<'a> RowWalker<'a> {
                 return bits.fail("cells per row out of range");
             }
             self.row_columns.clear();
+            self.columns_changed = true;
             for _ in 0..count {
                 let c = bits.len_code()?;
                 if c >= self.columns.len() as u64 {
