@@ -787,23 +787,25 @@ pub fn decode_columns(
                 return Err(err(0, "delete marker in a file that counts none"));
             }
             // Rows before the range still move the column's values on.
-            let value = w.decoders[c].next_value()?;
-            if !before {
-                if !started {
-                    if max_rows.is_some_and(|n| rows >= n) {
-                        return Ok(BlockRead::Cut);
-                    }
-                    rows += 1;
-                    if first_row {
-                        out.continue_row(&w.row);
-                        first_row = false;
-                    } else {
-                        out.start_row(&w.row);
-                    }
-                    started = true;
-                }
-                out.push_cell(column, w.timestamp(i), ttl, value);
+            if before {
+                w.decoders[c].skip_value()?;
+                continue;
             }
+            let value = w.decoders[c].next_value()?;
+            if !started {
+                if max_rows.is_some_and(|n| rows >= n) {
+                    return Ok(BlockRead::Cut);
+                }
+                rows += 1;
+                if first_row {
+                    out.continue_row(&w.row);
+                    first_row = false;
+                } else {
+                    out.start_row(&w.row);
+                }
+                started = true;
+            }
+            out.push_cell(column, w.timestamp(i), ttl, value);
         }
     }
     w.finish()?;
@@ -1129,6 +1131,28 @@ impl<'a> ValueDecoder<'a> {
             }
             _ => return Err(err(r.pos(), "unknown column codec")),
         })
+    }
+
+    /// Moves past the column's next value without making it: a read's
+    /// rows before its range (the rows of the series before it, in the
+    /// block where a series' newest point is read) are most of what a
+    /// read of each series' last point decodes.
+    fn skip_value(&mut self) -> Result<(), DecodeError> {
+        let ValueDecoder::Decimal {
+            bits,
+            k,
+            prev: Some(prev),
+            ..
+        } = self
+        else {
+            return self.next_decoded().map(|_| ());
+        };
+        let m = prev.wrapping_add(unzigzag(bits.rice(*k)?));
+        *prev = m;
+        if (m as f64).abs() >= MAX_EXACT_MANTISSA {
+            return bits.fail("decimal mantissa out of range");
+        }
+        Ok(())
     }
 
     /// The next value of the column as a [`Value`] (`None`: a raw value
