@@ -247,16 +247,7 @@ fn garbage_in_a_closed_wal_segment_refuses_the_open_with_file_and_offset() {
 /// every entry, as `check_all` does.
 #[test]
 fn a_store_file_check_stops_between_blocks_when_asked() {
-    let h = Harness::new(
-        families(),
-        foreground_options(),
-        small_wal(IoBackendChoice::Auto),
-    );
-    fill(&h, 400);
-    h.region().flush().expect("flush");
-    let path = files_in(&h.region_dir(), "sst")
-        .pop()
-        .expect("a store file");
+    let (_h, path) = closed_with_one_store_file(400);
     let reader = SstReader::open(&path, 1, BlockCache::new(1 << 20), false, false).expect("open");
     assert!(reader.block_count() > 4, "{} blocks", reader.block_count());
 
