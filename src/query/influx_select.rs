@@ -28,7 +28,7 @@ pub struct SeriesOut {
 }
 
 /// A point of a series: its time and fields.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct Point<'n> {
     time: i64,
     fields: PointFields<'n>,
@@ -52,7 +52,7 @@ impl<'n> Point<'n> {
 /// statement's list of the measurement's fields rather than allocated or
 /// counted per point (a shared reference count, touched twice a cell by
 /// both query threads, kept their cores fighting over one cache line).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct PointFields<'n>(Vec<(&'n str, Value)>);
 
 impl PointFields<'_> {
@@ -303,10 +303,7 @@ pub fn select(
             |states, m| {
                 let group = &mut states[m.group];
                 let mut open: Option<(i64, Vec<Reducer>)> = None;
-                let mut point = Point {
-                    time: 0,
-                    fields: PointFields(Vec::new()),
-                };
+                let mut point = Point::default();
                 let mut fold = |time: i64, cells: &[(u32, Value)]| {
                     if on_fields {
                         point.set(time, cells, &columns);
@@ -548,10 +545,7 @@ fn scan_series<'n>(
     visit: &mut dyn FnMut(&Point<'n>) -> bool,
 ) -> Result<(), String> {
     let names = range.columns();
-    let mut point = Point {
-        time: 0,
-        fields: PointFields(Vec::new()),
-    };
+    let mut point = Point::default();
     scan_series_cells(
         store,
         table,

@@ -320,6 +320,25 @@ impl<'a> BitReader<'a> {
     }
 }
 
+/// A decimal column's next mantissa: the first of a block on its own,
+/// each after as a Rice-coded step from the one before.
+#[inline(always)]
+fn next_mantissa(
+    bits: &mut BitReader<'_>,
+    k: u32,
+    prev: &mut Option<i64>,
+) -> Result<i64, DecodeError> {
+    let m = match *prev {
+        None => unzigzag(bits.len_code()?),
+        Some(p) => p.wrapping_add(unzigzag(bits.rice(k)?)),
+    };
+    *prev = Some(m);
+    if (m as f64).abs() >= MAX_EXACT_MANTISSA {
+        return bits.fail("decimal mantissa out of range");
+    }
+    Ok(m)
+}
+
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
@@ -1138,21 +1157,12 @@ impl<'a> ValueDecoder<'a> {
     /// block where a series' newest point is read) are most of what a
     /// read of each series' last point decodes.
     fn skip_value(&mut self) -> Result<(), DecodeError> {
-        let ValueDecoder::Decimal {
-            bits,
-            k,
-            prev: Some(prev),
-            ..
-        } = self
-        else {
-            return self.next_decoded().map(|_| ());
-        };
-        let m = prev.wrapping_add(unzigzag(bits.rice(*k)?));
-        *prev = m;
-        if (m as f64).abs() >= MAX_EXACT_MANTISSA {
-            return bits.fail("decimal mantissa out of range");
+        match self {
+            ValueDecoder::Decimal { bits, k, prev, .. } => {
+                next_mantissa(bits, *k, prev).map(|_| ())
+            }
+            _ => self.next_decoded().map(|_| ()),
         }
-        Ok(())
     }
 
     /// The next value of the column as a [`Value`] (`None`: a raw value
@@ -1187,14 +1197,7 @@ impl<'a> ValueDecoder<'a> {
                 k,
                 prev,
             } => {
-                let m = match *prev {
-                    None => unzigzag(bits.len_code()?),
-                    Some(p) => p.wrapping_add(unzigzag(bits.rice(*k)?)),
-                };
-                *prev = Some(m);
-                if (m as f64).abs() >= MAX_EXACT_MANTISSA {
-                    return bits.fail("decimal mantissa out of range");
-                }
+                let m = next_mantissa(bits, *k, prev)?;
                 Decoded::Number(TAG_FLOAT, (m as f64 / *scale).to_bits())
             }
             ValueDecoder::Int { bits, tag, k, prev } => {
