@@ -506,7 +506,7 @@ impl Region {
         &self,
         scan: &Scan,
         read: read::columns::ColumnRead,
-        sink: &mut crate::region::read::columns::ColumnSink<'_>,
+        sink: &mut dyn crate::region::read::columns::ColumnSink,
     ) -> Result<bool> {
         self.inner.scan_columns(scan, read, sink)
     }

@@ -1070,7 +1070,7 @@ impl Store {
         name: &TableName,
         scan: &Scan,
         read: crate::region::read::columns::ColumnRead,
-        sink: &mut crate::region::read::columns::ColumnSink<'_>,
+        sink: &mut dyn crate::region::read::columns::ColumnSink,
     ) -> Result<()> {
         self.table(name)?.scan_columns(scan, read, sink)
     }

@@ -74,7 +74,7 @@ impl RegionHandle {
         scan: &Scan,
         read: ColumnRead,
         report: Option<&ReadReport>,
-        sink: &mut ColumnSink<'_>,
+        sink: &mut dyn ColumnSink,
     ) -> Result<bool> {
         match self {
             RegionHandle::Local(r) => r.scan_columns(scan, read, sink),
@@ -233,7 +233,7 @@ impl Table {
         &self,
         scan: &Scan,
         read: ColumnRead,
-        sink: &mut ColumnSink<'_>,
+        sink: &mut dyn ColumnSink,
     ) -> Result<()> {
         if scan.reverse || scan.offset > 0 || scan.limit.is_some() {
             return Err(crate::error::Error::InvalidInput(

@@ -12,8 +12,9 @@ use std::sync::atomic::Ordering;
 
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::RowMutation;
-use halite::region::read::columns::{ColumnRead, rows_by_column};
+use halite::region::read::columns::{ColumnRead, ColumnSink, rows_by_column};
 use halite::region::read::{Columns, Scan, TimeRange};
+use halite::region::sst::columns::ColumnRuns;
 use halite::region::wal::io::IoBackendChoice;
 use halite::schema::{Compression, DataBlockEncoding, Durability, FamilyDescriptor};
 use halite::value::Value;
@@ -159,12 +160,53 @@ type Rows = Vec<(Vec<u8>, Vec<(u32, Value)>)>;
 fn read(h: &Harness, scan: &Scan, how: ColumnRead) -> Result<Rows, TestCaseError> {
     let mut rows = Vec::new();
     h.region()
-        .scan_columns(scan, how, &mut |key, cells| {
+        .scan_columns(scan, how, &mut |key: &[u8], cells: &[(u32, Value)]| {
             rows.push((key.to_vec(), cells.to_vec()));
             true
         })
         .map_err(|e| TestCaseError::fail(format!("scan_columns: {e}")))?;
     Ok(rows)
+}
+
+/// A fold's sink that takes blocks by column ([`ColumnRuns`]), keeping
+/// every row it is given, and counting the blocks given by column.
+#[derive(Default)]
+struct RunsSink {
+    rows: Rows,
+    runs: usize,
+}
+
+impl ColumnSink for RunsSink {
+    fn row(&mut self, key: &[u8], cells: &[(u32, Value)]) -> bool {
+        self.rows.push((key.to_vec(), cells.to_vec()));
+        true
+    }
+
+    fn takes_runs(&self) -> bool {
+        true
+    }
+
+    fn runs(&mut self, runs: &ColumnRuns) -> bool {
+        self.runs += 1;
+        runs.each_row(&mut |key, cells| self.row(key, cells))
+    }
+}
+
+/// A fold through a sink that takes runs: its rows, with each row's cells
+/// by column (a run gives them so), and how many blocks came by column.
+fn read_by_runs(h: &Harness, scan: &Scan) -> Result<(Rows, usize), TestCaseError> {
+    let mut sink = RunsSink::default();
+    h.region()
+        .scan_columns(scan, ColumnRead::Fold, &mut sink)
+        .map_err(|e| TestCaseError::fail(format!("scan_columns by runs: {e}")))?;
+    Ok((by_column(sink.rows), sink.runs))
+}
+
+fn by_column(mut rows: Rows) -> Rows {
+    for (_, cells) in &mut rows {
+        cells.sort_by_key(|(c, _)| *c);
+    }
+    rows
 }
 
 /// The same scan through the row scanner: the reference.
@@ -174,7 +216,11 @@ fn read_by_row_scanner(h: &Harness, scan: &Scan) -> Result<Rows, TestCaseError> 
         .region()
         .scanner(scan)
         .map_err(|e| TestCaseError::fail(format!("scanner: {e}")))?;
-    rows_by_column(&mut scanner, &scan.columns, &mut |key, cells| {
+    rows_by_column(&mut scanner, &scan.columns, &mut |key: &[u8],
+                                                      cells: &[(
+        u32,
+        Value,
+    )]| {
         rows.push((key.to_vec(), cells.to_vec()));
         true
     })
@@ -214,13 +260,23 @@ fn check(h: &Harness, step: usize, markers: bool) -> Result<(), TestCaseError> {
                 );
             }
         }
+        // A fold whose sink takes runs gives the same rows.
+        let (by_runs, _) = read_by_runs(h, scan)?;
+        prop_assert_eq!(
+            &by_runs,
+            &by_column(by_rows.clone()),
+            "step {} scan {} by runs {:?}",
+            step,
+            i,
+            scan
+        );
     }
     // Stopping early stops at the same row.
     let scan = &scans()[0];
     for how in [ColumnRead::Fold, ColumnRead::FirstRows(1)] {
         let mut seen = 0;
         h.region()
-            .scan_columns(scan, how, &mut |_, _| {
+            .scan_columns(scan, how, &mut |_: &[u8], _: &[(u32, Value)]| {
                 seen += 1;
                 seen < 2
             })
@@ -390,10 +446,14 @@ fn a_flushed_series_reads_back_by_columns() {
     };
     let mut got = Vec::new();
     h.region()
-        .scan_columns(&scan, ColumnRead::Fold, &mut |key, cells| {
-            got.push((key.to_vec(), cells.to_vec()));
-            true
-        })
+        .scan_columns(
+            &scan,
+            ColumnRead::Fold,
+            &mut |key: &[u8], cells: &[(u32, Value)]| {
+                got.push((key.to_vec(), cells.to_vec()));
+                true
+            },
+        )
         .unwrap();
     assert_eq!(
         h.region().stats().column_reads.load(Ordering::Relaxed),
@@ -401,6 +461,12 @@ fn a_flushed_series_reads_back_by_columns() {
         "read by the column reader"
     );
     assert_eq!(got.len(), 500);
+    // Through a sink that takes runs: the same rows, most of the blocks
+    // by column (the file's first block, read before the reader knew the
+    // file held the rest, as rows).
+    let (by_runs, runs) = read_by_runs(&h, &scan).unwrap();
+    assert_eq!(by_runs, by_column(got.clone()));
+    assert!(runs > 3, "blocks given by column: {runs}");
     for (n, (key, cells)) in got.iter().enumerate() {
         let t = 499 - n as u64;
         assert_eq!(key, &row_key(0, t));
@@ -445,6 +511,41 @@ fn a_row_cut_by_a_block_boundary_is_one_row() {
     run(ops).unwrap();
 }
 
+/// A fold by column ends a series' run at a row of another series even
+/// when that row holds none of the read's columns (the first version of
+/// the block decode by column went on with the run there, and gave the
+/// next series' point under the first series' key).
+#[test]
+fn a_row_without_the_read_columns_still_ends_a_run() {
+    let ops = vec![
+        Op::Point {
+            series: 2,
+            t: 10,
+            fam: 0,
+            value: 0,
+            kind: 0,
+        },
+        Op::Cell {
+            series: 2,
+            t: 11,
+            fam: 0,
+            qual: 0,
+            ts: BASE,
+            value: 0,
+            ttl: None,
+        },
+        Op::Point {
+            series: 0,
+            t: 10,
+            fam: 0,
+            value: 0,
+            kind: 0,
+        },
+        Op::Flush,
+    ];
+    run(ops).unwrap();
+}
+
 /// A scan the row scanner refuses (an empty time range) the column
 /// reader refuses too (the first version answered it with no rows).
 #[test]
@@ -466,7 +567,7 @@ fn a_scan_the_row_scanner_refuses_is_refused_by_columns() {
     for how in [ColumnRead::Fold, ColumnRead::FirstRows(1)] {
         let err = h
             .region()
-            .scan_columns(&scan, how, &mut |_, _| true)
+            .scan_columns(&scan, how, &mut |_: &[u8], _: &[(u32, Value)]| true)
             .expect_err("an empty time range is refused");
         assert!(err.to_string().contains("time range is empty"), "{err}");
     }

@@ -111,6 +111,26 @@ impl Reducer {
         }
     }
 
+    /// As [`Self::add`] of each of `xs` as a float, in order, value `i`
+    /// at `time_of(i)`; a mean or sum adds them without looking at each.
+    pub(super) fn add_floats(&mut self, func: Func, xs: &[f64], time_of: impl Fn(usize) -> i64) {
+        match func {
+            Func::Count => self.count += xs.len() as i64,
+            Func::Mean | Func::Sum => {
+                self.count += xs.len() as i64;
+                self.numeric += xs.len() as i64;
+                for x in xs {
+                    self.sum += x;
+                }
+            }
+            _ => {
+                for (i, &x) in xs.iter().enumerate() {
+                    self.add(func, time_of(i), &Value::Float(x));
+                }
+            }
+        }
+    }
+
     fn add_numeric(&mut self, func: Func, time: i64, x: f64, value: &Value) {
         self.numeric += 1;
         match func {

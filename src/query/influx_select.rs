@@ -10,7 +10,8 @@ use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectE
 use crate::catalog::TableName;
 use crate::error::Error;
 use crate::key::KeySchema;
-use crate::region::read::columns::ColumnRead;
+use crate::region::read::columns::{ColumnRead, ColumnSink};
+use crate::region::sst::columns::{ColumnRuns, RunValueSlice};
 use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
@@ -284,16 +285,6 @@ pub fn select(
                     .map(|i| i as u32)
             })
             .collect();
-        let bucketed = |t: i64| match s.group_time {
-            Some((every, offset)) => bucket_of(t, every, offset),
-            None => lo,
-        };
-        let in_bucket = |t: i64, bucket: i64| match s.group_time {
-            Some((every, _)) => t
-                .checked_sub(bucket)
-                .is_some_and(|d| (0..every).contains(&d)),
-            None => true,
-        };
         let mut groups: Vec<GroupState> = (0..group_keys.len())
             .map(|_| GroupState::default())
             .collect();
@@ -301,56 +292,40 @@ pub fn select(
             &members,
             || vec![GroupState::default(); group_keys.len()],
             |states, m| {
-                let group = &mut states[m.group];
-                let mut open: Option<(i64, Vec<Reducer>)> = None;
-                let mut point = Point::default();
-                let mut fold = |time: i64, cells: &[(u32, Value)]| {
-                    if on_fields {
-                        point.set(time, cells, &columns);
-                        if !keep(&m.series.tags, &point) {
-                            return true;
-                        }
-                    }
-                    group.any_point = true;
-                    // A series' points come newest first: a bucket, once
-                    // left, is done for this series.
-                    if open.as_ref().is_none_or(|(b, _)| !in_bucket(time, *b)) {
-                        if let Some((b, reducers)) = open.take() {
-                            group.fold(calls, b, reducers);
-                        }
-                        open = Some((bucketed(time), vec![Reducer::default(); calls.len()]));
-                    }
-                    if let Some((_, reducers)) = open.as_mut() {
-                        for ((r, (call, _)), column) in
-                            reducers.iter_mut().zip(calls).zip(&call_columns)
-                        {
-                            // Cells come by column: where a row has every
-                            // column, a column's cell is at its index.
-                            let value = column.and_then(|column| {
-                                cells
-                                    .get(column as usize)
-                                    .filter(|(c, _)| *c == column)
-                                    .or_else(|| cells.iter().find(|(c, _)| *c == column))
-                            });
-                            if let Some((_, v)) = value {
-                                r.add(call.func, time, v);
-                            }
-                        }
-                    }
-                    true
+                let mut fold = SeriesFold {
+                    calls,
+                    call_columns: &call_columns,
+                    group_time: s.group_time,
+                    lo,
+                    group: &mut states[m.group],
+                    open: None,
                 };
-                scan_series_cells(
-                    store,
-                    &name,
-                    &schema,
-                    &m.series.key,
-                    &range,
-                    &columns,
-                    &mut fold,
-                )?;
-                if let Some((b, reducers)) = open {
-                    group.fold(calls, b, reducers);
+                if on_fields {
+                    let mut point = Point::default();
+                    scan_series_cells(
+                        store,
+                        &name,
+                        &schema,
+                        &m.series.key,
+                        &range,
+                        &columns,
+                        &mut |time: i64, cells: &[(u32, Value)]| {
+                            point.set(time, cells, &columns);
+                            !keep(&m.series.tags, &point) || fold.row(time, cells)
+                        },
+                    )?;
+                } else {
+                    scan_series_cells(
+                        store,
+                        &name,
+                        &schema,
+                        &m.series.key,
+                        &range,
+                        &columns,
+                        &mut fold,
+                    )?;
                 }
+                fold.finish();
                 Ok(())
             },
         )? {
@@ -553,7 +528,7 @@ fn scan_series<'n>(
         series,
         range,
         &names,
-        &mut |time, cells| {
+        &mut |time: i64, cells: &[(u32, Value)]| {
             point.set(time, cells, &names);
             visit(&point)
         },
@@ -561,8 +536,74 @@ fn scan_series<'n>(
 }
 
 /// What sees a series' rows: each row's time and cells (column, value),
-/// until it answers false.
-type RowVisit<'v> = dyn FnMut(i64, &[(u32, Value)]) -> bool + 'v;
+/// until it answers false. A closure over (time, cells) is one.
+trait SeriesVisit {
+    fn row(&mut self, time: i64, cells: &[(u32, Value)]) -> bool;
+
+    /// Whether the visit takes rows by column ([`Self::run`]).
+    fn takes_runs(&self) -> bool {
+        false
+    }
+
+    /// Rows `rows` of `runs`, one series' points newest first, a row's
+    /// time `u64::MAX` less its key's tail (as [`key_time`]).
+    fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>) -> bool {
+        let mut cells = Vec::new();
+        rows.into_iter().all(|row| {
+            cells.clear();
+            runs.row_cells(row, &mut cells);
+            self.row(run_time(runs, row), &cells)
+        })
+    }
+}
+
+impl<F: FnMut(i64, &[(u32, Value)]) -> bool> SeriesVisit for F {
+    fn row(&mut self, time: i64, cells: &[(u32, Value)]) -> bool {
+        self(time, cells)
+    }
+}
+
+/// The time of row `row` of `runs` (as [`key_time`] of its key).
+fn run_time(runs: &ColumnRuns, row: usize) -> i64 {
+    (u64::MAX - runs.tails()[row]) as i64
+}
+
+/// A column read's rows as a series' times: what [`SeriesVisit`] sees.
+struct ByTime<'a> {
+    schema: &'a KeySchema,
+    visit: &'a mut dyn SeriesVisit,
+    key: Vec<u8>,
+}
+
+impl ColumnSink for ByTime<'_> {
+    fn row(&mut self, key: &[u8], cells: &[(u32, Value)]) -> bool {
+        let Some(time) = key_time(self.schema, key) else {
+            return true;
+        };
+        self.visit.row(time as i64, cells)
+    }
+
+    fn takes_runs(&self) -> bool {
+        self.visit.takes_runs()
+    }
+
+    fn runs(&mut self, runs: &ColumnRuns) -> bool {
+        for (head, rows) in runs.runs() {
+            // A run's keys are its head and 8 bytes of time: an
+            // open-tag-set key's shape is the head's.
+            self.key.clear();
+            self.key.extend_from_slice(head);
+            self.key.extend_from_slice(&[0; 8]);
+            if self.schema.tag_series(&self.key).is_none() {
+                continue;
+            }
+            if !self.visit.run(runs, rows) {
+                return false;
+            }
+        }
+        true
+    }
+}
 
 /// [`scan_series`] without making points: `visit` gets each row's time
 /// and cells, a cell's column its index into `names` (which is
@@ -574,7 +615,7 @@ fn scan_series_cells(
     series: &[u8],
     range: &SeriesRange<'_>,
     names: &[&str],
-    visit: &mut RowVisit<'_>,
+    visit: &mut dyn SeriesVisit,
 ) -> Result<(), String> {
     if names.is_empty() {
         return Ok(());
@@ -588,14 +629,129 @@ fn scan_series_cells(
         .iter()
         .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
         .collect();
+    let mut sink = ByTime {
+        schema,
+        visit,
+        key: Vec::new(),
+    };
     store
-        .scan_columns(table, &scan, read, &mut |key, cells| {
-            let Some(time) = key_time(schema, key) else {
+        .scan_columns(table, &scan, read, &mut sink)
+        .map_err(invalid)
+}
+
+/// A series' fold into its group: each row's values of the calls'
+/// columns go to the reducers of the time bucket the row falls in.
+struct SeriesFold<'a> {
+    calls: &'a [(Call, String)],
+    /// Each call's column of the read (`None`: not read).
+    call_columns: &'a [Option<u32>],
+    group_time: Option<(i64, i64)>,
+    /// The bucket of a statement without `GROUP BY time`.
+    lo: i64,
+    group: &'a mut GroupState,
+    /// The bucket being folded and its reducers.
+    open: Option<(i64, Vec<Reducer>)>,
+}
+
+impl SeriesFold<'_> {
+    fn in_bucket(&self, t: i64, bucket: i64) -> bool {
+        match self.group_time {
+            Some((every, _)) => t
+                .checked_sub(bucket)
+                .is_some_and(|d| (0..every).contains(&d)),
+            None => true,
+        }
+    }
+
+    /// The bucket `time` falls in, opened if it is not the one open: a
+    /// series' points come newest first, so a bucket once left is done
+    /// for this series.
+    fn open_at(&mut self, time: i64) -> i64 {
+        match &self.open {
+            Some((b, _)) if self.in_bucket(time, *b) => *b,
+            _ => {
+                if let Some((b, reducers)) = self.open.take() {
+                    self.group.fold(self.calls, b, reducers);
+                }
+                let b = match self.group_time {
+                    Some((every, offset)) => bucket_of(time, every, offset),
+                    None => self.lo,
+                };
+                self.open = Some((b, vec![Reducer::default(); self.calls.len()]));
+                b
+            }
+        }
+    }
+
+    /// Folds in the bucket left open.
+    fn finish(mut self) {
+        if let Some((b, reducers)) = self.open.take() {
+            self.group.fold(self.calls, b, reducers);
+        }
+    }
+}
+
+impl SeriesVisit for SeriesFold<'_> {
+    fn row(&mut self, time: i64, cells: &[(u32, Value)]) -> bool {
+        self.group.any_point = true;
+        self.open_at(time);
+        let (calls, call_columns) = (self.calls, self.call_columns);
+        let Some((_, reducers)) = self.open.as_mut() else {
+            return true;
+        };
+        for ((r, (call, _)), column) in reducers.iter_mut().zip(calls).zip(call_columns) {
+            // Cells come by column: where a row has every column, a
+            // column's cell is at its index.
+            let value = column.and_then(|column| {
+                cells
+                    .get(column as usize)
+                    .filter(|(c, _)| *c == column)
+                    .or_else(|| cells.iter().find(|(c, _)| *c == column))
+            });
+            if let Some((_, v)) = value {
+                r.add(call.func, time, v);
+            }
+        }
+        true
+    }
+
+    fn takes_runs(&self) -> bool {
+        true
+    }
+
+    fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>) -> bool {
+        if rows.is_empty() {
+            return true;
+        }
+        self.group.any_point = true;
+        let (calls, call_columns) = (self.calls, self.call_columns);
+        let mut at = rows.start;
+        while at < rows.end {
+            let bucket = self.open_at(run_time(runs, at));
+            let mut end = at + 1;
+            while end < rows.end && self.in_bucket(run_time(runs, end), bucket) {
+                end += 1;
+            }
+            let Some((_, reducers)) = self.open.as_mut() else {
                 return true;
             };
-            visit(time as i64, cells)
-        })
-        .map_err(invalid)
+            for ((r, (call, _)), column) in reducers.iter_mut().zip(calls).zip(call_columns) {
+                let Some(column) = *column else { continue };
+                let values = runs.column(column, at..end);
+                let time_of = |i: usize| run_time(runs, values.rows[i] as usize);
+                match values.values {
+                    RunValueSlice::Floats(xs) => r.add_floats(call.func, xs, time_of),
+                    RunValueSlice::Values(vs) => {
+                        for (i, v) in vs.iter().enumerate() {
+                            r.add(call.func, time_of(i), v);
+                        }
+                    }
+                }
+            }
+            at = end;
+        }
+        true
+    }
 }
 
 /// The time of an open-tag-set key (`None`: not one), without taking its

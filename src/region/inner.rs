@@ -350,7 +350,7 @@ impl Inner {
         &self,
         scan: &Scan,
         read: ColumnRead,
-        sink: &mut ColumnSink<'_>,
+        sink: &mut dyn ColumnSink,
     ) -> Result<bool> {
         scan.validate()?;
         let columns = &scan.columns;

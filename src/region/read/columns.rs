@@ -11,6 +11,9 @@
 //! only, a column's answer is found among the row's puts alone, so
 //! sources are merged by row, and time-series blocks decode straight into
 //! columns ([`ColumnRows`]) without building the standard block body.
+//! A fold whose sink takes runs ([`ColumnSink::takes_runs`]) gets the
+//! blocks of a store file that alone holds the rest of its rows by column
+//! instead ([`ColumnRuns`]: no cell, value or row key made per point).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -19,7 +22,7 @@ use crate::cell::{CellKind, KeyRef, first_key_of_row};
 use crate::error::{Error, Result};
 use crate::region::memstore::cursor::MemCursor;
 use crate::region::sst::SstReader;
-use crate::region::sst::columns::{BlockRead, ColumnRows, ColumnSelect};
+use crate::region::sst::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect, RunRead};
 use crate::schema::FamilyDescriptor;
 use crate::value::Value;
 
@@ -27,8 +30,31 @@ use super::{Columns, RowScanner, TimeRange};
 
 /// Where a column read's rows go: each row's key and its columns' values
 /// (by index into the selected qualifiers, in qualifier order), until it
-/// answers false.
-pub type ColumnSink<'s> = dyn FnMut(&[u8], &[(u32, Value)]) -> bool + 's;
+/// answers false. A closure over (key, cells) is one.
+pub trait ColumnSink {
+    fn row(&mut self, key: &[u8], cells: &[(u32, Value)]) -> bool;
+
+    /// Whether the sink takes a fold's rows by column ([`Self::runs`]):
+    /// then a store file that alone holds the rest of a read gives its
+    /// blocks' rows as [`ColumnRuns`] where it can.
+    fn takes_runs(&self) -> bool {
+        false
+    }
+
+    /// A block's rows by column, in key order after the rows given
+    /// before; false ends the read. A row a block boundary cut comes as
+    /// a row ([`Self::row`]) with all its cells, never in runs. (Taken
+    /// apart by [`ColumnRuns::each_row`], a row's cells come by column.)
+    fn runs(&mut self, runs: &ColumnRuns) -> bool {
+        runs.each_row(&mut |key, cells| self.row(key, cells))
+    }
+}
+
+impl<F: FnMut(&[u8], &[(u32, Value)]) -> bool> ColumnSink for F {
+    fn row(&mut self, key: &[u8], cells: &[(u32, Value)]) -> bool {
+        self(key, cells)
+    }
+}
 
 /// What a column read is for, which decides how it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,12 +293,34 @@ pub fn read_columns(
     sources: Vec<ColumnSource>,
     select: &ColumnSelect<'_>,
     rules: &ColumnRules<'_>,
-    sink: &mut ColumnSink<'_>,
+    sink: &mut dyn ColumnSink,
 ) -> Result<bool> {
     let mut cursors: Vec<Cursor> = sources
         .into_iter()
         .map(|s| Cursor::open(s, select, rules.max_rows))
         .collect();
+    if sink.takes_runs() && rules.max_rows.is_none() {
+        // One store file and no MemStore row in range: the file alone
+        // answers, by column from its first block (a decode into rows
+        // first would go on through every block whose last row the next
+        // one goes on with, which is every block of a wide row).
+        let mut file = None;
+        let mut others = false;
+        for c in &mut cursors {
+            match &c.source {
+                Place::File {
+                    reader, next_block, ..
+                } => {
+                    others |= file.is_some();
+                    file = Some((reader.clone(), *next_block));
+                }
+                Place::Mem { .. } => others |= c.row(select)?.is_some(),
+            }
+        }
+        if !others && let Some((reader, block)) = file {
+            return fold_file(&reader, block, select, rules, sink);
+        }
+    }
     // A copied row key: the row several sources hold, being resolved,
     // or the smallest row of the other sources, which ends a run.
     let mut bound: Vec<u8> = Vec::new();
@@ -305,6 +353,39 @@ pub fn read_columns(
         let Some(&first) = at_row.first() else {
             return Ok(true);
         };
+        if sink.takes_runs()
+            && rules.max_rows.is_none()
+            && cursors
+                .iter()
+                .enumerate()
+                .all(|(i, c)| i == first || c.current().is_none())
+            && let Place::File {
+                reader, next_block, ..
+            } = &cursors[first].source
+        {
+            // One store file holds the rest: its rows decoded so far go
+            // as rows, its blocks after them by column.
+            let (reader, next_block, done) = (reader.clone(), *next_block, cursors[first].done());
+            let c = &mut cursors[first];
+            while c.at < c.rows.len() {
+                resolve_current(
+                    std::slice::from_mut(c),
+                    &[0],
+                    select,
+                    rules,
+                    &mut candidates,
+                    &mut out,
+                );
+                if !out.is_empty() && !sink.row(c.rows.key(c.at), &out) {
+                    return Ok(false);
+                }
+                c.at += 1;
+            }
+            if done {
+                return Ok(true);
+            }
+            return fold_file(&reader, next_block, select, rules, sink);
+        }
         if at_row.len() > 1 {
             // Versions of the row in several sources: resolve them.
             let c = &cursors[first];
@@ -321,7 +402,7 @@ pub fn read_columns(
             for &i in &at_row {
                 cursors[i].at += 1;
             }
-            if !out.is_empty() && !sink(&bound, &out) {
+            if !out.is_empty() && !sink.row(&bound, &out) {
                 return Ok(false);
             }
             continue;
@@ -354,7 +435,7 @@ pub fn read_columns(
                 &mut out,
             );
             let c = &mut cursors[first];
-            if !out.is_empty() && !sink(c.rows.key(c.at), &out) {
+            if !out.is_empty() && !sink.row(c.rows.key(c.at), &out) {
                 return Ok(false);
             }
             c.at += 1;
@@ -363,6 +444,163 @@ pub fn read_columns(
             }
         }
     }
+}
+
+/// A row of a fold's store file cut by a block boundary, gathered
+/// before it is given: from `block` on, its key and the cells so far.
+struct CutRow {
+    block: usize,
+    key: Vec<u8>,
+    cells: Vec<(u32, Value)>,
+}
+
+/// Reads the rows of `select` in `reader` from data block `block` on, the
+/// read's only source from there, for a sink that takes runs: each block
+/// by column where [`SstReader::read_runs`] can, else as rows resolved by
+/// the rules. False when the sink ended the read.
+fn fold_file(
+    reader: &Arc<SstReader>,
+    mut block: usize,
+    select: &ColumnSelect<'_>,
+    rules: &ColumnRules<'_>,
+    sink: &mut dyn ColumnSink,
+) -> Result<bool> {
+    let family = rules.family;
+    // Whether a lone put at a timestamp answers: always, without a TTL or
+    // a time range to refuse it.
+    let answers = |ts: u64| {
+        let expired = family
+            .expires_at(ts, None)
+            .is_some_and(|at| at <= rules.now_ms);
+        (family.min_versions > 0 || !expired) && rules.time_range.contains(ts)
+    };
+    let plain = family.ttl_ms().is_none() && rules.time_range == TimeRange::default();
+    let answers: Option<&dyn Fn(u64) -> bool> = (!plain).then_some(&answers);
+    let mut runs = ColumnRuns::default();
+    let mut cut: Option<CutRow> = None;
+    let mut key = Vec::new();
+    loop {
+        if !reader.block_starts_before(block, select.stop) {
+            return Ok(cut.is_none_or(|c| give_cut_row(c, family, sink)));
+        }
+        runs.clear(select.qualifiers.len());
+        let read = match reader.read_runs(block, select, answers, &mut runs)? {
+            RunRead::Runs(read) => read,
+            other => {
+                // Rows resolved by the rules, from the cut row's start.
+                let (from, resume) = match cut.take() {
+                    Some(c) => (c.block, c.key),
+                    None => (block, Vec::new()),
+                };
+                let mut c = Cursor {
+                    source: Place::File {
+                        reader: reader.clone(),
+                        next_block: from,
+                        resume,
+                        done: false,
+                    },
+                    rows: SPARE_ROWS
+                        .with(|spare| spare.borrow_mut().pop())
+                        .unwrap_or_default(),
+                    at: 0,
+                    max_rows: None,
+                };
+                // A standard block: the file's others are too.
+                let whole_file = other == RunRead::Standard;
+                let (mut candidates, mut out) = (Vec::new(), Vec::new());
+                loop {
+                    if c.row(select)?.is_none() {
+                        return Ok(true);
+                    }
+                    resolve_current(
+                        std::slice::from_mut(&mut c),
+                        &[0],
+                        select,
+                        rules,
+                        &mut candidates,
+                        &mut out,
+                    );
+                    if !out.is_empty() && !sink.row(c.rows.key(c.at), &out) {
+                        return Ok(false);
+                    }
+                    c.at += 1;
+                    if !whole_file && c.at == c.rows.len() {
+                        break;
+                    }
+                }
+                let Place::File { next_block, .. } = c.source else {
+                    unreachable!("a file's cursor")
+                };
+                if c.done() {
+                    return Ok(true);
+                }
+                block = next_block;
+                continue;
+            }
+        };
+        if let Some((first, _)) = runs.row_span()
+            && let Some(c) = cut.as_mut()
+        {
+            runs.row_key(first, &mut key);
+            if key == c.key {
+                runs.row_cells(first, &mut c.cells);
+                runs.drop_first_row();
+            }
+        }
+        let next_first = reader.block_first_row(block + 1);
+        let last_cut = match runs.row_span() {
+            Some((_, last)) => {
+                runs.row_key(last, &mut key);
+                next_first == Some(key.as_slice())
+            }
+            None => false,
+        };
+        if let Some(c) = cut.take() {
+            if runs.is_empty() && next_first == Some(c.key.as_slice()) {
+                cut = Some(c);
+            } else if !give_cut_row(c, family, sink) {
+                return Ok(false);
+            }
+        }
+        if last_cut && let Some((_, last)) = runs.row_span() {
+            let mut cells = Vec::new();
+            runs.row_cells(last, &mut cells);
+            runs.drop_last_row();
+            cut = Some(CutRow {
+                block,
+                key: key.clone(),
+                cells,
+            });
+        }
+        if !runs.is_empty() && !sink.runs(&runs) {
+            return Ok(false);
+        }
+        if read == BlockRead::Stop {
+            return Ok(cut.is_none_or(|c| give_cut_row(c, family, sink)));
+        }
+        block += 1;
+    }
+}
+
+/// Gives a cut row's cells to `sink`, each column's once: the first
+/// (newest) of two versions, or neither where the family keeps none (as
+/// [`resolve`] answers).
+fn give_cut_row(mut c: CutRow, family: &FamilyDescriptor, sink: &mut dyn ColumnSink) -> bool {
+    let mut twice = Vec::new();
+    for (i, (column, _)) in c.cells.iter().enumerate() {
+        if c.cells[..i].iter().any(|(earlier, _)| earlier == column) {
+            twice.push(*column);
+        }
+    }
+    if !twice.is_empty() {
+        let mut seen = Vec::new();
+        c.cells.retain(|(column, _)| {
+            let keep = !seen.contains(column) && (family.versions > 0 || !twice.contains(column));
+            seen.push(*column);
+            keep
+        });
+    }
+    c.cells.is_empty() || sink.row(&c.key, &c.cells)
 }
 
 /// Resolves the row the sources `at_row` are at into `out`, taking the
@@ -482,7 +720,7 @@ fn resolve(versions: &[Candidate], rules: &ColumnRules<'_>) -> Option<Candidate>
 pub fn rows_by_column(
     scanner: &mut RowScanner,
     columns: &Columns,
-    sink: &mut ColumnSink<'_>,
+    sink: &mut dyn ColumnSink,
 ) -> Result<bool> {
     let mut out = Vec::new();
     while let Some(row) = scanner.next_view()? {
@@ -496,7 +734,7 @@ pub fn rows_by_column(
                 out.push((column as u32, value));
             }
         }
-        if !out.is_empty() && !sink(row.key(), &out) {
+        if !out.is_empty() && !sink.row(row.key(), &out) {
             return Ok(false);
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::block::{Block, BlockIter};
 use super::bloom::{Bloom, hash, rowcol_key};
-use super::columns::{BlockRead, ColumnRows, ColumnSelect};
+use super::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect, RunRead};
 use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
 use super::frame::{FRAME_OVERHEAD, Payload, unframe, unframe_payload, unframe_projected};
 use super::ts_block;
@@ -341,6 +341,39 @@ impl SstReader {
         };
         columns_of_block(block, select, out)
             .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))
+    }
+
+    /// Decodes what `select` takes of data block `i` into `out` by column
+    /// (see [`ts_block::decode_runs`]) where it can; where it cannot,
+    /// [`Self::read_columns`] reads the block.
+    pub(crate) fn read_runs(
+        &self,
+        i: usize,
+        select: &ColumnSelect<'_>,
+        answers: Option<&dyn Fn(u64) -> bool>,
+        out: &mut ColumnRuns,
+    ) -> Result<RunRead, SstError> {
+        let entry = &self.index[i];
+        if self.use_cache && self.cache.get(&(self.reader_id, entry.offset, 0)).is_some() {
+            return Ok(RunRead::Rows);
+        }
+        let mut buf = vec![0u8; entry.size as usize];
+        self.file
+            .read_exact_at(&mut buf, entry.offset)
+            .map_err(|e| SstError::io(&self.path, "read data block", e))?;
+        let payload = unframe_payload(&buf, MAX_BLOCK)
+            .map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
+        match payload {
+            Payload::TimeSeries(payload) => Ok(
+                match ts_block::decode_runs(&payload, MAX_BLOCK, select, answers, out)
+                    .map_err(|e| SstError::corrupt(&self.path, entry.offset, e.what))?
+                {
+                    Some(read) => RunRead::Runs(read),
+                    None => RunRead::Rows,
+                },
+            ),
+            Payload::Standard(_) => Ok(RunRead::Standard),
+        }
     }
 
     /// Index of the block that may hold the first key >= `target`.

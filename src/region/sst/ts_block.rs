@@ -53,7 +53,7 @@ use crate::cell::{KEY_OVERHEAD, KIND_MASK, TTL_FLAG, encode_key_into};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
 use super::block::{Block, BlockBuilder, BlockIter};
-use super::columns::{BlockRead, ColumnRows, ColumnSelect};
+use super::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect};
 use crate::value::Value;
 
 const FORMAT: u8 = 1;
@@ -831,6 +831,115 @@ pub fn decode_columns(
     Ok(BlockRead::End)
 }
 
+/// Decodes the rows of `[select.start, select.stop)` into `out` by
+/// column ([`ColumnRuns`]), for a fold; `None` (and `out` to be cleared)
+/// when a selected cell does not answer as it is: a delete marker, a
+/// cell TTL, two versions of a column in a row, a raw value that is no
+/// [`Value`], a key shorter than 8 bytes, or a timestamp `answers`
+/// refuses (a family TTL or the read's time range). Such a block is read
+/// with [`decode_columns`] and its rules instead.
+pub fn decode_runs(
+    payload: &[u8],
+    max_len: usize,
+    select: &ColumnSelect<'_>,
+    answers: Option<&dyn Fn(u64) -> bool>,
+    out: &mut ColumnRuns,
+) -> Result<Option<BlockRead>, DecodeError> {
+    let mut w = RowWalker::open(payload, max_len)?;
+    let selected: Vec<Option<u32>> = w
+        .columns
+        .iter()
+        .map(|(f, q)| select.column_of(f, q))
+        .collect();
+    let mut stop = select.stop.map(KeyBound::new);
+    let mut start = KeyBound::new(select.start);
+    let mut before = true;
+    let mut run_open = false;
+    let mut picked: Vec<(usize, usize, u32)> = Vec::new();
+    // The rows first, then each column's values in one go: a column's
+    // values are a stream of their own, and decoding one after another
+    // lets a decimal's divisions overlap (one value at a time, a fold
+    // over ten columns spent half its time waiting on them).
+    let mut skips = vec![0usize; w.columns.len()];
+    let mut takes = vec![0usize; w.columns.len()];
+    let mut read = BlockRead::End;
+    while w.next_row()? {
+        if stop
+            .as_mut()
+            .is_some_and(|stop| stop.cmp(&w.row, w.tail_only).is_ge())
+        {
+            read = BlockRead::Stop;
+            break;
+        }
+        // A run goes on only while every row walked, given or not, keeps
+        // its head.
+        run_open = run_open && w.tail_only;
+        before = before && start.cmp(&w.row, w.tail_only).is_lt();
+        if std::mem::take(&mut w.columns_changed) {
+            picked.clear();
+            picked.extend(
+                w.row_columns
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &c)| Some((i, c, selected[c]?))),
+            );
+            // A column twice in a row is two versions: its answer needs
+            // the version rules.
+            if picked.windows(2).any(|p| p[0].1 == p[1].1) {
+                return Ok(None);
+            }
+        }
+        if !w.kinds.is_empty() {
+            for &(i, _, _) in &picked {
+                if w.kind(i) != (crate::cell::CellKind::Put as u8, None) {
+                    return Ok(None);
+                }
+            }
+        }
+        if before {
+            for &(_, c, _) in &picked {
+                skips[c] += 1;
+            }
+            continue;
+        }
+        if picked.is_empty() {
+            continue;
+        }
+        if w.row.len() < 8 {
+            return Ok(None);
+        }
+        if let Some(answers) = answers
+            && picked.iter().any(|&(i, _, _)| !answers(w.timestamp(i)))
+        {
+            return Ok(None);
+        }
+        if !run_open {
+            out.start_run(&w.row[..w.row.len() - 8]);
+            run_open = true;
+        }
+        out.push_row(tail(&w.row));
+        for &(_, c, column) in &picked {
+            out.push_cell(column);
+            takes[c] += 1;
+        }
+    }
+    if read == BlockRead::End {
+        w.finish()?;
+    }
+    for (c, column) in selected.iter().enumerate() {
+        let Some(column) = *column else { continue };
+        let decoder = &mut w.decoders[c];
+        for _ in 0..skips[c] {
+            decoder.skip_value()?;
+        }
+        let (floats, values) = out.values_mut(column);
+        if !decoder.decode_into(takes[c], floats, values)? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(read))
+}
+
 /// A key compared with row after row of a block, where most rows differ
 /// from the one before only in their last 8 bytes (a series' points): the
 /// rest is compared once, not once a row (comparing whole keys took a
@@ -1163,6 +1272,43 @@ impl<'a> ValueDecoder<'a> {
             }
             _ => self.next_decoded().map(|_| ()),
         }
+    }
+
+    /// Decodes the column's next `n` values onto `floats` (a float
+    /// codec's) or `values` (the others'); false: a raw value that is no
+    /// [`Value`].
+    fn decode_into(
+        &mut self,
+        n: usize,
+        floats: &mut Vec<f64>,
+        values: &mut Vec<Value>,
+    ) -> Result<bool, DecodeError> {
+        if let ValueDecoder::Decimal {
+            bits,
+            scale,
+            k,
+            prev,
+        } = self
+        {
+            floats.reserve(n);
+            for _ in 0..n {
+                let m = next_mantissa(bits, *k, prev)?;
+                floats.push(m as f64 / *scale);
+            }
+            return Ok(true);
+        }
+        for _ in 0..n {
+            match self.next_decoded()? {
+                Decoded::Number(TAG_FLOAT, bits) => floats.push(f64::from_bits(bits)),
+                Decoded::Number(TAG_INT, bits) => values.push(Value::Int(bits as i64)),
+                Decoded::Number(_, bits) => values.push(Value::Uint(bits)),
+                Decoded::Raw(bytes) => match Value::decode(bytes) {
+                    Some(v) => values.push(v),
+                    None => return Ok(false),
+                },
+            }
+        }
+        Ok(true)
     }
 
     /// The next value of the column as a [`Value`] (`None`: a raw value
