@@ -546,6 +546,40 @@ fn a_row_without_the_read_columns_still_ends_a_run() {
     run(ops).unwrap();
 }
 
+/// A fold that reads a file by column once the MemStore's rows are
+/// behind it goes on inside the block where its decode into rows stopped
+/// (a row of versions cut by a block boundary): the cut row's rest is not
+/// given again (a version of this change started the block over).
+#[test]
+fn a_fold_by_column_goes_on_where_the_rows_stopped() {
+    let ops = vec![
+        Op::Cell {
+            series: 0,
+            t: 26,
+            fam: 1,
+            qual: 1,
+            ts: BASE,
+            value: 0,
+            ttl: None,
+        },
+        Op::Run {
+            series: 0,
+            from: 0,
+            n: 13,
+            fam: 1,
+        },
+        Op::MajorCompact,
+        Op::Point {
+            series: 0,
+            t: 2,
+            fam: 1,
+            value: 0,
+            kind: 0,
+        },
+    ];
+    run(ops).unwrap();
+}
+
 /// A scan the row scanner refuses (an empty time range) the column
 /// reader refuses too (the first version answered it with no rows).
 #[test]

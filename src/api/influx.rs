@@ -505,40 +505,6 @@ pub(super) async fn query(
     }
     let epoch = p.get("epoch").cloned().filter(|e| !e.is_empty());
     let read_only = method == Method::GET;
-    let state = s.clone();
-    let results = on_blocking(move || {
-        let mut results = Vec::new();
-        for (i, st) in statements.iter().enumerate() {
-            let format = CellFormat {
-                epoch: epoch.as_deref(),
-                msgpack,
-            };
-            let mut r = match run(&state, &caller, st, db.as_deref(), format) {
-                Ok(series) => {
-                    let mut r = json!({ "statement_id": i });
-                    if !series.is_empty() {
-                        r["series"] = Json::Array(series);
-                    }
-                    r
-                }
-                Err(e) => json!({ "statement_id": i, "error": e }),
-            };
-            if read_only && let Statement::CreateDatabase { .. } = st {
-                r["messages"] = json!([{
-                    "level": "warning",
-                    "text": format!("deprecated use of '{}' in a read only context, please use a POST request instead", statement_text(st)),
-                }]);
-            }
-            let failed = r.get("error").is_some();
-            results.push(r);
-            // InfluxDB stops at a failing statement.
-            if failed {
-                break;
-            }
-        }
-        Ok(results)
-    })
-    .await;
     let chunk_size = if p.get("chunked").is_some_and(|c| c == "true") {
         Some(
             p.get("chunk_size")
@@ -549,29 +515,189 @@ pub(super) async fn query(
     } else {
         None
     };
-    let answers = match (results, chunk_size) {
-        (Ok(results), None) => vec![json!({ "results": results })],
-        (Ok(results), Some(size)) => chunked(results, size),
-        (Err(r), _) => return r.into_response(),
+    let state = s.clone();
+    let body = on_blocking(move || {
+        let format = CellFormat {
+            epoch: epoch.as_deref(),
+            msgpack,
+        };
+        let mut results = Vec::new();
+        for (i, st) in statements.iter().enumerate() {
+            let answer = run(&state, &caller, st, db.as_deref(), format);
+            let messages = (read_only && matches!(st, Statement::CreateDatabase { .. })).then(|| {
+                json!([{
+                    "level": "warning",
+                    "text": format!("deprecated use of '{}' in a read only context, please use a POST request instead", statement_text(st)),
+                }])
+            });
+            let failed = answer.is_err();
+            results.push(StatementResult {
+                id: i,
+                answer,
+                messages,
+            });
+            // InfluxDB stops at a failing statement.
+            if failed {
+                break;
+            }
+        }
+        Ok(match (chunk_size, msgpack) {
+            // The common answer, written straight from the cells.
+            (None, false) => {
+                let mut text = Vec::new();
+                text.extend_from_slice(b"{\"results\":[");
+                for (i, r) in results.iter().enumerate() {
+                    if i > 0 {
+                        text.push(b',');
+                    }
+                    r.write_json(format, &mut text);
+                }
+                text.extend_from_slice(b"]}\n");
+                text
+            }
+            (None, true) => {
+                let results: Vec<Json> = results.into_iter().map(|r| r.into_json(format)).collect();
+                msgpack::encode(&json!({ "results": results }))
+            }
+            (Some(size), msgpack) => {
+                let results = results.into_iter().map(|r| r.into_json(format)).collect();
+                let answers = chunked(results, size);
+                if msgpack {
+                    answers.iter().flat_map(msgpack::encode).collect()
+                } else {
+                    let mut text = String::new();
+                    for a in &answers {
+                        text.push_str(&a.to_string());
+                        text.push('\n');
+                    }
+                    text.into_bytes()
+                }
+            }
+        })
+    })
+    .await;
+    let body = match body {
+        Ok(body) => body,
+        Err(r) => return r.into_response(),
     };
     let mut resp = influx(StatusCode::OK, None);
-    let body = if msgpack {
+    if msgpack {
         resp.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(MSGPACK));
-        answers
-            .iter()
-            .flat_map(msgpack::encode)
-            .collect::<Vec<u8>>()
-    } else {
-        let mut text = String::new();
-        for a in &answers {
-            text.push_str(&a.to_string());
-            text.push('\n');
-        }
-        text.into_bytes()
-    };
+    }
     *resp.body_mut() = axum::body::Body::from(body);
     resp
+}
+
+/// One statement's result: its series (or error), and a warning.
+struct StatementResult {
+    id: usize,
+    answer: Result<Answer, String>,
+    messages: Option<Json>,
+}
+
+/// A statement's series: made as JSON, or a SELECT's kept as cells until
+/// the answer is written (a big answer's tree of JSON values took more
+/// than its reading did).
+enum Answer {
+    Json(Vec<Json>),
+    Cells(Vec<SeriesOut>),
+}
+
+impl StatementResult {
+    /// The result as JSON (InfluxDB's key order: `statement_id`,
+    /// `series`, `messages`; or `statement_id`, `error`).
+    fn into_json(self, format: CellFormat) -> Json {
+        let mut r = match self.answer {
+            Ok(answer) => {
+                let series = match answer {
+                    Answer::Json(series) => series,
+                    Answer::Cells(out) => select_json(out, format),
+                };
+                let mut r = json!({ "statement_id": self.id });
+                if !series.is_empty() {
+                    r["series"] = Json::Array(series);
+                }
+                r
+            }
+            Err(e) => json!({ "statement_id": self.id, "error": e }),
+        };
+        if let Some(m) = self.messages {
+            r["messages"] = m;
+        }
+        r
+    }
+
+    /// Writes the result as [`Self::into_json`] would print it, the cells
+    /// of a SELECT straight from its answer.
+    fn write_json(&self, format: CellFormat, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"statement_id\":");
+        write_json_value(out, &self.id);
+        match &self.answer {
+            Err(e) => {
+                out.extend_from_slice(b",\"error\":");
+                write_json_value(out, e);
+            }
+            Ok(Answer::Json(series)) if !series.is_empty() => {
+                out.extend_from_slice(b",\"series\":");
+                write_json_value(out, series);
+            }
+            Ok(Answer::Cells(series)) if !series.is_empty() => {
+                out.extend_from_slice(b",\"series\":[");
+                for (i, s) in series.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_series(s, format, out);
+                }
+                out.push(b']');
+            }
+            Ok(_) => {}
+        }
+        if let Some(m) = &self.messages {
+            out.extend_from_slice(b",\"messages\":");
+            write_json_value(out, m);
+        }
+        out.push(b'}');
+    }
+}
+
+/// Appends `v` as JSON.
+fn write_json_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    // Writing to a Vec fails only for a value JSON cannot hold, and
+    // these are numbers, strings, maps of strings and JSON values.
+    let _ = serde_json::to_writer(&mut *out, v);
+}
+
+/// Writes one SELECT series as [`select_json`] makes and prints it.
+fn write_series(s: &SeriesOut, format: CellFormat, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"name\":");
+    write_json_value(out, &s.name);
+    if let Some(tags) = &s.tags {
+        out.extend_from_slice(b",\"tags\":");
+        write_json_value(out, tags);
+    }
+    out.extend_from_slice(b",\"columns\":");
+    write_json_value(out, &s.columns);
+    out.extend_from_slice(b",\"values\":[");
+    for (i, row) in s.values.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        for (j, c) in row.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            match c {
+                Cell::Time(t) => write_json_value(out, &time_json(*t, format)),
+                Cell::Value(v) => write_json_value(out, &value_json(v, format.msgpack)),
+                Cell::Null => out.extend_from_slice(b"null"),
+            }
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b"]}");
 }
 
 const MSGPACK: &str = "application/x-msgpack";
@@ -858,6 +984,41 @@ fn run(
     st: &Statement,
     db: Option<&str>,
     format: CellFormat,
+) -> Result<Answer, String> {
+    if let Statement::Select(sel) = st {
+        return select(s, sel, db).map(Answer::Cells);
+    }
+    run_other(s, caller, st, db, format).map(Answer::Json)
+}
+
+/// A SELECT statement's series.
+fn select(
+    s: &AppState,
+    sel: &influxql::Select,
+    db: Option<&str>,
+) -> Result<Vec<SeriesOut>, String> {
+    let name = sel
+        .database
+        .as_deref()
+        .or(db)
+        .ok_or("database name required")?;
+    if !database_exists(s, name) {
+        return Err(format!("database not found: {name}"));
+    }
+    let d = dictionary_of(s, name)?;
+    let now = i64::try_from(s.clock.now_ms())
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000_000);
+    influx_select::select(&s.store, &d, name, sel, now)
+}
+
+/// The series of a statement other than SELECT, as JSON.
+fn run_other(
+    s: &AppState,
+    caller: &Caller,
+    st: &Statement,
+    db: Option<&str>,
+    format: CellFormat,
 ) -> Result<Vec<Json>, String> {
     let dictionary_of = |db: &str| dictionary_of(s, db);
     match st {
@@ -990,22 +1151,7 @@ fn run(
             }
             Ok(vec![one_series(None, &["key"], values)])
         }
-        Statement::Select(sel) => {
-            let name = sel
-                .database
-                .as_deref()
-                .or(db)
-                .ok_or("database name required")?;
-            if !database_exists(s, name) {
-                return Err(format!("database not found: {name}"));
-            }
-            let d = dictionary_of(name)?;
-            let now = i64::try_from(s.clock.now_ms())
-                .unwrap_or(i64::MAX)
-                .saturating_mul(1_000_000);
-            let out = influx_select::select(&s.store, &d, name, sel, now)?;
-            Ok(select_json(out, format))
-        }
+        Statement::Select(sel) => Ok(select_json(select(s, sel, db)?, format)),
         Statement::Unsupported(what) => Err(format!(
             "halite does not answer {what} statements yet (docs/compatibility.md lists what it answers)"
         )),

@@ -220,6 +220,12 @@ impl Cursor {
                 resume,
                 done,
             } => {
+                // Where a fold's row that goes on in the next block ends:
+                // that block is read only so far, and the rest of it
+                // next time (read whole, a row cut at every block's end,
+                // as a wide row is, drew a series' every block into one
+                // decode).
+                let mut row_end: Option<Vec<u8>> = None;
                 loop {
                     if !reader.block_starts_before(*next_block, select.stop) {
                         *done = true;
@@ -227,9 +233,18 @@ impl Cursor {
                     }
                     let from = ColumnSelect {
                         start: select.start.max(resume.as_slice()),
+                        stop: match (row_end.as_deref(), select.stop) {
+                            (Some(end), Some(stop)) => Some(end.min(stop)),
+                            (end, stop) => end.or(stop),
+                        },
                         ..*select
                     };
                     match reader.read_columns(*next_block, &from, max_rows, rows)? {
+                        BlockRead::Stop if row_end.is_some() => {
+                            // The row is whole; the block goes on after it.
+                            *resume = row_end.unwrap_or_default();
+                            return Ok(());
+                        }
                         BlockRead::Stop => {
                             *done = true;
                             return Ok(());
@@ -252,6 +267,11 @@ impl Cursor {
                         && reader.block_first_row(*next_block) == Some(rows.key(rows.len() - 1));
                     if !goes_on {
                         return Ok(());
+                    }
+                    if max_rows.is_none() {
+                        let mut end = rows.key(rows.len() - 1).to_vec();
+                        end.push(0);
+                        row_end = Some(end);
                     }
                 }
             }
@@ -318,7 +338,7 @@ pub fn read_columns(
             }
         }
         if !others && let Some((reader, block)) = file {
-            return fold_file(&reader, block, select, rules, sink);
+            return fold_file(&reader, block, Vec::new(), select, rules, sink);
         }
     }
     // A copied row key: the row several sources hold, being resolved,
@@ -366,6 +386,10 @@ pub fn read_columns(
             // One store file holds the rest: its rows decoded so far go
             // as rows, its blocks after them by column.
             let (reader, next_block, done) = (reader.clone(), *next_block, cursors[first].done());
+            let resume = match &cursors[first].source {
+                Place::File { resume, .. } => resume.clone(),
+                Place::Mem { .. } => Vec::new(),
+            };
             let c = &mut cursors[first];
             while c.at < c.rows.len() {
                 resolve_current(
@@ -384,7 +408,7 @@ pub fn read_columns(
             if done {
                 return Ok(true);
             }
-            return fold_file(&reader, next_block, select, rules, sink);
+            return fold_file(&reader, next_block, resume, select, rules, sink);
         }
         if at_row.len() > 1 {
             // Versions of the row in several sources: resolve them.
@@ -454,13 +478,15 @@ struct CutRow {
     cells: Vec<(u32, Value)>,
 }
 
-/// Reads the rows of `select` in `reader` from data block `block` on, the
-/// read's only source from there, for a sink that takes runs: each block
-/// by column where [`SstReader::read_runs`] can, else as rows resolved by
-/// the rules. False when the sink ended the read.
+/// Reads the rows of `select` in `reader` from data block `block` on
+/// (from row `resume` in it, when not empty), the read's only source from
+/// there, for a sink that takes runs: each block by column where
+/// [`SstReader::read_runs`] can, else as rows resolved by the rules.
+/// False when the sink ended the read.
 fn fold_file(
     reader: &Arc<SstReader>,
     mut block: usize,
+    mut resume: Vec<u8>,
     select: &ColumnSelect<'_>,
     rules: &ColumnRules<'_>,
     sink: &mut dyn ColumnSink,
@@ -484,13 +510,18 @@ fn fold_file(
             return Ok(cut.is_none_or(|c| give_cut_row(c, family, sink)));
         }
         runs.clear(select.qualifiers.len());
-        let read = match reader.read_runs(block, select, answers, &mut runs)? {
+        // A block read from inside (`resume`) is read as rows.
+        let read = match resume.is_empty() {
+            true => reader.read_runs(block, select, answers, &mut runs)?,
+            false => RunRead::Rows,
+        };
+        let read = match read {
             RunRead::Runs(read) => read,
             other => {
                 // Rows resolved by the rules, from the cut row's start.
                 let (from, resume) = match cut.take() {
                     Some(c) => (c.block, c.key),
-                    None => (block, Vec::new()),
+                    None => (block, std::mem::take(&mut resume)),
                 };
                 let mut c = Cursor {
                     source: Place::File {
@@ -524,7 +555,12 @@ fn fold_file(
                         return Ok(false);
                     }
                     c.at += 1;
-                    if !whole_file && c.at == c.rows.len() {
+                    // Back to runs only at a block's start: a decode that
+                    // ended inside a block (after a row it cut) goes on
+                    // from there.
+                    let at_block_start =
+                        matches!(&c.source, Place::File { resume, .. } if resume.is_empty());
+                    if !whole_file && c.at == c.rows.len() && at_block_start {
                         break;
                     }
                 }
