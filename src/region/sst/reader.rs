@@ -278,9 +278,15 @@ impl SstReader {
         Ok(block)
     }
 
-    /// The first data block that may hold `row` or a row after it.
+    /// The first data block that may hold `row` or a row after it: the
+    /// last whose first key is below the row's first key, which is the
+    /// last whose first row is below `row` (compared as rows, without a
+    /// key made or parsed: a read of each series' newest point does this
+    /// once a series and file).
     pub(crate) fn first_block_for_row(&self, row: &[u8]) -> usize {
-        self.block_for(&first_key_of_row(row))
+        self.index
+            .partition_point(|e| crate::cell::row_of(&e.first_key) < row)
+            .saturating_sub(1)
     }
 
     /// Whether data block `i` exists and may hold a row before `stop`.

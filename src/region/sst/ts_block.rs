@@ -782,6 +782,10 @@ pub fn decode_columns(
     // column), worked out again only when a row names other columns: a
     // row of ten fields read for one looked at all ten.
     let mut picked: Vec<(usize, usize, u32)> = Vec::new();
+    // Values of the rows before the range, per column, passed over in one
+    // go when the first row in range comes (they are most of what a read
+    // of a series' newest point decodes).
+    let mut skips = vec![0usize; w.columns.len()];
     while w.next_row()? {
         if stop
             .as_mut()
@@ -789,7 +793,12 @@ pub fn decode_columns(
         {
             return Ok(BlockRead::Stop);
         }
-        before = before && start.cmp(&w.row, w.tail_only).is_lt();
+        if before && !start.cmp(&w.row, w.tail_only).is_lt() {
+            before = false;
+            for (decoder, n) in w.decoders.iter_mut().zip(&skips) {
+                decoder.skip_values(*n)?;
+            }
+        }
         if std::mem::take(&mut w.columns_changed) {
             picked.clear();
             picked.extend(
@@ -807,7 +816,7 @@ pub fn decode_columns(
             }
             // Rows before the range still move the column's values on.
             if before {
-                w.decoders[c].skip_value()?;
+                skips[c] += 1;
                 continue;
             }
             let value = w.decoders[c].next_value()?;
@@ -929,9 +938,7 @@ pub fn decode_runs(
     for (c, column) in selected.iter().enumerate() {
         let Some(column) = *column else { continue };
         let decoder = &mut w.decoders[c];
-        for _ in 0..skips[c] {
-            decoder.skip_value()?;
-        }
+        decoder.skip_values(skips[c])?;
         let (floats, values) = out.values_mut(column);
         if !decoder.decode_into(takes[c], floats, values)? {
             return Ok(None);
@@ -1274,6 +1281,32 @@ impl<'a> ValueDecoder<'a> {
         }
     }
 
+    /// Moves past the column's next `n` values, a decimal column's in one
+    /// loop of Rice codes (no value is made, so none is checked against
+    /// the exact range: a value given later still is).
+    fn skip_values(&mut self, n: usize) -> Result<(), DecodeError> {
+        if let ValueDecoder::Decimal { bits, k, prev, .. } = self {
+            let mut left = n;
+            let mut m = match *prev {
+                Some(p) => p,
+                None if n == 0 => return Ok(()),
+                None => {
+                    left -= 1;
+                    unzigzag(bits.len_code()?)
+                }
+            };
+            for _ in 0..left {
+                m = m.wrapping_add(unzigzag(bits.rice(*k)?));
+            }
+            *prev = Some(m);
+            return Ok(());
+        }
+        for _ in 0..n {
+            self.skip_value()?;
+        }
+        Ok(())
+    }
+
     /// Decodes the column's next `n` values onto `floats` (a float
     /// codec's) or `values` (the others'); false: a raw value that is no
     /// [`Value`].
@@ -1610,6 +1643,67 @@ mod tests {
             .take_while(|&&(v, k, _)| r.rice(k).is_ok_and(|got| got == v) && r.bit().is_ok())
             .count();
         assert!(read < codes.len(), "a cut stream read to its end");
+    }
+
+    /// A read by column from any row of a block (the rows before it
+    /// passed over, their values skipped column by column) gives what the
+    /// whole block gives from that row on, as rows and as runs.
+    #[test]
+    fn reads_from_inside_a_block_skip_to_the_same_values() {
+        let entries = tsbs_entries(60, 3);
+        let encoded = encode(body(&entries)).expect("encodes");
+        let qualifiers: Vec<Vec<u8>> = ["usage_user", "usage_idle", "usage_steal"]
+            .iter()
+            .map(|q| q.as_bytes().to_vec())
+            .collect();
+        let mut whole = ColumnRows::default();
+        let all = ColumnSelect {
+            family: b"f",
+            qualifiers: &qualifiers,
+            start: b"",
+            stop: None,
+        };
+        decode_columns(&encoded, 1 << 24, &all, None, &mut whole).expect("decodes");
+        assert_eq!(whole.len(), 180);
+        for from in [1, 59, 60, 61, 119, 179] {
+            let start = whole.key(from).to_vec();
+            let select = ColumnSelect {
+                start: &start,
+                ..all
+            };
+            let mut rows = ColumnRows::default();
+            decode_columns(&encoded, 1 << 24, &select, None, &mut rows).expect("decodes");
+            assert_eq!(rows.len(), 180 - from, "rows from {from}");
+            let mut runs = ColumnRuns::default();
+            runs.clear(qualifiers.len());
+            decode_runs(&encoded, 1 << 24, &select, None, &mut runs)
+                .expect("decodes")
+                .expect("plain puts");
+            let mut given = Vec::new();
+            runs.each_row(&mut |key, cells| {
+                given.push((key.to_vec(), cells.to_vec()));
+                true
+            });
+            assert_eq!(given.len(), 180 - from, "runs from {from}");
+            for (i, (key, cells)) in given.iter().enumerate() {
+                let (want_key, want) = whole.row_mut(from + i);
+                assert_eq!(key.as_slice(), want_key);
+                let want: Vec<(u32, Value)> = want
+                    .iter()
+                    .map(|c| (c.column, c.value.clone().expect("a value")))
+                    .collect();
+                let mut want = want;
+                want.sort_by_key(|(c, _)| *c);
+                assert_eq!(cells, &want, "row {} from {from}", from + i);
+                let (_, by_rows) = rows.row_mut(i);
+                let mut by_rows: Vec<(u32, Value)> = by_rows
+                    .iter()
+                    .map(|c| (c.column, c.value.clone().expect("a value")))
+                    .collect();
+                by_rows.sort_by_key(|(c, _)| *c);
+                assert_eq!(by_rows, want, "row {} from {from} as rows", from + i);
+            }
+        }
     }
 
     #[test]
