@@ -392,15 +392,7 @@ pub fn read_columns(
             };
             let c = &mut cursors[first];
             while c.at < c.rows.len() {
-                resolve_current(
-                    std::slice::from_mut(c),
-                    &[0],
-                    select,
-                    rules,
-                    &mut candidates,
-                    &mut out,
-                );
-                if !out.is_empty() && !sink.row(c.rows.key(c.at), &out) {
+                if !give_row(c, select, rules, &mut candidates, &mut out, sink) {
                     return Ok(false);
                 }
                 c.at += 1;
@@ -543,15 +535,7 @@ fn fold_file(
                     if c.row(select)?.is_none() {
                         return Ok(true);
                     }
-                    resolve_current(
-                        std::slice::from_mut(&mut c),
-                        &[0],
-                        select,
-                        rules,
-                        &mut candidates,
-                        &mut out,
-                    );
-                    if !out.is_empty() && !sink.row(c.rows.key(c.at), &out) {
+                    if !give_row(&mut c, select, rules, &mut candidates, &mut out, sink) {
                         return Ok(false);
                     }
                     c.at += 1;
@@ -616,6 +600,27 @@ fn fold_file(
         }
         block += 1;
     }
+}
+
+/// Gives `sink` the row a lone cursor is at, resolved within it (false:
+/// the sink ended the read).
+fn give_row(
+    c: &mut Cursor,
+    select: &ColumnSelect<'_>,
+    rules: &ColumnRules<'_>,
+    candidates: &mut Vec<Candidate>,
+    out: &mut Vec<(u32, Value)>,
+    sink: &mut dyn ColumnSink,
+) -> bool {
+    resolve_current(
+        std::slice::from_mut(c),
+        &[0],
+        select,
+        rules,
+        candidates,
+        out,
+    );
+    out.is_empty() || sink.row(c.rows.key(c.at), out)
 }
 
 /// Gives a cut row's cells to `sink`, each column's once: the first

@@ -320,10 +320,7 @@ impl SstReader {
         let block = match cached {
             Some(block) => block,
             None => {
-                let mut buf = vec![0u8; entry.size as usize];
-                self.file
-                    .read_exact_at(&mut buf, entry.offset)
-                    .map_err(|e| SstError::io(&self.path, "read data block", e))?;
+                let buf = self.block_bytes(i)?;
                 let payload = unframe_payload(&buf, MAX_BLOCK)
                     .map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
                 let body = match payload {
@@ -363,10 +360,7 @@ impl SstReader {
         if self.use_cache && self.cache.get(&(self.reader_id, entry.offset, 0)).is_some() {
             return Ok(RunRead::Rows);
         }
-        let mut buf = vec![0u8; entry.size as usize];
-        self.file
-            .read_exact_at(&mut buf, entry.offset)
-            .map_err(|e| SstError::io(&self.path, "read data block", e))?;
+        let buf = self.block_bytes(i)?;
         let payload = unframe_payload(&buf, MAX_BLOCK)
             .map_err(|e| SstError::decode(&self.path, entry.offset, e))?;
         match payload {
@@ -380,6 +374,16 @@ impl SstReader {
             ),
             Payload::Standard(_) => Ok(RunRead::Standard),
         }
+    }
+
+    /// Data block `i` as the file holds it (framed).
+    fn block_bytes(&self, i: usize) -> Result<Vec<u8>, SstError> {
+        let entry = &self.index[i];
+        let mut buf = vec![0u8; entry.size as usize];
+        self.file
+            .read_exact_at(&mut buf, entry.offset)
+            .map_err(|e| SstError::io(&self.path, "read data block", e))?;
+        Ok(buf)
     }
 
     /// Index of the block that may hold the first key >= `target`.

@@ -766,11 +766,7 @@ pub fn decode_columns(
     out: &mut ColumnRows,
 ) -> Result<BlockRead, DecodeError> {
     let mut w = RowWalker::open(payload, max_len)?;
-    let selected: Vec<Option<u32>> = w
-        .columns
-        .iter()
-        .map(|(f, q)| select.column_of(f, q))
-        .collect();
+    let selected = w.selected(select);
     let mut stop = select.stop.map(KeyBound::new);
     let mut start = KeyBound::new(select.start);
     // Rows come in key order: once one is at or past `start`, all are.
@@ -855,11 +851,7 @@ pub fn decode_runs(
     out: &mut ColumnRuns,
 ) -> Result<Option<BlockRead>, DecodeError> {
     let mut w = RowWalker::open(payload, max_len)?;
-    let selected: Vec<Option<u32>> = w
-        .columns
-        .iter()
-        .map(|(f, q)| select.column_of(f, q))
-        .collect();
+    let selected = w.selected(select);
     let mut stop = select.stop.map(KeyBound::new);
     let mut start = KeyBound::new(select.start);
     let mut before = true;
@@ -1067,6 +1059,14 @@ impl<'a> RowWalker<'a> {
             rows_read: 0,
             decoded: 0,
         })
+    }
+
+    /// Each of the block's columns' read column (`None`: not selected).
+    fn selected(&self, select: &ColumnSelect<'_>) -> Vec<Option<u32>> {
+        self.columns
+            .iter()
+            .map(|(f, q)| select.column_of(f, q))
+            .collect()
     }
 
     /// Reads the next row's key and cells; false after the last row.
