@@ -40,6 +40,12 @@ pub trait PointFields {
     fn field(&self, i: usize) -> (&str, &Value);
     /// In the decoder's precision; `None` means now.
     fn timestamp(&self) -> Option<i64>;
+    /// The measurement and tags as the point's text wrote them (escapes
+    /// and all), where there is such a text: the same text names the same
+    /// series, so it can stand for the names it holds.
+    fn series_text(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A Prometheus sample as a point: `__name__` the measurement, the other
@@ -106,6 +112,9 @@ impl<'l: 'p, 'p> PointFields for ParsedLine<'l, 'p> {
     }
     fn timestamp(&self) -> Option<i64> {
         ParsedLine::timestamp(self)
+    }
+    fn series_text(&self) -> Option<&str> {
+        Some(ParsedLine::series_text(self))
     }
 }
 
@@ -567,6 +576,43 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
+        let text = point.series_text();
+        let remembered = text.and_then(|text| {
+            dictionary.written_series(table_name, text, &mut self.tag_uids)
+        });
+        match remembered {
+            // The text passed resolve_series' checks when it was remembered.
+            Some(metric) if self.tag_uids.len() <= open.max_tags => {
+                table
+                    .key
+                    .encode_tag_key(metric, &self.tag_uids, time, &mut self.key);
+            }
+            _ => self.resolve_series(point, open, time, dictionary, text)?,
+        }
+        // The series is recorded even when a field's type refuses the
+        // point, as InfluxDB does (SHOW SERIES lists it).
+        let fields = (0..point.field_count()).map(|i| {
+            let (name, value) = point.field(i);
+            (name, FieldType::of(value))
+        });
+        self.undurable |= dictionary.fields(table_name, measurement, fields)?;
+        Ok(())
+    }
+
+    /// The key of a point of a series not remembered by its text: each
+    /// name's UID (assigned when new), the tags checked, the series
+    /// recorded; remembered by `text` once all of it is durable.
+    fn resolve_series(
+        &mut self,
+        point: &impl PointFields,
+        open: &OpenTags,
+        time: u64,
+        dictionary: &Dictionary,
+        text: Option<&str>,
+    ) -> Result<(), String> {
+        let table = self.table;
+        let measurement = point.measurement();
+        let table_name = table.name.table.as_str();
         for (count, (k, _)) in point.tags().enumerate() {
             if k == "time" {
                 return Err(format!(
@@ -592,7 +638,8 @@ impl<'t> PointEncoder<'t> {
             },
             &mut self.uids,
         );
-        self.undurable |= self.uids.iter().any(|&(_, new)| new);
+        let new_names = self.uids.iter().any(|&(_, new)| new);
+        self.undurable |= new_names;
         let metric = self.uids[0].0;
         self.tag_uids.clear();
         self.tag_uids
@@ -606,7 +653,11 @@ impl<'t> PointEncoder<'t> {
             .encode_tag_key(metric, &self.tag_uids, time, &mut self.key);
         let series = &self.key[table.key.prefix_len()..self.key.len() - 8];
         match dictionary.series(table_name, series, open.series_limit) {
-            SeriesOutcome::Known => {}
+            SeriesOutcome::Known => {
+                if let Some(text) = text.filter(|_| !new_names) {
+                    dictionary.remember_written(table_name, text, metric, &self.tag_uids);
+                }
+            }
             SeriesOutcome::Pending => self.undurable = true,
             SeriesOutcome::OverLimit => {
                 self.series_refused += 1;
@@ -619,13 +670,6 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
-        // The series is recorded even when a field's type refuses the
-        // point, as InfluxDB does (SHOW SERIES lists it).
-        let fields = (0..point.field_count()).map(|i| {
-            let (name, value) = point.field(i);
-            (name, FieldType::of(value))
-        });
-        self.undurable |= dictionary.fields(table_name, measurement, fields)?;
         Ok(())
     }
 

@@ -162,7 +162,24 @@ struct State {
     /// resolving thousands of series' names each time cost more than
     /// reading a small answer.
     resolved: HashMap<Box<str>, (u64, Arc<SeriesList>)>,
+    /// Per table, series as line protocol writes them (measurement and
+    /// tags, escapes and all) with their metric and sorted tag UIDs, once
+    /// all of it is durable: a point of a known series then costs one
+    /// lookup instead of one per name (21 for a TSBS point, a tenth of
+    /// the server's CPU at 4,000 hosts).
+    written: FastMap<Box<str>, FastMap<Box<str>, WrittenSeries>>,
+    written_count: usize,
 }
+
+struct WrittenSeries {
+    metric: u32,
+    tags: Box<[(u32, u32)]>,
+}
+
+/// Series texts remembered at most, over all tables of a namespace (a
+/// few hundred bytes each); past it, points of series not remembered
+/// resolve their names one by one, as before.
+const WRITTEN_SERIES_MAX: usize = 100_000;
 
 type FieldTypes = FastMap<Box<str>, (FieldType, bool)>;
 
@@ -352,6 +369,42 @@ impl Dictionary {
         for (kind, name) in names().skip(out.len()) {
             out.push(self.uid(kind, name));
         }
+    }
+
+    /// The metric UID of the series `text` writes in `table`, its tag
+    /// UIDs (sorted) into `tags`, when [`Dictionary::remember_written`]
+    /// was told of it.
+    pub fn written_series(&self, table: &str, text: &str, tags: &mut Vec<(u32, u32)>) -> Option<u32> {
+        let state = self.state.read();
+        let series = state.written.get(table)?.get(text)?;
+        tags.clear();
+        tags.extend_from_slice(&series.tags);
+        Some(series.metric)
+    }
+
+    /// Remembers that `text` writes the series of `metric` and `tags`
+    /// (sorted) in `table`. Only for a series whose names' UIDs and
+    /// record are durable, and a text whose tags passed the table's
+    /// checks: a remembered text is taken as it is.
+    pub fn remember_written(&self, table: &str, text: &str, metric: u32, tags: &[(u32, u32)]) {
+        let mut state = self.state.write();
+        if state.written_count >= WRITTEN_SERIES_MAX {
+            return;
+        }
+        let series = WrittenSeries {
+            metric,
+            tags: tags.into(),
+        };
+        let added = match state.written.get_mut(table) {
+            Some(of_table) => of_table.insert(text.into(), series).is_none(),
+            None => {
+                let mut of_table = FastMap::default();
+                of_table.insert(text.into(), series);
+                state.written.insert(table.into(), of_table);
+                true
+            }
+        };
+        state.written_count += usize::from(added);
     }
 
     /// The name of a UID.

@@ -430,6 +430,44 @@ fn a_series_written_after_a_statement_is_in_the_next_answer() {
     );
 }
 
+/// A series written body after body, its tags in another order or with
+/// escapes, stays one series with every point, as in InfluxDB: once a
+/// series is durable halite remembers a line's text of it and takes that
+/// text for its names after, so a remembered text must give the key the
+/// names give, and lines refused for their tags must still be refused.
+#[test]
+fn a_series_written_in_several_texts_keeps_every_point_as_influxdb_does() {
+    let p = start();
+    for addr in [&p.influx.addr, &p.halite.addr] {
+        create_database(addr, "texts");
+    }
+    for round in 0..5u64 {
+        let t = 1_700_000_000 + round * 10;
+        let body = format!(
+            "weather,city=a\\ b,station=x\\,1 temp={round}.5 {t}\n\
+             weather,station=x\\,1,city=a\\ b humidity={round}i {t1}\n\
+             weather,city=c,station=y temp=-{round}.25,humidity=7i {t}\n\
+             weather,city=c temp=1 {t}\n",
+            t1 = t + 1
+        );
+        let [a, b] = both(&p, "POST", "/write?db=texts&precision=s", &[], body.as_bytes());
+        assert_eq!((a.0, b.0), (204, 204), "round {round}: {a:?} {b:?}");
+        // Refused every time, also after the good lines' texts are known.
+        let bad = format!("weather,city=c,time=x temp=1 {t}\nweather,city=c,city=d temp=1 {t}\n");
+        let [a, b] = both(&p, "POST", "/write?db=texts&precision=s", &[], bad.as_bytes());
+        assert_eq!((a.0, b.0), (400, 400), "round {round}: {a:?} {b:?}");
+    }
+    for q in [
+        "SHOW SERIES",
+        "SELECT * FROM weather GROUP BY *",
+        "SELECT count(temp), sum(humidity) FROM weather GROUP BY city, station",
+    ] {
+        let [a, b] = query(&p, &[("db", "texts"), ("epoch", "s"), ("q", q)]);
+        assert_eq!(a, b, "{q}");
+        assert_eq!(a.0, 200, "{q}: {a:?}");
+    }
+}
+
 /// A quiet node gives its WAL's preallocated space back once everything in
 /// it is flushed. The namespace's dictionary is written once, when its
 /// series are new, and then left alone: its unflushed edits held the space

@@ -140,6 +140,8 @@ pub struct LineParser {
     tags: Vec<(Span, Span)>,
     fields: Vec<(Span, Value)>,
     timestamp: Option<i64>,
+    /// End of the measurement and tags (before the space).
+    series_end: u32,
     /// Unescaped copies of the texts that had escapes.
     scratch: String,
 }
@@ -187,6 +189,13 @@ impl<'l: 'p, 'p> ParsedLine<'l, 'p> {
 
     pub fn timestamp(&self) -> Option<i64> {
         self.parser.timestamp
+    }
+
+    /// The measurement and tags as the line wrote them, escapes and all.
+    pub fn series_text(&self) -> &'l str {
+        self.line
+            .get(..self.parser.series_end as usize)
+            .unwrap_or_default()
     }
 
     /// A copy that borrows only the line, for callers that keep points.
@@ -344,6 +353,7 @@ impl LineParser {
         if b.get(at) != Some(&b' ') {
             return Err("missing fields after the measurement and tags".into());
         }
+        self.series_end = at as u32;
         while b.get(at) == Some(&b' ') {
             at += 1;
         }
