@@ -13,6 +13,7 @@
 
 use std::borrow::Cow;
 
+use super::block::BlockCells;
 use super::format::Projection;
 use super::ts_block;
 use crate::codec::DecodeError;
@@ -30,13 +31,12 @@ pub fn frame(body: &[u8], snappy: bool, out: &mut Vec<u8>) {
     frame_payload(body, 0, snappy, out);
 }
 
-/// Frames a data block body as a time-series block when that is smaller
-/// (`ts_block`), else as it is.
-pub fn frame_time_series(body: Vec<u8>, snappy: bool, out: &mut Vec<u8>) {
-    let plain_len = body.len();
-    match ts_block::encode(body.clone()) {
-        Some(ts) if ts.len() < plain_len => frame_payload(&ts, TIME_SERIES, snappy, out),
-        _ => frame_payload(&body, 0, snappy, out),
+/// Frames a data block's entries as a time-series block when that is
+/// smaller than their body (`ts_block`), else as their body.
+pub fn frame_time_series(entries: &BlockCells, snappy: bool, out: &mut Vec<u8>) {
+    match ts_block::encode_cells(entries) {
+        Some(ts) if ts.len() < entries.size() => frame_payload(&ts, TIME_SERIES, snappy, out),
+        _ => frame_payload(&entries.body(), 0, snappy, out),
     }
 }
 

@@ -52,7 +52,7 @@
 use crate::cell::{KEY_OVERHEAD, KIND_MASK, TTL_FLAG, encode_key_into};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
-use super::block::{Block, BlockBuilder, BlockIter};
+use super::block::{Block, BlockBuilder, BlockCells, BlockIter};
 use super::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect};
 use crate::value::Value;
 
@@ -375,25 +375,25 @@ pub fn encode(body: Vec<u8>) -> Option<Vec<u8>> {
     let block = std::sync::Arc::new(Block::parse(body).ok()?);
     let mut it = BlockIter::new(block);
     it.seek_first().ok()?;
-    // Entries are read out first: values borrow from a copy of the block.
-    let mut keys: Vec<u8> = Vec::new();
-    let mut values: Vec<u8> = Vec::new();
-    let mut spans: Vec<(usize, usize, usize, usize, Option<u64>)> = Vec::new();
+    let mut cells = BlockCells::default();
     while it.valid() {
-        let (k0, v0) = (keys.len(), values.len());
-        keys.extend_from_slice(it.key());
-        values.extend_from_slice(it.value());
-        spans.push((k0, keys.len(), v0, values.len(), it.ttl_ms()));
+        cells.add(it.key(), it.ttl_ms(), it.value());
         it.advance().ok()?;
     }
+    encode_cells(&cells)
+}
 
+/// Encodes a data block's entries; `None` when a key cannot be read (the
+/// caller then stores the entries' body as it is).
+pub fn encode_cells(entries: &BlockCells) -> Option<Vec<u8>> {
     let mut columns: Vec<(&[u8], &[u8])> = Vec::new();
     let mut column_of = std::collections::HashMap::<(&[u8], &[u8]), usize>::new();
     // Cells in order, and where each row's cells start.
-    let mut cells: Vec<Cell<'_>> = Vec::with_capacity(spans.len());
+    let mut cells: Vec<Cell<'_>> = Vec::with_capacity(entries.len());
     let mut rows: Vec<(&[u8], usize)> = Vec::new();
-    for &(k0, k1, v0, v1, ttl) in &spans {
-        let key = crate::cell::KeyRef::parse(&keys[k0..k1])?;
+    for i in 0..entries.len() {
+        let (whole_key, ttl, value) = entries.entry(i);
+        let key = crate::cell::KeyRef::parse(whole_key)?;
         let new_row = rows.last().is_none_or(|(row, _)| *row != key.row);
         if new_row {
             rows.push((key.row, cells.len()));
@@ -420,9 +420,9 @@ pub fn encode(body: Vec<u8>) -> Option<Vec<u8>> {
         cells.push(Cell {
             column,
             timestamp: key.timestamp,
-            kind: keys[k1 - 1],
+            kind: whole_key[whole_key.len() - 1],
             ttl,
-            value: &values[v0..v1],
+            value,
         });
     }
     // Row i's cells: cells[rows[i].1 .. rows[i + 1].1].
@@ -435,9 +435,9 @@ pub fn encode(body: Vec<u8>) -> Option<Vec<u8>> {
         })
         .collect();
 
-    let mut out = Vec::with_capacity(keys.len() / 4 + values.len() / 2);
+    let mut out = Vec::with_capacity(entries.size() / 4);
     out.push(FORMAT);
-    put_varint(&mut out, spans.len() as u64);
+    put_varint(&mut out, entries.len() as u64);
     put_varint(&mut out, rows.len() as u64);
     // Families once (a store file holds one), then columns naming them.
     let mut families: Vec<&[u8]> = Vec::new();

@@ -33,7 +33,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::block::BlockBuilder;
+use super::block::{BlockBuilder, BlockCells};
 use super::bloom::{Bloom, hash, rowcol_key};
 use super::format::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
 use super::frame::{frame, frame_time_series};
@@ -50,10 +50,11 @@ pub struct SstWriter {
     out: std::io::BufWriter<File>,
     offset: u64,
     block: BlockBuilder,
+    /// A time-series family's block: its entries as added (`block` stays
+    /// empty), encoded when it is full.
+    cells: Option<BlockCells>,
     block_first_key: Option<Vec<u8>>,
     block_size: usize,
-    /// Data blocks are stored as time-series blocks where that is smaller.
-    time_series: bool,
     snappy: bool,
     bloom_type: BloomType,
     bloom_prefix_len: usize,
@@ -88,7 +89,8 @@ impl SstWriter {
             out: std::io::BufWriter::with_capacity(256 * 1024, file),
             offset: 0,
             block: BlockBuilder::new(family.data_block_encoding != DataBlockEncoding::None),
-            time_series: family.data_block_encoding == DataBlockEncoding::TimeSeries,
+            cells: (family.data_block_encoding == DataBlockEncoding::TimeSeries)
+                .then(BlockCells::default),
             block_first_key: None,
             block_size: family.block_size,
             snappy: family.compression == Compression::Snappy,
@@ -137,7 +139,16 @@ impl SstWriter {
         if self.block_first_key.is_none() {
             self.block_first_key = Some(key.to_vec());
         }
-        self.block.add(key, ttl_ms, value);
+        let block_size = match &mut self.cells {
+            Some(cells) => {
+                cells.add(key, ttl_ms, value);
+                cells.size()
+            }
+            None => {
+                self.block.add(key, ttl_ms, value);
+                self.block.size()
+            }
+        };
         let m = &mut self.meta;
         if m.entries == 0 {
             m.first_key = key.to_vec();
@@ -170,7 +181,7 @@ impl SstWriter {
                 self.add_bloom_key(&k);
             }
         }
-        if self.block.size() >= self.block_size {
+        if block_size >= self.block_size {
             self.flush_block()?;
         }
         Ok(())
@@ -185,16 +196,20 @@ impl SstWriter {
     }
 
     fn flush_block(&mut self) -> Result<(), SstError> {
-        if self.block.is_empty() {
-            return Ok(());
-        }
-        let body = self.block.finish();
-        self.meta.data_bytes += body.len() as u64;
         self.scratch.clear();
-        if self.time_series {
-            frame_time_series(body, self.snappy, &mut self.scratch);
-        } else {
-            frame(&body, self.snappy, &mut self.scratch);
+        match &mut self.cells {
+            Some(cells) if cells.is_empty() => return Ok(()),
+            Some(cells) => {
+                self.meta.data_bytes += cells.size() as u64;
+                frame_time_series(cells, self.snappy, &mut self.scratch);
+                cells.clear();
+            }
+            None if self.block.is_empty() => return Ok(()),
+            None => {
+                let body = self.block.finish();
+                self.meta.data_bytes += body.len() as u64;
+                frame(&body, self.snappy, &mut self.scratch);
+            }
         }
         let first = self
             .block_first_key
