@@ -577,9 +577,8 @@ impl<'t> PointEncoder<'t> {
             }
         }
         let text = point.series_text();
-        let remembered = text.and_then(|text| {
-            dictionary.written_series(table_name, text, &mut self.tag_uids)
-        });
+        let remembered =
+            text.and_then(|text| dictionary.written_series(table_name, text, &mut self.tag_uids));
         match remembered {
             // The text passed resolve_series' checks when it was remembered.
             Some(metric) if self.tag_uids.len() <= open.max_tags => {

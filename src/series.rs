@@ -374,7 +374,12 @@ impl Dictionary {
     /// The metric UID of the series `text` writes in `table`, its tag
     /// UIDs (sorted) into `tags`, when [`Dictionary::remember_written`]
     /// was told of it.
-    pub fn written_series(&self, table: &str, text: &str, tags: &mut Vec<(u32, u32)>) -> Option<u32> {
+    pub fn written_series(
+        &self,
+        table: &str,
+        text: &str,
+        tags: &mut Vec<(u32, u32)>,
+    ) -> Option<u32> {
         let state = self.state.read();
         let series = state.written.get(table)?.get(text)?;
         tags.clear();

@@ -450,11 +450,23 @@ fn a_series_written_in_several_texts_keeps_every_point_as_influxdb_does() {
              weather,city=c temp=1 {t}\n",
             t1 = t + 1
         );
-        let [a, b] = both(&p, "POST", "/write?db=texts&precision=s", &[], body.as_bytes());
+        let [a, b] = both(
+            &p,
+            "POST",
+            "/write?db=texts&precision=s",
+            &[],
+            body.as_bytes(),
+        );
         assert_eq!((a.0, b.0), (204, 204), "round {round}: {a:?} {b:?}");
         // Refused every time, also after the good lines' texts are known.
         let bad = format!("weather,city=c,time=x temp=1 {t}\nweather,city=c,city=d temp=1 {t}\n");
-        let [a, b] = both(&p, "POST", "/write?db=texts&precision=s", &[], bad.as_bytes());
+        let [a, b] = both(
+            &p,
+            "POST",
+            "/write?db=texts&precision=s",
+            &[],
+            bad.as_bytes(),
+        );
         assert_eq!((a.0, b.0), (400, 400), "round {round}: {a:?} {b:?}");
     }
     for q in [
