@@ -90,6 +90,14 @@ pub struct Merge {
     heap: Vec<usize>,
     /// Key of the entry last returned, to skip older duplicates.
     last: Vec<u8>,
+    /// The least source under the top (`heap[1]` or `heap[2]`), found
+    /// when the top last changed: while only the top moves it stays so.
+    runner_up: Option<usize>,
+    /// The top's key is below the runner-up's, so no other source holds
+    /// it: advancing takes one comparison with the runner-up instead of
+    /// a sift and a duplicate check (a compaction's sources take turns
+    /// once a series, so this is most entries).
+    top_alone: bool,
 }
 
 impl Merge {
@@ -98,6 +106,8 @@ impl Merge {
             sources,
             heap: Vec::new(),
             last: Vec::new(),
+            runner_up: None,
+            top_alone: false,
         }
     }
 
@@ -135,6 +145,20 @@ impl Merge {
         for i in (0..self.heap.len() / 2).rev() {
             self.sift_down(i);
         }
+        self.settle_top();
+    }
+
+    /// Finds the runner-up of a new top and whether the top is alone.
+    fn settle_top(&mut self) {
+        self.runner_up = match self.heap.len() {
+            0 | 1 => None,
+            2 => Some(self.heap[1]),
+            _ if self.less(self.heap[2], self.heap[1]) => Some(self.heap[2]),
+            _ => Some(self.heap[1]),
+        };
+        self.top_alone = self.runner_up.is_some_and(|r| {
+            compare_keys(self.sources[self.heap[0]].key(), self.sources[r].key()) == Ordering::Less
+        });
     }
 
     /// Positions every source at the first key >= `target`.
@@ -204,6 +228,25 @@ impl Merge {
             // and MemStore cursors resolve equal keys to the newest.
             return self.advance_top();
         }
+        if self.top_alone
+            && let Some(runner_up) = self.runner_up
+        {
+            let top = self.heap[0];
+            self.sources[top].advance()?;
+            if self.sources[top].valid()
+                && compare_keys(self.sources[top].key(), self.sources[runner_up].key())
+                    == Ordering::Less
+            {
+                return Ok(());
+            }
+            // Nothing else held the key just passed: reorder only.
+            if !self.sources[top].valid() {
+                self.heap.swap_remove(0);
+            }
+            self.sift_down(0);
+            self.settle_top();
+            return Ok(());
+        }
         self.last.clear();
         let top = self.heap[0];
         self.last.extend_from_slice(self.sources[top].key());
@@ -213,6 +256,7 @@ impl Merge {
         {
             self.advance_top()?;
         }
+        self.settle_top();
         Ok(())
     }
 
