@@ -795,15 +795,7 @@ pub fn decode_columns(
                 decoder.skip_values(*n)?;
             }
         }
-        if std::mem::take(&mut w.columns_changed) {
-            picked.clear();
-            picked.extend(
-                w.row_columns
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &c)| Some((i, c, selected[c]?))),
-            );
-        }
+        w.pick_columns(&selected, &mut picked);
         let mut started = false;
         for &(i, c, column) in &picked {
             let (kind, ttl) = w.kind(i);
@@ -876,14 +868,7 @@ pub fn decode_runs(
         // its head.
         run_open = run_open && w.tail_only;
         before = before && start.cmp(&w.row, w.tail_only).is_lt();
-        if std::mem::take(&mut w.columns_changed) {
-            picked.clear();
-            picked.extend(
-                w.row_columns
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &c)| Some((i, c, selected[c]?))),
-            );
+        if w.pick_columns(&selected, &mut picked) {
             // A column twice in a row is two versions: its answer needs
             // the version rules.
             if picked.windows(2).any(|p| p[0].1 == p[1].1) {
@@ -1067,6 +1052,27 @@ impl<'a> RowWalker<'a> {
             .iter()
             .map(|(f, q)| select.column_of(f, q))
             .collect()
+    }
+
+    /// The current row's selected cells as (place in the row, block
+    /// column, read column) into `picked`, when its columns are not the
+    /// row before's; true when they changed.
+    fn pick_columns(
+        &mut self,
+        selected: &[Option<u32>],
+        picked: &mut Vec<(usize, usize, u32)>,
+    ) -> bool {
+        if !std::mem::take(&mut self.columns_changed) {
+            return false;
+        }
+        picked.clear();
+        picked.extend(
+            self.row_columns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &c)| Some((i, c, selected[c]?))),
+        );
+        true
     }
 
     /// Reads the next row's key and cells; false after the last row.
