@@ -546,12 +546,7 @@ pub(super) async fn query(
             (None, false) => {
                 let mut text = Vec::new();
                 text.extend_from_slice(b"{\"results\":[");
-                for (i, r) in results.iter().enumerate() {
-                    if i > 0 {
-                        text.push(b',');
-                    }
-                    r.write_json(format, &mut text);
-                }
+                write_joined(&mut text, &results, |text, r| r.write_json(format, text));
                 text.extend_from_slice(b"]}\n");
                 text
             }
@@ -644,12 +639,7 @@ impl StatementResult {
             }
             Ok(Answer::Cells(series)) if !series.is_empty() => {
                 out.extend_from_slice(b",\"series\":[");
-                for (i, s) in series.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    write_series(s, format, out);
-                }
+                write_joined(out, series, |out, s| write_series(s, format, out));
                 out.push(b']');
             }
             Ok(_) => {}
@@ -669,6 +659,20 @@ fn write_json_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
+/// Writes each of `items` with `write`, commas between them.
+fn write_joined<T>(
+    out: &mut Vec<u8>,
+    items: impl IntoIterator<Item = T>,
+    mut write: impl FnMut(&mut Vec<u8>, T),
+) {
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(out, item);
+    }
+}
+
 /// Writes one SELECT series as [`select_json`] makes and prints it.
 fn write_series(s: &SeriesOut, format: CellFormat, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"name\":");
@@ -680,23 +684,15 @@ fn write_series(s: &SeriesOut, format: CellFormat, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"columns\":");
     write_json_value(out, &s.columns);
     out.extend_from_slice(b",\"values\":[");
-    for (i, row) in s.values.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    write_joined(out, &s.values, |out, row| {
         out.push(b'[');
-        for (j, c) in row.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            match c {
-                Cell::Time(t) => write_json_value(out, &time_json(*t, format)),
-                Cell::Value(v) => write_json_value(out, &value_json(v, format.msgpack)),
-                Cell::Null => out.extend_from_slice(b"null"),
-            }
-        }
+        write_joined(out, row, |out, c| match c {
+            Cell::Time(t) => write_json_value(out, &time_json(*t, format)),
+            Cell::Value(v) => write_json_value(out, &value_json(v, format.msgpack)),
+            Cell::Null => out.extend_from_slice(b"null"),
+        });
         out.push(b']');
-    }
+    });
     out.extend_from_slice(b"]}");
 }
 
