@@ -278,7 +278,7 @@ impl MemStore {
     /// Rows go in in reverse key order (oldest first among equal rows), so
     /// each lands right before the one before it: a series' points, newest
     /// first in key order, each go before the series' newest node (see
-    /// `series_heads`) without a search when their tower is one level high.
+    /// `series_heads`) without a search from the top of the list.
     /// A batch of many series' points was otherwise a search across the
     /// MemStore per row.
     pub fn insert_batch(&self, batch: &EntryBatch, first_seq: u64, now_ms: u64) {
@@ -866,6 +866,7 @@ mod skiplist_tests {
                 }
                 seq += rows.len() as u64;
             }
+            m.rows.check_levels();
             for read_point in [seq / 3, seq / 2, seq] {
                 let model = visible(&writes, read_point);
                 proptest::prop_assert_eq!(&loaded(&m, b"", false, read_point), &model);
@@ -925,6 +926,7 @@ mod skiplist_tests {
                 m.insert_batch(&b, seq, 0);
                 seq += rows.len() as u64;
             }
+            m.rows.check_levels();
             proptest::prop_assert_eq!(&loaded(&m, b"", false, u64::MAX), &model);
             let from = series_row(probe.0, probe.1);
             for after in [false, true] {

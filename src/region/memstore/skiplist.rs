@@ -10,9 +10,9 @@
 //!
 //! A node also knows its predecessor on the bottom level (written and read
 //! by the writer alone), so a key known to go right before a node — a
-//! series' next point, before its newest — goes in without a search when
-//! its tower is one level high (three nodes in four): see
-//! [`SkipList::insert_before`].
+//! series' next point, before its newest — goes in without a search: its
+//! higher levels' predecessors are found by walking back from there (a
+//! few nodes for most towers): see [`SkipList::insert_before`].
 //!
 //! Readers follow `next` pointers with acquire loads; a writer fills a node
 //! completely before a release store links it in, bottom level first, so a
@@ -279,9 +279,15 @@ impl SkipList {
 
     /// Links `node` in right before `hint` when it belongs there — its key
     /// below the hint's and above the key of the node before the hint —
-    /// and its tower is one level high: no search, two pointers written.
-    /// False (nothing done) otherwise; then [`SkipList::insert`] places it.
-    /// A wrong hint costs two comparisons, never a misplaced node.
+    /// without a search from the top: the bottom level's neighbours are
+    /// the hint and its predecessor, and a higher level's predecessor is
+    /// the first node at least that tall walking back from there (a node
+    /// reaches a level with probability 4^-level, so a tower of two levels
+    /// walks about four nodes, against a search's dozens of comparisons,
+    /// each touching a node and its row). Gives up (false, nothing done)
+    /// after [`HINT_WALK`] nodes, or when the tower would raise the list;
+    /// then [`SkipList::insert`] places it. A wrong hint costs two
+    /// comparisons, never a misplaced node.
     ///
     /// # Safety
     /// As [`SkipList::insert`]; `hint` is a node linked into this list.
@@ -292,7 +298,8 @@ impl SkipList {
         hint: *const Node,
     ) -> bool {
         // SAFETY: `node` is ours until linked.
-        if unsafe { (*node).height } != 1 {
+        let node_height = unsafe { (*node).height };
+        if node_height > self.height.load(AtomicOrdering::Relaxed) {
             return false;
         }
         let key = key_of(node);
@@ -303,6 +310,23 @@ impl SkipList {
         if !before.is_null() && key_of(before) >= key {
             return false;
         }
+        // Predecessors by level: every node between `preds[level]` and
+        // the new one is shorter than `level + 1`, so the new node goes
+        // right after it on that level.
+        let mut preds = [ptr::null::<Node>(); MAX_HEIGHT];
+        preds[0] = before;
+        let mut walked = 0;
+        let mut x = before;
+        for (level, pred) in preds.iter_mut().enumerate().take(node_height).skip(1) {
+            while !x.is_null() && height_of(x) <= level {
+                walked += 1;
+                if walked > HINT_WALK {
+                    return false;
+                }
+                x = get_prev(x);
+            }
+            *pred = x;
+        }
         // `before` and `hint` are neighbours on the bottom level (every
         // insert keeps `prev` true), and the key lies between them.
         self.link(node, 0)
@@ -310,13 +334,66 @@ impl SkipList {
         set_prev(node, before);
         set_prev(hint, node);
         self.link(before, 0).store(node, AtomicOrdering::Release);
+        // Bottom level first, as `insert` does: a reader that finds the
+        // node on a level finds it on every level below.
+        for (level, &pred) in preds.iter().enumerate().take(node_height).skip(1) {
+            let next = self.next(pred, level);
+            self.link(node, level)
+                .store(next.cast_mut(), AtomicOrdering::Relaxed);
+            self.link(pred, level).store(node, AtomicOrdering::Release);
+        }
         // The splice's neighbours may no longer be neighbours, and moving
-        // only its bottom level would break the nesting of its levels that
-        // `insert` relies on: the next insert through it searches from the
-        // top (a tall node, one in four, or a series' first point).
+        // only some of its levels would break the nesting of its levels
+        // that `insert` relies on: the next insert through it searches
+        // from the top (a series' first point, or a walk given up).
         splice.valid = 0;
         true
     }
+
+    /// Checks every level: keys strictly rising (equal keys are never
+    /// linked twice), each level exactly the nodes of the bottom level
+    /// tall enough for it, and the bottom level's `prev` links true.
+    #[cfg(test)]
+    pub(super) fn check_levels(&self) {
+        let height = self.height.load(AtomicOrdering::Relaxed);
+        let mut bottom = Vec::new();
+        let mut prev: *const Node = ptr::null();
+        let mut x = self.next(ptr::null(), 0);
+        while !x.is_null() {
+            assert_eq!(get_prev(x), prev, "a bottom-level prev link is wrong");
+            if !prev.is_null() {
+                assert!(key_of(prev) < key_of(x), "bottom level out of order");
+            }
+            bottom.push(x);
+            prev = x;
+            x = self.next(x, 0);
+        }
+        for level in 1..height {
+            let expected: Vec<*const Node> = bottom
+                .iter()
+                .copied()
+                .filter(|&n| height_of(n) > level)
+                .collect();
+            let mut linked = Vec::new();
+            let mut x = self.next(ptr::null(), level);
+            while !x.is_null() {
+                linked.push(x);
+                x = self.next(x, level);
+            }
+            assert!(linked == expected, "level {level} links the wrong nodes");
+        }
+    }
+}
+
+/// Nodes [`SkipList::insert_before`] walks back at most to find a tall
+/// tower's predecessors before it leaves the node to a search.
+const HINT_WALK: usize = 24;
+
+/// The height of a linked node's tower.
+#[inline]
+fn height_of(node: *const Node) -> usize {
+    // SAFETY: see `key_of`; a linked node's height is never written again.
+    unsafe { (*node).height }
 }
 
 /// Tower heights: level `l` reached with probability 4^-l, from a
