@@ -431,13 +431,27 @@ pub struct Entry {
 /// Entries of several rows encoded into one buffer: one allocation per batch
 /// instead of several per cell. Rows keep their order; a row's entries are
 /// applied atomically.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct EntryBatch {
     buf: Vec<u8>,
     entries: Vec<EntrySpan>,
     /// Index in `entries` one past each row's last entry.
     row_ends: Vec<usize>,
+    /// Per row: its writer put its entries in strictly rising key order
+    /// ([`EntryBatch::end_sorted_row`]), so the MemStore need not check.
+    sorted: Vec<bool>,
 }
+
+/// Batches are equal when their rows and entries are: whether a row was
+/// known sorted is a hint, not content.
+impl PartialEq for EntryBatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.row_ends == other.row_ends
+            && self.entries.len() == other.entries.len()
+            && (0..self.entries.len()).all(|i| self.entry(i) == other.entry(i))
+    }
+}
+impl Eq for EntryBatch {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct EntrySpan {
@@ -494,6 +508,7 @@ impl EntryBatch {
             buf: Vec::with_capacity(bytes),
             entries: Vec::with_capacity(entries),
             row_ends: Vec::with_capacity(rows.len()),
+            sorted: Vec::with_capacity(rows.len()),
         }
     }
 
@@ -503,6 +518,7 @@ impl EntryBatch {
             buf: Vec::with_capacity(bytes),
             entries: Vec::with_capacity(entries),
             row_ends: Vec::with_capacity(rows),
+            sorted: Vec::with_capacity(rows),
         }
     }
 
@@ -512,6 +528,7 @@ impl EntryBatch {
         self.buf.reserve(bytes);
         self.entries.reserve(entries);
         self.row_ends.reserve(rows);
+        self.sorted.reserve(rows);
     }
 
     /// Appends an entry to the current row. Callers have checked the limits.
@@ -580,6 +597,26 @@ impl EntryBatch {
     /// Closes the current row (possibly empty).
     pub fn end_row(&mut self) {
         self.row_ends.push(self.entries.len());
+        self.sorted.push(false);
+    }
+
+    /// Ends the current row, whose entries the caller pushed in strictly
+    /// rising key order ([`compare_keys`]): the MemStore takes them as
+    /// they are. Rows of one family, time and kind whose qualifiers rise
+    /// byte by byte are such rows.
+    pub fn end_sorted_row(&mut self) {
+        debug_assert!({
+            let from = self.row_ends.last().copied().unwrap_or(0);
+            (from + 1..self.entries.len())
+                .all(|i| compare_keys(self.entry(i - 1).key, self.entry(i).key) == Ordering::Less)
+        });
+        self.row_ends.push(self.entries.len());
+        self.sorted.push(true);
+    }
+
+    /// Whether row `i` was ended by [`EntryBatch::end_sorted_row`].
+    pub fn row_is_sorted(&self, i: usize) -> bool {
+        self.sorted.get(i).copied().unwrap_or(false)
     }
 
     pub fn rows(&self) -> usize {
@@ -622,7 +659,8 @@ impl EntryBatch {
                     ..*e
                 }));
         }
-        self.end_row();
+        self.row_ends.push(self.entries.len());
+        self.sorted.push(other.row_is_sorted(i));
     }
 
     pub fn is_empty(&self) -> bool {

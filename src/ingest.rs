@@ -132,6 +132,9 @@ pub struct PointEncoder<'t> {
     /// with their ends), which the next point of a series usually repeats.
     order_names: Vec<u8>,
     order_name_ends: Vec<usize>,
+    /// No two of those names are equal: the point's cells then go out in
+    /// strictly rising key order (`EntryBatch::end_sorted_row`).
+    order_names_distinct: bool,
     parser: LineParser,
     /// One batch per region of the table, as the encoder found them: rows
     /// land straight in their region's batch (no routing copy later).
@@ -232,6 +235,7 @@ impl<'t> PointEncoder<'t> {
             order: Vec::new(),
             order_names: Vec::new(),
             order_name_ends: Vec::new(),
+            order_names_distinct: false,
             parser: LineParser::default(),
             batches: table.regions.iter().map(|_| EntryBatch::new()).collect(),
             rows: 0,
@@ -526,6 +530,10 @@ impl<'t> PointEncoder<'t> {
                     .extend_from_slice(point.field(i).0.as_bytes());
                 self.order_name_ends.push(self.order_names.len());
             }
+            self.order_names_distinct = self
+                .order
+                .windows(2)
+                .all(|w| point.field(w[0]).0 < point.field(w[1]).0);
         }
         let region = table
             .regions
@@ -544,7 +552,12 @@ impl<'t> PointEncoder<'t> {
                 |out| value.encode_into(out),
             );
         }
-        batch.end_row();
+        // One family, time and kind, names rising: keys rising.
+        if self.order_names_distinct {
+            batch.end_sorted_row();
+        } else {
+            batch.end_row();
+        }
         self.rows += 1;
         Ok(())
     }
@@ -1056,6 +1069,58 @@ mod tests {
                 (b"user".to_vec(), 1000, Value::Float(1.5)),
             ]
         );
+    }
+
+    /// A point's cells go out sorted by name, and its row says so only
+    /// when no two names are equal: a row claimed sorted is taken by the
+    /// MemStore as it is, where equal keys must be resolved (the last
+    /// written wins).
+    #[test]
+    fn rows_are_marked_sorted_only_when_their_names_differ() {
+        let t = table();
+        let mut enc = PointEncoder::new(&t, 16).expect("encoder");
+        for line in [
+            "cpu,host=h1 user=1.5,idle=2i 1000",
+            "cpu,host=h2 user=1,user=2 1000",
+            "cpu,host=h3 b=1,a=2,b=3 1000",
+            "cpu,host=h4 user=1.5,idle=2i 1000",
+        ] {
+            let point = parse_line(line).expect("parses");
+            enc.add(&point, Precision::Milliseconds, 0).expect("adds");
+        }
+        let batch = enc.finish().into_batch();
+        let sorted: Vec<bool> = (0..batch.rows()).map(|i| batch.row_is_sorted(i)).collect();
+        assert_eq!(sorted, vec![true, false, false, true]);
+        // Through the MemStore: the last of equal names wins.
+        let memstore = crate::region::memstore::MemStore::new();
+        memstore.insert_batch(&batch, 1, 0);
+        let row_cells = |i: usize| -> Vec<(String, Value)> {
+            let (mut out, mut keys) = (Vec::new(), Vec::new());
+            let row = batch.row_key(i).expect("row");
+            memstore.load_rows(row, false, u64::MAX, 1, &mut out, &mut keys);
+            out.iter()
+                .map(|e| {
+                    let k = KeyRef::parse(e.key(&keys)).expect("key");
+                    assert_eq!(k.row, row);
+                    let name = String::from_utf8(k.qualifier.to_vec()).expect("name");
+                    (name, Value::decode(e.value()).expect("value"))
+                })
+                .collect()
+        };
+        let cells = |pairs: &[(&str, Value)]| -> Vec<(String, Value)> {
+            pairs
+                .iter()
+                .map(|(q, v)| (q.to_string(), v.clone()))
+                .collect()
+        };
+        let h1 = cells(&[("idle", Value::Int(2)), ("user", Value::Float(1.5))]);
+        assert_eq!(row_cells(0), h1);
+        assert_eq!(row_cells(1), cells(&[("user", Value::Float(2.0))]));
+        assert_eq!(
+            row_cells(2),
+            cells(&[("a", Value::Float(2.0)), ("b", Value::Float(3.0))])
+        );
+        assert_eq!(row_cells(3), h1);
     }
 
     #[test]

@@ -267,7 +267,7 @@ impl MemStore {
         now_ms: u64,
     ) {
         let mut inserter = self.inserter();
-        inserter.row(row, seq, entries);
+        inserter.row(row, seq, entries, false);
         inserter.finish(now_ms);
     }
 
@@ -288,7 +288,12 @@ impl MemStore {
         order.sort_unstable_by(|(a, i), (b, j)| compare_bytes(b, a).then(i.cmp(j)));
         let mut inserter = self.inserter();
         for (row, i) in order {
-            inserter.row(row, first_seq + i as u64, batch.row(i));
+            inserter.row(
+                row,
+                first_seq + i as u64,
+                batch.row(i),
+                batch.row_is_sorted(i),
+            );
         }
         inserter.finish(now_ms);
     }
@@ -477,8 +482,16 @@ struct Inserter<'m, 'a> {
 
 impl<'a> Inserter<'_, 'a> {
     /// Adds one row mutation: `entries` all belong to `row`. Among equal
-    /// cell keys in one mutation the last one wins.
-    fn row(&mut self, row: &[u8], seq: u64, entries: impl Iterator<Item = EntryRef<'a>>) {
+    /// cell keys in one mutation the last one wins. `known_sorted`: the
+    /// writer put them in strictly rising key order
+    /// (`EntryBatch::end_sorted_row`), which is then not checked again.
+    fn row(
+        &mut self,
+        row: &[u8],
+        seq: u64,
+        entries: impl Iterator<Item = EntryRef<'a>>,
+        known_sorted: bool,
+    ) {
         let cells = &mut self.cells;
         cells.clear();
         cells.extend(entries);
@@ -489,9 +502,10 @@ impl<'a> Inserter<'_, 'a> {
         // skip the sort. The cells share the row, so only what follows it
         // is compared.
         let after_row = |key: &'a [u8]| key.get(2 + row.len()..).unwrap_or_default();
-        let sorted = cells.windows(2).all(|w| {
-            compare_keys_after_row(after_row(w[0].key), after_row(w[1].key)) == Ordering::Less
-        });
+        let sorted = known_sorted
+            || cells.windows(2).all(|w| {
+                compare_keys_after_row(after_row(w[0].key), after_row(w[1].key)) == Ordering::Less
+            });
         if !sorted {
             cells.reverse();
             // Stable: after the reverse, the last written of equal keys is first.
