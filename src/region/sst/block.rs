@@ -51,6 +51,11 @@ impl BlockBuilder {
         self.buf.len() + 4 * self.restarts.len() + 4
     }
 
+    /// The key last added to the block being built (empty when none).
+    pub fn last_key(&self) -> &[u8] {
+        &self.last_key
+    }
+
     pub fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
         let shared = if self.count % RESTART_INTERVAL == 0 {
             self.restarts.push(self.buf.len() as u32);
@@ -121,6 +126,11 @@ impl BlockCells {
 
     pub fn len(&self) -> usize {
         self.ends.len()
+    }
+
+    /// The key last added (empty when none).
+    pub fn last_key(&self) -> &[u8] {
+        self.ends.len().checked_sub(1).map_or(&[], |i| self.key(i))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -63,6 +63,7 @@ pub struct SstWriter {
     index: Vec<(Vec<u8>, u64, u64)>,
     scratch: Vec<u8>,
     meta: FileMeta,
+    /// The last key of the last block written out.
     last_key: Vec<u8>,
 }
 
@@ -130,7 +131,7 @@ impl SstWriter {
     pub fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) -> Result<(), SstError> {
         debug_assert!(
             self.meta.entries == 0
-                || crate::cell::compare_keys(&self.last_key, key) == std::cmp::Ordering::Less,
+                || crate::cell::compare_keys(self.last_key(), key) == std::cmp::Ordering::Less,
             "store file keys out of order"
         );
         let parsed = KeyRef::parse(key).ok_or_else(|| {
@@ -164,8 +165,6 @@ impl SstWriter {
             None => u64::MAX,
         };
         m.max_cell_expiry = m.max_cell_expiry.max(expiry);
-        self.last_key.clear();
-        self.last_key.extend_from_slice(key);
 
         // Keys arrive sorted, so equal bloom keys of rows and prefixes are
         // adjacent: hashing only changes keeps one hash per row or prefix.
@@ -195,8 +194,31 @@ impl SstWriter {
         }
     }
 
+    /// The key last added: the block's being built holds it, and a
+    /// block's last key is kept when it is written out (copying every key
+    /// as it came was a memmove an entry).
+    fn last_key(&self) -> &[u8] {
+        let building = match &self.cells {
+            Some(cells) => cells.last_key(),
+            None => self.block.last_key(),
+        };
+        if building.is_empty() {
+            &self.last_key
+        } else {
+            building
+        }
+    }
+
     fn flush_block(&mut self) -> Result<(), SstError> {
         self.scratch.clear();
+        let last = match &self.cells {
+            Some(cells) => cells.last_key(),
+            None => self.block.last_key(),
+        };
+        if !last.is_empty() {
+            self.last_key.clear();
+            self.last_key.extend_from_slice(last);
+        }
         match &mut self.cells {
             Some(cells) if cells.is_empty() => return Ok(()),
             Some(cells) => {
