@@ -582,27 +582,41 @@ fn mantissa(v: f64, e: u32) -> Option<i64> {
     (m.abs() < MAX_EXACT_MANTISSA && (m / scale).to_bits() == v.to_bits()).then_some(m as i64)
 }
 
+/// The floats as `m / 10^exp` with one exponent: the least that each
+/// value in turn needs (searching up from the one before), every value
+/// then exact at it; `None` when there is none. A value is worked out
+/// once, and again only if the exponent rose after it (the division that
+/// checks a mantissa was half of encoding a column twice over).
+fn decimal_mantissas(floats: &[f64]) -> Option<(u32, Vec<i64>)> {
+    let mut exp = 0;
+    let mut mantissas = Vec::with_capacity(floats.len());
+    // Values before this one were worked out at a lower exponent.
+    let mut current_from = 0;
+    for (i, &f) in floats.iter().enumerate() {
+        let m = match mantissa(f, exp) {
+            Some(m) => m,
+            None => {
+                exp = decimal_exponent(f, exp + 1)?;
+                current_from = i;
+                mantissa(f, exp)?
+            }
+        };
+        mantissas.push(m);
+    }
+    for (m, &f) in mantissas[..current_from].iter_mut().zip(floats) {
+        *m = mantissa(f, exp)?;
+    }
+    Some((exp, mantissas))
+}
+
 fn encode_values(values: &[&[u8]], out: &mut Vec<u8>) {
     let floats: Option<Vec<f64>> = values
         .iter()
         .map(|v| numeric(v, TAG_FLOAT).map(f64::from_bits))
         .collect();
     if let Some(floats) = floats {
-        let mut exp = 0;
-        let decimal = floats.iter().all(|&f| match decimal_exponent(f, exp) {
-            Some(e) => {
-                exp = e;
-                true
-            }
-            None => false,
-        });
-        let mantissas: Option<Vec<i64>> = if decimal {
-            floats.iter().map(|&f| mantissa(f, exp)).collect()
-        } else {
-            None
-        };
-        match mantissas {
-            Some(m) => {
+        match decimal_mantissas(&floats) {
+            Some((exp, m)) => {
                 out.push(CODEC_DECIMAL);
                 out.push(exp as u8);
                 encode_deltas(m.iter().map(|&m| m as u64), out);
@@ -1565,6 +1579,53 @@ mod tests {
             b"not typed".to_vec(),
         ));
         round_trip(&e);
+    }
+
+    /// The exponent and mantissas are what searching every value in turn
+    /// and then working all of them out at the exponent found gives,
+    /// whatever the order in which the values need more decimals.
+    #[test]
+    fn decimal_mantissas_are_those_of_one_search_then_one_pass() {
+        fn searched_then_worked_out(floats: &[f64]) -> Option<(u32, Vec<i64>)> {
+            let mut exp = 0;
+            for &f in floats {
+                exp = decimal_exponent(f, exp)?;
+            }
+            let m: Option<Vec<i64>> = floats.iter().map(|&f| mantissa(f, exp)).collect();
+            Some((exp, m?))
+        }
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let cases: Vec<Vec<f64>> = vec![
+            vec![],
+            vec![58.13, 58.1, 58.0, 0.07],
+            vec![1.0, 0.5, 0.25, 0.125, 3.0],
+            vec![0.1, 0.2, 0.30000000000000004],
+            vec![1e-9, 2.0, -0.001],
+            vec![f64::MAX, 1.5],
+            vec![1.5, f64::MIN_POSITIVE],
+            vec![123456789.123, 0.1],
+        ];
+        for floats in cases.into_iter().chain((0..500).map(|_| {
+            (0..(next() % 12))
+                .map(|_| {
+                    let digits = (next() % 7) as i32;
+                    (next() % 100_000) as f64 / 10f64.powi(digits)
+                        * if next() % 5 == 0 { -1.0 } else { 1.0 }
+                })
+                .collect()
+        })) {
+            assert_eq!(
+                decimal_mantissas(&floats),
+                searched_then_worked_out(&floats),
+                "{floats:?}"
+            );
+        }
     }
 
     #[test]
