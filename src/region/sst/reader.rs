@@ -44,9 +44,58 @@ pub struct SstReader {
     bloom_prefix_len: usize,
     bloom: Option<Bloom>,
     index: Vec<IndexEntry>,
+    /// The index's first rows, searchable without touching them.
+    first_rows: RowPrints,
     cache: Arc<BlockCache>,
     use_cache: bool,
     in_memory: bool,
+}
+
+/// Eight bytes of each data block's first row, after the prefix every
+/// row of the file shares: a search of the index for a row compares
+/// these (one array, a few cache lines) and reads a block's first key
+/// only among blocks whose eight bytes equal the row's. A file's first
+/// rows share salt, metric and more; the eight bytes after them tell
+/// most series apart. A row shorter than the window is padded with
+/// zeros, which keeps the order: of two rows, the smaller never has the
+/// larger eight bytes.
+#[derive(Debug, Default)]
+struct RowPrints {
+    shared: Vec<u8>,
+    prints: Vec<u64>,
+}
+
+impl RowPrints {
+    fn new(index: &[IndexEntry]) -> Self {
+        let (Some(first), Some(last)) = (index.first(), index.last()) else {
+            return RowPrints::default();
+        };
+        let (first, last) = (
+            crate::cell::row_of(&first.first_key),
+            crate::cell::row_of(&last.first_key),
+        );
+        // Rows in between sort between these two, so share their prefix.
+        let shared = first[..crate::codec::common_prefix_len(first, last)].to_vec();
+        let prints = index
+            .iter()
+            .map(|e| Self::print_after(crate::cell::row_of(&e.first_key), shared.len()))
+            .collect();
+        RowPrints { shared, prints }
+    }
+
+    fn print_after(row: &[u8], from: usize) -> u64 {
+        let mut window = [0u8; 8];
+        let tail = row.get(from..).unwrap_or_default();
+        let n = tail.len().min(8);
+        window[..n].copy_from_slice(&tail[..n]);
+        u64::from_be_bytes(window)
+    }
+
+    /// The print of `row`, if it shares the file's prefix.
+    fn of(&self, row: &[u8]) -> Option<u64> {
+        row.starts_with(&self.shared)
+            .then(|| Self::print_after(row, self.shared.len()))
+    }
 }
 
 impl SstReader {
@@ -145,6 +194,7 @@ impl SstReader {
             bloom_type,
             bloom_prefix_len,
             bloom,
+            first_rows: RowPrints::new(&index),
             index,
             cache,
             use_cache,
@@ -284,9 +334,31 @@ impl SstReader {
     /// key made or parsed: a read of each series' newest point does this
     /// once a series and file).
     pub(crate) fn first_block_for_row(&self, row: &[u8]) -> usize {
-        self.index
-            .partition_point(|e| crate::cell::row_of(&e.first_key) < row)
-            .saturating_sub(1)
+        let below = |i: usize| crate::cell::row_of(&self.index[i].first_key) < row;
+        let Some(print) = self.first_rows.of(row) else {
+            // Not of the shared prefix: every first row is on one side.
+            return if row < self.first_rows.shared.as_slice() {
+                0
+            } else {
+                self.index.len().saturating_sub(1)
+            };
+        };
+        let prints = &self.first_rows.prints;
+        let (mut lo, mut hi) = (0, prints.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let is_below = match prints[mid].cmp(&print) {
+                Ordering::Less => true,
+                Ordering::Greater => false,
+                Ordering::Equal => below(mid),
+            };
+            if is_below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.saturating_sub(1)
     }
 
     /// Whether data block `i` exists and may hold a row before `stop`.
@@ -738,5 +810,90 @@ impl SstIter {
             }
         }
         self.settle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellKind, encode_key};
+    use crate::region::sst::writer::SstWriter;
+    use crate::schema::FamilyDescriptor;
+
+    /// The index search by first-row prints finds the block a search of
+    /// the first rows themselves finds, for rows of the file, rows
+    /// between them, rows shorter or longer than the print window, and
+    /// rows outside the prefix the file's rows share.
+    #[test]
+    fn first_block_for_a_row_is_the_one_the_first_rows_say() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let family = FamilyDescriptor::new("f").block_size(1024);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Series of a few lengths under one shared prefix, each with
+        // points: many blocks share a series' print.
+        let mut rows: Vec<Vec<u8>> = Vec::new();
+        for series in 0..40u64 {
+            let mut head = b"\x03metric".to_vec();
+            head.extend((0..(series % 7)).map(|i| (series * 31 + i) as u8));
+            for t in 0..(next() % 60) {
+                let mut row = head.clone();
+                row.extend_from_slice(&(u64::MAX - t).to_be_bytes());
+                rows.push(row);
+            }
+            rows.push(head);
+        }
+        rows.sort();
+        rows.dedup();
+        let mut w = SstWriter::create(dir.path(), 1, &family, 0).expect("writer");
+        for row in &rows {
+            for q in [&b"a"[..], b"b"] {
+                let key = encode_key(row, b"f", q, 7, CellKind::Put, false);
+                w.add(&key, None, b"0123456789abcdef").expect("add");
+            }
+        }
+        let (path, _, _) = w.finish(1).expect("finish");
+        let reader =
+            SstReader::open(&path, 1, BlockCache::new(1 << 20), false, false).expect("open");
+        assert!(reader.block_count() > 20, "{} blocks", reader.block_count());
+        let expected = |row: &[u8]| {
+            (0..reader.block_count())
+                .filter(|&i| reader.block_first_row(i).is_some_and(|r| r < row))
+                .count()
+                .saturating_sub(1)
+        };
+        let mut probes: Vec<Vec<u8>> = rows.clone();
+        probes.extend([
+            Vec::new(),
+            b"\x03".to_vec(),
+            b"\x02zzz".to_vec(),
+            b"\x04".to_vec(),
+            b"\x03metric".to_vec(),
+            b"\x03metriz".to_vec(),
+        ]);
+        for _ in 0..2000 {
+            let mut row = rows[(next() % rows.len() as u64) as usize].clone();
+            match next() % 4 {
+                0 => row.truncate((next() % (row.len() as u64 + 1)) as usize),
+                1 => row.push(next() as u8),
+                2 => {
+                    let at = (next() % row.len() as u64) as usize;
+                    row[at] = row[at].wrapping_add(1);
+                }
+                _ => {
+                    let at = (next() % row.len() as u64) as usize;
+                    row[at] = row[at].wrapping_sub(1);
+                }
+            }
+            probes.push(row);
+        }
+        for row in &probes {
+            assert_eq!(reader.first_block_for_row(row), expected(row), "{row:?}");
+        }
     }
 }
