@@ -113,6 +113,28 @@ impl BlockCells {
             n if n % RESTART_INTERVAL == 0 => 0,
             n => common_prefix_len(self.key(n - 1), key),
         };
+        self.add_sharing(key, ttl_ms, value, shared);
+    }
+
+    /// Bytes `key` shares with the key last added (0 when none).
+    pub fn shared_with_last(&self, key: &[u8]) -> usize {
+        common_prefix_len(self.last_key(), key)
+    }
+
+    /// [`Self::add`] of a key that shares `shared_with_last` bytes with
+    /// the key last added ([`Self::shared_with_last`]), which the caller
+    /// worked out already.
+    pub fn add_sharing(
+        &mut self,
+        key: &[u8],
+        ttl_ms: Option<u64>,
+        value: &[u8],
+        shared_with_last: usize,
+    ) {
+        let shared = match self.ends.len() {
+            n if n % RESTART_INTERVAL == 0 => 0,
+            _ => shared_with_last,
+        };
         self.entries_len += varint_len(shared as u64)
             + varint_len((key.len() - shared) as u64)
             + varint_len(value.len() as u64)

@@ -896,4 +896,69 @@ mod tests {
             assert_eq!(reader.first_block_for_row(row), expected(row), "{row:?}");
         }
     }
+
+    /// A time-series block at least half full ends before a new series
+    /// starts: in every block, a series that starts after the block's
+    /// first entry starts in its first half (by the body size the writer
+    /// counts), and blocks still fill up within a series.
+    #[test]
+    fn time_series_blocks_end_before_a_new_series_once_half_full() {
+        use crate::region::sst::block::{BlockCells, BlockIter};
+        use crate::schema::DataBlockEncoding;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let block_size = 2048;
+        let mut family = FamilyDescriptor::new("f").block_size(block_size);
+        family.data_block_encoding = DataBlockEncoding::TimeSeries;
+        let mut w = SstWriter::create(dir.path(), 1, &family, 0).expect("writer");
+        let head = |series: u64| {
+            format!(
+                "series-{}",
+                "x".repeat((series % 5) as usize) + &series.to_string()
+            )
+        };
+        let mut keys = Vec::new();
+        for n in 0..60u64 {
+            // Series from a handful of points to several blocks' worth.
+            for t in 0..(1 + (n * 37) % 90) {
+                let mut row = head(n).into_bytes();
+                row.extend_from_slice(&(u64::MAX - t).to_be_bytes());
+                for q in [&b"idle"[..], b"user"] {
+                    keys.push((encode_key(&row, b"f", q, t, CellKind::Put, false), t));
+                }
+            }
+        }
+        keys.sort_by(|a, b| crate::cell::compare_keys(&a.0, &b.0));
+        for (key, t) in &keys {
+            let value = crate::value::Value::Float(*t as f64 / 4.0).encode();
+            w.add(key, None, &value).expect("add");
+        }
+        let (path, _, _) = w.finish(1).expect("finish");
+        let reader =
+            SstReader::open(&path, 1, BlockCache::new(1 << 20), false, false).expect("open");
+        let series_of = |key: &[u8]| {
+            let row = crate::cell::row_of(key);
+            row[..row.len() - 8].to_vec()
+        };
+        let (mut cut_late, mut full_blocks) = (0, 0);
+        for i in 0..reader.block_count() {
+            let mut it = BlockIter::new(reader.block(i).expect("block"));
+            it.seek_first().expect("first");
+            let mut cells = BlockCells::default();
+            let mut last_series: Option<Vec<u8>> = None;
+            while it.valid() {
+                let series = series_of(it.key());
+                if last_series.as_ref().is_some_and(|s| *s != series)
+                    && 2 * cells.size() >= block_size
+                {
+                    cut_late += 1;
+                }
+                cells.add(it.key(), it.ttl_ms(), it.value());
+                last_series = Some(series);
+                it.advance().expect("advance");
+            }
+            full_blocks += usize::from(cells.size() >= block_size);
+        }
+        assert_eq!(cut_late, 0, "a series started in a block's second half");
+        assert!(full_blocks > 10, "{full_blocks} full blocks");
+    }
 }

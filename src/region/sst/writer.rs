@@ -137,12 +137,30 @@ impl SstWriter {
         let parsed = KeyRef::parse(key).ok_or_else(|| {
             SstError::corrupt(&self.tmp_path, self.offset, "malformed key given to writer")
         })?;
+        // A time-series block at least half full ends before a new
+        // series: a read of a series' newest points then starts at a
+        // block's first row, or in its first half, instead of decoding
+        // on average half a block of other series' rows to get there.
+        let mut shared = 0;
+        if let Some(cells) = &self.cells
+            && !cells.is_empty()
+        {
+            shared = cells.shared_with_last(key);
+            // Keys are `u16 row length ‖ row ‖ …`: sharing the length and
+            // all of the row but its last eight bytes (a time-series
+            // row's time) is the same series.
+            let head = 2 + parsed.row.len().saturating_sub(8);
+            if shared < head && 2 * cells.size() >= self.block_size {
+                self.flush_block()?;
+                shared = 0;
+            }
+        }
         if self.block_first_key.is_none() {
             self.block_first_key = Some(key.to_vec());
         }
         let block_size = match &mut self.cells {
             Some(cells) => {
-                cells.add(key, ttl_ms, value);
+                cells.add_sharing(key, ttl_ms, value, shared);
                 cells.size()
             }
             None => {
