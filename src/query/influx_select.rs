@@ -68,7 +68,8 @@ impl PointFields<'_> {
 
 /// A raw select's points of one series, oldest first.
 struct SeriesData<'n> {
-    tags: BTreeMap<String, String>,
+    /// The series' tags, borrowed from the statement's series list.
+    tags: &'n BTreeMap<String, String>,
     group: usize,
     points: Vec<Point<'n>>,
 }
@@ -254,8 +255,8 @@ pub fn select(
                 per_series.is_none_or(|n| points.len() < n)
             })?;
             points.reverse();
-            Ok::<_, String>((!points.is_empty()).then(|| SeriesData {
-                tags: m.series.tags.clone(),
+            Ok::<_, String>((!points.is_empty()).then_some(SeriesData {
+                tags: &m.series.tags,
                 group: m.group,
                 points,
             }))
@@ -343,6 +344,9 @@ pub fn select(
             .map(|(g, group)| (g, Gathered::Aggregate(group.buckets)))
             .collect()
     };
+    // Worked out once, not per group: a raw statement grouped by host
+    // has a group per series.
+    let (raw_fields, raw_names) = raw_columns(s, &fields, &tag_keys, &group_by);
     let mut out = Vec::new();
     for (g, gathered) in gathered.into_iter().skip(s.soffset) {
         if s.slimit.is_some_and(|n| out.len() >= n) {
@@ -350,7 +354,7 @@ pub fn select(
         }
         let key = &group_keys[g];
         let (columns, mut rows) = match gathered {
-            Gathered::Raw(members) => raw_rows(s, &members, &fields, &tag_keys, &group_by),
+            Gathered::Raw(members) => (raw_names.clone(), raw_rows(&members, &fields, &raw_fields)),
             Gathered::Aggregate(buckets) => {
                 aggregate_rows(s, &agg_calls, buckets, &fields, lower.map(|_| lo), hi)?
             }
@@ -1045,16 +1049,15 @@ fn unique(names: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// A raw select: one row per point of the group's series, oldest first
-/// (points of one time in series order), columns `time` and the
-/// selected fields and tags.
-fn raw_rows(
+/// A raw select's columns: the fields and tags it shows, by name, and
+/// the names its answer gives them (`time` first, aliases made unique).
+/// The same for every group of the statement.
+fn raw_columns(
     s: &Select,
-    members: &[&SeriesData<'_>],
     fields: &BTreeMap<String, crate::series::FieldType>,
     tag_keys: &BTreeSet<String>,
     group_by: &[String],
-) -> (Vec<String>, Vec<Vec<Cell>>) {
+) -> (Vec<String>, Vec<String>) {
     let mut columns: Vec<String> = Vec::new();
     let mut aliases: Vec<String> = Vec::new();
     for f in &s.fields {
@@ -1077,6 +1080,19 @@ fn raw_rows(
             SelectExpr::Call { .. } => {}
         }
     }
+    let mut names = vec!["time".to_string()];
+    names.extend(unique(aliases));
+    (columns, names)
+}
+
+/// A raw select's rows of one group: one row per point of the group's
+/// series, oldest first (points of one time in series order), `time`
+/// and then `columns` ([`raw_columns`]).
+fn raw_rows(
+    members: &[&SeriesData<'_>],
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    columns: &[String],
+) -> Vec<Vec<Cell>> {
     let mut rows: Vec<(i64, usize, Vec<Cell>)> = Vec::new();
     for (order, d) in members.iter().enumerate() {
         for p in &d.points {
@@ -1102,17 +1118,13 @@ fn raw_rows(
         }
     }
     rows.sort_by_key(|r| (r.0, r.1));
-    let mut names = vec!["time".to_string()];
-    names.extend(unique(aliases));
-    let rows = rows
-        .into_iter()
+    rows.into_iter()
         .map(|(t, _, cells)| {
             let mut row = vec![Cell::Time(t)];
             row.extend(cells);
             row
         })
-        .collect();
-    (names, rows)
+        .collect()
 }
 
 /// The time bucket of `t`: `GROUP BY time(every, offset)`.
