@@ -959,6 +959,9 @@ mod tests {
             full_blocks += usize::from(cells.size() >= block_size);
         }
         assert_eq!(cut_late, 0, "a series started in a block's second half");
+        // Every row in the bloom filter, every key in order, the index
+        // and meta true.
+        reader.check_all().expect("the file checks out");
         assert!(full_blocks > 10, "{full_blocks} full blocks");
     }
 }

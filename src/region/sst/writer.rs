@@ -186,8 +186,12 @@ impl SstWriter {
 
         // Keys arrive sorted, so equal bloom keys of rows and prefixes are
         // adjacent: hashing only changes keeps one hash per row or prefix.
+        // A key sharing its whole row (and the row's length) with the
+        // last one has the last one's row and prefix.
+        let same_row = shared >= 2 + parsed.row.len();
         match self.bloom_type {
             BloomType::None => {}
+            BloomType::Row | BloomType::RowPrefix if same_row => {}
             BloomType::Row => self.add_bloom_key(row_of(key)),
             BloomType::RowPrefix => {
                 let row = row_of(key);
