@@ -19,6 +19,22 @@ pub fn varint_len(mut v: u64) -> usize {
     n
 }
 
+/// The first index in `0..n` for which `below` is false, `below` being
+/// true up to some index and false from there (as `slice::partition_point`,
+/// for sequences that are not a slice).
+pub fn partition_index(n: usize, mut below: impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// How many leading bytes `a` and `b` have in common, eight at a time
 /// (keys of one row share tens of bytes, and prefix encoding asks this for
 /// every cell it writes).

@@ -92,6 +92,82 @@ impl BlockBuilder {
     }
 }
 
+/// Entries (key, TTL, value) back to back in two buffers, in the order
+/// given: what a block is made of ([`BlockCells`]) or decoded into for a
+/// reader that walks every entry once ([`EntryCursor`]).
+#[derive(Debug, Default)]
+pub struct Entries {
+    keys: Vec<u8>,
+    values: Vec<u8>,
+    /// Per entry: where its key and value end, its TTL.
+    ends: Vec<(usize, usize, Option<u64>)>,
+}
+
+impl Entries {
+    pub fn push(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
+        self.keys.extend_from_slice(key);
+        self.values.extend_from_slice(value);
+        self.ends.push((self.keys.len(), self.values.len(), ttl_ms));
+    }
+
+    /// Like [`Self::push`], the key made in place by `write_key` and the
+    /// value by `write_value` (each appends its bytes).
+    pub fn push_with(
+        &mut self,
+        write_key: impl FnOnce(&mut Vec<u8>),
+        ttl_ms: Option<u64>,
+        write_value: impl FnOnce(&mut Vec<u8>) -> Result<(), DecodeError>,
+    ) -> Result<(), DecodeError> {
+        write_key(&mut self.keys);
+        write_value(&mut self.values)?;
+        self.ends.push((self.keys.len(), self.values.len(), ttl_ms));
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes of all keys and values.
+    pub fn bytes(&self) -> usize {
+        self.keys.len() + self.values.len()
+    }
+
+    /// The key last added (empty when none).
+    pub fn last_key(&self) -> &[u8] {
+        self.ends.len().checked_sub(1).map_or(&[], |i| self.key(i))
+    }
+
+    pub fn key(&self, i: usize) -> &[u8] {
+        let from = i.checked_sub(1).map_or(0, |p| self.ends[p].0);
+        &self.keys[from..self.ends[i].0]
+    }
+
+    /// Entry `i`: key, TTL, value.
+    pub fn entry(&self, i: usize) -> (&[u8], Option<u64>, &[u8]) {
+        let (from_key, from_value) = i
+            .checked_sub(1)
+            .map_or((0, 0), |p| (self.ends[p].0, self.ends[p].1));
+        let (key_end, value_end, ttl) = self.ends[i];
+        (
+            &self.keys[from_key..key_end],
+            ttl,
+            &self.values[from_value..value_end],
+        )
+    }
+
+    /// Empties it, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.values.clear();
+        self.ends.clear();
+    }
+}
+
 /// A data block's entries as they were added, with the size of the body
 /// [`BlockBuilder`] would make of them (prefix encoded). A time-series
 /// family's block is encoded from these (`ts_block::encode_cells`) and the
@@ -99,19 +175,16 @@ impl BlockBuilder {
 /// body and reading it back first was a tenth of flush and compaction.
 #[derive(Debug, Default)]
 pub struct BlockCells {
-    keys: Vec<u8>,
-    values: Vec<u8>,
-    /// Per entry: where its key and value end, its TTL.
-    ends: Vec<(usize, usize, Option<u64>)>,
+    entries: Entries,
     /// Bytes of the body's entries.
     entries_len: usize,
 }
 
 impl BlockCells {
     pub fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
-        let shared = match self.ends.len() {
+        let shared = match self.len() {
             n if n % RESTART_INTERVAL == 0 => 0,
-            n => common_prefix_len(self.key(n - 1), key),
+            n => common_prefix_len(self.entries.key(n - 1), key),
         };
         self.add_sharing(key, ttl_ms, value, shared);
     }
@@ -131,7 +204,7 @@ impl BlockCells {
         value: &[u8],
         shared_with_last: usize,
     ) {
-        let shared = match self.ends.len() {
+        let shared = match self.len() {
             n if n % RESTART_INTERVAL == 0 => 0,
             _ => shared_with_last,
         };
@@ -141,45 +214,30 @@ impl BlockCells {
             + (key.len() - shared)
             + ttl_ms.map_or(0, varint_len)
             + value.len();
-        self.keys.extend_from_slice(key);
-        self.values.extend_from_slice(value);
-        self.ends.push((self.keys.len(), self.values.len(), ttl_ms));
+        self.entries.push(key, ttl_ms, value);
     }
 
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.entries.len()
     }
 
     /// The key last added (empty when none).
     pub fn last_key(&self) -> &[u8] {
-        self.ends.len().checked_sub(1).map_or(&[], |i| self.key(i))
+        self.entries.last_key()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.entries.is_empty()
     }
 
     /// Bytes the body would have ([`BlockBuilder::size`]).
     pub fn size(&self) -> usize {
-        self.entries_len + 4 * self.ends.len().div_ceil(RESTART_INTERVAL) + 4
-    }
-
-    fn key(&self, i: usize) -> &[u8] {
-        let from = i.checked_sub(1).map_or(0, |p| self.ends[p].0);
-        &self.keys[from..self.ends[i].0]
+        self.entries_len + 4 * self.len().div_ceil(RESTART_INTERVAL) + 4
     }
 
     /// Entry `i`: key, TTL, value.
     pub fn entry(&self, i: usize) -> (&[u8], Option<u64>, &[u8]) {
-        let (from_key, from_value) = i
-            .checked_sub(1)
-            .map_or((0, 0), |p| (self.ends[p].0, self.ends[p].1));
-        let (key_end, value_end, ttl) = self.ends[i];
-        (
-            &self.keys[from_key..key_end],
-            ttl,
-            &self.values[from_value..value_end],
-        )
+        self.entries.entry(i)
     }
 
     /// The body [`BlockBuilder`] makes of these entries.
@@ -194,10 +252,63 @@ impl BlockCells {
 
     /// Empties it, keeping its buffers for the next block.
     pub fn clear(&mut self) {
-        self.keys.clear();
-        self.values.clear();
-        self.ends.clear();
+        self.entries.clear();
         self.entries_len = 0;
+    }
+}
+
+/// A forward cursor over a block's [`Entries`]: how a compaction walks a
+/// time-series block, decoded straight into its entries
+/// (`ts_block::decode_entries`) rather than into a prefix-encoded body
+/// that a [`BlockIter`] would then decode again.
+#[derive(Debug)]
+pub struct EntryCursor {
+    entries: Entries,
+    at: usize,
+}
+
+impl EntryCursor {
+    pub fn new(entries: Entries) -> Self {
+        EntryCursor { entries, at: 0 }
+    }
+
+    /// Its entries' buffers, for the next block's.
+    pub fn into_entries(self) -> Entries {
+        self.entries
+    }
+
+    pub fn valid(&self) -> bool {
+        self.at < self.entries.len()
+    }
+
+    pub fn key(&self) -> &[u8] {
+        self.entries.key(self.at)
+    }
+
+    pub fn value(&self) -> &[u8] {
+        self.entries.entry(self.at).2
+    }
+
+    pub fn ttl_ms(&self) -> Option<u64> {
+        self.entries.entry(self.at).1
+    }
+
+    pub fn advance(&mut self) {
+        self.at += 1;
+    }
+
+    /// To the first entry at or after `target`, from the first entry.
+    pub fn seek(&mut self, target: &[u8]) {
+        self.at = crate::codec::partition_index(self.entries.len(), |i| {
+            compare_keys(self.entries.key(i), target) == Ordering::Less
+        });
+    }
+
+    /// On to the first entry at or after `target` (not before the current).
+    pub fn skip_to(&mut self, target: &[u8]) {
+        while self.valid() && compare_keys(self.key(), target) == Ordering::Less {
+            self.at += 1;
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::block::{Block, BlockIter};
+use super::block::{Block, BlockIter, Entries, EntryCursor};
 use super::bloom::{Bloom, hash, rowcol_key};
 use super::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect, RunRead};
 use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
@@ -344,21 +344,12 @@ impl SstReader {
             };
         };
         let prints = &self.first_rows.prints;
-        let (mut lo, mut hi) = (0, prints.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let is_below = match prints[mid].cmp(&print) {
-                Ordering::Less => true,
-                Ordering::Greater => false,
-                Ordering::Equal => below(mid),
-            };
-            if is_below {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo.saturating_sub(1)
+        crate::codec::partition_index(prints.len(), |i| match prints[i].cmp(&print) {
+            Ordering::Less => true,
+            Ordering::Greater => false,
+            Ordering::Equal => below(i),
+        })
+        .saturating_sub(1)
     }
 
     /// Whether data block `i` exists and may hold a row before `stop`.
@@ -445,6 +436,37 @@ impl SstReader {
                 },
             ),
             Payload::Standard(_) => Ok(RunRead::Standard),
+        }
+    }
+
+    /// Data block `i` for a cursor that walks it once and leaves the cache
+    /// as it is (a compaction): a time-series block decoded straight into
+    /// its entries, any other block (or one cached) as a block.
+    /// `spare` is the buffer the time-series entries are decoded into (the
+    /// last block's, which a walk is done with: a block's keys are some
+    /// hundred kilobytes, grown again for every block without it).
+    fn block_once(&self, i: usize, spare: Entries) -> Result<BlockCursor, SstError> {
+        let entry = &self.index[i];
+        if self.use_cache
+            && let Some(block) = self.cache.get(&(self.reader_id, entry.offset, 0))
+        {
+            return Ok(BlockCursor::Body(BlockIter::new(block)));
+        }
+        let buf = self.block_bytes(i)?;
+        let corrupt =
+            |e: crate::codec::DecodeError| SstError::corrupt(&self.path, entry.offset, e.what);
+        match unframe_payload(&buf, MAX_BLOCK)
+            .map_err(|e| SstError::decode(&self.path, entry.offset, e))?
+        {
+            Payload::TimeSeries(payload) => {
+                let mut entries = spare;
+                ts_block::decode_entries(&payload, MAX_BLOCK, &mut entries).map_err(corrupt)?;
+                Ok(BlockCursor::Entries(EntryCursor::new(entries)))
+            }
+            Payload::Standard(body) => {
+                let block = Block::parse(body.into_owned()).map_err(corrupt)?;
+                Ok(BlockCursor::Body(BlockIter::new(Arc::new(block))))
+            }
         }
     }
 
@@ -700,9 +722,94 @@ fn columns_of_block(
 pub struct SstIter {
     reader: Arc<SstReader>,
     block_idx: usize,
-    it: Option<BlockIter>,
+    it: Option<BlockCursor>,
     fill_cache: bool,
     projection: Option<Arc<Projection>>,
+}
+
+/// A cursor over one data block: a decoded body, or (for a walk that
+/// leaves the cache alone) a time-series block's entries.
+#[derive(Debug)]
+enum BlockCursor {
+    Body(BlockIter),
+    Entries(EntryCursor),
+}
+
+impl BlockCursor {
+    fn seek_first(&mut self) -> Result<(), crate::codec::DecodeError> {
+        match self {
+            BlockCursor::Body(it) => it.seek_first(),
+            BlockCursor::Entries(it) => {
+                it.seek(&[]);
+                Ok(())
+            }
+        }
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<(), crate::codec::DecodeError> {
+        match self {
+            BlockCursor::Body(it) => it.seek(target),
+            BlockCursor::Entries(it) => {
+                it.seek(target);
+                Ok(())
+            }
+        }
+    }
+
+    fn skip_to(&mut self, target: &[u8]) -> Result<(), crate::codec::DecodeError> {
+        match self {
+            BlockCursor::Body(it) => it.skip_to(target),
+            BlockCursor::Entries(it) => {
+                it.skip_to(target);
+                Ok(())
+            }
+        }
+    }
+
+    fn advance(&mut self) -> Result<(), crate::codec::DecodeError> {
+        match self {
+            BlockCursor::Body(it) => it.advance(),
+            BlockCursor::Entries(it) => {
+                it.advance();
+                Ok(())
+            }
+        }
+    }
+
+    fn valid(&self) -> bool {
+        match self {
+            BlockCursor::Body(it) => it.valid(),
+            BlockCursor::Entries(it) => it.valid(),
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        match self {
+            BlockCursor::Body(it) => it.key(),
+            BlockCursor::Entries(it) => it.key(),
+        }
+    }
+
+    fn value(&self) -> &[u8] {
+        match self {
+            BlockCursor::Body(it) => it.value(),
+            BlockCursor::Entries(it) => it.value(),
+        }
+    }
+
+    fn ttl_ms(&self) -> Option<u64> {
+        match self {
+            BlockCursor::Body(it) => it.ttl_ms(),
+            BlockCursor::Entries(it) => it.ttl_ms(),
+        }
+    }
+
+    fn value_bytes(&self) -> bytes::Bytes {
+        match self {
+            BlockCursor::Body(it) => it.value_bytes(),
+            BlockCursor::Entries(it) => bytes::Bytes::copy_from_slice(it.value()),
+        }
+    }
 }
 
 impl SstIter {
@@ -725,13 +832,24 @@ impl SstIter {
             self.it = None;
             return Ok(());
         }
-        let block = self
-            .reader
-            .block_with(i, self.fill_cache, self.projection.as_deref())?;
-        let mut it = BlockIter::new(block);
+        let mut it = self.open_block(i)?;
         it.seek_first().map_err(|e| self.corrupt(e))?;
         self.it = Some(it);
         Ok(())
+    }
+
+    fn open_block(&mut self, i: usize) -> Result<BlockCursor, SstError> {
+        if !self.fill_cache && self.projection.is_none() {
+            let spare = match self.it.take() {
+                Some(BlockCursor::Entries(cursor)) => cursor.into_entries(),
+                _ => Entries::default(),
+            };
+            return self.reader.block_once(i, spare);
+        }
+        let block = self
+            .reader
+            .block_with(i, self.fill_cache, self.projection.as_deref())?;
+        Ok(BlockCursor::Body(BlockIter::new(block)))
     }
 
     /// Moves to the next block while the current one is used up.
@@ -755,10 +873,7 @@ impl SstIter {
         }
         let i = self.reader.block_for(target);
         self.block_idx = i;
-        let block = self
-            .reader
-            .block_with(i, self.fill_cache, self.projection.as_deref())?;
-        let mut it = BlockIter::new(block);
+        let mut it = self.open_block(i)?;
         it.seek(target).map_err(|e| self.corrupt(e))?;
         self.it = Some(it);
         self.settle()
@@ -897,19 +1012,12 @@ mod tests {
         }
     }
 
-    /// A time-series block at least half full ends before a new series
-    /// starts: in every block, a series that starts after the block's
-    /// first entry starts in its first half (by the body size the writer
-    /// counts), and blocks still fill up within a series.
-    #[test]
-    fn time_series_blocks_end_before_a_new_series_once_half_full() {
-        use crate::region::sst::block::{BlockCells, BlockIter};
-        use crate::schema::DataBlockEncoding;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let block_size = 2048;
+    /// A time-series file of 60 series of 1 to 90 points of two columns
+    /// (series of several lengths), in blocks of `block_size`.
+    fn series_file(dir: &std::path::Path, block_size: usize) -> Arc<SstReader> {
         let mut family = FamilyDescriptor::new("f").block_size(block_size);
-        family.data_block_encoding = DataBlockEncoding::TimeSeries;
-        let mut w = SstWriter::create(dir.path(), 1, &family, 0).expect("writer");
+        family.data_block_encoding = crate::schema::DataBlockEncoding::TimeSeries;
+        let mut w = SstWriter::create(dir, 1, &family, 0).expect("writer");
         let head = |series: u64| {
             format!(
                 "series-{}",
@@ -933,8 +1041,60 @@ mod tests {
             w.add(key, None, &value).expect("add");
         }
         let (path, _, _) = w.finish(1).expect("finish");
-        let reader =
-            SstReader::open(&path, 1, BlockCache::new(1 << 20), false, false).expect("open");
+        SstReader::open(&path, 1, BlockCache::new(1 << 20), false, false).expect("open")
+    }
+
+    /// A cursor that leaves the cache alone reads time-series blocks
+    /// straight into entries: it gives what a cursor through decoded
+    /// bodies gives, from the start and after a seek to any key.
+    #[test]
+    fn uncached_cursors_read_what_cached_ones_do() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let reader = series_file(dir.path(), 2048);
+        let walk = |mut it: SstIter| {
+            let mut out = Vec::new();
+            while it.valid() {
+                out.push((
+                    it.key().to_vec(),
+                    it.value().to_vec(),
+                    it.value_bytes().to_vec(),
+                ));
+                it.advance().expect("advance");
+            }
+            out
+        };
+        let mut cached = reader.iter();
+        cached.seek_to_first().expect("first");
+        let all = walk(cached);
+        let mut uncached = reader.iter_uncached();
+        uncached.seek_to_first().expect("first");
+        assert_eq!(walk(uncached), all);
+        assert!(all.len() > 1000, "{} entries", all.len());
+        for (i, (key, _, _)) in all.iter().enumerate().step_by(37) {
+            // The key itself, and a target just before or after it.
+            let mut near = key.clone();
+            *near.last_mut().expect("a key") ^= 1;
+            for target in [key.clone(), near] {
+                let mut it = reader.iter_uncached();
+                it.seek(&target).expect("seek");
+                let at = all.partition_point(|(k, _, _)| {
+                    crate::cell::compare_keys(k, &target) == Ordering::Less
+                });
+                assert_eq!(walk(it), all[at..].to_vec(), "seek near entry {i}");
+            }
+        }
+    }
+
+    /// A time-series block at least half full ends before a new series
+    /// starts: in every block, a series that starts after the block's
+    /// first entry starts in its first half (by the body size the writer
+    /// counts), and blocks still fill up within a series.
+    #[test]
+    fn time_series_blocks_end_before_a_new_series_once_half_full() {
+        use crate::region::sst::block::{BlockCells, BlockIter};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let block_size = 2048;
+        let reader = series_file(dir.path(), block_size);
         let series_of = |key: &[u8]| {
             let row = crate::cell::row_of(key);
             row[..row.len() - 8].to_vec()

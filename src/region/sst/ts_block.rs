@@ -52,7 +52,7 @@
 use crate::cell::{KEY_OVERHEAD, KIND_MASK, TTL_FLAG, encode_key_into};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
-use super::block::{Block, BlockBuilder, BlockCells, BlockIter};
+use super::block::{Block, BlockBuilder, BlockCells, BlockIter, Entries};
 use super::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect};
 use crate::value::Value;
 
@@ -766,6 +766,38 @@ pub fn decode_projected(
     Ok(builder.finish())
 }
 
+/// Decodes a payload into its entries, in order, as [`decode`]'s body
+/// holds them: for a reader that walks each entry once (a compaction),
+/// which a body would make encode every key's prefix and then decode it
+/// again. Refuses to hold more than `max_len` bytes of keys and values.
+pub fn decode_entries(
+    payload: &[u8],
+    max_len: usize,
+    out: &mut Entries,
+) -> Result<(), DecodeError> {
+    out.clear();
+    let mut w = RowWalker::open(payload, max_len)?;
+    while w.next_row()? {
+        for i in 0..w.row_columns.len() {
+            let (c, ts, (kind, ttl)) = (w.row_columns[i], w.timestamp(i), w.kind(i));
+            let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
+                .expect("checked by the walker, or a plain put");
+            let (family, qualifier) = w.columns[c];
+            let row = &w.row;
+            let decoder = &mut w.decoders[c];
+            out.push_with(
+                |key| encode_key_into(key, row, family, qualifier, ts, kind_code, ttl.is_some()),
+                ttl,
+                |value| decoder.next(value),
+            )?;
+            if out.bytes() > max_len {
+                return Err(err(0, "time-series block decodes past its size limit"));
+            }
+        }
+    }
+    w.finish()
+}
+
 /// Decodes the rows of `[select.start, select.stop)` straight into
 /// `out` (at most `max_rows` of them), with only the selected columns'
 /// puts, their values as [`Value`]s: no standard body is built. Rows after
@@ -1473,6 +1505,16 @@ mod tests {
         let encoded = encode(plain.clone()).expect("encodes");
         let decoded = decode(&encoded, 1 << 24).expect("decodes");
         assert_eq!(decoded, plain, "the body comes back byte for byte");
+        // Straight into entries (a compaction's read): the same entries.
+        let mut straight = Entries::default();
+        decode_entries(&encoded, 1 << 24, &mut straight).expect("decodes into entries");
+        let got: Vec<(Vec<u8>, Option<u64>, Vec<u8>)> = (0..straight.len())
+            .map(|i| {
+                let (k, ttl, v) = straight.entry(i);
+                (k.to_vec(), ttl, v.to_vec())
+            })
+            .collect();
+        assert_eq!(got, entries, "the entries come back as they were");
         encoded.len()
     }
 
@@ -1781,11 +1823,18 @@ mod tests {
                 let mut bad = encoded.clone();
                 bad[i] ^= flip;
                 let _ = decode(&bad, 1 << 20);
+                let _ = decode_entries(&bad, 1 << 20, &mut Entries::default());
             }
         }
         for cut in 0..encoded.len() {
             assert!(decode(&encoded[..cut], 1 << 20).is_err(), "cut at {cut}");
+            let into_entries = decode_entries(&encoded[..cut], 1 << 20, &mut Entries::default());
+            assert!(into_entries.is_err(), "cut at {cut}");
         }
         assert!(decode(&encoded, 100).is_err(), "size limit");
+        assert!(
+            decode_entries(&encoded, 100, &mut Entries::default()).is_err(),
+            "size limit"
+        );
     }
 }
