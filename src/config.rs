@@ -18,7 +18,7 @@ use crate::region::RegionOptions;
 use crate::region::compaction::CompactionOptions;
 use crate::region::wal::io::IoBackendChoice;
 use crate::region::wal::{WalOptions, WalRecovery};
-use crate::schema::{CompactionStrategy, FamilySpec};
+use crate::schema::{BloomType, CompactionStrategy, FamilySpec};
 use crate::store::StoreOptions;
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +111,11 @@ pub struct InfluxConfig {
     pub compaction: CompactionStrategy,
     /// Seconds of a `TIME_WINDOW` window (default 86,400: a day).
     pub time_window: u64,
+    /// The bloom filter of a measurement's family (default `NONE`: a row
+    /// is one point, and measurements are read by scans of series, which
+    /// a filter of every point's row does not serve; at 4,000 hosts it
+    /// was 8 % of the files. `ROW` serves gets of single rows).
+    pub bloom: BloomType,
 }
 
 impl Default for InfluxConfig {
@@ -120,6 +125,7 @@ impl Default for InfluxConfig {
             series_limit: 1_000_000,
             compaction: CompactionStrategy::TimeWindow,
             time_window: 86_400,
+            bloom: BloomType::None,
         }
     }
 }
@@ -132,6 +138,7 @@ impl InfluxConfig {
             compaction: self.compaction,
             time_window: (self.compaction == CompactionStrategy::TimeWindow)
                 .then_some(self.time_window),
+            bloomfilter: self.bloom,
             ..FamilySpec::time_series("f")
         }
     }
@@ -563,6 +570,13 @@ impl Config {
                 "must be between 60 seconds and 366 days (31,622,400)",
             );
         }
+        if self.influx.bloom == BloomType::RowPrefix {
+            return bad(
+                "influx.bloom",
+                "must be NONE, ROW or ROWCOL: a measurement's rows have no prefix length \
+                 common to all of them",
+            );
+        }
         let c = &self.region.compaction;
         if c.min_files < 2 || c.max_files < c.min_files || c.ratio <= 0.0 {
             return bad(
@@ -731,5 +745,17 @@ mod tests {
         assert_eq!(c.influx.family().descriptor().time_window_secs, Some(3600));
         let e = Config::load(None, &["influx.time_window=10".into()]).unwrap_err();
         assert!(e.to_string().contains("influx.time_window"), "{e}");
+    }
+
+    /// A measurement's family keeps no bloom filter unless asked: its rows
+    /// are points, read by scans of series.
+    #[test]
+    fn measurement_tables_keep_a_bloom_filter_only_when_asked() {
+        let c = Config::default();
+        assert_eq!(c.influx.family().descriptor().bloom, BloomType::None);
+        let c = Config::load(None, &["influx.bloom=\"ROW\"".into()]).unwrap();
+        assert_eq!(c.influx.family().descriptor().bloom, BloomType::Row);
+        let e = Config::load(None, &["influx.bloom=\"ROWPREFIX\"".into()]).unwrap_err();
+        assert!(e.to_string().contains("influx.bloom"), "{e}");
     }
 }
