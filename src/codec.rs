@@ -35,6 +35,18 @@ pub fn partition_index(n: usize, mut below: impl FnMut(usize) -> bool) -> usize 
     lo
 }
 
+/// A xorshift64 generator seeded with `state` (not 0): tests' random
+/// numbers, the same on every run.
+#[cfg(test)]
+pub(crate) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 /// How many leading bytes `a` and `b` have in common, eight at a time
 /// (keys of one row share tens of bytes, and prefix encoding asks this for
 /// every cell it writes).

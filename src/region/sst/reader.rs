@@ -943,13 +943,7 @@ mod tests {
     fn first_block_for_a_row_is_the_one_the_first_rows_say() {
         let dir = tempfile::tempdir().expect("tempdir");
         let family = FamilyDescriptor::new("f").block_size(1024);
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::codec::xorshift(0x9e37_79b9_7f4a_7c15u64);
         // Series of a few lengths under one shared prefix, each with
         // points: many blocks share a series' print.
         let mut rows: Vec<Vec<u8>> = Vec::new();

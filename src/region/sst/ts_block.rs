@@ -1636,13 +1636,7 @@ mod tests {
             let m: Option<Vec<i64>> = floats.iter().map(|&f| mantissa(f, exp)).collect();
             Some((exp, m?))
         }
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::codec::xorshift(0x2545_f491_4f6c_dd1du64);
         let cases: Vec<Vec<f64>> = vec![
             vec![],
             vec![58.13, 58.1, 58.0, 0.07],
@@ -1717,13 +1711,7 @@ mod tests {
     /// below half a word), and a stream cut short is an error.
     #[test]
     fn rice_codes_read_back_across_refills() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::codec::xorshift(0x9E37_79B9_7F4A_7C15u64);
         let mut codes = Vec::new();
         for i in 0..20_000u64 {
             let k = (next() % 24) as u32;
