@@ -460,8 +460,13 @@ impl SstReader {
         {
             Payload::TimeSeries(payload) => {
                 let mut entries = spare;
-                ts_block::decode_entries(&payload, MAX_BLOCK, &mut entries).map_err(corrupt)?;
-                Ok(BlockCursor::Entries(EntryCursor::new(entries)))
+                if ts_block::decode_entries(&payload, MAX_BLOCK, &mut entries).map_err(corrupt)? {
+                    return Ok(BlockCursor::Entries(EntryCursor::new(entries)));
+                }
+                // Whole keys past the limit: the body, which the writer
+                // kept within the block size, holds them prefix-encoded.
+                let block = self.block_with(i, false, None)?;
+                Ok(BlockCursor::Body(BlockIter::new(block)))
             }
             Payload::Standard(body) => {
                 let block = Block::parse(body.into_owned()).map_err(corrupt)?;

@@ -769,12 +769,14 @@ pub fn decode_projected(
 /// Decodes a payload into its entries, in order, as [`decode`]'s body
 /// holds them: for a reader that walks each entry once (a compaction),
 /// which a body would make encode every key's prefix and then decode it
-/// again. Refuses to hold more than `max_len` bytes of keys and values.
+/// again. False (and `out` unfinished) when the entries would pass
+/// `max_len` bytes of keys and values: whole keys can be many times the
+/// body of a block of long keys, which the caller then reads as a body.
 pub fn decode_entries(
     payload: &[u8],
     max_len: usize,
     out: &mut Entries,
-) -> Result<(), DecodeError> {
+) -> Result<bool, DecodeError> {
     out.clear();
     let mut w = RowWalker::open(payload, max_len)?;
     while w.next_row()? {
@@ -791,11 +793,12 @@ pub fn decode_entries(
                 |value| decoder.next(value),
             )?;
             if out.bytes() > max_len {
-                return Err(err(0, "time-series block decodes past its size limit"));
+                return Ok(false);
             }
         }
     }
-    w.finish()
+    w.finish()?;
+    Ok(true)
 }
 
 /// Decodes the rows of `[select.start, select.stop)` straight into
@@ -1507,7 +1510,8 @@ mod tests {
         assert_eq!(decoded, plain, "the body comes back byte for byte");
         // Straight into entries (a compaction's read): the same entries.
         let mut straight = Entries::default();
-        decode_entries(&encoded, 1 << 24, &mut straight).expect("decodes into entries");
+        let whole = decode_entries(&encoded, 1 << 24, &mut straight).expect("decodes");
+        assert!(whole, "the entries fit");
         let got: Vec<(Vec<u8>, Option<u64>, Vec<u8>)> = (0..straight.len())
             .map(|i| {
                 let (k, ttl, v) = straight.entry(i);
@@ -1823,6 +1827,16 @@ mod tests {
         assert!(
             decode_entries(&encoded, 100, &mut Entries::default()).is_err(),
             "size limit"
+        );
+        // Whole keys take more than the body they come from: entries past
+        // the body's size are no error but a "no" (the caller reads the
+        // body instead).
+        let plain = body(&tsbs_entries(40, 1)).len();
+        assert!(decode(&encoded, plain).is_ok(), "the body fits");
+        let fits = decode_entries(&encoded, plain, &mut Entries::default());
+        assert!(
+            matches!(fits, Ok(false)),
+            "entries past the body's size: {fits:?}"
         );
     }
 }
