@@ -596,8 +596,12 @@ impl EntryBatch {
 
     /// Closes the current row (possibly empty).
     pub fn end_row(&mut self) {
+        self.close_row(false);
+    }
+
+    fn close_row(&mut self, sorted: bool) {
         self.row_ends.push(self.entries.len());
-        self.sorted.push(false);
+        self.sorted.push(sorted);
     }
 
     /// Ends the current row, whose entries the caller pushed in strictly
@@ -610,8 +614,7 @@ impl EntryBatch {
             (from + 1..self.entries.len())
                 .all(|i| compare_keys(self.entry(i - 1).key, self.entry(i).key) == Ordering::Less)
         });
-        self.row_ends.push(self.entries.len());
-        self.sorted.push(true);
+        self.close_row(true);
     }
 
     /// Whether row `i` was ended by [`EntryBatch::end_sorted_row`].
@@ -659,8 +662,7 @@ impl EntryBatch {
                     ..*e
                 }));
         }
-        self.row_ends.push(self.entries.len());
-        self.sorted.push(other.row_is_sorted(i));
+        self.close_row(other.row_is_sorted(i));
     }
 
     pub fn is_empty(&self) -> bool {

@@ -110,16 +110,15 @@ impl Entries {
         self.ends.push((self.keys.len(), self.values.len(), ttl_ms));
     }
 
-    /// Like [`Self::push`], the key made in place by `write_key` and the
-    /// value by `write_value` (each appends its bytes).
+    /// Like [`Self::push`], the key and value made in place by `write`,
+    /// which appends the key's bytes to its first buffer and the value's
+    /// to its second.
     pub fn push_with(
         &mut self,
-        write_key: impl FnOnce(&mut Vec<u8>),
         ttl_ms: Option<u64>,
-        write_value: impl FnOnce(&mut Vec<u8>) -> Result<(), DecodeError>,
+        write: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>) -> Result<(), DecodeError>,
     ) -> Result<(), DecodeError> {
-        write_key(&mut self.keys);
-        write_value(&mut self.values)?;
+        write(&mut self.keys, &mut self.values)?;
         self.ends.push((self.keys.len(), self.values.len(), ttl_ms));
         Ok(())
     }
@@ -182,11 +181,7 @@ pub struct BlockCells {
 
 impl BlockCells {
     pub fn add(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
-        let shared = match self.len() {
-            n if n % RESTART_INTERVAL == 0 => 0,
-            n => common_prefix_len(self.entries.key(n - 1), key),
-        };
-        self.add_sharing(key, ttl_ms, value, shared);
+        self.add_sharing(key, ttl_ms, value, self.shared_with_last(key));
     }
 
     /// Bytes `key` shares with the key last added (0 when none).

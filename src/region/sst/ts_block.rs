@@ -729,23 +729,12 @@ pub fn decode_projected(
     let mut value = Vec::new();
     while w.next_row()? {
         for i in 0..w.row_columns.len() {
-            let (c, ts, (kind, ttl)) = (w.row_columns[i], w.timestamp(i), w.kind(i));
-            let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
-                .expect("checked by the walker, or a plain put");
-            if !wanted[c] && kind_code == crate::cell::CellKind::Put {
+            let (c, (kind, ttl)) = (w.row_columns[i], w.kind(i));
+            if !wanted[c] && kind & KIND_MASK == crate::cell::CellKind::Put as u8 {
                 continue;
             }
-            let (family, qualifier) = w.columns[c];
             key.clear();
-            encode_key_into(
-                &mut key,
-                &w.row,
-                family,
-                qualifier,
-                ts,
-                kind_code,
-                ttl.is_some(),
-            );
+            w.cell_key_into(i, &mut key);
             value.clear();
             // A marker of a column left out keeps an empty value: reads
             // never look at a marker's value, and its column is not decoded.
@@ -781,17 +770,11 @@ pub fn decode_entries(
     let mut w = RowWalker::open(payload, max_len)?;
     while w.next_row()? {
         for i in 0..w.row_columns.len() {
-            let (c, ts, (kind, ttl)) = (w.row_columns[i], w.timestamp(i), w.kind(i));
-            let kind_code = crate::cell::CellKind::from_code(kind & KIND_MASK)
-                .expect("checked by the walker, or a plain put");
-            let (family, qualifier) = w.columns[c];
-            let row = &w.row;
-            let decoder = &mut w.decoders[c];
-            out.push_with(
-                |key| encode_key_into(key, row, family, qualifier, ts, kind_code, ttl.is_some()),
-                ttl,
-                |value| decoder.next(value),
-            )?;
+            let (c, ttl) = (w.row_columns[i], w.kind(i).1);
+            out.push_with(ttl, |key, value| {
+                w.cell_key_into(i, key);
+                w.decoders[c].next(value)
+            })?;
             if out.bytes() > max_len {
                 return Ok(false);
             }
@@ -1122,6 +1105,16 @@ impl<'a> RowWalker<'a> {
                 .filter_map(|(i, &c)| Some((i, c, selected[c]?))),
         );
         true
+    }
+
+    /// Appends the whole cell key of the current row's cell `i` to `out`.
+    fn cell_key_into(&self, i: usize, out: &mut Vec<u8>) {
+        let (kind, ttl) = self.kind(i);
+        let kind = crate::cell::CellKind::from_code(kind & KIND_MASK)
+            .expect("checked by the walker, or a plain put");
+        let (family, qualifier) = self.columns[self.row_columns[i]];
+        let ts = self.timestamp(i);
+        encode_key_into(out, &self.row, family, qualifier, ts, kind, ttl.is_some());
     }
 
     /// Reads the next row's key and cells; false after the last row.

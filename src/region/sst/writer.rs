@@ -67,6 +67,15 @@ pub struct SstWriter {
     last_key: Vec<u8>,
 }
 
+/// The last key of the block being built (empty when it is empty): a
+/// time-series family's cells, or the body of any other.
+fn building_last_key<'a>(cells: &'a Option<BlockCells>, block: &'a BlockBuilder) -> &'a [u8] {
+    match cells {
+        Some(cells) => cells.last_key(),
+        None => block.last_key(),
+    }
+}
+
 impl SstWriter {
     pub fn create(
         dir: &Path,
@@ -220,23 +229,15 @@ impl SstWriter {
     /// block's last key is kept when it is written out (copying every key
     /// as it came was a memmove an entry).
     fn last_key(&self) -> &[u8] {
-        let building = match &self.cells {
-            Some(cells) => cells.last_key(),
-            None => self.block.last_key(),
-        };
-        if building.is_empty() {
-            &self.last_key
-        } else {
-            building
+        match building_last_key(&self.cells, &self.block) {
+            [] => &self.last_key,
+            building => building,
         }
     }
 
     fn flush_block(&mut self) -> Result<(), SstError> {
         self.scratch.clear();
-        let last = match &self.cells {
-            Some(cells) => cells.last_key(),
-            None => self.block.last_key(),
-        };
+        let last = building_last_key(&self.cells, &self.block);
         if !last.is_empty() {
             self.last_key.clear();
             self.last_key.extend_from_slice(last);
