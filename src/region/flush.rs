@@ -8,10 +8,7 @@ use std::time::Instant;
 use super::inner::{Inner, family_dir};
 use super::memstore::MemStore;
 use super::sst::{SstReader, SstWriter};
-use crate::cell::KeyRef;
 use crate::error::{Error, Result};
-use crate::region::memstore::cursor::MemCursor;
-use crate::region::read::merge::Source;
 
 /// Flushes every MemStore that is waiting (left by a failed attempt) and
 /// then the active one. Serialised by the region's flush lock.
@@ -202,33 +199,63 @@ fn write_files(
     now: u64,
     writers: &mut BTreeMap<Vec<u8>, (u64, SstWriter)>,
 ) -> Result<()> {
-    let mut src = Source::Mem(MemCursor::new(snapshot.clone(), u64::MAX));
-    src.seek(&[])?;
-    let mut last: Vec<u8> = Vec::new();
-    while src.valid() {
-        let key = src.key();
-        // Equal keys: the first (newest edit) wins.
-        if !last.is_empty() && crate::cell::compare_keys(&last, key) == std::cmp::Ordering::Equal {
-            src.advance()?;
-            continue;
-        }
-        let family = KeyRef::parse(key)
-            .map(|k| k.family.to_vec())
-            .ok_or_else(|| Error::InvalidInput("malformed key in MemStore".into()))?;
-        if !writers.contains_key(&family) {
-            let Some(fam) = inner.families.get(&family) else {
-                src.advance()?;
+    // One whole key at a time, its row written once per row: the
+    // MemStore keeps a row's cells without it.
+    let mut key: Vec<u8> = Vec::new();
+    snapshot.walk_rows(u64::MAX, |row, cells| {
+        key.clear();
+        key.extend_from_slice(&(row.len() as u16).to_be_bytes());
+        key.extend_from_slice(row);
+        let row_end = key.len();
+        // A row's cells come family by family: one writer for each run.
+        let mut rest = cells;
+        while let Some(first) = rest.first() {
+            let family = family_of(first.after_row)?;
+            let run = rest
+                .iter()
+                .position(|c| family_of(c.after_row).ok() != Some(family))
+                .unwrap_or(rest.len());
+            let (this, next) = rest.split_at(run);
+            rest = next;
+            // A family dropped from the schema: no file takes its cells.
+            if !open_writer(inner, family, now, writers)? {
                 continue;
-            };
-            let id = inner.next_file_id.fetch_add(1, Ordering::SeqCst);
-            let w = SstWriter::create(&family_dir(&inner.dir, &family), id, fam, now)?;
-            writers.insert(family.clone(), (id, w));
+            }
+            let (_, w) = writers.get_mut(family).expect("opened above");
+            for cell in this {
+                key.truncate(row_end);
+                key.extend_from_slice(cell.after_row);
+                w.add(&key, cell.ttl_ms, cell.value)?;
+            }
         }
-        let (_, w) = writers.get_mut(&family).expect("inserted above");
-        w.add(key, src.ttl_ms(), src.value())?;
-        last.clear();
-        last.extend_from_slice(key);
-        src.advance()?;
+        Ok(())
+    })
+}
+
+/// The family of a cell key without its row.
+fn family_of(after_row: &[u8]) -> Result<&[u8]> {
+    after_row
+        .first()
+        .and_then(|&n| after_row.get(1..1 + n as usize))
+        .ok_or_else(|| Error::InvalidInput("malformed key in MemStore".into()))
+}
+
+/// Makes sure a store file is being written for `family`; false when the
+/// region has no such family.
+fn open_writer(
+    inner: &Inner,
+    family: &[u8],
+    now: u64,
+    writers: &mut BTreeMap<Vec<u8>, (u64, SstWriter)>,
+) -> Result<bool> {
+    if writers.contains_key(family) {
+        return Ok(true);
     }
-    Ok(())
+    let Some(fam) = inner.families.get(family) else {
+        return Ok(false);
+    };
+    let id = inner.next_file_id.fetch_add(1, Ordering::SeqCst);
+    let w = SstWriter::create(&family_dir(&inner.dir, family), id, fam, now)?;
+    writers.insert(family.to_vec(), (id, w));
+    Ok(true)
 }

@@ -432,6 +432,52 @@ impl MemStore {
         last
     }
 
+    /// Every row with an edit visible at `read_point`, in key order, with
+    /// its cells in key order, one per key (the newest edit's): a flush's
+    /// walk. Unlike [`Self::load_rows`] it makes no whole keys and copies
+    /// nothing: a row's cells are handed over as the node stores them,
+    /// and only a row written more than once is sorted.
+    pub fn walk_rows<'m, E>(
+        &'m self,
+        read_point: u64,
+        mut each: impl FnMut(&'m [u8], &[RowCell<'m>]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut at = self.rows.seek(&RowNode::probe(&[], u64::MAX), false);
+        let mut cells: Vec<RowCell<'m>> = Vec::new();
+        let mut row: Option<&'m [u8]> = None;
+        let mut nodes = 0;
+        while !at.is_null() {
+            let node = *self.rows.key(at);
+            at = self.rows.successor(at);
+            let node_row = self.arena_bytes(node.row);
+            if let Some(r) = row
+                && r != node_row
+            {
+                finish_walked_row(r, nodes, &mut cells, &mut each)?;
+                nodes = 0;
+            }
+            row = Some(node_row);
+            if node.seq > read_point {
+                continue;
+            }
+            nodes += 1;
+            node_cells(self.arena_bytes(node.cells), &mut cells);
+        }
+        match row {
+            Some(r) => finish_walked_row(r, nodes, &mut cells, &mut each),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes of this MemStore's arena, for as long as the MemStore lives.
+    fn arena_bytes(&self, slice: RawSlice) -> &[u8] {
+        // SAFETY: every RawSlice of a node of this MemStore's list points
+        // into its arena, whose chunks are written once before the node is
+        // published and freed only when the MemStore is dropped, which the
+        // borrow of `self` rules out.
+        unsafe { std::slice::from_raw_parts(slice.ptr, slice.len) }
+    }
+
     /// The greatest row strictly below `row` (any row with `None`) that has
     /// an edit visible at `read_point`.
     pub fn last_row_before(&self, row: Option<&[u8]>, read_point: u64) -> Option<Vec<u8>> {
@@ -629,6 +675,65 @@ fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>, keys: &mut Vec<u8>) {
             value: RawSlice::of(value),
             seq: node.seq,
             ttl_ms,
+        });
+    }
+}
+
+/// One cell of a row as [`MemStore::walk_rows`] hands it over: the key
+/// without its row (`family length ‖ family ‖ qualifier ‖ timestamp ‖
+/// kind`), the cell's TTL and its value.
+#[derive(Debug, Clone, Copy)]
+pub struct RowCell<'m> {
+    pub after_row: &'m [u8],
+    pub ttl_ms: Option<u64>,
+    pub value: &'m [u8],
+}
+
+/// Hands a walked row's cells to `each` and empties them. Cells of more
+/// than one node came newest node first: a stable sort keeps that order
+/// among equal keys, and dedup keeps the first (newest).
+fn finish_walked_row<'m, E>(
+    row: &'m [u8],
+    nodes: usize,
+    cells: &mut Vec<RowCell<'m>>,
+    each: &mut impl FnMut(&'m [u8], &[RowCell<'m>]) -> Result<(), E>,
+) -> Result<(), E> {
+    if nodes > 1 {
+        cells.sort_by(|a, b| compare_keys_after_row(a.after_row, b.after_row));
+        cells.dedup_by(|later, first| {
+            compare_keys_after_row(later.after_row, first.after_row) == Ordering::Equal
+        });
+    }
+    let result = if cells.is_empty() {
+        Ok(())
+    } else {
+        each(row, cells)
+    };
+    cells.clear();
+    result
+}
+
+/// A node's cell blob as [`RowCell`]s (see [`decode_cells`]).
+fn node_cells<'m>(blob: &'m [u8], out: &mut Vec<RowCell<'m>>) {
+    let mut r = Reader::new(blob);
+    while !r.is_empty() {
+        let Ok(after_row) = r.len_prefixed(blob.len(), "key") else {
+            debug_assert!(false, "malformed memstore blob");
+            return;
+        };
+        let ttl_ms = if after_row.last().is_some_and(|b| b & TTL_FLAG != 0) {
+            r.varint("ttl").ok()
+        } else {
+            None
+        };
+        let Ok(value) = r.len_prefixed(blob.len(), "value") else {
+            debug_assert!(false, "malformed memstore blob");
+            return;
+        };
+        out.push(RowCell {
+            after_row,
+            ttl_ms,
+            value,
         });
     }
 }
@@ -848,6 +953,29 @@ mod skiplist_tests {
         got
     }
 
+    /// A flush's walk gives what a scan from the start loads: the same
+    /// whole keys, TTLs and values, in the same order.
+    fn assert_walk_is_the_scan(m: &MemStore, read_point: u64) {
+        let (mut out, mut keys) = (Vec::new(), Vec::new());
+        m.load_rows(b"", false, read_point, usize::MAX, &mut out, &mut keys);
+        let scanned: Vec<(Vec<u8>, Option<u64>, Vec<u8>)> = out
+            .iter()
+            .map(|e| (e.key(&keys).to_vec(), e.ttl_ms, e.value().to_vec()))
+            .collect();
+        let mut walked = Vec::new();
+        m.walk_rows::<()>(read_point, |row, cells| {
+            for c in cells {
+                let mut key = (row.len() as u16).to_be_bytes().to_vec();
+                key.extend_from_slice(row);
+                key.extend_from_slice(c.after_row);
+                walked.push((key, c.ttl_ms, c.value.to_vec()));
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(walked, scanned);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
         /// Batches of single-cell rows over a few rows and qualifiers, in
@@ -882,6 +1010,7 @@ mod skiplist_tests {
             }
             m.rows.check_levels();
             for read_point in [seq / 3, seq / 2, seq] {
+                assert_walk_is_the_scan(&m, read_point);
                 let model = visible(&writes, read_point);
                 proptest::prop_assert_eq!(&loaded(&m, b"", false, read_point), &model);
                 let from = row_name(probe);
@@ -897,6 +1026,40 @@ mod skiplist_tests {
                 proptest::prop_assert_eq!(m.last_row_before(Some(&from), read_point), before);
                 let last = model.keys().next_back().cloned();
                 proptest::prop_assert_eq!(m.last_row_before(None, read_point), last);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Rows of several cells over two families, with TTLs, delete
+        /// markers and rows written again: the flush's walk hands over
+        /// what a scan from the start loads, at any read point.
+        #[test]
+        fn a_walk_of_rows_is_a_scan_from_the_start(
+            batches in proptest::collection::vec(
+                proptest::collection::vec(
+                    (0u8..12, proptest::collection::vec((0u8..2, 0u8..4, 0u64..3, 0u8..3, proptest::bool::ANY), 1..6)),
+                    1..20),
+                1..8),
+        ) {
+            let m = MemStore::new();
+            let mut seq = 1;
+            for rows in &batches {
+                let mut b = EntryBatch::new();
+                for (i, (row, cells)) in rows.iter().enumerate() {
+                    for &(family, qual, ts, kind, ttl) in cells {
+                        let kind = [CellKind::Put, CellKind::DeleteVersion, CellKind::DeleteColumn][kind as usize];
+                        let value = format!("{}-{qual}", seq + i as u64);
+                        b.push(&row_name(*row), [&b"f"[..], b"g"][family as usize], &[b'a' + qual], ts, kind, ttl.then_some(60_000), value.as_bytes());
+                    }
+                    b.end_row();
+                }
+                m.insert_batch(&b, seq, 0);
+                seq += rows.len() as u64;
+            }
+            for read_point in [seq / 2, seq] {
+                assert_walk_is_the_scan(&m, read_point);
             }
         }
     }
@@ -941,6 +1104,7 @@ mod skiplist_tests {
                 seq += rows.len() as u64;
             }
             m.rows.check_levels();
+            assert_walk_is_the_scan(&m, u64::MAX);
             proptest::prop_assert_eq!(&loaded(&m, b"", false, u64::MAX), &model);
             let from = series_row(probe.0, probe.1);
             for after in [false, true] {
