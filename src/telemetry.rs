@@ -405,6 +405,12 @@ fn describe() {
         "Store file bytes compactions read, per table."
     );
     describe_counter!(
+        "halite_compaction_blocks_total",
+        "Data blocks minor compactions wrote, per table: `how` copied (as \
+         their file held them; no other input's key fell inside) or merged \
+         (decoded and merged entry by entry)."
+    );
+    describe_counter!(
         "halite_compaction_written_bytes_total",
         Unit::Bytes,
         "Store file bytes compactions wrote, per table."
@@ -449,6 +455,7 @@ fn record_store(store: &Store) {
         let (mut ingested, mut flushes, mut flushed) = (0u64, 0u64, 0u64);
         let (mut compactions, mut read, mut written) = (0u64, 0u64, 0u64);
         let (mut stalls, mut flush_failures) = (0u64, 0u64);
+        let (mut blocks_copied, mut blocks_merged) = (0u64, 0u64);
         for r in table.regions() {
             let region_files = r.file_counts().values().sum::<usize>();
             let region_bytes = r.store_bytes();
@@ -466,6 +473,8 @@ fn record_store(store: &Store) {
             compactions += s.compactions.load(Relaxed);
             read += s.compacted_bytes_in.load(Relaxed);
             written += s.compacted_bytes_out.load(Relaxed);
+            blocks_copied += s.compaction_blocks_copied.load(Relaxed);
+            blocks_merged += s.compaction_blocks_merged.load(Relaxed);
             stalls += s.writer_stalls.load(Relaxed);
             flush_failures += s.flush_failures.load(Relaxed);
         }
@@ -487,6 +496,10 @@ fn record_store(store: &Store) {
         counter!("halite_compactions_total", &t()).absolute(compactions);
         counter!("halite_compaction_read_bytes_total", &t()).absolute(read);
         counter!("halite_compaction_written_bytes_total", &t()).absolute(written);
+        for (how, n) in [("copied", blocks_copied), ("merged", blocks_merged)] {
+            counter!("halite_compaction_blocks_total", "table" => name.clone(), "how" => how)
+                .absolute(n);
+        }
         counter!("halite_write_stalls_total", &t()).absolute(stalls);
         counter!("halite_flush_failures_total", &t()).absolute(flush_failures);
     }

@@ -234,3 +234,122 @@ fn scans_of_some_columns_read_only_those_and_answer_as_prefix_files_do() {
     assert_eq!(user_rows.len() as u64, HOSTS * STEPS - 1);
     assert!(user_rows.iter().all(|r| r.cells.len() == 1));
 }
+
+/// A minor compaction writes a data block that no other input's key falls
+/// inside as its file holds it, and merges only blocks whose keys
+/// interleave with another file's: files of in-order points (one flush's
+/// points of a series before the flush before's) interleave only at the
+/// seams between series. Late points and points written again land among
+/// earlier ones and are merged (the newer value wins); a file that spans
+/// two time windows is merged too, so each output stays in its window.
+/// Throughout, the answers are those of the files before, and every file
+/// passes its own check (entries, time range, first and last key, index).
+#[test]
+fn a_minor_compaction_copies_the_blocks_no_other_file_falls_inside() {
+    use halite::region::sst::SstReader;
+    use halite::region::sst::cache::BlockCache;
+    use halite::schema::BloomType;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    const HOUR: u64 = 3_600_000;
+    let h = Harness::new(
+        vec![
+            FamilyDescriptor::new("cpu")
+                .compression(Compression::Snappy)
+                .data_block_encoding(DataBlockEncoding::TimeSeries)
+                .bloom(BloomType::None)
+                .block_size(4096)
+                .time_window(3_600),
+        ],
+        foreground_options(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let window_of = |ts: u64| ts / HOUR;
+    // The hour boundary after the first point: steps past it are the
+    // next window's.
+    let boundary_step = (window_of(tsbs::T0_MS) + 1) * HOUR;
+    let boundary_step = (boundary_step - tsbs::T0_MS).div_ceil(tsbs::INTERVAL_MS);
+    assert!((200..300).contains(&boundary_step), "{boundary_step}");
+    let flush = |rows: Vec<RowMutation>| {
+        write(&h, &rows);
+        h.region().flush().expect("flush");
+    };
+    let check_files = || {
+        for path in h.region().file_paths() {
+            let reader =
+                SstReader::open(&path, 1, BlockCache::new(1 << 20), false, false).expect("open");
+            reader.check_all().expect("a compacted file checks out");
+        }
+        for (lo, hi) in h.region().file_time_ranges(b"cpu") {
+            assert_eq!(window_of(lo), window_of(hi), "a file spans windows");
+        }
+    };
+    let blocks = || {
+        let s = h.region().stats();
+        (
+            s.compaction_blocks_copied.load(Relaxed),
+            s.compaction_blocks_merged.load(Relaxed),
+        )
+    };
+
+    // Two flushes of in-order points, then late points of both, some of
+    // them written again with new values: one window, merged once.
+    flush(tsbs_rows(0..100));
+    flush(tsbs_rows(100..200));
+    let mut late = Vec::new();
+    for host in 0..HOSTS {
+        for step in (50..60).chain(150..160) {
+            let ts = tsbs::T0_MS + step * tsbs::INTERVAL_MS;
+            late.push(tsbs::cpu_row("cpu", host, step + 1_000, ts));
+        }
+    }
+    flush(late);
+    let before = scan_all(&h, false);
+    h.region().compact(false).expect("minor");
+    assert_eq!(h.region().file_paths().len(), 1);
+    let (copied, merged) = blocks();
+    assert!(copied > 0 && merged > 0, "{copied} copied, {merged} merged");
+    assert_eq!(scan_all(&h, false), before);
+    check_files();
+    let rewritten = Get::new(tsbs::cpu_row_key(3, tsbs::T0_MS + 155 * tsbs::INTERVAL_MS));
+    let row = h.region().get(&rewritten).expect("get").expect("row");
+    assert_eq!(row.cells.len(), CPU_FIELDS.len());
+    for cell in &row.cells {
+        let field = CPU_FIELDS
+            .iter()
+            .position(|f| f.as_bytes() == &cell.qualifier[..])
+            .expect("a cpu field");
+        assert_eq!(
+            Value::decode(&cell.value),
+            Some(Value::Float(tsbs::cpu_value(3, 1_155, field))),
+            "the value written last"
+        );
+    }
+
+    // In-order flushes across the hour's end: the one that spans it is
+    // merged and split at it; the others are copied.
+    flush(tsbs_rows(200..300));
+    flush(tsbs_rows(300..400));
+    flush(tsbs_rows(400..500));
+    let before = scan_all(&h, false);
+    h.region().compact(false).expect("minor");
+    assert_eq!(scan_all(&h, false), before);
+    check_files();
+    let (copied, merged) = blocks();
+
+    // In-order flushes within one window: a block is merged only where a
+    // series' points end in it (at most one a series a file), and the
+    // rest are copied.
+    flush(tsbs_rows(500..545));
+    flush(tsbs_rows(545..590));
+    flush(tsbs_rows(590..635));
+    let before = scan_all(&h, false);
+    h.region().compact(false).expect("minor");
+    let (copied_now, merged_now) = (blocks().0 - copied, blocks().1 - merged);
+    assert!(
+        merged_now <= 3 * HOSTS && copied_now > 2 * merged_now,
+        "{copied_now} copied, {merged_now} merged"
+    );
+    assert_eq!(scan_all(&h, false), before);
+    check_files();
+}

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::inner::{Inner, family_dir};
-use super::sst::{SstReader, SstWriter};
-use crate::cell::{CellKind, KeyRef, encode_key};
+use super::sst::{BlockWalk, FileMeta, SstReader, SstWriter};
+use crate::cell::{CellKind, KeyRef, compare_keys, encode_key};
 use crate::error::{Error, Result};
 pub use crate::region::options::CompactionOptions;
 use crate::region::read::merge::{Merge, Source};
@@ -225,18 +225,7 @@ fn rewrite(
     major: bool,
     now: u64,
 ) -> Result<Vec<(u64, std::path::PathBuf)>> {
-    let sources = selected
-        .iter()
-        .rev()
-        // A compaction reads every block once: filling the cache with them
-        // would evict the hot set and hold memory the writers need.
-        .map(|r| Source::File(r.iter_uncached()))
-        .collect();
-    let mut merge = Merge::new(sources);
-    // Only the region's own rows: files linked from a split parent hold
-    // the other daughter's too, and this is where they are dropped.
     let (start, end) = &inner.rows;
-    merge.seek(&crate::cell::first_key_of_row(start))?;
     let window_ms = fam.time_window_ms().map(|w| {
         let oldest = selected
             .iter()
@@ -266,10 +255,35 @@ fn rewrite(
             r.meta().entries > 0 && crate::cell::row_of(&r.meta().last_key) >= end.as_slice()
         });
     let end: &[u8] = if reaches_past_end { end } else { &[] };
-    let result = if major {
-        write_major(&mut merge, &mut out, fam, now, end)
+    let reaches_before_start = !start.is_empty()
+        && selected.iter().any(|r| {
+            r.meta().entries > 0 && crate::cell::row_of(&r.meta().first_key) < start.as_slice()
+        });
+    let result = if !major && end.is_empty() && !reaches_before_start {
+        // Newest file first: among equal keys the newer goes first.
+        let mut walks: Vec<BlockWalk> = selected
+            .iter()
+            .rev()
+            .map(|r| BlockWalk::new(r.clone()))
+            .collect();
+        write_minor_by_blocks(&mut walks, &mut out)
     } else {
-        write_minor(&mut merge, &mut out, end)
+        let sources = selected
+            .iter()
+            .rev()
+            // A compaction reads every block once: filling the cache with
+            // them would evict the hot set and hold memory the writers need.
+            .map(|r| Source::File(r.iter_uncached()))
+            .collect();
+        let mut merge = Merge::new(sources);
+        // Only the region's own rows: files linked from a split parent
+        // hold the other daughter's too, and this is where they are
+        // dropped.
+        match merge.seek(&crate::cell::first_key_of_row(start)) {
+            Err(e) => Err(e),
+            Ok(()) if major => write_major(&mut merge, &mut out, fam, now, end),
+            Ok(()) => write_minor(&mut merge, &mut out, end),
+        }
     };
     if let Err(e) = result {
         out.abandon();
@@ -300,6 +314,12 @@ impl Outputs<'_> {
             }
             None => 0,
         };
+        self.writer(window)?.add(key, ttl_ms, value)?;
+        Ok(())
+    }
+
+    /// The file of `window`, opened on first use.
+    fn writer(&mut self, window: u64) -> Result<&mut SstWriter> {
         let writer = match self.writers.entry(window) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -308,8 +328,22 @@ impl Outputs<'_> {
                 e.insert((id, SstWriter::create(&dir, id, self.fam, self.now)?))
             }
         };
-        writer.1.add(key, ttl_ms, value)?;
-        Ok(())
+        Ok(&mut writer.1)
+    }
+
+    /// The window whose file may take `file`'s blocks whole: a file of
+    /// puts only, all of one window, of a family whose files take whole
+    /// blocks (`SstWriter::takes_whole_blocks`).
+    fn whole_block_window(&mut self, file: &FileMeta) -> Result<Option<u64>> {
+        if file.delete_markers != 0 || file.entries == 0 {
+            return Ok(None);
+        }
+        let window = match self.window_ms {
+            Some(w) if file.min_ts / w != file.max_ts / w => return Ok(None),
+            Some(w) => file.max_ts / w,
+            None => 0,
+        };
+        Ok(self.writer(window)?.takes_whole_blocks().then_some(window))
     }
 
     fn abandon(self) {
@@ -355,6 +389,105 @@ fn write_minor(merge: &mut Merge, w: &mut Outputs, end: &[u8]) -> Result<()> {
         merge.advance()?;
     }
     Ok(())
+}
+
+/// A minor compaction of files that hold only the region's rows, block
+/// by block: a block that no other input's key falls inside goes to the
+/// new file as its file holds it, and only blocks whose keys interleave
+/// with another file's are decoded and merged entry by entry. Files of
+/// in-order points interleave only at the seams between series (a
+/// series' points of one flush all come before those of the flush
+/// before), so nearly all their blocks are copied.
+fn write_minor_by_blocks(walks: &mut [BlockWalk], out: &mut Outputs) -> Result<()> {
+    let mut bound: Vec<u8> = Vec::new();
+    // A key written that an older file holds too: its older entries are
+    // skipped when their walks reach them (a merge keeps the newest).
+    let mut shadowing: Vec<u8> = Vec::new();
+    let equal = |a: &[u8], b: &[u8]| compare_keys(a, b) == std::cmp::Ordering::Equal;
+    loop {
+        // The walk at the smallest key (the newest among equal keys), and
+        // the smallest key of the others: how far it may go alone.
+        let mut first: Option<usize> = None;
+        let mut second: Option<usize> = None;
+        for i in 0..walks.len() {
+            let Some(key) = walks[i].key() else {
+                continue;
+            };
+            let below = |j: Option<usize>| {
+                j.and_then(|j| walks[j].key())
+                    .is_none_or(|k| compare_keys(key, k) == std::cmp::Ordering::Less)
+            };
+            if below(first) {
+                second = first;
+                first = Some(i);
+            } else if below(second) {
+                second = Some(i);
+            }
+        }
+        let Some(s) = first else {
+            return Ok(());
+        };
+        let walk = &mut walks[s];
+        if !shadowing.is_empty() && walk.key().is_some_and(|k| equal(k, &shadowing)) {
+            if !walk.in_block() {
+                walk.open_block()?;
+                out.inner
+                    .stats
+                    .compaction_blocks_merged
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            walk.advance()?;
+            continue;
+        }
+        bound.clear();
+        if let Some(key) = second.and_then(|j| walks[j].key()) {
+            bound.extend_from_slice(key);
+        }
+        // Equal keys go newest file first, and walks are newest first.
+        let tie_goes_first = second.is_none_or(|j| s < j);
+        let walk = &mut walks[s];
+        if !walk.in_block() {
+            let file = walk.reader().clone();
+            let alone = bound.is_empty() || walk.next_block_is_below(&bound, tie_goes_first);
+            if alone && let Some(window) = out.whole_block_window(file.meta())? {
+                if let Some(block) = walk.take_block()? {
+                    out.writer(window)?.copy_block(&block, file.meta())?;
+                    out.inner
+                        .stats
+                        .compaction_blocks_copied
+                        .fetch_add(1, Ordering::Relaxed);
+                    // Only a file's last block may end on the bound: its
+                    // last key is known.
+                    if let Some(last) = &block.last_key
+                        && equal(last, &bound)
+                    {
+                        shadowing.clone_from(last);
+                    }
+                    continue;
+                }
+            }
+            walk.open_block()?;
+            out.inner
+                .stats
+                .compaction_blocks_merged
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        while walk.in_block() {
+            let key = walk.key().unwrap_or_default();
+            if !bound.is_empty() {
+                match compare_keys(key, &bound) {
+                    std::cmp::Ordering::Less => {}
+                    std::cmp::Ordering::Equal if tie_goes_first => {
+                        shadowing.clear();
+                        shadowing.extend_from_slice(key);
+                    }
+                    _ => break,
+                }
+            }
+            out.add(key, walk.ttl_ms(), walk.value())?;
+            walk.advance()?;
+        }
+    }
 }
 
 fn write_major(

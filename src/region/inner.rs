@@ -45,6 +45,11 @@ pub struct RegionStats {
     pub compactions: AtomicU64,
     pub compacted_bytes_in: AtomicU64,
     pub compacted_bytes_out: AtomicU64,
+    /// Data blocks minor compactions wrote as their files held them
+    /// (no other input's key fell inside), and data blocks they decoded
+    /// and merged entry by entry.
+    pub compaction_blocks_copied: AtomicU64,
+    pub compaction_blocks_merged: AtomicU64,
     pub expired_files_dropped: AtomicU64,
     pub writer_stalls: AtomicU64,
     pub writer_stall_micros: AtomicU64,

@@ -20,6 +20,6 @@ pub mod reader;
 pub mod ts_block;
 pub mod writer;
 
-pub use format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError, file_name};
-pub use reader::{SstIter, SstReader};
+pub use format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError, WholeBlock, file_name};
+pub use reader::{BlockWalk, SstIter, SstReader};
 pub use writer::SstWriter;

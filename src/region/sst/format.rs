@@ -109,6 +109,20 @@ pub struct FileMeta {
     pub data_bytes: u64,
 }
 
+/// A data block as its file holds it, for another file of the family to
+/// hold as it is: a compaction copies a block no other input's key falls
+/// inside instead of decoding and coding it again.
+pub struct WholeBlock {
+    /// The framed block, checksum included.
+    pub frame: Vec<u8>,
+    pub first_key: Vec<u8>,
+    /// Its last key, when the walk knows it (a file's last block).
+    pub last_key: Option<Vec<u8>>,
+    pub entries: u64,
+    /// Length of its payload before compression.
+    pub payload_len: u64,
+}
+
 pub fn file_name(file_id: u64) -> String {
     format!("{file_id:020}.sst")
 }

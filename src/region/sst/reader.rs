@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::block::{Block, BlockIter, Entries, EntryCursor};
 use super::bloom::{Bloom, hash, rowcol_key};
 use super::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect, RunRead};
-use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError};
+use super::format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError, WholeBlock};
 use super::frame::{FRAME_OVERHEAD, Payload, unframe, unframe_payload, unframe_projected};
 use super::ts_block;
 use super::writer::{TRAILER_LEN, decode_meta};
@@ -930,6 +930,138 @@ impl SstIter {
             }
         }
         self.settle()
+    }
+}
+
+/// A compaction's walk over one store file, block by block: each block is
+/// either taken whole ([`BlockWalk::take_block`]) or opened and read entry
+/// by entry, without the block cache.
+pub struct BlockWalk {
+    reader: Arc<SstReader>,
+    /// The first block neither taken nor opened.
+    next: usize,
+    open: Option<BlockCursor>,
+    /// Buffers of the last block read entry by entry, for the next.
+    spare: Entries,
+}
+
+impl BlockWalk {
+    pub fn new(reader: Arc<SstReader>) -> Self {
+        BlockWalk {
+            reader,
+            next: 0,
+            open: None,
+            spare: Entries::default(),
+        }
+    }
+
+    pub fn reader(&self) -> &Arc<SstReader> {
+        &self.reader
+    }
+
+    /// The key the walk is at: the open block's entry, else the first key
+    /// of the next block; `None` past the file's end.
+    pub fn key(&self) -> Option<&[u8]> {
+        match &self.open {
+            Some(it) => Some(it.key()),
+            None => self.reader.index.get(self.next).map(|e| &e.first_key[..]),
+        }
+    }
+
+    /// Whether the walk is inside a block opened entry by entry.
+    pub fn in_block(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Whether every key of the next block is below `bound` (or, where
+    /// `tie_is_below`, at most `bound`: equal keys of a newer file go
+    /// first). Told by the first key of the block after, which is above
+    /// all of them, or for the last block by the file's last key.
+    pub fn next_block_is_below(&self, bound: &[u8], tie_is_below: bool) -> bool {
+        match self.reader.index.get(self.next + 1) {
+            Some(after) => compare_keys(&after.first_key, bound) != Ordering::Greater,
+            None => match compare_keys(&self.reader.meta.last_key, bound) {
+                Ordering::Less => true,
+                Ordering::Equal => tie_is_below,
+                Ordering::Greater => false,
+            },
+        }
+    }
+
+    /// The next block as the file holds it, and the walk past it; `None`
+    /// (and the walk stays) when it is not a time-series block, whose
+    /// payload says how many entries it holds. The checksum is checked:
+    /// a compaction never carries damage on.
+    pub fn take_block(&mut self) -> Result<Option<WholeBlock>, SstError> {
+        let i = self.next;
+        let Some(entry) = self.reader.index.get(i) else {
+            return Ok(None);
+        };
+        let frame = self.reader.block_bytes(i)?;
+        let decoded = unframe_payload(&frame, MAX_BLOCK)
+            .map_err(|e| SstError::decode(&self.reader.path, entry.offset, e))?;
+        let Payload::TimeSeries(payload) = decoded else {
+            return Ok(None);
+        };
+        let entries = ts_block::entry_count(&payload)
+            .map_err(|e| SstError::decode(&self.reader.path, entry.offset, e))?;
+        let payload_len = payload.len() as u64;
+        let last = i + 1 == self.reader.index.len();
+        let block = WholeBlock {
+            first_key: entry.first_key.clone(),
+            last_key: last.then(|| self.reader.meta.last_key.clone()),
+            entries,
+            payload_len,
+            frame,
+        };
+        self.next += 1;
+        Ok(Some(block))
+    }
+
+    /// Opens the next block to read it entry by entry.
+    pub fn open_block(&mut self) -> Result<(), SstError> {
+        let i = self.next;
+        if i >= self.reader.index.len() {
+            return Ok(());
+        }
+        let mut it = self.reader.block_once(i, std::mem::take(&mut self.spare))?;
+        it.seek_first().map_err(|e| {
+            SstError::corrupt(&self.reader.path, self.reader.index[i].offset, e.what)
+        })?;
+        self.next += 1;
+        self.open = Some(it);
+        self.close_if_done();
+        Ok(())
+    }
+
+    /// The open block's entry: value and TTL (its key is [`Self::key`]).
+    pub fn value(&self) -> &[u8] {
+        self.open.as_ref().map_or(&[], |it| it.value())
+    }
+
+    pub fn ttl_ms(&self) -> Option<u64> {
+        self.open.as_ref().and_then(|it| it.ttl_ms())
+    }
+
+    /// The open block's next entry; past its last the walk is between
+    /// blocks again.
+    pub fn advance(&mut self) -> Result<(), SstError> {
+        if let Some(it) = self.open.as_mut()
+            && let Err(e) = it.advance()
+        {
+            let offset = self.reader.index[self.next - 1].offset;
+            return Err(SstError::corrupt(&self.reader.path, offset, e.what));
+        }
+        self.close_if_done();
+        Ok(())
+    }
+
+    fn close_if_done(&mut self) {
+        if self.open.as_ref().is_some_and(|it| !it.valid()) {
+            if let Some(BlockCursor::Entries(cursor)) = self.open.take() {
+                self.spare = cursor.into_entries();
+            }
+        }
     }
 }
 

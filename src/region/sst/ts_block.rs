@@ -784,6 +784,15 @@ pub fn decode_entries(
     Ok(true)
 }
 
+/// How many entries a time-series payload holds, from its header alone.
+pub fn entry_count(payload: &[u8]) -> Result<u64, DecodeError> {
+    let mut r = Reader::new(payload);
+    if r.bytes(1, "time-series block format")? != [FORMAT] {
+        return Err(err(0, "unknown time-series block format"));
+    }
+    r.varint("entry count")
+}
+
 /// Decodes the rows of `[select.start, select.stop)` straight into
 /// `out` (at most `max_rows` of them), with only the selected columns'
 /// puts, their values as [`Value`]s: no standard body is built. Rows after

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use super::block::{BlockBuilder, BlockCells};
 use super::bloom::{Bloom, hash, rowcol_key};
-use super::format::{FileMeta, SST_MAGIC, SST_VERSION, SstError, file_name};
+use super::format::{FileMeta, SST_MAGIC, SST_VERSION, SstError, WholeBlock, file_name};
 use super::frame::{frame, frame_time_series};
 use crate::cell::{CellKind, KeyRef, row_of};
 use crate::codec::{put_len_prefixed, put_varint};
@@ -65,6 +65,11 @@ pub struct SstWriter {
     meta: FileMeta,
     /// The last key of the last block written out.
     last_key: Vec<u8>,
+    /// `last_key` is only a bound: the first key of a block copied whole
+    /// whose last key the copier did not know. A later entry or block
+    /// always follows one (its file's last block is copied or added too),
+    /// and a file cannot end on one.
+    last_key_unknown: bool,
 }
 
 /// The last key of the block being built (empty when it is empty): a
@@ -124,6 +129,7 @@ impl SstWriter {
                 data_bytes: 0,
             },
             last_key: Vec::new(),
+            last_key_unknown: false,
         })
     }
 
@@ -241,27 +247,73 @@ impl SstWriter {
         if !last.is_empty() {
             self.last_key.clear();
             self.last_key.extend_from_slice(last);
+            self.last_key_unknown = false;
         }
         match &mut self.cells {
             Some(cells) if cells.is_empty() => return Ok(()),
             Some(cells) => {
-                self.meta.data_bytes += cells.size() as u64;
                 frame_time_series(cells, self.snappy, &mut self.scratch);
                 cells.clear();
             }
             None if self.block.is_empty() => return Ok(()),
             None => {
                 let body = self.block.finish();
-                self.meta.data_bytes += body.len() as u64;
                 frame(&body, self.snappy, &mut self.scratch);
             }
         }
+        self.meta.data_bytes += u64::from(payload_len(&self.scratch));
         let first = self
             .block_first_key
             .take()
             .expect("set with the block's first entry");
         self.index
             .push((first, self.offset, self.scratch.len() as u64));
+        self.write_scratch()
+    }
+
+    /// Whether [`Self::copy_block`] may be given this family's blocks: a
+    /// time-series family without a bloom filter (a copied block's keys
+    /// are not seen, so none could go into one).
+    pub fn takes_whole_blocks(&self) -> bool {
+        self.cells.is_some() && self.bloom_type == BloomType::None
+    }
+
+    /// Appends a data block of another file of this family as that file
+    /// holds it. Its keys must all come after every key given so far, and
+    /// `file` (the meta of the file it came from) must hold no delete
+    /// marker and have all its cells go to this file: its time range and
+    /// latest expiry are this block's bounds.
+    pub fn copy_block(&mut self, block: &WholeBlock, file: &FileMeta) -> Result<(), SstError> {
+        debug_assert!(self.takes_whole_blocks() && file.delete_markers == 0);
+        debug_assert!(
+            self.meta.entries == 0
+                || crate::cell::compare_keys(self.last_key(), &block.first_key)
+                    == std::cmp::Ordering::Less,
+            "copied block out of order"
+        );
+        self.flush_block()?;
+        let m = &mut self.meta;
+        if m.entries == 0 {
+            m.first_key = block.first_key.clone();
+        }
+        m.entries += block.entries;
+        m.min_ts = m.min_ts.min(file.min_ts);
+        m.max_ts = m.max_ts.max(file.max_ts);
+        m.max_cell_expiry = m.max_cell_expiry.max(file.max_cell_expiry);
+        m.data_bytes += block.payload_len;
+        self.last_key.clear();
+        match &block.last_key {
+            Some(last) => self.last_key.extend_from_slice(last),
+            None => self.last_key.extend_from_slice(&block.first_key),
+        }
+        self.last_key_unknown = block.last_key.is_none();
+        self.index.push((
+            block.first_key.clone(),
+            self.offset,
+            block.frame.len() as u64,
+        ));
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&block.frame);
         self.write_scratch()
     }
 
@@ -302,6 +354,13 @@ impl SstWriter {
 
     fn finish_file(mut self, max_seq: u64) -> Result<(PathBuf, FileMeta, u64), SstError> {
         self.flush_block()?;
+        if self.last_key_unknown {
+            return Err(SstError::corrupt(
+                &self.tmp_path,
+                self.offset,
+                "file would end on a copied block whose last key is unknown",
+            ));
+        }
         self.meta.last_key = std::mem::take(&mut self.last_key);
         self.meta.max_seq = max_seq;
         if self.meta.entries == 0 {
@@ -368,6 +427,13 @@ impl SstWriter {
     pub fn abandon(self) {
         let _ = crate::fsutil::remove_file(&self.tmp_path);
     }
+}
+
+/// A frame's payload length before compression (see `frame`).
+fn payload_len(frame: &[u8]) -> u32 {
+    frame
+        .get(1..5)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn encode_meta(m: &FileMeta, bloom: BloomType, prefix_len: usize, out: &mut Vec<u8>) {
