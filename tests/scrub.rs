@@ -47,6 +47,25 @@ fn flip_byte(file: &std::path::Path, at: u64) {
     f.write_all_at(&byte, at).expect("write");
 }
 
+/// The nice value of the first thread of process `pid` whose name starts
+/// with `name` (`/proc/<pid>/task/<tid>/stat`, field 19).
+fn thread_nice(pid: u32, name: &str) -> Option<i64> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(name) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        // After "pid (comm) ", the fields from the third on.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        return rest.split(' ').nth(16)?.parse().ok();
+    }
+    None
+}
+
 fn store_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -113,6 +132,10 @@ fn the_scrub_finds_a_byte_changed_on_disk_and_readyz_names_the_file() {
     });
     assert!(metric(&a, "halite_scrub_checked_files_total") >= 1.0);
     assert_eq!(metric(&a, "halite_scrub_damaged_files"), 0.0);
+    // The scrub takes only CPU the rest leave: its thread is at nice 19,
+    // the server's others where they started.
+    assert_eq!(thread_nice(srv.child.id(), "halite-scrub"), Some(19));
+    assert_eq!(thread_nice(srv.child.id(), "halite-compact-"), Some(0));
     assert_eq!(
         request(&a, "GET", "/readyz", None, b"")
             .expect("readyz")

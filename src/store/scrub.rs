@@ -11,8 +11,11 @@
 //! and at least [`IDLE_PER_BUSY`] times as long as the check took: the
 //! scrub takes at most a fifth of one core from ingest and queries
 //! (checking a compressed time-series file costs far more CPU than
-//! reading it). A stopping server does not wait for a file's check to
-//! end. A file that reads clean again (restored) is no longer damaged.
+//! reading it). Its thread also runs at the lowest CPU priority (nice
+//! 19): when every core is busy it waits for the others, and its rest,
+//! measured on the clock, grows with the wait. A stopping server does not
+//! wait for a file's check to end. A file that reads clean again
+//! (restored) is no longer damaged.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -54,7 +57,11 @@ impl Scrubber {
             under_way: false,
             next_at: Instant::now(),
         });
+        let niced = std::sync::atomic::AtomicBool::new(false);
         let chore = Chore::start_stoppable(store, "halite-scrub", TICK, move |store, go_on| {
+            if !niced.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                lowest_cpu_priority();
+            }
             let mut pass = pass.lock();
             if Instant::now() < pass.next_at {
                 return;
@@ -123,4 +130,20 @@ fn check(store: &Store, path: &std::path::Path, file_id: u64, go_on: &dyn Fn() -
     let damaged = store.note_damage(path, what);
     metrics::gauge!("halite_scrub_damaged_files").set(damaged as f64);
     true
+}
+
+/// Puts the calling thread at nice 19, the lowest CPU priority. Checks
+/// cost CPU (decoding every block) that ingest and queries need more; at
+/// this priority the scrub takes what they leave. A refusal (a sandbox)
+/// leaves the thread where it was, which the rate bounds anyway.
+fn lowest_cpu_priority() {
+    // SAFETY: gettid and setpriority take no pointers; on Linux a
+    // thread id names that one thread for PRIO_PROCESS.
+    let refused = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) != 0
+    };
+    if refused {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "the scrub's thread keeps its CPU priority");
+    }
 }
