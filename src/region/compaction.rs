@@ -448,20 +448,16 @@ fn write_minor_by_blocks(walks: &mut [BlockWalk], out: &mut Outputs) -> Result<(
         let walk = &mut walks[s];
         if !walk.in_block() {
             let file = walk.reader().clone();
-            let alone = bound.is_empty() || walk.next_block_is_below(&bound, tie_goes_first);
-            if alone && let Some(window) = out.whole_block_window(file.meta())? {
-                if let Some(block) = walk.take_block()? {
+            if let Some(window) = out.whole_block_window(file.meta())? {
+                let below = (!bound.is_empty()).then_some((&bound[..], tie_goes_first));
+                if let Some(block) = walk.take_block(below)? {
                     out.writer(window)?.copy_block(&block, file.meta())?;
                     out.inner
                         .stats
                         .compaction_blocks_copied
                         .fetch_add(1, Ordering::Relaxed);
-                    // Only a file's last block may end on the bound: its
-                    // last key is known.
-                    if let Some(last) = &block.last_key
-                        && equal(last, &bound)
-                    {
-                        shadowing.clone_from(last);
+                    if equal(&block.last_key, &bound) {
+                        shadowing.clone_from(&block.last_key);
                     }
                     continue;
                 }

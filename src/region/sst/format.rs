@@ -116,8 +116,7 @@ pub struct WholeBlock {
     /// The framed block, checksum included.
     pub frame: Vec<u8>,
     pub first_key: Vec<u8>,
-    /// Its last key, when the walk knows it (a file's last block).
-    pub last_key: Option<Vec<u8>>,
+    pub last_key: Vec<u8>,
     pub entries: u64,
     /// Length of its payload before compression.
     pub payload_len: u64,

@@ -453,9 +453,20 @@ impl SstReader {
             return Ok(BlockCursor::Body(BlockIter::new(block)));
         }
         let buf = self.block_bytes(i)?;
+        self.block_of_frame(i, &buf, spare)
+    }
+
+    /// [`Self::block_once`] of block `i`'s frame, read already.
+    fn block_of_frame(
+        &self,
+        i: usize,
+        buf: &[u8],
+        spare: Entries,
+    ) -> Result<BlockCursor, SstError> {
+        let entry = &self.index[i];
         let corrupt =
             |e: crate::codec::DecodeError| SstError::corrupt(&self.path, entry.offset, e.what);
-        match unframe_payload(&buf, MAX_BLOCK)
+        match unframe_payload(buf, MAX_BLOCK)
             .map_err(|e| SstError::decode(&self.path, entry.offset, e))?
         {
             Payload::TimeSeries(payload) => {
@@ -941,6 +952,8 @@ pub struct BlockWalk {
     /// The first block neither taken nor opened.
     next: usize,
     open: Option<BlockCursor>,
+    /// The next block's frame, read by a `take_block` that left it.
+    read: Option<Vec<u8>>,
     /// Buffers of the last block read entry by entry, for the next.
     spare: Entries,
 }
@@ -951,6 +964,7 @@ impl BlockWalk {
             reader,
             next: 0,
             open: None,
+            read: None,
             spare: Entries::default(),
         }
     }
@@ -973,43 +987,50 @@ impl BlockWalk {
         self.open.is_some()
     }
 
-    /// Whether every key of the next block is below `bound` (or, where
-    /// `tie_is_below`, at most `bound`: equal keys of a newer file go
-    /// first). Told by the first key of the block after, which is above
-    /// all of them, or for the last block by the file's last key.
-    pub fn next_block_is_below(&self, bound: &[u8], tie_is_below: bool) -> bool {
-        match self.reader.index.get(self.next + 1) {
-            Some(after) => compare_keys(&after.first_key, bound) != Ordering::Greater,
-            None => match compare_keys(&self.reader.meta.last_key, bound) {
-                Ordering::Less => true,
-                Ordering::Equal => tie_is_below,
-                Ordering::Greater => false,
-            },
-        }
-    }
-
-    /// The next block as the file holds it, and the walk past it; `None`
-    /// (and the walk stays) when it is not a time-series block, whose
-    /// payload says how many entries it holds. The checksum is checked:
-    /// a compaction never carries damage on.
-    pub fn take_block(&mut self) -> Result<Option<WholeBlock>, SstError> {
+    /// The next block as the file holds it, and the walk past it, when
+    /// every key of it is below `bound` (or, where the bound's flag says
+    /// so, at most the bound: equal keys of a newer file go first); with
+    /// no bound, whenever it can. `None` (and the walk stays) when it is
+    /// not below, or not a time-series block, whose payload says how many
+    /// entries it holds and, from its rows alone, its last key. The
+    /// checksum is checked: a compaction never carries damage on.
+    pub fn take_block(
+        &mut self,
+        bound: Option<(&[u8], bool)>,
+    ) -> Result<Option<WholeBlock>, SstError> {
         let i = self.next;
         let Some(entry) = self.reader.index.get(i) else {
             return Ok(None);
         };
-        let frame = self.reader.block_bytes(i)?;
-        let decoded = unframe_payload(&frame, MAX_BLOCK)
-            .map_err(|e| SstError::decode(&self.reader.path, entry.offset, e))?;
-        let Payload::TimeSeries(payload) = decoded else {
+        let frame = match self.read.take() {
+            Some(frame) => frame,
+            None => self.reader.block_bytes(i)?,
+        };
+        let damaged = |e| SstError::decode(&self.reader.path, entry.offset, e);
+        let (entries, last_key, payload_len) = match unframe_payload(&frame, MAX_BLOCK) {
+            Err(e) => return Err(damaged(e)),
+            Ok(Payload::Standard(_)) => (None, Vec::new(), 0),
+            Ok(Payload::TimeSeries(payload)) => (
+                Some(ts_block::entry_count(&payload).map_err(damaged)?),
+                ts_block::last_key(&payload, MAX_BLOCK).map_err(damaged)?,
+                payload.len() as u64,
+            ),
+        };
+        let below =
+            bound.is_none_or(
+                |(bound, tie_is_below)| match compare_keys(&last_key, bound) {
+                    Ordering::Less => true,
+                    Ordering::Equal => tie_is_below,
+                    Ordering::Greater => false,
+                },
+            );
+        let Some(entries) = entries.filter(|_| below) else {
+            self.read = Some(frame);
             return Ok(None);
         };
-        let entries = ts_block::entry_count(&payload)
-            .map_err(|e| SstError::decode(&self.reader.path, entry.offset, e))?;
-        let payload_len = payload.len() as u64;
-        let last = i + 1 == self.reader.index.len();
         let block = WholeBlock {
             first_key: entry.first_key.clone(),
-            last_key: last.then(|| self.reader.meta.last_key.clone()),
+            last_key,
             entries,
             payload_len,
             frame,
@@ -1024,7 +1045,11 @@ impl BlockWalk {
         if i >= self.reader.index.len() {
             return Ok(());
         }
-        let mut it = self.reader.block_once(i, std::mem::take(&mut self.spare))?;
+        let spare = std::mem::take(&mut self.spare);
+        let mut it = match self.read.take() {
+            Some(frame) => self.reader.block_of_frame(i, &frame, spare)?,
+            None => self.reader.block_once(i, spare)?,
+        };
         it.seek_first().map_err(|e| {
             SstError::corrupt(&self.reader.path, self.reader.index[i].offset, e.what)
         })?;
@@ -1214,6 +1239,82 @@ mod tests {
                 assert_eq!(walk(it), all[at..].to_vec(), "seek near entry {i}");
             }
         }
+    }
+
+    /// A compaction's walk takes a block whole only when its last key
+    /// (read from its rows, wherever the next block starts) is below the
+    /// bound it is given, or equal where ties go first; a block it
+    /// leaves is then opened from the frame it read. Blocks taken whole
+    /// and entries read one by one, written again, make a file that
+    /// checks out and holds what the first did.
+    #[test]
+    fn a_walk_takes_a_block_whole_only_below_its_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let reader = series_file(dir.path(), 2048);
+        let mut all = Vec::new();
+        let mut it = reader.iter_uncached();
+        it.seek_to_first().expect("first");
+        while it.valid() {
+            all.push((it.key().to_vec(), it.value().to_vec()));
+            it.advance().expect("advance");
+        }
+        let starts: Vec<usize> = (0..reader.block_count())
+            .map(|i| {
+                all.iter()
+                    .position(|(k, _)| *k == reader.index[i].first_key)
+                    .expect("a block starts at an entry")
+            })
+            .chain([all.len()])
+            .collect();
+        assert!(starts.len() > 10, "{} blocks", starts.len() - 1);
+        let out_dir = tempfile::tempdir().expect("tempdir");
+        let mut family = FamilyDescriptor::new("f").block_size(2048);
+        family.data_block_encoding = crate::schema::DataBlockEncoding::TimeSeries;
+        family.bloom = BloomType::None;
+        let mut w = SstWriter::create(out_dir.path(), 2, &family, 0).expect("writer");
+        assert!(w.takes_whole_blocks());
+        let mut walk = BlockWalk::new(reader.clone());
+        for i in 0..reader.block_count() {
+            let (first, last) = (&all[starts[i]].0, &all[starts[i + 1] - 1].0);
+            assert_eq!(walk.key(), Some(&first[..]));
+            assert!(
+                walk.take_block(Some((last, false)))
+                    .expect("read")
+                    .is_none()
+            );
+            if i % 2 == 0 {
+                let block = walk
+                    .take_block(Some((last, true)))
+                    .expect("read")
+                    .expect("taken when ties go first");
+                assert_eq!((&block.first_key, &block.last_key), (first, last));
+                assert_eq!(block.entries as usize, starts[i + 1] - starts[i]);
+                w.copy_block(&block, reader.meta()).expect("copy");
+            } else {
+                walk.open_block().expect("open");
+                let mut n = 0;
+                while walk.in_block() {
+                    assert_eq!(walk.key(), Some(&all[starts[i] + n].0[..]));
+                    w.add(walk.key().expect("a key"), walk.ttl_ms(), walk.value())
+                        .expect("add");
+                    walk.advance().expect("advance");
+                    n += 1;
+                }
+                assert_eq!(n, starts[i + 1] - starts[i]);
+            }
+        }
+        assert_eq!(walk.key(), None);
+        let (path, meta, _) = w.finish(1).expect("finish");
+        assert_eq!(meta.entries as usize, all.len());
+        let copy = SstReader::open(&path, 2, BlockCache::new(1 << 20), false, false).expect("open");
+        assert_eq!(copy.check_all().expect("checks out"), all.len() as u64);
+        let mut it = copy.iter_uncached();
+        it.seek_to_first().expect("first");
+        for (key, value) in &all {
+            assert_eq!((it.key(), it.value()), (&key[..], &value[..]));
+            it.advance().expect("advance");
+        }
+        assert!(!it.valid());
     }
 
     /// A time-series block at least half full ends before a new series

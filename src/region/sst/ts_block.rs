@@ -793,6 +793,20 @@ pub fn entry_count(payload: &[u8]) -> Result<u64, DecodeError> {
     r.varint("entry count")
 }
 
+/// The last key of a time-series payload, from its row stream alone (no
+/// value is decoded): how a compaction tells that a block ends before
+/// another input's next key.
+pub fn last_key(payload: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
+    let mut w = RowWalker::open(payload, max_len)?;
+    while w.next_row()? {}
+    let Some(last) = w.row_columns.len().checked_sub(1) else {
+        return Err(err(0, "empty time-series block"));
+    };
+    let mut key = Vec::new();
+    w.cell_key_into(last, &mut key);
+    Ok(key)
+}
+
 /// Decodes the rows of `[select.start, select.stop)` straight into
 /// `out` (at most `max_rows` of them), with only the selected columns'
 /// puts, their values as [`Value`]s: no standard body is built. Rows after
@@ -1521,6 +1535,10 @@ mod tests {
             })
             .collect();
         assert_eq!(got, entries, "the entries come back as they were");
+        // A compaction's look at where the block ends: its last key, from
+        // the rows alone.
+        let last = &entries.last().expect("a block holds entries").0;
+        assert_eq!(&last_key(&encoded, 1 << 24).expect("decodes"), last);
         encoded.len()
     }
 
@@ -1818,9 +1836,12 @@ mod tests {
                 bad[i] ^= flip;
                 let _ = decode(&bad, 1 << 20);
                 let _ = decode_entries(&bad, 1 << 20, &mut Entries::default());
+                let _ = last_key(&bad, 1 << 20);
             }
         }
         for cut in 0..encoded.len() {
+            // Values are not read for it: only no panic is asked.
+            let _ = last_key(&encoded[..cut], 1 << 20);
             assert!(decode(&encoded[..cut], 1 << 20).is_err(), "cut at {cut}");
             let into_entries = decode_entries(&encoded[..cut], 1 << 20, &mut Entries::default());
             assert!(into_entries.is_err(), "cut at {cut}");

@@ -65,11 +65,6 @@ pub struct SstWriter {
     meta: FileMeta,
     /// The last key of the last block written out.
     last_key: Vec<u8>,
-    /// `last_key` is only a bound: the first key of a block copied whole
-    /// whose last key the copier did not know. A later entry or block
-    /// always follows one (its file's last block is copied or added too),
-    /// and a file cannot end on one.
-    last_key_unknown: bool,
 }
 
 /// The last key of the block being built (empty when it is empty): a
@@ -129,7 +124,6 @@ impl SstWriter {
                 data_bytes: 0,
             },
             last_key: Vec::new(),
-            last_key_unknown: false,
         })
     }
 
@@ -247,7 +241,6 @@ impl SstWriter {
         if !last.is_empty() {
             self.last_key.clear();
             self.last_key.extend_from_slice(last);
-            self.last_key_unknown = false;
         }
         match &mut self.cells {
             Some(cells) if cells.is_empty() => return Ok(()),
@@ -301,12 +294,7 @@ impl SstWriter {
         m.max_ts = m.max_ts.max(file.max_ts);
         m.max_cell_expiry = m.max_cell_expiry.max(file.max_cell_expiry);
         m.data_bytes += block.payload_len;
-        self.last_key.clear();
-        match &block.last_key {
-            Some(last) => self.last_key.extend_from_slice(last),
-            None => self.last_key.extend_from_slice(&block.first_key),
-        }
-        self.last_key_unknown = block.last_key.is_none();
+        self.last_key.clone_from(&block.last_key);
         self.index.push((
             block.first_key.clone(),
             self.offset,
@@ -354,13 +342,6 @@ impl SstWriter {
 
     fn finish_file(mut self, max_seq: u64) -> Result<(PathBuf, FileMeta, u64), SstError> {
         self.flush_block()?;
-        if self.last_key_unknown {
-            return Err(SstError::corrupt(
-                &self.tmp_path,
-                self.offset,
-                "file would end on a copied block whose last key is unknown",
-            ));
-        }
         self.meta.last_key = std::mem::take(&mut self.last_key);
         self.meta.max_seq = max_seq;
         if self.meta.entries == 0 {
