@@ -461,7 +461,7 @@ impl MemStore {
                 continue;
             }
             nodes += 1;
-            node_cells(self.arena_bytes(node.cells), &mut cells);
+            cells.extend(BlobCells::new(self.arena_bytes(node.cells)));
         }
         match row {
             Some(r) => finish_walked_row(r, nodes, &mut cells, &mut each),
@@ -644,37 +644,20 @@ impl<'a> Inserter<'_, 'a> {
     }
 }
 
-/// Decodes a node's cell blob. The blob was written by `insert_row` in this
-/// process, so it is well formed; a malformed one would be a bug, and is
-/// cut short rather than trusted.
+/// Decodes a node's cell blob into entries with whole keys.
 fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>, keys: &mut Vec<u8>) {
-    let blob = node.cells.as_slice();
     let row = node.row.as_slice();
-    let mut r = Reader::new(blob);
-    while !r.is_empty() {
-        let Ok(suffix) = r.len_prefixed(blob.len(), "key") else {
-            debug_assert!(false, "malformed memstore blob");
-            return;
-        };
+    for cell in BlobCells::new(node.cells.as_slice()) {
         let key_at = keys.len();
         keys.extend_from_slice(&(row.len() as u16).to_be_bytes());
         keys.extend_from_slice(row);
-        keys.extend_from_slice(suffix);
-        let ttl_ms = if suffix.last().is_some_and(|b| b & TTL_FLAG != 0) {
-            r.varint("ttl").ok()
-        } else {
-            None
-        };
-        let Ok(value) = r.len_prefixed(blob.len(), "value") else {
-            debug_assert!(false, "malformed memstore blob");
-            return;
-        };
+        keys.extend_from_slice(cell.after_row);
         out.push(MemEntry {
             key_at: key_at as u32,
             key_len: (keys.len() - key_at) as u32,
-            value: RawSlice::of(value),
+            value: RawSlice::of(cell.value),
             seq: node.seq,
-            ttl_ms,
+            ttl_ms: cell.ttl_ms,
         });
     }
 }
@@ -713,28 +696,49 @@ fn finish_walked_row<'m, E>(
     result
 }
 
-/// A node's cell blob as [`RowCell`]s (see [`decode_cells`]).
-fn node_cells<'m>(blob: &'m [u8], out: &mut Vec<RowCell<'m>>) {
-    let mut r = Reader::new(blob);
-    while !r.is_empty() {
-        let Ok(after_row) = r.len_prefixed(blob.len(), "key") else {
+/// The cells of a node's blob, in order (see `RowNode`). The blob was
+/// written by `insert_row` in this process, so it is well formed; a
+/// malformed one would be a bug, and is cut short rather than trusted.
+struct BlobCells<'m> {
+    blob: &'m [u8],
+    r: Reader<'m>,
+}
+
+impl<'m> BlobCells<'m> {
+    fn new(blob: &'m [u8]) -> Self {
+        BlobCells {
+            blob,
+            r: Reader::new(blob),
+        }
+    }
+}
+
+impl<'m> Iterator for BlobCells<'m> {
+    type Item = RowCell<'m>;
+
+    fn next(&mut self) -> Option<RowCell<'m>> {
+        if self.r.is_empty() {
+            return None;
+        }
+        let len = self.blob.len();
+        let Ok(after_row) = self.r.len_prefixed(len, "key") else {
             debug_assert!(false, "malformed memstore blob");
-            return;
+            return None;
         };
         let ttl_ms = if after_row.last().is_some_and(|b| b & TTL_FLAG != 0) {
-            r.varint("ttl").ok()
+            self.r.varint("ttl").ok()
         } else {
             None
         };
-        let Ok(value) = r.len_prefixed(blob.len(), "value") else {
+        let Ok(value) = self.r.len_prefixed(len, "value") else {
             debug_assert!(false, "malformed memstore blob");
-            return;
+            return None;
         };
-        out.push(RowCell {
+        Some(RowCell {
             after_row,
             ttl_ms,
             value,
-        });
+        })
     }
 }
 
