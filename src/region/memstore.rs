@@ -9,6 +9,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
@@ -380,72 +381,87 @@ impl MemStore {
         keys.clear();
         let mut loaded = 0;
         let mut last = None;
-        // (row, u64::MAX) is the first node of a row; (row, 0) its last.
-        let probe = RowNode::probe(from, if after { 0 } else { u64::MAX });
-        let mut at = self.rows.seek(&probe, after);
-        let mut current: Option<RawSlice> = None;
-        let mut row_start = 0;
-        let mut nodes = 0;
-        let finish_row =
-            |row: RawSlice, nodes: usize, start: usize, out: &mut Vec<MemEntry>, keys: &[u8]| {
-                if nodes > 1 {
-                    // Nodes came newest first; a stable sort keeps that order
-                    // among equal keys, and dedup keeps the first (newest).
-                    let mut cells = out.split_off(start);
-                    cells.sort_by(|a, b| compare_keys(a.key(keys), b.key(keys)));
-                    cells.dedup_by(|later, first| {
-                        compare_keys(later.key(keys), first.key(keys)) == Ordering::Equal
-                    });
-                    out.extend(cells);
-                }
-                (nodes > 0).then_some(RawRow(row))
-            };
-        while !at.is_null() {
-            let node = *self.rows.key(at);
-            at = self.rows.successor(at);
-            if let Some(row) = current
-                && row.as_slice() != node.row.as_slice()
-            {
-                if let Some(r) = finish_row(row, nodes, row_start, out, keys) {
-                    last = Some(r);
-                    loaded += 1;
-                    if loaded >= max_rows {
-                        return last;
-                    }
-                }
-                current = None;
-                nodes = 0;
-                row_start = out.len();
+        let _ = self.visit_rows(from, after, read_point, |row, cells| {
+            for cell in cells {
+                let key_at = keys.len();
+                keys.extend_from_slice(&(row.len() as u16).to_be_bytes());
+                keys.extend_from_slice(row);
+                keys.extend_from_slice(cell.after_row);
+                out.push(MemEntry {
+                    key_at: key_at as u32,
+                    key_len: (keys.len() - key_at) as u32,
+                    value: RawSlice::of(cell.value),
+                    seq: cell.seq,
+                    ttl_ms: cell.ttl_ms,
+                });
             }
-            current.get_or_insert(node.row);
-            if node.seq > read_point {
-                continue;
+            last = Some(RawRow(RawSlice::of(row)));
+            loaded += 1;
+            if loaded >= max_rows {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
-            nodes += 1;
-            decode_cells(node, out, keys);
-        }
-        if let Some(row) = current
-            && let Some(r) = finish_row(row, nodes, row_start, out, keys)
-        {
-            last = Some(r);
-        }
+        });
         last
     }
 
     /// Every row with an edit visible at `read_point`, in key order, with
     /// its cells in key order, one per key (the newest edit's): a flush's
     /// walk. Unlike [`Self::load_rows`] it makes no whole keys and copies
-    /// nothing: a row's cells are handed over as the node stores them,
-    /// and only a row written more than once is sorted.
+    /// nothing: a row's cells are handed over as the node stores them.
     pub fn walk_rows<'m, E>(
         &'m self,
         read_point: u64,
         mut each: impl FnMut(&'m [u8], &[RowCell<'m>]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut at = self.rows.seek(&RowNode::probe(&[], u64::MAX), false);
+        let visited = self.visit_rows(&[], false, read_point, |row, cells| {
+            match each(row, cells) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => ControlFlow::Break(e),
+            }
+        });
+        match visited {
+            ControlFlow::Continue(()) => Ok(()),
+            ControlFlow::Break(e) => Err(e),
+        }
+    }
+
+    /// The rows at or after `from` (or strictly after, with `after`) with
+    /// an edit visible at `read_point`, in key order, each with its cells
+    /// in key order, one per key, until `each` breaks. One skiplist
+    /// search serves them all, which is what makes scans of a MemStore
+    /// cheap. A row's nodes come newest first: only a row written more
+    /// than once is sorted (stable, so that order holds among equal keys)
+    /// and deduplicated, keeping the first (newest).
+    fn visit_rows<'m, B>(
+        &'m self,
+        from: &[u8],
+        after: bool,
+        read_point: u64,
+        mut each: impl FnMut(&'m [u8], &[RowCell<'m>]) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        // (row, u64::MAX) is the first node of a row; (row, 0) its last.
+        let probe = RowNode::probe(from, if after { 0 } else { u64::MAX });
+        let mut at = self.rows.seek(&probe, after);
         let mut cells: Vec<RowCell<'m>> = Vec::new();
         let mut row: Option<&'m [u8]> = None;
         let mut nodes = 0;
+        let mut finish = |row: &'m [u8], nodes: usize, cells: &mut Vec<RowCell<'m>>| {
+            if nodes > 1 {
+                cells.sort_by(|a, b| compare_keys_after_row(a.after_row, b.after_row));
+                cells.dedup_by(|later, first| {
+                    compare_keys_after_row(later.after_row, first.after_row) == Ordering::Equal
+                });
+            }
+            let flow = if cells.is_empty() {
+                ControlFlow::Continue(())
+            } else {
+                each(row, cells)
+            };
+            cells.clear();
+            flow
+        };
         while !at.is_null() {
             let node = *self.rows.key(at);
             at = self.rows.successor(at);
@@ -453,7 +469,7 @@ impl MemStore {
             if let Some(r) = row
                 && r != node_row
             {
-                finish_walked_row(r, nodes, &mut cells, &mut each)?;
+                finish(r, nodes, &mut cells)?;
                 nodes = 0;
             }
             row = Some(node_row);
@@ -461,11 +477,11 @@ impl MemStore {
                 continue;
             }
             nodes += 1;
-            cells.extend(BlobCells::new(self.arena_bytes(node.cells)));
+            cells.extend(BlobCells::new(self.arena_bytes(node.cells), node.seq));
         }
         match row {
-            Some(r) => finish_walked_row(r, nodes, &mut cells, &mut each),
-            None => Ok(()),
+            Some(r) => finish(r, nodes, &mut cells),
+            None => ControlFlow::Continue(()),
         }
     }
 
@@ -644,56 +660,15 @@ impl<'a> Inserter<'_, 'a> {
     }
 }
 
-/// Decodes a node's cell blob into entries with whole keys.
-fn decode_cells(node: RowNode, out: &mut Vec<MemEntry>, keys: &mut Vec<u8>) {
-    let row = node.row.as_slice();
-    for cell in BlobCells::new(node.cells.as_slice()) {
-        let key_at = keys.len();
-        keys.extend_from_slice(&(row.len() as u16).to_be_bytes());
-        keys.extend_from_slice(row);
-        keys.extend_from_slice(cell.after_row);
-        out.push(MemEntry {
-            key_at: key_at as u32,
-            key_len: (keys.len() - key_at) as u32,
-            value: RawSlice::of(cell.value),
-            seq: node.seq,
-            ttl_ms: cell.ttl_ms,
-        });
-    }
-}
-
 /// One cell of a row as [`MemStore::walk_rows`] hands it over: the key
 /// without its row (`family length ‖ family ‖ qualifier ‖ timestamp ‖
-/// kind`), the cell's TTL and its value.
+/// kind`), the cell's TTL and value, and the sequence id of its edit.
 #[derive(Debug, Clone, Copy)]
 pub struct RowCell<'m> {
     pub after_row: &'m [u8],
     pub ttl_ms: Option<u64>,
     pub value: &'m [u8],
-}
-
-/// Hands a walked row's cells to `each` and empties them. Cells of more
-/// than one node came newest node first: a stable sort keeps that order
-/// among equal keys, and dedup keeps the first (newest).
-fn finish_walked_row<'m, E>(
-    row: &'m [u8],
-    nodes: usize,
-    cells: &mut Vec<RowCell<'m>>,
-    each: &mut impl FnMut(&'m [u8], &[RowCell<'m>]) -> Result<(), E>,
-) -> Result<(), E> {
-    if nodes > 1 {
-        cells.sort_by(|a, b| compare_keys_after_row(a.after_row, b.after_row));
-        cells.dedup_by(|later, first| {
-            compare_keys_after_row(later.after_row, first.after_row) == Ordering::Equal
-        });
-    }
-    let result = if cells.is_empty() {
-        Ok(())
-    } else {
-        each(row, cells)
-    };
-    cells.clear();
-    result
+    pub seq: u64,
 }
 
 /// The cells of a node's blob, in order (see `RowNode`). The blob was
@@ -702,13 +677,16 @@ fn finish_walked_row<'m, E>(
 struct BlobCells<'m> {
     blob: &'m [u8],
     r: Reader<'m>,
+    /// The sequence id of the node's edit.
+    seq: u64,
 }
 
 impl<'m> BlobCells<'m> {
-    fn new(blob: &'m [u8]) -> Self {
+    fn new(blob: &'m [u8], seq: u64) -> Self {
         BlobCells {
             blob,
             r: Reader::new(blob),
+            seq,
         }
     }
 }
@@ -738,6 +716,7 @@ impl<'m> Iterator for BlobCells<'m> {
             after_row,
             ttl_ms,
             value,
+            seq: self.seq,
         })
     }
 }
