@@ -267,6 +267,36 @@ impl ColumnRuns {
         }
     }
 
+    /// Adds `n` rows to the run started last, the k-th's key tail
+    /// `after + k·step` (wrapping), each holding `columns` (their values
+    /// follow as [`Self::push_cell`]'s do).
+    pub fn push_stepped_rows(
+        &mut self,
+        after: u64,
+        step: u64,
+        n: usize,
+        columns: impl Iterator<Item = u32>,
+    ) {
+        // Each element from its index, not from the one before: loops
+        // the compiler can vectorize.
+        let first = self.tails.len();
+        self.tails.resize(first + n, 0);
+        for (k, t) in (1u64..).zip(&mut self.tails[first..]) {
+            *t = after.wrapping_add(step.wrapping_mul(k));
+        }
+        if let Some(r) = self.runs.last_mut() {
+            r.rows.end = self.tails.len();
+        }
+        for column in columns {
+            let rows = &mut self.columns[column as usize].rows;
+            let at = rows.len();
+            rows.resize(at + n, 0);
+            for (row, r) in (first as u32..).zip(&mut rows[at..]) {
+                *r = row;
+            }
+        }
+    }
+
     /// Marks the row added last as holding column `column`: its values
     /// follow, one per row marked, through [`Self::values_mut`].
     pub fn push_cell(&mut self, column: u32) {

@@ -250,6 +250,25 @@ impl<'a> BitReader<'a> {
         Ok(self.bits(1)? == 1)
     }
 
+    /// How many one bits come next, up to `max` and to the bits one
+    /// refill holds (so at most 63), none consumed.
+    #[inline]
+    fn peek_ones(&mut self, max: usize) -> usize {
+        if self.n < 57 {
+            self.refill();
+        }
+        let held = self.n.min(63);
+        ((!self.acc).trailing_zeros().min(held) as usize).min(max)
+    }
+
+    /// Consumes `n` bits [`Self::peek_ones`] counted.
+    #[inline]
+    fn skip_peeked(&mut self, n: usize) {
+        debug_assert!(n < 64 && n as u32 <= self.n);
+        self.acc >>= n;
+        self.n -= n as u32;
+    }
+
     /// Zero bits before the next one (at most `max`; `max` zeros in a row
     /// are returned as `max` without a one consumed).
     #[inline]
@@ -890,6 +909,9 @@ pub fn decode_columns(
 /// [`Value`], a key shorter than 8 bytes, or a timestamp `answers`
 /// refuses (a family TTL or the read's time range). Such a block is read
 /// with [`decode_columns`] and its rules instead.
+///
+/// `answers` must hold on one interval of times (as a time range and a
+/// TTL's "not before" do): a run of regular rows is checked at its ends.
 pub fn decode_runs(
     payload: &[u8],
     max_len: usize,
@@ -911,6 +933,7 @@ pub fn decode_runs(
     let mut skips = vec![0usize; w.columns.len()];
     let mut takes = vec![0usize; w.columns.len()];
     let mut read = BlockRead::End;
+    let mut probe = Vec::new();
     while w.next_row()? {
         if stop
             .as_mut()
@@ -963,6 +986,20 @@ pub fn decode_runs(
             out.push_cell(column);
             takes[c] += 1;
         }
+        // Most of a series' rows are regular (a one bit each: this row's
+        // columns, key step and time step). They go in at once when the
+        // last of them is before `stop` and its time and the first's are
+        // answered: keys and times move by one step without wrapping, so
+        // then every row between is too.
+        let n = w.regular_ahead();
+        if n > 0 && stepped_rows_answer(&w, n, stop.as_mut(), answers, &mut probe) {
+            let step = w.prev_tail_delta as u64;
+            out.push_stepped_rows(tail(&w.row), step, n, picked.iter().map(|p| p.2));
+            for &(_, c, _) in &picked {
+                takes[c] += n;
+            }
+            w.skip_regular(n);
+        }
     }
     if read == BlockRead::End {
         w.finish()?;
@@ -977,6 +1014,44 @@ pub fn decode_runs(
         }
     }
     Ok(Some(read))
+}
+
+/// Whether the `n` regular rows after the walker's row (see
+/// [`RowWalker::regular_ahead`]) are all before `stop` and all answered,
+/// as row-by-row checks would find: true only when their keys and times
+/// step without wrapping, so that checking the last key, and the first
+/// and last time, checks them all (`answers` holds on an interval of
+/// times: a time range, and a TTL's "not before").
+fn stepped_rows_answer(
+    w: &RowWalker<'_>,
+    n: usize,
+    stop: Option<&mut KeyBound<'_>>,
+    answers: Option<&dyn Fn(u64) -> bool>,
+    probe: &mut Vec<u8>,
+) -> bool {
+    let steps = n as i128;
+    let last_tail = i128::from(tail(&w.row)) + steps * i128::from(w.prev_tail_delta as u64);
+    let Ok(last_tail) = u64::try_from(last_tail) else {
+        return false;
+    };
+    if let Some(stop) = stop {
+        probe.clear();
+        probe.extend_from_slice(&w.row[..w.row.len() - 8]);
+        probe.extend_from_slice(&last_tail.to_be_bytes());
+        if stop.cmp(probe, true).is_ge() {
+            return false;
+        }
+    }
+    if let Some(answers) = answers {
+        let delta = i128::from(w.prev_ts_delta);
+        let first = u64::try_from(i128::from(w.prev_ts) + delta);
+        let last = u64::try_from(i128::from(w.prev_ts) + steps * delta);
+        match (first, last) {
+            (Ok(first), Ok(last)) if answers(first) && answers(last) => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// A key compared with row after row of a block, where most rows differ
@@ -1238,6 +1313,37 @@ impl<'a> RowWalker<'a> {
         }
         self.decoded += cells;
         Ok(true)
+    }
+
+    /// How many of the next rows are regular (a one bit each: the row
+    /// before's columns, key step and time step), up to 63 and to the
+    /// rows and cells the block says are left; none read.
+    fn regular_ahead(&mut self) -> usize {
+        let cells = self.row_columns.len();
+        if cells == 0 || self.row.len() < 8 {
+            return 0;
+        }
+        let rows_left = self.rows - self.rows_read;
+        let cells_left = (self.entries - self.decoded) / cells;
+        self.bits.peek_ones(rows_left.min(cells_left))
+    }
+
+    /// Moves past `n` regular rows [`Self::regular_ahead`] counted, as
+    /// `n` calls of [`Self::next_row`] would: the row is the last of them.
+    fn skip_regular(&mut self, n: usize) {
+        self.bits.skip_peeked(n);
+        let steps = n as u64;
+        let t = tail(&self.row).wrapping_add((self.prev_tail_delta as u64).wrapping_mul(steps));
+        let at = self.row.len() - 8;
+        self.row[at..].copy_from_slice(&t.to_be_bytes());
+        self.prev_ts = self
+            .prev_ts
+            .wrapping_add((self.prev_ts_delta as u64).wrapping_mul(steps));
+        self.tail_only = true;
+        self.timestamps.clear();
+        self.kinds.clear();
+        self.rows_read += n;
+        self.decoded += n * self.row_columns.len();
     }
 
     /// The timestamp of the row's cell `i`.
@@ -1508,7 +1614,7 @@ fn rice_k(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{CellKind, encode_key};
+    use crate::cell::{CellKind, KeyRef, encode_key};
     use crate::value::Value;
 
     fn body(entries: &[(Vec<u8>, Option<u64>, Vec<u8>)]) -> Vec<u8> {
@@ -1827,9 +1933,130 @@ mod tests {
         }
     }
 
+    /// Runs of regular rows taken at once give what rows checked one by
+    /// one give: the same rows before every stop (mid-series, between
+    /// rows, a bound shorter than a row), and a "no" whenever a row in
+    /// range has a time outside the read's. Series here are longer than
+    /// a batch (63 rows), with gaps and a row missing a column that end
+    /// a run of regular rows.
+    #[test]
+    fn stepped_rows_read_as_rows_checked_one_by_one() {
+        let mut entries = tsbs_entries(150, 3);
+        let step = crate::tsbs::INTERVAL_MS;
+        // A gap (rows 40..44 of host 1), and row 100 of host 2 without
+        // usage_user.
+        let gap = |ts: u64| (40..44).contains(&((ts - crate::tsbs::T0_MS) / step));
+        entries.retain(|(key, _, _)| {
+            let k = KeyRef::parse(key).expect("a key");
+            let host1 = k.row == crate::tsbs::cpu_row_key(1, k.timestamp).as_slice();
+            let host2 = k.row == crate::tsbs::cpu_row_key(2, k.timestamp).as_slice();
+            !(host1 && gap(k.timestamp)
+                || host2
+                    && k.timestamp == crate::tsbs::T0_MS + 100 * step
+                    && k.qualifier == b"usage_user")
+        });
+        let encoded = encode(body(&entries)).expect("encodes");
+        let qualifiers: Vec<Vec<u8>> = ["usage_user", "usage_idle"]
+            .iter()
+            .map(|q| q.as_bytes().to_vec())
+            .collect();
+        let all = ColumnSelect {
+            family: b"f",
+            qualifiers: &qualifiers,
+            start: b"",
+            stop: None,
+        };
+        let mut whole = ColumnRows::default();
+        decode_columns(&encoded, 1 << 24, &all, None, &mut whole).expect("decodes");
+        assert_eq!(whole.len(), 3 * 150 - 4);
+        let keys: Vec<Vec<u8>> = (0..whole.len()).map(|i| whole.key(i).to_vec()).collect();
+        let mut bounds: Vec<Vec<u8>> = Vec::new();
+        for i in (0..keys.len()).step_by(5).chain([1, 63, 64, 65, 150, 151]) {
+            let key = &keys[i];
+            bounds.push(key.clone());
+            let mut after = key.clone();
+            after.push(0);
+            bounds.push(after);
+            let mut between = key.clone();
+            let at = between.len() - 1;
+            between[at] = between[at].wrapping_add(1);
+            bounds.push(between);
+            bounds.push(key[..key.len() - 8].to_vec());
+        }
+        let t0 = crate::tsbs::T0_MS;
+        let windows = [
+            None,
+            Some((0, u64::MAX)),
+            Some((t0, t0 + 150 * step)),
+            Some((t0 + step, u64::MAX)),
+            Some((0, t0 + 149 * step)),
+            Some((t0 + 70 * step, t0 + 80 * step)),
+        ];
+        let starts: Vec<Vec<u8>> = vec![Vec::new(), keys[10].clone(), keys[200].clone()];
+        let mut checked = 0;
+        for start in &starts {
+            for stop in bounds.iter().map(Some).chain([None]) {
+                let select = ColumnSelect {
+                    start,
+                    stop: stop.map(Vec::as_slice),
+                    ..all
+                };
+                let mut rows = ColumnRows::default();
+                let want_read =
+                    decode_columns(&encoded, 1 << 24, &select, None, &mut rows).expect("decodes");
+                for window in windows {
+                    let answers =
+                        move |ts: u64| window.is_none_or(|(lo, hi)| (lo..hi).contains(&ts));
+                    let mut runs = ColumnRuns::default();
+                    runs.clear(qualifiers.len());
+                    let got = decode_runs(&encoded, 1 << 24, &select, Some(&answers), &mut runs)
+                        .expect("decodes");
+                    let all_answer = (0..rows.len())
+                        .all(|i| rows.row_mut(i).1.iter().all(|c| answers(c.timestamp)));
+                    let Some(read) = got else {
+                        assert!(!all_answer, "refused though every time answers: {window:?}");
+                        continue;
+                    };
+                    assert!(
+                        all_answer,
+                        "taken though a time does not answer: {window:?}"
+                    );
+                    assert_eq!(read, want_read);
+                    let mut given = Vec::new();
+                    runs.each_row(&mut |key, cells| {
+                        given.push((key.to_vec(), cells.to_vec()));
+                        true
+                    });
+                    assert_eq!(given.len(), rows.len(), "stop {stop:?}");
+                    for (i, (key, cells)) in given.iter().enumerate() {
+                        let (want_key, want) = rows.row_mut(i);
+                        assert_eq!(key.as_slice(), want_key);
+                        let mut want: Vec<(u32, Value)> = want
+                            .iter()
+                            .map(|c| (c.column, c.value.clone().expect("a value")))
+                            .collect();
+                        want.sort_by_key(|(c, _)| *c);
+                        assert_eq!(cells, &want);
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked} reads compared");
+    }
+
     #[test]
     fn damage_is_an_error_never_a_panic() {
         let encoded = encode(body(&tsbs_entries(40, 1))).expect("encodes");
+        let qualifiers = [b"usage_user".to_vec(), b"usage_system".to_vec()];
+        let select = ColumnSelect {
+            family: b"f",
+            qualifiers: &qualifiers,
+            start: b"",
+            stop: None,
+        };
+        let mut runs = ColumnRuns::default();
+        runs.clear(qualifiers.len());
         for i in 0..encoded.len() {
             for flip in [0x01u8, 0x80, 0xff] {
                 let mut bad = encoded.clone();
@@ -1837,11 +2064,13 @@ mod tests {
                 let _ = decode(&bad, 1 << 20);
                 let _ = decode_entries(&bad, 1 << 20, &mut Entries::default());
                 let _ = last_key(&bad, 1 << 20);
+                let _ = decode_runs(&bad, 1 << 20, &select, None, &mut runs);
             }
         }
         for cut in 0..encoded.len() {
             // Values are not read for it: only no panic is asked.
             let _ = last_key(&encoded[..cut], 1 << 20);
+            let _ = decode_runs(&encoded[..cut], 1 << 20, &select, None, &mut runs);
             assert!(decode(&encoded[..cut], 1 << 20).is_err(), "cut at {cut}");
             let into_entries = decode_entries(&encoded[..cut], 1 << 20, &mut Entries::default());
             assert!(into_entries.is_err(), "cut at {cut}");
