@@ -21,5 +21,5 @@ pub mod ts_block;
 pub mod writer;
 
 pub use format::{FileMeta, Projection, SST_MAGIC, SST_VERSION, SstError, WholeBlock, file_name};
-pub use reader::{BlockWalk, SstIter, SstReader};
+pub use reader::{BlockWalk, ReadAhead, SstIter, SstReader};
 pub use writer::SstWriter;

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use crate::cell::{CellKind, KeyRef, first_key_of_row};
 use crate::error::{Error, Result};
 use crate::region::memstore::cursor::MemCursor;
-use crate::region::sst::SstReader;
 use crate::region::sst::columns::{BlockRead, ColumnRows, ColumnRuns, ColumnSelect, RunRead};
+use crate::region::sst::{ReadAhead, SstReader};
 use crate::schema::FamilyDescriptor;
 use crate::value::Value;
 
@@ -78,6 +78,9 @@ thread_local! {
     /// and growing new buffers for each took 7 % of a double-groupby's
     /// time in a profile.
     static SPARE_ROWS: RefCell<Vec<ColumnRows>> = const { RefCell::new(Vec::new()) };
+    /// This thread's last fold's buffers, for its next (see
+    /// `SPARE_ROWS`; a fold's blocks read ahead are a few hundred KiB).
+    static SPARE_FOLD: RefCell<Option<FoldBuffers>> = const { RefCell::new(None) };
 }
 
 /// Most spare row buffers a thread keeps, and the largest it keeps (a
@@ -477,12 +480,39 @@ struct CutRow {
 /// False when the sink ended the read.
 fn fold_file(
     reader: &Arc<SstReader>,
+    block: usize,
+    resume: Vec<u8>,
+    select: &ColumnSelect<'_>,
+    rules: &ColumnRules<'_>,
+    sink: &mut dyn ColumnSink,
+) -> Result<bool> {
+    let mut buffers = SPARE_FOLD.with(|spare| spare.borrow_mut().take());
+    let buffers_ref = buffers.get_or_insert_with(FoldBuffers::default);
+    let folded = fold_file_with(reader, block, resume, select, rules, sink, buffers_ref);
+    if buffers_ref.ahead.capacity_bytes() <= SPARE_BUFFER_BYTES {
+        SPARE_FOLD.with(|spare| *spare.borrow_mut() = buffers);
+    }
+    folded
+}
+
+/// A fold's buffers: a block's runs, and the blocks read ahead.
+#[derive(Default)]
+struct FoldBuffers {
+    runs: ColumnRuns,
+    ahead: ReadAhead,
+}
+
+/// [`fold_file`] with its buffers.
+fn fold_file_with(
+    reader: &Arc<SstReader>,
     mut block: usize,
     mut resume: Vec<u8>,
     select: &ColumnSelect<'_>,
     rules: &ColumnRules<'_>,
     sink: &mut dyn ColumnSink,
+    buffers: &mut FoldBuffers,
 ) -> Result<bool> {
+    let FoldBuffers { runs, ahead } = buffers;
     let family = rules.family;
     // Whether a lone put at a timestamp answers: always, without a TTL or
     // a time range to refuse it.
@@ -494,7 +524,6 @@ fn fold_file(
     };
     let plain = family.ttl_ms().is_none() && rules.time_range == TimeRange::default();
     let answers: Option<&dyn Fn(u64) -> bool> = (!plain).then_some(&answers);
-    let mut runs = ColumnRuns::default();
     let mut cut: Option<CutRow> = None;
     let mut key = Vec::new();
     loop {
@@ -504,7 +533,7 @@ fn fold_file(
         runs.clear(select.qualifiers.len());
         // A block read from inside (`resume`) is read as rows.
         let read = match resume.is_empty() {
-            true => reader.read_runs(block, select, answers, &mut runs)?,
+            true => reader.read_runs(block, select, answers, runs, ahead)?,
             false => RunRead::Rows,
         };
         let read = match read {
@@ -592,7 +621,7 @@ fn fold_file(
                 cells,
             });
         }
-        if !runs.is_empty() && !sink.runs(&runs) {
+        if !runs.is_empty() && !sink.runs(runs) {
             return Ok(false);
         }
         if read == BlockRead::Stop {

@@ -58,8 +58,12 @@ pub struct BlockCache {
     shards: Vec<Mutex<Shard>>,
     shard_budget: usize,
     stats: CacheStats,
-    next_reader_id: AtomicU64,
 }
+
+/// The next [`BlockCache::new_reader_id`], one counter for every cache:
+/// what keys by reader, a fold's blocks read ahead among them, may see
+/// files of several caches.
+static NEXT_READER_ID: AtomicU64 = AtomicU64::new(1);
 
 impl BlockCache {
     pub fn new(budget_bytes: usize) -> Arc<Self> {
@@ -67,7 +71,6 @@ impl BlockCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_budget: budget_bytes / SHARDS,
             stats: CacheStats::default(),
-            next_reader_id: AtomicU64::new(1),
         })
     }
 
@@ -78,7 +81,7 @@ impl BlockCache {
     /// A process-unique id for an opened store file, so blocks of a deleted
     /// file can never be mistaken for those of a new one.
     pub fn new_reader_id(&self) -> u64 {
-        self.next_reader_id.fetch_add(1, Ordering::Relaxed)
+        NEXT_READER_ID.fetch_add(1, Ordering::Relaxed)
     }
 
     fn shard(&self, key: &BlockKey) -> &Mutex<Shard> {
