@@ -907,40 +907,52 @@ fn the_15_tsbs_devops_query_types_answer_as_influxdb_does() {
         }
     }
     let end = START_MS + steps * INTERVAL_MS;
-    let mut rng = Rng::new(2016);
     let mut compared = 0;
-    for kind in QueryType::ALL {
-        for _ in 0..2 {
-            let q = kind.influxql(&mut rng, hosts, START_MS, end);
-            // HALITE_TSBS_ONLY=high-cpu runs only the types so named.
-            if std::env::var("HALITE_TSBS_ONLY").is_ok_and(|only| !kind.name().contains(&only)) {
-                compared += 2;
-                continue;
+    // From the MemStore, then from one store file a region (read by
+    // column, a series' rows in runs, `fold_file`).
+    for stored in [false, true] {
+        if stored {
+            for step in ["flush", "compact"] {
+                let path = format!("/api/v1/tables/tsbs:cpu/{step}");
+                let r = request(&p.halite.addr, "POST", &path, None, b"").expect(step);
+                assert!(r.status / 100 == 2, "{step}: {}", r.text());
             }
-            for epoch in [None, Some("ms")] {
-                let mut params = vec![("db", "tsbs"), ("q", q.as_str())];
-                if let Some(e) = epoch {
-                    params.push(("epoch", e));
+        }
+        let mut rng = Rng::new(2016);
+        for kind in QueryType::ALL {
+            for _ in 0..2 {
+                let q = kind.influxql(&mut rng, hosts, START_MS, end);
+                // HALITE_TSBS_ONLY=high-cpu runs only the types so named.
+                if std::env::var("HALITE_TSBS_ONLY").is_ok_and(|only| !kind.name().contains(&only))
+                {
+                    compared += 2;
+                    continue;
                 }
-                let [a, b] = query(&p, &params);
-                let at = format!("{} {q} (epoch {epoch:?})", kind.name());
-                assert_eq!(a.0, 200, "{at}: {}", a.1);
-                assert_eq!(b.0, 200, "{at}: {}", b.1);
-                if !matches!(kind, QueryType::HighCpu { .. }) {
-                    assert!(
-                        a.1.pointer("/results/0/series/0").is_some(),
-                        "{at}: InfluxDB answered no series: {}",
-                        a.1
+                for epoch in [None, Some("ms")] {
+                    let mut params = vec![("db", "tsbs"), ("q", q.as_str())];
+                    if let Some(e) = epoch {
+                        params.push(("epoch", e));
+                    }
+                    let [a, b] = query(&p, &params);
+                    let at = format!("{} {q} (epoch {epoch:?}, stored {stored})", kind.name());
+                    assert_eq!(a.0, 200, "{at}: {}", a.1);
+                    assert_eq!(b.0, 200, "{at}: {}", b.1);
+                    if !matches!(kind, QueryType::HighCpu { .. }) {
+                        assert!(
+                            a.1.pointer("/results/0/series/0").is_some(),
+                            "{at}: InfluxDB answered no series: {}",
+                            a.1
+                        );
+                    }
+                    assert_close(
+                        &common::influx::without_long_partial(a.1.clone()),
+                        &b.1,
+                        &at,
                     );
+                    compared += 1;
                 }
-                assert_close(
-                    &common::influx::without_long_partial(a.1.clone()),
-                    &b.1,
-                    &at,
-                );
-                compared += 1;
             }
         }
     }
-    assert_eq!(compared, 60);
+    assert_eq!(compared, 120);
 }

@@ -732,10 +732,19 @@ impl SeriesVisit for SeriesFold<'_> {
         let mut at = rows.start;
         while at < rows.end {
             let bucket = self.open_at(run_time(runs, at));
-            let mut end = at + 1;
-            while end < rows.end && self.in_bucket(run_time(runs, end), bucket) {
-                end += 1;
-            }
+            // A run's rows rise by key, so its times fall: where they
+            // fall as i64 too (no time past i64::MAX among them), the
+            // rows in the bucket are a prefix, found by halving.
+            let end = if run_time(runs, rows.end - 1) <= run_time(runs, at) {
+                let tails = &runs.tails()[at + 1..rows.end];
+                at + 1 + tails.partition_point(|&t| self.in_bucket((u64::MAX - t) as i64, bucket))
+            } else {
+                let mut end = at + 1;
+                while end < rows.end && self.in_bucket(run_time(runs, end), bucket) {
+                    end += 1;
+                }
+                end
+            };
             let Some((_, reducers)) = self.open.as_mut() else {
                 return true;
             };
