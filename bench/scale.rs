@@ -515,7 +515,13 @@ fn main() {
     let root = std::env::var_os("HALITE_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let temp = tempfile::tempdir_in(&root).expect("bench dir");
+    let mut temp = tempfile::tempdir_in(&root).expect("bench dir");
+    // Kept from the start, so a run that fails leaves its servers' logs
+    // (`server.log` beside each system's data).
+    if std::env::var_os("HALITE_BENCH_KEEP").is_some() {
+        temp.disable_cleanup(true);
+        eprintln!("the data stays under {}", temp.path().display());
+    }
     println!(
         "bench-scale: {hosts} hosts × {steps} steps = {} rows, {per_type} queries of each type",
         hosts * steps
@@ -610,9 +616,6 @@ fn main() {
         (temp.path().join("SCALE.md"), temp.path().join("scale.json"))
     };
     std::fs::write(&md, &report).expect("write the report");
-    if std::env::var_os("HALITE_BENCH_KEEP").is_some() {
-        eprintln!("the data stays under {}", temp.keep().display());
-    }
     let pretty = serde_json::to_string_pretty(&results).expect("results as JSON");
     std::fs::write(&json, pretty).expect("write the results");
     if only.is_none() {

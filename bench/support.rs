@@ -42,9 +42,21 @@ impl Conn {
         // and the server wakes for each.
         let mut request = head.into_bytes();
         request.extend_from_slice(body);
-        self.reader.get_mut().write_all(&request).expect("send");
         let mut line = String::new();
-        self.reader.read_line(&mut line).expect("status");
+        let sent = self.reader.get_mut().write_all(&request).is_ok();
+        let read = match sent {
+            true => self.reader.read_line(&mut line).unwrap_or(0),
+            false => 0,
+        };
+        if read == 0 {
+            // The server closed the kept-alive connection while it was
+            // idle (halite after server.header_timeout, as nginx after
+            // keepalive_timeout; comparing two large answers takes
+            // longer): send again on a new one, as HTTP clients do.
+            *self = Conn::open(&self.host);
+            self.reader.get_mut().write_all(&request).expect("send");
+            self.reader.read_line(&mut line).expect("status");
+        }
         let status: u16 = line
             .split_whitespace()
             .nth(1)

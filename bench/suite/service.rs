@@ -155,7 +155,7 @@ impl Server {
             let pid = traced_child(tracer.id());
             (tracer, pid)
         } else {
-            let child = spawn(&args, kind);
+            let child = spawn(&args, kind, &dir.join("server.log"));
             wait_ready(&addr, kind.ready_path(), kind.name());
             let pid = child.id();
             (child, pid)
@@ -277,7 +277,7 @@ impl Server {
     /// without strace.
     pub fn restart_untraced(&mut self) {
         self.halt();
-        self.process = spawn(&self.args, self.kind);
+        self.process = spawn(&self.args, self.kind, &self.dir.join("server.log"));
         self.pid = self.process.id();
         wait_ready(&self.addr, self.kind.ready_path(), self.kind.name());
     }
@@ -309,12 +309,20 @@ impl Server {
 }
 
 /// The server alone, untraced.
-fn spawn(args: &[String], kind: Kind) -> Child {
+/// Starts a server, its output appended to `log` (a crash's last words
+/// stay there for whoever keeps the data: `HALITE_BENCH_KEEP=1`).
+fn spawn(args: &[String], kind: Kind, log: &Path) -> Child {
     let (program, args) = args.split_first().expect("a command");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+    let log_too = log.try_clone().expect("clone the log's handle");
     Command::new(program)
         .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::from(log_too))
+        .stderr(Stdio::from(log))
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", kind.name()))
 }
