@@ -458,6 +458,43 @@ pub fn read_columns(
                 return Ok(false);
             }
             c.at += 1;
+            // Its decoded rows given, a file whose next block lies wholly
+            // before the other sources' next row gives its blocks up to
+            // that row by column, and goes on from that row after. Row by
+            // row, series in files whose times overlap (a region not yet
+            // compacted) took 45 % of a double-groupby-1's samples.
+            if sink.takes_runs()
+                && rules.max_rows.is_none()
+                && other
+                && c.at >= c.rows.len()
+                && let Place::File {
+                    reader,
+                    next_block,
+                    resume,
+                    done: false,
+                } = &c.source
+                && reader.block_starts_before(*next_block + 1, Some(&bound))
+            {
+                let (reader, block) = (reader.clone(), *next_block);
+                let start = select.start.max(resume.as_slice()).to_vec();
+                let until = ColumnSelect {
+                    start: &start,
+                    stop: Some(&bound),
+                    ..*select
+                };
+                if !fold_file(&reader, block, Vec::new(), &until, rules, sink)? {
+                    return Ok(false);
+                }
+                c.rows.clear();
+                c.at = 0;
+                c.source = Place::File {
+                    next_block: reader.first_block_for_row(&bound),
+                    reader,
+                    resume: bound.clone(),
+                    done: false,
+                };
+                break;
+            }
             if c.row(select)?.is_none() {
                 break;
             }
