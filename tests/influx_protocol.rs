@@ -908,8 +908,9 @@ fn the_15_tsbs_devops_query_types_answer_as_influxdb_does() {
     }
     let end = START_MS + steps * INTERVAL_MS;
     let mut compared = 0;
-    // From the MemStore, then from one store file a region (read by
-    // column, a series' rows in runs, `fold_file`).
+    // As written (partly flushed already at the test server's flush
+    // size), then from one store file a region after a flush and a major
+    // compaction (read by column, a series' rows in runs, `fold_file`).
     for stored in [false, true] {
         if stored {
             for step in ["flush", "compact"] {

@@ -308,9 +308,9 @@ impl Server {
     }
 }
 
-/// The server alone, untraced.
-/// Starts a server, its output appended to `log` (a crash's last words
-/// stay there for whoever keeps the data: `HALITE_BENCH_KEEP=1`).
+/// The server alone, untraced, its output appended to `log` (a crash's
+/// last words stay there for whoever keeps the data:
+/// `HALITE_BENCH_KEEP=1`).
 fn spawn(args: &[String], kind: Kind, log: &Path) -> Child {
     let (program, args) = args.split_first().expect("a command");
     let log = std::fs::OpenOptions::new()

@@ -569,7 +569,12 @@ impl<F: FnMut(i64, &[(u32, Value)]) -> bool> SeriesVisit for F {
 
 /// The time of row `row` of `runs` (as [`key_time`] of its key).
 fn run_time(runs: &ColumnRuns, row: usize) -> i64 {
-    (u64::MAX - runs.tails()[row]) as i64
+    tail_time(runs.tails()[row])
+}
+
+/// The time of a row whose key ends in `tail` (newest first).
+fn tail_time(tail: u64) -> i64 {
+    (u64::MAX - tail) as i64
 }
 
 /// A column read's rows as a series' times: what [`SeriesVisit`] sees.
@@ -735,16 +740,15 @@ impl SeriesVisit for SeriesFold<'_> {
             // A run's rows rise by key, so its times fall: where they
             // fall as i64 too (no time past i64::MAX among them), the
             // rows in the bucket are a prefix, found by halving.
-            let end = if run_time(runs, rows.end - 1) <= run_time(runs, at) {
-                let tails = &runs.tails()[at + 1..rows.end];
-                at + 1 + tails.partition_point(|&t| self.in_bucket((u64::MAX - t) as i64, bucket))
-            } else {
-                let mut end = at + 1;
-                while end < rows.end && self.in_bucket(run_time(runs, end), bucket) {
-                    end += 1;
-                }
-                end
-            };
+            let tails = &runs.tails()[at + 1..rows.end];
+            let inside = |&t: &u64| self.in_bucket(tail_time(t), bucket);
+            let end = at
+                + 1
+                + if run_time(runs, rows.end - 1) <= run_time(runs, at) {
+                    tails.partition_point(inside)
+                } else {
+                    tails.iter().take_while(|t| inside(t)).count()
+                };
             let Some((_, reducers)) = self.open.as_mut() else {
                 return true;
             };

@@ -523,11 +523,12 @@ fn fold_file(
     rules: &ColumnRules<'_>,
     sink: &mut dyn ColumnSink,
 ) -> Result<bool> {
-    let mut buffers = SPARE_FOLD.with(|spare| spare.borrow_mut().take());
-    let buffers_ref = buffers.get_or_insert_with(FoldBuffers::default);
-    let folded = fold_file_with(reader, block, resume, select, rules, sink, buffers_ref);
-    if buffers_ref.ahead.capacity_bytes() <= SPARE_BUFFER_BYTES {
-        SPARE_FOLD.with(|spare| *spare.borrow_mut() = buffers);
+    let mut buffers = SPARE_FOLD
+        .with(|spare| spare.borrow_mut().take())
+        .unwrap_or_default();
+    let folded = fold_file_with(reader, block, resume, select, rules, sink, &mut buffers);
+    if buffers.ahead.capacity_bytes() <= SPARE_BUFFER_BYTES {
+        SPARE_FOLD.with(|spare| *spare.borrow_mut() = Some(buffers));
     }
     folded
 }

@@ -51,6 +51,13 @@ pub struct ReadAhead {
 }
 
 impl ReadAhead {
+    /// Whether it holds bytes `from..to` of reader `reader_id`'s file.
+    fn holds(&self, reader_id: u64, from: u64, to: u64) -> bool {
+        self.reader_id == Some(reader_id)
+            && self.offset <= from
+            && to <= self.offset + self.len as u64
+    }
+
     /// Bytes the buffer holds room for.
     pub fn capacity_bytes(&self) -> usize {
         self.bytes.capacity()
@@ -527,16 +534,14 @@ impl SstReader {
     ) -> Result<&'b [u8], SstError> {
         let entry = &self.index[i];
         let (from, to) = (entry.offset, entry.offset + entry.size);
-        let held = ahead.reader_id == Some(self.reader_id)
-            && ahead.offset <= from
-            && to <= ahead.offset + ahead.len as u64;
-        if !held {
+        if !ahead.holds(self.reader_id, from, to) {
             let mut end = to;
-            for next in &self.index[i + 1..] {
+            for j in i + 1..self.index.len() {
+                let next = &self.index[j];
                 let next_end = next.offset + next.size;
                 if next.offset < end
                     || next_end - from > READ_AHEAD_BYTES
-                    || stop.is_some_and(|s| crate::cell::row_of(&next.first_key) >= s)
+                    || !self.block_starts_before(j, stop)
                 {
                     break;
                 }
@@ -1310,9 +1315,7 @@ mod tests {
             let stop_block = i + 1 + (seed >> 40) as usize % 4;
             let stop = reader.block_first_row(stop_block).map(<[u8]>::to_vec);
             let block = &reader.index[i];
-            let held = ahead.reader_id == Some(reader.reader_id)
-                && ahead.offset <= block.offset
-                && block.offset + block.size <= ahead.offset + ahead.len as u64;
+            let held = ahead.holds(reader.reader_id, block.offset, block.offset + block.size);
             let alone = runs_of(reader, i, stop.as_deref(), &mut ReadAhead::default());
             let shared = runs_of(reader, i, stop.as_deref(), &mut ahead);
             assert_eq!(alone, shared, "block {i}");

@@ -1872,6 +1872,29 @@ mod tests {
         assert!(read < codes.len(), "a cut stream read to its end");
     }
 
+    /// A row's key and its cells by column.
+    type RowCells = (Vec<u8>, Vec<(u32, Value)>);
+
+    /// Each row of `runs` as [`ColumnRuns::each_row`] gives it.
+    fn rows_of_runs(runs: &ColumnRuns) -> Vec<RowCells> {
+        let mut given = Vec::new();
+        runs.each_row(&mut |key, cells| {
+            given.push((key.to_vec(), cells.to_vec()));
+            true
+        });
+        given
+    }
+
+    /// A row's cells of [`ColumnRows`] as runs give them: by column.
+    fn by_column(cells: &[crate::region::sst::columns::ColumnCell]) -> Vec<(u32, Value)> {
+        let mut cells: Vec<(u32, Value)> = cells
+            .iter()
+            .map(|c| (c.column, c.value.clone().expect("a value")))
+            .collect();
+        cells.sort_by_key(|(c, _)| *c);
+        cells
+    }
+
     /// A read by column from any row of a block (the rows before it
     /// passed over, their values skipped column by column) gives what the
     /// whole block gives from that row on, as rows and as runs.
@@ -1906,28 +1929,14 @@ mod tests {
             decode_runs(&encoded, 1 << 24, &select, None, &mut runs)
                 .expect("decodes")
                 .expect("plain puts");
-            let mut given = Vec::new();
-            runs.each_row(&mut |key, cells| {
-                given.push((key.to_vec(), cells.to_vec()));
-                true
-            });
+            let given = rows_of_runs(&runs);
             assert_eq!(given.len(), 180 - from, "runs from {from}");
             for (i, (key, cells)) in given.iter().enumerate() {
                 let (want_key, want) = whole.row_mut(from + i);
                 assert_eq!(key.as_slice(), want_key);
-                let want: Vec<(u32, Value)> = want
-                    .iter()
-                    .map(|c| (c.column, c.value.clone().expect("a value")))
-                    .collect();
-                let mut want = want;
-                want.sort_by_key(|(c, _)| *c);
+                let want = by_column(want);
                 assert_eq!(cells, &want, "row {} from {from}", from + i);
-                let (_, by_rows) = rows.row_mut(i);
-                let mut by_rows: Vec<(u32, Value)> = by_rows
-                    .iter()
-                    .map(|c| (c.column, c.value.clone().expect("a value")))
-                    .collect();
-                by_rows.sort_by_key(|(c, _)| *c);
+                let by_rows = by_column(rows.row_mut(i).1);
                 assert_eq!(by_rows, want, "row {} from {from} as rows", from + i);
             }
         }
@@ -2022,21 +2031,12 @@ mod tests {
                         "taken though a time does not answer: {window:?}"
                     );
                     assert_eq!(read, want_read);
-                    let mut given = Vec::new();
-                    runs.each_row(&mut |key, cells| {
-                        given.push((key.to_vec(), cells.to_vec()));
-                        true
-                    });
+                    let given = rows_of_runs(&runs);
                     assert_eq!(given.len(), rows.len(), "stop {stop:?}");
                     for (i, (key, cells)) in given.iter().enumerate() {
                         let (want_key, want) = rows.row_mut(i);
                         assert_eq!(key.as_slice(), want_key);
-                        let mut want: Vec<(u32, Value)> = want
-                            .iter()
-                            .map(|c| (c.column, c.value.clone().expect("a value")))
-                            .collect();
-                        want.sort_by_key(|(c, _)| *c);
-                        assert_eq!(cells, &want);
+                        assert_eq!(cells, &by_column(want));
                     }
                     checked += 1;
                 }
