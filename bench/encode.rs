@@ -45,6 +45,38 @@ fn split_table() -> TableDescriptor {
     table_with_regions(serde_json::Value::Array(regions))
 }
 
+/// `configs/tsbs-devops.toml`'s table: every one of TSBS's ten tags a key
+/// field, split at each salt bucket.
+fn devops_table() -> TableDescriptor {
+    let string = |name: &str, width: u64| serde_json::json!({"name": name, "type": "string", "width": width});
+    let regions = split_table().regions;
+    serde_json::from_value(serde_json::json!({
+        "name": "bench:devops",
+        "families": [{"name": "f"}],
+        "key": {
+            "fields": [
+                string("metric", 8),
+                string("region", 16),
+                string("datacenter", 16),
+                string("rack", 4),
+                string("os", 16),
+                string("arch", 4),
+                string("team", 4),
+                string("service", 4),
+                string("service_version", 4),
+                string("service_environment", 12),
+                string("hostname", 12),
+                {"name": "ts", "type": "reversed_timestamp"}
+            ],
+            "salt": {"buckets": 16, "width": 1, "from": "series"}
+        },
+        "durability": "SYNC_WAL",
+        "regions": serde_json::to_value(regions).expect("regions as JSON"),
+        "created_ms": 0
+    }))
+    .expect("table descriptor")
+}
+
 fn table_with_regions(regions: serde_json::Value) -> TableDescriptor {
     serde_json::from_value(serde_json::json!({
         "name": "metrics:cpu",
@@ -116,7 +148,49 @@ fn main() {
         );
     }
     memstore_insert(&lines);
+    devops(rows);
     time_series_block();
+}
+
+/// TSBS's devops lines (4,000 hosts, ten tags, every tag a key field of a
+/// table split in 16 regions), one line a Kafka message, as the Kafka leg
+/// of `make bench-scale` sends them.
+#[inline(never)]
+fn devops(rows: u64) {
+    use halite::tsbs::devops;
+    let hosts = 4_000;
+    let prefixes: Vec<String> = (0..hosts).map(devops::series_prefix).collect();
+    let lines: Vec<String> = (0..rows)
+        .map(|i| {
+            let mut s = String::new();
+            devops::line(
+                &prefixes[(i % hosts) as usize],
+                i % hosts,
+                i / hosts,
+                &mut s,
+            );
+            s
+        })
+        .collect();
+    let table = devops_table();
+    for pass in 0..3 {
+        let t = Instant::now();
+        let mut cells = 0;
+        for chunk in lines.chunks(2000) {
+            let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
+            enc.reserve_for_bytes(chunk.iter().map(String::len).sum());
+            for l in chunk {
+                let bad = enc
+                    .add_body(Format::Line, l.as_bytes(), Some(Precision::Milliseconds), 0)
+                    .expect("body");
+                assert!(bad.is_empty(), "{bad:?}");
+            }
+            cells += enc.finish().cells();
+        }
+        let per_message = t.elapsed().as_nanos() as f64 / rows as f64;
+        assert_eq!(cells as u64, rows * 10);
+        println!("devops pass={pass} kafka_ns_per_row={per_message:.0}");
+    }
 }
 
 /// 5,000-line bodies encoded for 16 regions, each region's rows inserted

@@ -35,6 +35,10 @@ pub trait PointFields {
     fn measurement(&self) -> &str;
     /// Tags in the order written.
     fn tags(&self) -> impl Iterator<Item = (&str, &str)>;
+    /// Tag `i` (< the number of tags), in the order written.
+    fn tag(&self, i: usize) -> (&str, &str) {
+        self.tags().nth(i).unwrap_or_default()
+    }
     fn field_count(&self) -> usize;
     /// Field `i` (< `field_count`), in the order written.
     fn field(&self, i: usize) -> (&str, &Value);
@@ -85,6 +89,11 @@ impl PointFields for Point<'_> {
     fn tags(&self) -> impl Iterator<Item = (&str, &str)> {
         self.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
     }
+    fn tag(&self, i: usize) -> (&str, &str) {
+        self.tags
+            .get(i)
+            .map_or(("", ""), |(k, v)| (k.as_ref(), v.as_ref()))
+    }
     fn field_count(&self) -> usize {
         self.fields.len()
     }
@@ -103,6 +112,9 @@ impl<'l: 'p, 'p> PointFields for ParsedLine<'l, 'p> {
     }
     fn tags(&self) -> impl Iterator<Item = (&str, &str)> {
         ParsedLine::tags(self)
+    }
+    fn tag(&self, i: usize) -> (&str, &str) {
+        ParsedLine::tag(self, i)
     }
     fn field_count(&self) -> usize {
         ParsedLine::field_count(self)
@@ -173,7 +185,19 @@ pub struct PointEncoder<'t> {
     /// NaN and infinities are values (Prometheus' staleness markers and
     /// `+Inf`), not mistakes.
     non_finite: bool,
+    /// For each key field, the index of its tag among the point's tags
+    /// ([`NO_TAG`]: none)...
+    key_tags: Vec<u32>,
+    /// ...worked out for the tag names of the last point (concatenated,
+    /// with their ends), which the next point of a series repeats: a name
+    /// compared once a point rather than searched for by every key field.
+    key_tag_names: Vec<u8>,
+    key_tag_name_ends: Vec<usize>,
+    key_tags_known: bool,
 }
+
+/// A key field the point has no tag for.
+const NO_TAG: u32 = u32::MAX;
 
 /// Where the numbers of a key's uniquifier field come from when a point
 /// carries no tag of that name.
@@ -252,6 +276,10 @@ impl<'t> PointEncoder<'t> {
             tag_uids: Vec::new(),
             uids: Vec::new(),
             non_finite: false,
+            key_tags: Vec::new(),
+            key_tag_names: Vec::new(),
+            key_tag_name_ends: Vec::new(),
+            key_tags_known: false,
         })
     }
 
@@ -436,21 +464,8 @@ impl<'t> PointEncoder<'t> {
         let ts = unit
             .to_ms_floor(time)
             .ok_or_else(|| format!("timestamp {time}{} is out of range", unit.name()))?;
-        for (k, _) in point.tags() {
-            if table.key.tags.is_none() && !table.key.fields.iter().any(|f| f.name == k) {
-                return Err(format!(
-                    "tag `{}` is not a key field of table `{}` (key fields: {})",
-                    quote_prefix(k),
-                    table.name,
-                    table
-                        .key
-                        .fields
-                        .iter()
-                        .map(|f| f.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
+        if table.key.tags.is_none() {
+            self.match_key_tags(point)?;
         }
         let field_count = point.field_count();
         if field_count == 0 {
@@ -481,17 +496,26 @@ impl<'t> PointEncoder<'t> {
         if let Some(open) = &table.key.tags {
             self.encode_open_tags(point, open, time)?;
         } else {
-            let uniquifier = match table.key.fields.iter().find(|f| {
-                matches!(f.encoding, FieldEncoding::Uniquifier { .. })
-                    && !point.tags().any(|(k, _)| k == f.name)
-            }) {
-                Some(f) => Some(self.next_uniquifier(f)?),
+            let uniquifier = match table
+                .key
+                .fields
+                .iter()
+                .zip(&self.key_tags)
+                .find(|&(f, &tag)| {
+                    matches!(f.encoding, FieldEncoding::Uniquifier { .. }) && tag == NO_TAG
+                }) {
+                Some((f, _)) => Some(self.next_uniquifier(f)?),
                 None => None,
             };
+            let key_tags = &self.key_tags;
             table
                 .key
-                .encode_with(&mut self.key, |_, f| {
-                    key_field_value(table, f, point, time, uniquifier)
+                .encode_with(&mut self.key, |i, f| {
+                    let tag = key_tags
+                        .get(i)
+                        .filter(|&&t| t != NO_TAG)
+                        .map(|&t| point.tag(t as usize).1);
+                    key_field_value(table, f, tag, point, time, uniquifier)
                 })
                 .map_err(|e| match e {
                     crate::error::Error::InvalidInput(reason) => reason,
@@ -712,6 +736,60 @@ impl<'t> PointEncoder<'t> {
 
     /// Whether `point` has the field names, in the same order, of the point
     /// `order` was worked out for.
+    /// Finds each key field's tag ([`Self::key_tags`]), unless the point's
+    /// tag names are the last point's; a tag that is no key field refuses
+    /// the point.
+    fn match_key_tags(&mut self, point: &impl PointFields) -> Result<(), String> {
+        if self.key_tags_known {
+            let mut from = 0;
+            let mut ends = self.key_tag_name_ends.iter();
+            let same = point.tags().all(|(k, _)| match ends.next() {
+                Some(&end) => {
+                    let last = &self.key_tag_names[from..end];
+                    from = end;
+                    bytes_equal(last, k.as_bytes())
+                }
+                None => false,
+            });
+            if same && ends.next().is_none() {
+                return Ok(());
+            }
+        }
+        let table = self.table;
+        self.key_tags_known = false;
+        self.key_tags.clear();
+        self.key_tags.resize(table.key.fields.len(), NO_TAG);
+        self.key_tag_names.clear();
+        self.key_tag_name_ends.clear();
+        for (i, (k, _)) in point.tags().enumerate() {
+            match table.key.fields.iter().position(|f| f.name == k) {
+                // Of two tags of one name, the first is the key's.
+                Some(field) if self.key_tags[field] == NO_TAG => {
+                    self.key_tags[field] = u32::try_from(i).unwrap_or(NO_TAG);
+                }
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "tag `{}` is not a key field of table `{}` (key fields: {})",
+                        quote_prefix(k),
+                        table.name,
+                        table
+                            .key
+                            .fields
+                            .iter()
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
+            self.key_tag_names.extend_from_slice(k.as_bytes());
+            self.key_tag_name_ends.push(self.key_tag_names.len());
+        }
+        self.key_tags_known = true;
+        Ok(())
+    }
+
     fn same_names_as_last(&self, point: &impl PointFields) -> bool {
         if self.order_name_ends.len() != point.field_count() {
             return false;
@@ -789,12 +867,12 @@ impl<'t> PointEncoder<'t> {
 fn key_field_value<'p>(
     table: &TableDescriptor,
     f: &KeyField,
+    tag: Option<&'p str>,
     point: &'p impl PointFields,
     ts: u64,
     uniquifier: Option<u64>,
 ) -> Result<FieldRef<'p>, crate::error::Error> {
     let bad = crate::error::Error::InvalidInput;
-    let tag = point.tags().find(|(k, _)| *k == f.name).map(|(_, v)| v);
     Ok(match (&f.encoding, tag) {
         (FieldEncoding::Timestamp | FieldEncoding::ReversedTimestamp, _) => FieldRef::Uint(ts),
         (FieldEncoding::String { .. }, Some(v)) => FieldRef::Str(v),
@@ -982,7 +1060,7 @@ mod tests {
     use super::*;
     use crate::cell::KeyRef;
     use crate::key::FieldValue;
-    use line_protocol::parse_line;
+    use line_protocol::{LineParser, parse_line};
 
     fn table() -> TableDescriptor {
         serde_json::from_value(serde_json::json!({
@@ -1069,6 +1147,91 @@ mod tests {
                 (b"user".to_vec(), 1000, Value::Float(1.5)),
             ]
         );
+    }
+
+    /// An encoder works out which tag is which key field once for a run of
+    /// points with the same tag names: through one encoder, points whose
+    /// tags change name, order, number or repeat get the keys and errors
+    /// each gets from an encoder of its own.
+    #[test]
+    fn tags_find_their_key_fields_as_each_point_alone_would() {
+        let t: TableDescriptor = serde_json::from_value(serde_json::json!({
+            "name": "metrics:cpu",
+            "families": [{"name": "f"}],
+            "key": {
+                "fields": [
+                    {"name": "metric", "type": "string", "width": 8},
+                    {"name": "dc", "type": "string", "width": 4},
+                    {"name": "host", "type": "string", "width": 4},
+                    {"name": "ts", "type": "reversed_timestamp"}
+                ],
+                "salt": {"buckets": 4}
+            },
+            "durability": "SYNC_WAL",
+            "regions": [{"id": 1, "start": "", "end": ""}],
+            "created_ms": 0
+        }))
+        .expect("table descriptor");
+        let lines = [
+            "cpu,host=h1,dc=d1 v=1 1000",
+            "cpu,host=h2,dc=d2 v=1 1000",
+            "cpu,dc=d3,host=h3 v=1 1000",
+            "cpu,host=h4,dc=d4 v=1 1000",
+            "cpu,host=h5,dc=d5,rack=r v=1 1000",
+            "cpu,host=h6,dc=d6 v=1 1000",
+            "cpu,host=h7 v=1 1000",
+            "cpu,host=h8,dc=d8 v=1 1000",
+            "cpu,host=h9,host=hA,dc=d9 v=1 1000",
+            "cpu,host=hB,dc=dB,host=hC v=1 1000",
+            "cpu,host=hD,dc=dD v=1 1000",
+            "cpu,hos=hE,tdc=dE v=1 1000",
+            "cpu,metric=mem,host=hF,dc=dF v=1 1000",
+            "cpu,host=hG,dc=dG v=1 1000",
+            "cpu v=1 1000",
+            "cpu,host=hH,dc=dH v=1 1000",
+        ];
+        let alone: Vec<(Result<(), String>, Option<Vec<u8>>)> = lines
+            .iter()
+            .map(|l| {
+                let mut enc = PointEncoder::new(&t, 64).expect("encoder");
+                let outcome = enc.add(&parse_line(l).expect("parses"), Precision::Milliseconds, 0);
+                let batch = enc.finish().into_batch();
+                (outcome, batch.row_key(0).map(<[u8]>::to_vec))
+            })
+            .collect();
+        let mut enc = PointEncoder::new(&t, 64).expect("encoder");
+        let mut parser = LineParser::default();
+        let together: Vec<Result<(), String>> = lines
+            .iter()
+            .map(|l| {
+                let point = parser.parse(l).expect("parses");
+                enc.add(&point, Precision::Milliseconds, 0)
+            })
+            .collect();
+        let batch = enc.finish().into_batch();
+        let mut row = 0;
+        for (i, ((outcome, key), shared)) in alone.iter().zip(&together).enumerate() {
+            assert_eq!(outcome, shared, "line {i}: {}", lines[i]);
+            if outcome.is_ok() {
+                assert_eq!(batch.row_key(row), key.as_deref(), "line {i}: {}", lines[i]);
+                row += 1;
+            }
+        }
+        assert_eq!(row, batch.rows());
+        // The cases meant: refusals among them, and the first of two tags
+        // of one name is the key's.
+        let refused = together.iter().filter(|o| o.is_err()).count();
+        assert_eq!(refused, 4, "{together:?}");
+        let first = t
+            .key
+            .encode_ordered(&[
+                FieldValue::Str("cpu".into()),
+                FieldValue::Str("d9".into()),
+                FieldValue::Str("h9".into()),
+                FieldValue::Uint(1000),
+            ])
+            .expect("key");
+        assert_eq!(alone[8].1.as_deref(), Some(first.as_slice()));
     }
 
     /// A point's cells go out sorted by name, and its row says so only

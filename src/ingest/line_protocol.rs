@@ -177,6 +177,14 @@ impl<'l: 'p, 'p> ParsedLine<'l, 'p> {
             .map(|&(k, v)| (self.text(k), self.text(v)))
     }
 
+    /// Tag `i` (< the number of tags), in line order.
+    pub fn tag(&self, i: usize) -> (&'p str, &'p str) {
+        self.parser
+            .tags
+            .get(i)
+            .map_or(("", ""), |&(k, v)| (self.text(k), self.text(v)))
+    }
+
     pub fn field_count(&self) -> usize {
         self.parser.fields.len()
     }
