@@ -260,11 +260,29 @@ static COMMA_SPACE: [u8; 256] = classes(b", ");
 static KEY_END: [u8; 256] = classes(b"=, ");
 
 /// The index of the first unescaped stop byte at or after `from` (or the
-/// length), and whether an escape was seen on the way.
-fn scan(b: &[u8], from: usize, table: &[u8; 256]) -> (usize, bool) {
+/// length), and whether an escape was seen on the way. The stop bytes are
+/// `,` and space, and `=` too for `KEY`.
+fn scan<const KEY: bool>(b: &[u8], from: usize) -> (usize, bool) {
+    let table = if KEY { &KEY_END } else { &COMMA_SPACE };
     let mut i = from;
     let mut escaped = false;
     while i < b.len() {
+        // Eight bytes at a time to the next byte that may stop the scan
+        // (a line is mostly plain text between stops a few bytes apart).
+        if let Some(word) = b.get(i..i + 8) {
+            let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            let mut hits = bytes_equal_to(word, b',')
+                | bytes_equal_to(word, b' ')
+                | bytes_equal_to(word, b'\\');
+            if KEY {
+                hits |= bytes_equal_to(word, b'=');
+            }
+            if hits == 0 {
+                i += 8;
+                continue;
+            }
+            i += (hits.trailing_zeros() / 8) as usize;
+        }
         match table[b[i] as usize] {
             PLAIN => i += 1,
             STOP => return (i, escaped),
@@ -275,6 +293,16 @@ fn scan(b: &[u8], from: usize, table: &[u8; 256]) -> (usize, bool) {
         }
     }
     (b.len(), escaped)
+}
+
+/// The high bit of each byte of `word` that equals `c`, exact up to the
+/// first such byte (after it, a borrow can mark others too): the lowest
+/// set bit is the first byte equal to `c`.
+fn bytes_equal_to(word: u64, c: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let x = word ^ (ONES * c as u64);
+    x.wrapping_sub(ONES) & !x & HIGHS
 }
 
 /// Appends `s` unescaped: a backslash before `,`, space, `=`, `\` or `"`
@@ -333,7 +361,7 @@ impl LineParser {
         }
         // Every stop byte is ASCII, so every index below is a char boundary.
         let b = line.as_bytes();
-        let (end, escaped) = scan(b, 0, &COMMA_SPACE);
+        let (end, escaped) = scan::<false>(b, 0);
         if end == 0 {
             return Err("missing measurement".into());
         }
@@ -341,12 +369,12 @@ impl LineParser {
         let mut at = end;
         while b.get(at) == Some(&b',') {
             let key_from = at + 1;
-            let (key_end, key_escaped) = scan(b, key_from, &KEY_END);
+            let (key_end, key_escaped) = scan::<true>(b, key_from);
             let key = &line[key_from..key_end];
             if b.get(key_end) != Some(&b'=') {
                 return Err(format!("tag `{}` has no value", quote_prefix(key)));
             }
-            let (value_end, value_escaped) = scan(b, key_end + 1, &COMMA_SPACE);
+            let (value_end, value_escaped) = scan::<false>(b, key_end + 1);
             if key.is_empty() || value_end == key_end + 1 {
                 return Err(format!(
                     "empty tag key or value in `{}`",
@@ -367,7 +395,7 @@ impl LineParser {
         }
         loop {
             let key_from = at;
-            let (key_end, key_escaped) = scan(b, key_from, &KEY_END);
+            let (key_end, key_escaped) = scan::<true>(b, key_from);
             let key = &line[key_from..key_end];
             if b.get(key_end) != Some(&b'=') {
                 return Err(format!("field `{}` has no value", quote_prefix(key)));
@@ -395,7 +423,7 @@ impl LineParser {
                 unescape_into(&line[value_from + 1..i], &mut text);
                 (Value::Str(text), i + 1)
             } else {
-                let (value_end, _) = scan(b, value_from, &COMMA_SPACE);
+                let (value_end, _) = scan::<false>(b, value_from);
                 let value = parse_value(&line[value_from..value_end])
                     .map_err(|e| format!("field `{}`: {e}", quote_prefix(key)))?;
                 (value, value_end)
@@ -538,6 +566,50 @@ fn parse_value(raw: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scan that takes eight bytes at a time stops where a scan of
+    /// one byte at a time does, for stops at every place in a word and
+    /// escapes across word ends.
+    #[test]
+    fn word_scans_stop_where_byte_scans_do() {
+        fn byte_scan(b: &[u8], from: usize, stops: &[u8]) -> (usize, bool) {
+            let (mut i, mut escaped) = (from, false);
+            while i < b.len() {
+                if b[i] == b'\\' {
+                    escaped = true;
+                    i += 2;
+                } else if stops.contains(&b[i]) {
+                    return (i, escaped);
+                } else {
+                    i += 1;
+                }
+            }
+            (b.len(), escaped)
+        }
+        let alphabet: &[u8] = b"aaaaaaaaz09.,, ==\\\xc3\xa9\xff\x80\x81";
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..20_000 {
+            let len = next(40);
+            let line: Vec<u8> = (0..len).map(|_| alphabet[next(alphabet.len())]).collect();
+            let from = next(len + 1);
+            assert_eq!(
+                scan::<false>(&line, from),
+                byte_scan(&line, from, b", "),
+                "{line:?} from {from}"
+            );
+            assert_eq!(
+                scan::<true>(&line, from),
+                byte_scan(&line, from, b", ="),
+                "{line:?} from {from}"
+            );
+        }
+    }
 
     #[test]
     fn parses_every_value_type_and_escape() {
