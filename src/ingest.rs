@@ -194,6 +194,85 @@ pub struct PointEncoder<'t> {
     key_tag_names: Vec<u8>,
     key_tag_name_ends: Vec<usize>,
     key_tags_known: bool,
+    /// The encoded series of the table's points by their text, when its
+    /// keys are a series then a time ([`KeySchema::is_series_then_time`]);
+    /// kept by the thread between encoders ([`SERIES_KEYS`]).
+    series_keys: Option<SeriesKeys>,
+}
+
+/// The series keys a thread encoded last, of a few tables: a Kafka
+/// writer or an HTTP write meets a series again in its next batch, and a
+/// key copied by its text costs far less than its tags found and encoded
+/// again (ten key fields and the salt's hash, for TSBS's devops rows).
+struct SeriesKeys {
+    table: crate::catalog::TableName,
+    created_ms: u64,
+    key: crate::key::KeySchema,
+    /// The series part of the key (everything before the time) by the
+    /// point's measurement and tags as written.
+    by_text: HashMap<Box<str>, Box<[u8]>, foldhash::fast::RandomState>,
+    bytes: usize,
+}
+
+/// Bytes of series text and keys a thread keeps for one table: TSBS's
+/// 4,000 devops hosts take 1.3 MB. Past it the thread starts over.
+const SERIES_KEYS_BYTES: usize = 4 << 20;
+/// Tables a thread keeps series keys of.
+const SERIES_KEYS_TABLES: usize = 4;
+
+thread_local! {
+    static SERIES_KEYS: std::cell::RefCell<Vec<SeriesKeys>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl SeriesKeys {
+    /// This thread's series keys of `table`, or new ones; `None` when its
+    /// keys cannot be kept by series.
+    fn take(table: &TableDescriptor) -> Option<SeriesKeys> {
+        if !table.key.is_series_then_time() {
+            return None;
+        }
+        let kept = SERIES_KEYS.with_borrow_mut(|tables| {
+            let at = tables.iter().position(|t| {
+                t.table == table.name && t.created_ms == table.created_ms && t.key == table.key
+            })?;
+            Some(tables.remove(at))
+        });
+        Some(kept.unwrap_or_else(|| SeriesKeys {
+            table: table.name.clone(),
+            created_ms: table.created_ms,
+            key: table.key.clone(),
+            by_text: HashMap::default(),
+            bytes: 0,
+        }))
+    }
+
+    /// Back to the thread, for its next encoder.
+    fn give_back(self) {
+        SERIES_KEYS.with_borrow_mut(|tables| {
+            if tables.len() >= SERIES_KEYS_TABLES {
+                tables.remove(0);
+            }
+            tables.push(self);
+        });
+    }
+
+    fn remember(&mut self, text: &str, series: &[u8]) {
+        let bytes = text.len() + series.len() + 64;
+        if self.bytes + bytes > SERIES_KEYS_BYTES {
+            self.by_text.clear();
+            self.bytes = 0;
+        }
+        self.bytes += bytes;
+        self.by_text.insert(text.into(), series.into());
+    }
+}
+
+impl Drop for PointEncoder<'_> {
+    fn drop(&mut self) {
+        if let Some(keys) = self.series_keys.take() {
+            keys.give_back();
+        }
+    }
 }
 
 /// A key field the point has no tag for.
@@ -280,6 +359,7 @@ impl<'t> PointEncoder<'t> {
             key_tag_names: Vec::new(),
             key_tag_name_ends: Vec::new(),
             key_tags_known: false,
+            series_keys: SeriesKeys::take(table),
         })
     }
 
@@ -464,7 +544,23 @@ impl<'t> PointEncoder<'t> {
         let ts = unit
             .to_ms_floor(time)
             .ok_or_else(|| format!("timestamp {time}{} is out of range", unit.name()))?;
-        if table.key.tags.is_none() {
+        // A series met before has its key but for the time.
+        let series_text = match &self.series_keys {
+            Some(_) => point.series_text(),
+            None => None,
+        };
+        let known = match (series_text, &self.series_keys) {
+            (Some(text), Some(keys)) => match keys.by_text.get(text) {
+                Some(series) => {
+                    self.key.clear();
+                    self.key.extend_from_slice(series);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        };
+        if table.key.tags.is_none() && !known {
             self.match_key_tags(point)?;
         }
         let field_count = point.field_count();
@@ -495,6 +591,8 @@ impl<'t> PointEncoder<'t> {
         }
         if let Some(open) = &table.key.tags {
             self.encode_open_tags(point, open, time)?;
+        } else if known {
+            table.key.put_last_time(time, &mut self.key);
         } else {
             let uniquifier = match table
                 .key
@@ -521,6 +619,10 @@ impl<'t> PointEncoder<'t> {
                     crate::error::Error::InvalidInput(reason) => reason,
                     other => other.to_string(),
                 })?;
+            if let (Some(text), Some(keys)) = (series_text, &mut self.series_keys) {
+                let time_width = table.key.fields.last().map_or(0, |f| f.encoding.width());
+                keys.remember(text, &self.key[..self.key.len() - time_width]);
+            }
         }
         if precision.unit().per_second() > unit.per_second() {
             let number = self.number_base + self.point_number;
@@ -851,10 +953,10 @@ impl<'t> PointEncoder<'t> {
         Ok(())
     }
 
-    pub fn finish(self) -> RoutedRows {
+    pub fn finish(mut self) -> RoutedRows {
         RoutedRows {
             region_ids: self.table.regions.iter().map(|r| r.id).collect(),
-            batches: self.batches,
+            batches: std::mem::take(&mut self.batches),
             salt_generation: self.table.key.salt_generation(),
         }
     }
@@ -1190,7 +1292,9 @@ mod tests {
             "cpu v=1 1000",
             "cpu,host=hH,dc=dH v=1 1000",
         ];
-        let alone: Vec<(Result<(), String>, Option<Vec<u8>>)> = lines
+        // Each line's outcome and row key through an encoder of its own.
+        type Alone = (Result<(), String>, Option<Vec<u8>>);
+        let alone: Vec<Alone> = lines
             .iter()
             .map(|l| {
                 let mut enc = PointEncoder::new(&t, 64).expect("encoder");
@@ -1232,6 +1336,97 @@ mod tests {
             ])
             .expect("key");
         assert_eq!(alone[8].1.as_deref(), Some(first.as_slice()));
+    }
+
+    /// A series met again (in the same body, or in the thread's next
+    /// encoder) takes its key from the keys kept by its text: the key its
+    /// tags give, for keys that end in either kind of time, and never a key
+    /// kept for another table of the same name or for a salt that reads
+    /// the time.
+    #[test]
+    fn series_met_again_get_the_keys_their_tags_give() {
+        let table = |time: &str, salt: serde_json::Value| -> TableDescriptor {
+            serde_json::from_value(serde_json::json!({
+                "name": "metrics:cpu",
+                "families": [{"name": "f"}],
+                "key": {
+                    "fields": [
+                        {"name": "metric", "type": "string", "width": 8},
+                        {"name": "host", "type": "string", "width": 4},
+                        {"name": "dc", "type": "string", "width": 4},
+                        {"name": "ts", "type": time}
+                    ],
+                    "salt": salt
+                },
+                "durability": "SYNC_WAL",
+                "regions": [{"id": 1, "start": "", "end": ""}],
+                "created_ms": 0
+            }))
+            .expect("table descriptor")
+        };
+        let reversed = table("reversed_timestamp", serde_json::json!({"buckets": 4}));
+        // Of the same name, but other salt buckets: other series bytes.
+        let forward = table("timestamp", serde_json::json!({"buckets": 7}));
+        let by_time = table(
+            "reversed_timestamp",
+            serde_json::json!({"buckets": 4, "from": "timestamp"}),
+        );
+        assert!(reversed.key.is_series_then_time() && forward.key.is_series_then_time());
+        assert!(!by_time.key.is_series_then_time());
+        let body = "cpu,host=h1,dc=d1 v=1 1000\n\
+                    cpu,host=h2,dc=d1 v=1 1000\n\
+                    cpu,host=h1,dc=d1 v=2 2000\n\
+                    cpu,dc=d1,host=h1 v=3 3000\n\
+                    cpu,host=h1,dc=d1,x=1 v=4 4000\n\
+                    cpu,host=h1,dc=d1 v=5 5000\n\
+                    mem,host=h1,dc=d1 v=6 6000\n\
+                    cpu,host=h1,dc=d1 v=7 7000\n";
+        let expected = [
+            ("cpu", "h1", 1000),
+            ("cpu", "h2", 1000),
+            ("cpu", "h1", 2000),
+            ("cpu", "h1", 3000),
+            ("cpu", "h1", 5000),
+            ("mem", "h1", 6000),
+            ("cpu", "h1", 7000),
+        ];
+        for t in [&reversed, &forward, &by_time, &reversed] {
+            // Two encoders one after the other: the second meets every
+            // series again.
+            for round in 0..2 {
+                let mut enc = PointEncoder::new(t, 64).expect("encoder");
+                let refused = enc
+                    .add_body(
+                        Format::Line,
+                        body.as_bytes(),
+                        Some(Precision::Milliseconds),
+                        0,
+                    )
+                    .expect("body");
+                assert_eq!(refused.len(), 1, "{refused:?}");
+                assert_eq!(refused[0].0, 5);
+                assert!(refused[0].1.contains("not a key field"), "{refused:?}");
+                let batch = enc.finish().into_batch();
+                assert_eq!(batch.rows(), expected.len());
+                for (row, (metric, host, ts)) in expected.iter().enumerate() {
+                    let key = t
+                        .key
+                        .encode_ordered(&[
+                            FieldValue::Str((*metric).into()),
+                            FieldValue::Str((*host).into()),
+                            FieldValue::Str("d1".into()),
+                            FieldValue::Uint(*ts),
+                        ])
+                        .expect("key");
+                    assert_eq!(
+                        batch.row_key(row),
+                        Some(key.as_slice()),
+                        "round {round}, row {row}, {:?}",
+                        t.key.fields[3].encoding
+                    );
+                }
+            }
+        }
     }
 
     /// A point's cells go out sorted by name, and its row says so only

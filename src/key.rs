@@ -745,6 +745,36 @@ impl KeySchema {
             .collect()
     }
 
+    /// Whether a key is its series' bytes (the salt and every field but
+    /// the last) followed by the time, its last field, so that the series'
+    /// bytes may be kept and reused for its next point: not when a hash
+    /// prefix, the salt (by its fields or its epochs) or a uniquifier
+    /// depends on the point rather than its series.
+    pub fn is_series_then_time(&self) -> bool {
+        let Some((last, series)) = self.fields.split_last() else {
+            return false;
+        };
+        self.tags.is_none()
+            && self.md5_prefix == 0
+            && last.encoding.is_time()
+            && series.iter().all(|f| f.encoding.is_identity())
+            && self
+                .salt
+                .as_ref()
+                .is_none_or(|s| s.epochs.is_empty() && !s.hashes(last))
+    }
+
+    /// Appends `time` as the last field of a key that
+    /// [`KeySchema::is_series_then_time`] says ends in it.
+    pub fn put_last_time(&self, time: u64, out: &mut Vec<u8>) {
+        match self.fields.last().map(|f| &f.encoding) {
+            Some(FieldEncoding::ReversedTimestamp) => {
+                out.extend_from_slice(&(u64::MAX - time).to_be_bytes())
+            }
+            _ => out.extend_from_slice(&time.to_be_bytes()),
+        }
+    }
+
     /// Length of the series identity: the leading fields before the first
     /// timestamp or uniquifier, plus salt and hash prefix. The ROWPREFIX bloom
     /// filter covers this many bytes.
