@@ -112,18 +112,7 @@ fn main() {
     for pass in 0..3 {
         // Kafka: one line per message, 2,000 messages per batch.
         let t = Instant::now();
-        let mut cells = 0;
-        for chunk in lines.chunks(2000) {
-            let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
-            enc.reserve_for_bytes(chunk.iter().map(String::len).sum());
-            for l in chunk {
-                let bad = enc
-                    .add_body(Format::Line, l.as_bytes(), Some(Precision::Milliseconds), 0)
-                    .expect("body");
-                assert!(bad.is_empty());
-            }
-            cells += enc.finish().cells();
-        }
+        let cells = as_kafka_batches(&table, &lines);
         let per_message = t.elapsed().as_nanos() as f64 / rows as f64;
         assert_eq!(cells as u64, rows * 10);
         // HTTP: 5,000-line bodies.
@@ -175,22 +164,29 @@ fn devops(rows: u64) {
     let table = devops_table();
     for pass in 0..3 {
         let t = Instant::now();
-        let mut cells = 0;
-        for chunk in lines.chunks(2000) {
-            let mut enc = PointEncoder::new(&table, 1 << 20).expect("encoder");
-            enc.reserve_for_bytes(chunk.iter().map(String::len).sum());
-            for l in chunk {
-                let bad = enc
-                    .add_body(Format::Line, l.as_bytes(), Some(Precision::Milliseconds), 0)
-                    .expect("body");
-                assert!(bad.is_empty(), "{bad:?}");
-            }
-            cells += enc.finish().cells();
-        }
+        let cells = as_kafka_batches(&table, &lines);
         let per_message = t.elapsed().as_nanos() as f64 / rows as f64;
         assert_eq!(cells as u64, rows * 10);
         println!("devops pass={pass} kafka_ns_per_row={per_message:.0}");
     }
+}
+
+/// `lines` encoded as the Kafka writers do: one line a message, 2,000
+/// messages a batch; the cells made.
+fn as_kafka_batches(table: &TableDescriptor, lines: &[String]) -> usize {
+    let mut cells = 0;
+    for chunk in lines.chunks(2000) {
+        let mut enc = PointEncoder::new(table, 1 << 20).expect("encoder");
+        enc.reserve_for_bytes(chunk.iter().map(String::len).sum());
+        for l in chunk {
+            let bad = enc
+                .add_body(Format::Line, l.as_bytes(), Some(Precision::Milliseconds), 0)
+                .expect("body");
+            assert!(bad.is_empty(), "{bad:?}");
+        }
+        cells += enc.finish().cells();
+    }
+    cells
 }
 
 /// 5,000-line bodies encoded for 16 regions, each region's rows inserted
