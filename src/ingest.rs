@@ -484,9 +484,20 @@ impl<'t> PointEncoder<'t> {
         let mut parser = std::mem::take(&mut self.parser);
         for (number, line) in line_protocol::lines(text) {
             self.point_number = number;
-            let outcome = parser
-                .parse(line)
-                .and_then(|point| self.add(&point, precision, now_ms));
+            // A series met before needs only its fields parsed.
+            let known_end = match &self.series_keys {
+                Some(_) => line_protocol::series_end(line)
+                    .filter(|&end| self.copy_known_series(Some(&line[..end]))),
+                None => None,
+            };
+            let outcome = match known_end {
+                Some(end) => parser
+                    .parse_after_series(line, end)
+                    .and_then(|point| self.add_to_key(&point, precision, now_ms, true)),
+                None => parser
+                    .parse(line)
+                    .and_then(|point| self.add(&point, precision, now_ms)),
+            };
             if let Err(e) = outcome {
                 errors.push((number, e));
             }
@@ -530,6 +541,35 @@ impl<'t> PointEncoder<'t> {
         precision: Precision,
         now_ms: u64,
     ) -> Result<(), String> {
+        let known = self.copy_known_series(point.series_text());
+        self.add_to_key(point, precision, now_ms, known)
+    }
+
+    /// The series part of the key of the point whose series text is
+    /// `text` into [`Self::key`], when a point of it was met before.
+    fn copy_known_series(&mut self, text: Option<&str>) -> bool {
+        let (Some(text), Some(keys)) = (text, &self.series_keys) else {
+            return false;
+        };
+        match keys.by_text.get(text) {
+            Some(series) => {
+                self.key.clear();
+                self.key.extend_from_slice(series);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`Self::add`], `known` when [`Self::key`] holds the point's series
+    /// part already (its measurement and tags are then not read).
+    fn add_to_key(
+        &mut self,
+        point: &impl PointFields,
+        precision: Precision,
+        now_ms: u64,
+        known: bool,
+    ) -> Result<(), String> {
         let table = self.table;
         let unit = table.key.time_unit;
         let (time, exact) = match point.timestamp() {
@@ -544,22 +584,6 @@ impl<'t> PointEncoder<'t> {
         let ts = unit
             .to_ms_floor(time)
             .ok_or_else(|| format!("timestamp {time}{} is out of range", unit.name()))?;
-        // A series met before has its key but for the time.
-        let series_text = match &self.series_keys {
-            Some(_) => point.series_text(),
-            None => None,
-        };
-        let known = match (series_text, &self.series_keys) {
-            (Some(text), Some(keys)) => match keys.by_text.get(text) {
-                Some(series) => {
-                    self.key.clear();
-                    self.key.extend_from_slice(series);
-                    true
-                }
-                None => false,
-            },
-            _ => false,
-        };
         if table.key.tags.is_none() && !known {
             self.match_key_tags(point)?;
         }
@@ -619,7 +643,7 @@ impl<'t> PointEncoder<'t> {
                     crate::error::Error::InvalidInput(reason) => reason,
                     other => other.to_string(),
                 })?;
-            if let (Some(text), Some(keys)) = (series_text, &mut self.series_keys) {
+            if let (Some(text), Some(keys)) = (point.series_text(), &mut self.series_keys) {
                 let time_width = table.key.fields.last().map_or(0, |f| f.encoding.width());
                 keys.remember(text, &self.key[..self.key.len() - time_width]);
             }
@@ -1380,15 +1404,20 @@ mod tests {
                     cpu,host=h1,dc=d1,x=1 v=4 4000\n\
                     cpu,host=h1,dc=d1 v=5 5000\n\
                     mem,host=h1,dc=d1 v=6 6000\n\
-                    cpu,host=h1,dc=d1 v=7 7000\n";
+                    cpu,host=h1,dc=d1 v=7 7000\n\
+                    cpu,host=h\\ 2,dc=d1 v=8 8000\n\
+                    cpu,host=h1,dc=d1 v=oops 8500\n\
+                    cpu,host=h\\ 2,dc=d1 v=9 9000\n";
         let expected = [
-            ("cpu", "h1", 1000),
-            ("cpu", "h2", 1000),
-            ("cpu", "h1", 2000),
-            ("cpu", "h1", 3000),
-            ("cpu", "h1", 5000),
-            ("mem", "h1", 6000),
-            ("cpu", "h1", 7000),
+            ("cpu", "h1", 1000, 1.0),
+            ("cpu", "h2", 1000, 1.0),
+            ("cpu", "h1", 2000, 2.0),
+            ("cpu", "h1", 3000, 3.0),
+            ("cpu", "h1", 5000, 5.0),
+            ("mem", "h1", 6000, 6.0),
+            ("cpu", "h1", 7000, 7.0),
+            ("cpu", "h 2", 8000, 8.0),
+            ("cpu", "h 2", 9000, 9.0),
         ];
         for t in [&reversed, &forward, &by_time, &reversed] {
             // Two encoders one after the other: the second meets every
@@ -1403,12 +1432,25 @@ mod tests {
                         0,
                     )
                     .expect("body");
-                assert_eq!(refused.len(), 1, "{refused:?}");
+                assert_eq!(refused.len(), 2, "{refused:?}");
                 assert_eq!(refused[0].0, 5);
                 assert!(refused[0].1.contains("not a key field"), "{refused:?}");
+                // A bad value of a known series is refused as any other.
+                assert_eq!(refused[1].0, 10);
+                let alone = parse_line("cpu,host=h1,dc=d1 v=oops 8500").expect_err("refused");
+                assert_eq!(refused[1].1, alone);
                 let batch = enc.finish().into_batch();
                 assert_eq!(batch.rows(), expected.len());
-                for (row, (metric, host, ts)) in expected.iter().enumerate() {
+                for (row, (metric, host, ts, v)) in expected.iter().enumerate() {
+                    let cells: Vec<(Vec<u8>, u64, Value)> = batch
+                        .row(row)
+                        .map(|e| {
+                            let k = KeyRef::parse(e.key).expect("key");
+                            let value = Value::decode(e.value).expect("value");
+                            (k.qualifier.to_vec(), k.timestamp, value)
+                        })
+                        .collect();
+                    assert_eq!(cells, vec![(b"v".to_vec(), *ts, Value::Float(*v))]);
                     let key = t
                         .key
                         .encode_ordered(&[

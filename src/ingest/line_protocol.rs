@@ -305,6 +305,30 @@ fn bytes_equal_to(word: u64, c: u8) -> u64 {
     x.wrapping_sub(ONES) & !x & HIGHS
 }
 
+/// Where the measurement and tags of `line` end: its first space not
+/// escaped by a backslash (a valid line's series part ends there).
+pub fn series_end(line: &str) -> Option<usize> {
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(word) = b.get(i..i + 8) {
+            let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+            let hits = bytes_equal_to(word, b' ') | bytes_equal_to(word, b'\\');
+            if hits == 0 {
+                i += 8;
+                continue;
+            }
+            i += (hits.trailing_zeros() / 8) as usize;
+        }
+        match b[i] {
+            b' ' => return Some(i),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// Appends `s` unescaped: a backslash before `,`, space, `=`, `\` or `"`
 /// stands for that character; before anything else it is kept.
 fn unescape_into(s: &str, out: &mut String) {
@@ -351,7 +375,21 @@ impl LineParser {
         Ok(ParsedLine { line, parser: self })
     }
 
-    fn parse_into(&mut self, line: &str) -> Result<(), String> {
+    /// Parses the fields and time of a line whose measurement and tags,
+    /// `line[..series_end]` (a [`series_end`]), are known to the caller:
+    /// the answer has no measurement or tags, only its series text.
+    pub fn parse_after_series<'l: 'p, 'p>(
+        &'p mut self,
+        line: &'l str,
+        series_end: usize,
+    ) -> Result<ParsedLine<'l, 'p>, String> {
+        self.clear(line)?;
+        self.measurement = Span::default();
+        self.parse_fields(line, series_end)?;
+        Ok(ParsedLine { line, parser: self })
+    }
+
+    fn clear(&mut self, line: &str) -> Result<(), String> {
         self.tags.clear();
         self.fields.clear();
         self.scratch.clear();
@@ -359,6 +397,11 @@ impl LineParser {
         if line.len() > u32::MAX as usize {
             return Err("line is longer than 4 GiB".into());
         }
+        Ok(())
+    }
+
+    fn parse_into(&mut self, line: &str) -> Result<(), String> {
+        self.clear(line)?;
         // Every stop byte is ASCII, so every index below is a char boundary.
         let b = line.as_bytes();
         let (end, escaped) = scan::<false>(b, 0);
@@ -386,6 +429,12 @@ impl LineParser {
             self.tags.push((k, v));
             at = value_end;
         }
+        self.parse_fields(line, at)
+    }
+
+    /// The fields and time of `line`, from `at`, the end of its series.
+    fn parse_fields(&mut self, line: &str, mut at: usize) -> Result<(), String> {
+        let b = line.as_bytes();
         if b.get(at) != Some(&b' ') {
             return Err("missing fields after the measurement and tags".into());
         }
