@@ -1189,17 +1189,22 @@ mod tests {
     use line_protocol::{LineParser, parse_line};
 
     fn table() -> TableDescriptor {
+        table_of(
+            serde_json::json!([
+                {"name": "metric", "type": "string", "width": 8},
+                {"name": "host", "type": "string", "width": 8},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ]),
+            serde_json::json!({"buckets": 4}),
+        )
+    }
+
+    /// Table `metrics:cpu` of one region with these key fields and salt.
+    fn table_of(fields: serde_json::Value, salt: serde_json::Value) -> TableDescriptor {
         serde_json::from_value(serde_json::json!({
             "name": "metrics:cpu",
             "families": [{"name": "f"}],
-            "key": {
-                "fields": [
-                    {"name": "metric", "type": "string", "width": 8},
-                    {"name": "host", "type": "string", "width": 8},
-                    {"name": "ts", "type": "reversed_timestamp"}
-                ],
-                "salt": {"buckets": 4}
-            },
+            "key": {"fields": fields, "salt": salt},
             "durability": "SYNC_WAL",
             "regions": [{"id": 1, "start": "", "end": ""}],
             "created_ms": 0
@@ -1281,23 +1286,15 @@ mod tests {
     /// each gets from an encoder of its own.
     #[test]
     fn tags_find_their_key_fields_as_each_point_alone_would() {
-        let t: TableDescriptor = serde_json::from_value(serde_json::json!({
-            "name": "metrics:cpu",
-            "families": [{"name": "f"}],
-            "key": {
-                "fields": [
-                    {"name": "metric", "type": "string", "width": 8},
-                    {"name": "dc", "type": "string", "width": 4},
-                    {"name": "host", "type": "string", "width": 4},
-                    {"name": "ts", "type": "reversed_timestamp"}
-                ],
-                "salt": {"buckets": 4}
-            },
-            "durability": "SYNC_WAL",
-            "regions": [{"id": 1, "start": "", "end": ""}],
-            "created_ms": 0
-        }))
-        .expect("table descriptor");
+        let t = table_of(
+            serde_json::json!([
+                {"name": "metric", "type": "string", "width": 8},
+                {"name": "dc", "type": "string", "width": 4},
+                {"name": "host", "type": "string", "width": 4},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ]),
+            serde_json::json!({"buckets": 4}),
+        );
         let lines = [
             "cpu,host=h1,dc=d1 v=1 1000",
             "cpu,host=h2,dc=d2 v=1 1000",
@@ -1369,24 +1366,16 @@ mod tests {
     /// the time.
     #[test]
     fn series_met_again_get_the_keys_their_tags_give() {
-        let table = |time: &str, salt: serde_json::Value| -> TableDescriptor {
-            serde_json::from_value(serde_json::json!({
-                "name": "metrics:cpu",
-                "families": [{"name": "f"}],
-                "key": {
-                    "fields": [
-                        {"name": "metric", "type": "string", "width": 8},
-                        {"name": "host", "type": "string", "width": 4},
-                        {"name": "dc", "type": "string", "width": 4},
-                        {"name": "ts", "type": time}
-                    ],
-                    "salt": salt
-                },
-                "durability": "SYNC_WAL",
-                "regions": [{"id": 1, "start": "", "end": ""}],
-                "created_ms": 0
-            }))
-            .expect("table descriptor")
+        let table = |time: &str, salt: serde_json::Value| {
+            table_of(
+                serde_json::json!([
+                    {"name": "metric", "type": "string", "width": 8},
+                    {"name": "host", "type": "string", "width": 4},
+                    {"name": "dc", "type": "string", "width": 4},
+                    {"name": "ts", "type": time}
+                ]),
+                salt,
+            )
         };
         let reversed = table("reversed_timestamp", serde_json::json!({"buckets": 4}));
         // Of the same name, but other salt buckets: other series bytes.
