@@ -231,12 +231,17 @@ impl SeriesKeys {
         if !table.key.is_series_then_time() {
             return None;
         }
-        let kept = SERIES_KEYS.with_borrow_mut(|tables| {
-            let at = tables.iter().position(|t| {
-                t.table == table.name && t.created_ms == table.created_ms && t.key == table.key
-            })?;
-            Some(tables.remove(at))
-        });
+        // A thread being torn down has none (nor takes any back).
+        let kept = SERIES_KEYS
+            .try_with(|tables| {
+                let mut tables = tables.borrow_mut();
+                let at = tables.iter().position(|t| {
+                    t.table == table.name && t.created_ms == table.created_ms && t.key == table.key
+                })?;
+                Some(tables.remove(at))
+            })
+            .ok()
+            .flatten();
         Some(kept.unwrap_or_else(|| SeriesKeys {
             table: table.name.clone(),
             created_ms: table.created_ms,
@@ -248,7 +253,8 @@ impl SeriesKeys {
 
     /// Back to the thread, for its next encoder.
     fn give_back(self) {
-        SERIES_KEYS.with_borrow_mut(|tables| {
+        let _ = SERIES_KEYS.try_with(|tables| {
+            let mut tables = tables.borrow_mut();
             if tables.len() >= SERIES_KEYS_TABLES {
                 tables.remove(0);
             }
