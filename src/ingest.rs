@@ -500,9 +500,10 @@ impl<'t> PointEncoder<'t> {
                 Some(end) => parser
                     .parse_after_series(line, end)
                     .and_then(|point| self.add_to_key(&point, precision, now_ms, true)),
+                // Not a kept series (looked for just now): encoded whole.
                 None => parser
                     .parse(line)
-                    .and_then(|point| self.add(&point, precision, now_ms)),
+                    .and_then(|point| self.add_to_key(&point, precision, now_ms, false)),
             };
             if let Err(e) = outcome {
                 errors.push((number, e));
@@ -866,26 +867,18 @@ impl<'t> PointEncoder<'t> {
         })
     }
 
-    /// Whether `point` has the field names, in the same order, of the point
-    /// `order` was worked out for.
     /// Finds each key field's tag ([`Self::key_tags`]), unless the point's
     /// tag names are the last point's; a tag that is no key field refuses
     /// the point.
     fn match_key_tags(&mut self, point: &impl PointFields) -> Result<(), String> {
-        if self.key_tags_known {
-            let mut from = 0;
-            let mut ends = self.key_tag_name_ends.iter();
-            let same = point.tags().all(|(k, _)| match ends.next() {
-                Some(&end) => {
-                    let last = &self.key_tag_names[from..end];
-                    from = end;
-                    bytes_equal(last, k.as_bytes())
-                }
-                None => false,
-            });
-            if same && ends.next().is_none() {
-                return Ok(());
-            }
+        if self.key_tags_known
+            && names_are(
+                &self.key_tag_names,
+                &self.key_tag_name_ends,
+                point.tags().map(|(k, _)| k),
+            )
+        {
+            return Ok(());
         }
         let table = self.table;
         self.key_tags_known = false;
@@ -922,18 +915,14 @@ impl<'t> PointEncoder<'t> {
         Ok(())
     }
 
+    /// Whether `point` has the field names, in the same order, of the point
+    /// `order` was worked out for.
     fn same_names_as_last(&self, point: &impl PointFields) -> bool {
-        if self.order_name_ends.len() != point.field_count() {
-            return false;
-        }
-        let mut from = 0;
-        for (i, &end) in self.order_name_ends.iter().enumerate() {
-            if !bytes_equal(&self.order_names[from..end], point.field(i).0.as_bytes()) {
-                return false;
-            }
-            from = end;
-        }
-        true
+        names_are(
+            &self.order_names,
+            &self.order_name_ends,
+            (0..point.field_count()).map(|i| point.field(i).0),
+        )
     }
 
     /// Adds rows encoded elsewhere (a rows message, `rows_message.rs`),
@@ -990,6 +979,22 @@ impl<'t> PointEncoder<'t> {
             salt_generation: self.table.key.salt_generation(),
         }
     }
+}
+
+/// Whether `names` are, in order, the names kept concatenated in `kept`
+/// with their ends in `ends`.
+fn names_are<'n>(kept: &[u8], ends: &[usize], names: impl Iterator<Item = &'n str>) -> bool {
+    let mut from = 0;
+    let mut ends = ends.iter();
+    let same = names.into_iter().all(|name| match ends.next() {
+        Some(&end) => {
+            let last = &kept[from..end];
+            from = end;
+            bytes_equal(last, name.as_bytes())
+        }
+        None => false,
+    });
+    same && ends.next().is_none()
 }
 
 /// The value of key field `f` for a point: the point's time (in the

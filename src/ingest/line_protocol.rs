@@ -259,11 +259,23 @@ static COMMA_SPACE: [u8; 256] = classes(b", ");
 /// ...tag and field keys also at `=`.
 static KEY_END: [u8; 256] = classes(b"=, ");
 
-/// The index of the first unescaped stop byte at or after `from` (or the
-/// length), and whether an escape was seen on the way. The stop bytes are
-/// `,` and space, and `=` too for `KEY`.
-fn scan<const KEY: bool>(b: &[u8], from: usize) -> (usize, bool) {
-    let table = if KEY { &KEY_END } else { &COMMA_SPACE };
+/// Which bytes end a [`scan`]: `,` and space (the measurement, tag
+/// values, field values)...
+const COMMA_SPACE_STOPS: u8 = 0;
+/// ...`=` too (tag and field keys)...
+const KEY_STOPS: u8 = 1;
+/// ...or space only (the whole series part, [`series_end`]).
+const SPACE_STOPS: u8 = 2;
+static SPACE: [u8; 256] = classes(b" ");
+
+/// The index of the first unescaped stop byte (of `STOPS`) at or after
+/// `from` (or the length), and whether an escape was seen on the way.
+fn scan<const STOPS: u8>(b: &[u8], from: usize) -> (usize, bool) {
+    let table = match STOPS {
+        KEY_STOPS => &KEY_END,
+        SPACE_STOPS => &SPACE,
+        _ => &COMMA_SPACE,
+    };
     let mut i = from;
     let mut escaped = false;
     while i < b.len() {
@@ -271,10 +283,11 @@ fn scan<const KEY: bool>(b: &[u8], from: usize) -> (usize, bool) {
         // (a line is mostly plain text between stops a few bytes apart).
         if let Some(word) = b.get(i..i + 8) {
             let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            let mut hits = bytes_equal_to(word, b',')
-                | bytes_equal_to(word, b' ')
-                | bytes_equal_to(word, b'\\');
-            if KEY {
+            let mut hits = bytes_equal_to(word, b' ') | bytes_equal_to(word, b'\\');
+            if STOPS != SPACE_STOPS {
+                hits |= bytes_equal_to(word, b',');
+            }
+            if STOPS == KEY_STOPS {
                 hits |= bytes_equal_to(word, b'=');
             }
             if hits == 0 {
@@ -308,25 +321,8 @@ fn bytes_equal_to(word: u64, c: u8) -> u64 {
 /// Where the measurement and tags of `line` end: its first space not
 /// escaped by a backslash (a valid line's series part ends there).
 pub fn series_end(line: &str) -> Option<usize> {
-    let b = line.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if let Some(word) = b.get(i..i + 8) {
-            let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            let hits = bytes_equal_to(word, b' ') | bytes_equal_to(word, b'\\');
-            if hits == 0 {
-                i += 8;
-                continue;
-            }
-            i += (hits.trailing_zeros() / 8) as usize;
-        }
-        match b[i] {
-            b' ' => return Some(i),
-            b'\\' => i += 2,
-            _ => i += 1,
-        }
-    }
-    None
+    let (end, _) = scan::<SPACE_STOPS>(line.as_bytes(), 0);
+    (end < line.len()).then_some(end)
 }
 
 /// Appends `s` unescaped: a backslash before `,`, space, `=`, `\` or `"`
@@ -404,7 +400,7 @@ impl LineParser {
         self.clear(line)?;
         // Every stop byte is ASCII, so every index below is a char boundary.
         let b = line.as_bytes();
-        let (end, escaped) = scan::<false>(b, 0);
+        let (end, escaped) = scan::<COMMA_SPACE_STOPS>(b, 0);
         if end == 0 {
             return Err("missing measurement".into());
         }
@@ -412,12 +408,12 @@ impl LineParser {
         let mut at = end;
         while b.get(at) == Some(&b',') {
             let key_from = at + 1;
-            let (key_end, key_escaped) = scan::<true>(b, key_from);
+            let (key_end, key_escaped) = scan::<KEY_STOPS>(b, key_from);
             let key = &line[key_from..key_end];
             if b.get(key_end) != Some(&b'=') {
                 return Err(format!("tag `{}` has no value", quote_prefix(key)));
             }
-            let (value_end, value_escaped) = scan::<false>(b, key_end + 1);
+            let (value_end, value_escaped) = scan::<COMMA_SPACE_STOPS>(b, key_end + 1);
             if key.is_empty() || value_end == key_end + 1 {
                 return Err(format!(
                     "empty tag key or value in `{}`",
@@ -444,7 +440,7 @@ impl LineParser {
         }
         loop {
             let key_from = at;
-            let (key_end, key_escaped) = scan::<true>(b, key_from);
+            let (key_end, key_escaped) = scan::<KEY_STOPS>(b, key_from);
             let key = &line[key_from..key_end];
             if b.get(key_end) != Some(&b'=') {
                 return Err(format!("field `{}` has no value", quote_prefix(key)));
@@ -472,7 +468,7 @@ impl LineParser {
                 unescape_into(&line[value_from + 1..i], &mut text);
                 (Value::Str(text), i + 1)
             } else {
-                let (value_end, _) = scan::<false>(b, value_from);
+                let (value_end, _) = scan::<COMMA_SPACE_STOPS>(b, value_from);
                 let value = parse_value(&line[value_from..value_end])
                     .map_err(|e| format!("field `{}`: {e}", quote_prefix(key)))?;
                 (value, value_end)
@@ -648,13 +644,18 @@ mod tests {
             let line: Vec<u8> = (0..len).map(|_| alphabet[next(alphabet.len())]).collect();
             let from = next(len + 1);
             assert_eq!(
-                scan::<false>(&line, from),
+                scan::<COMMA_SPACE_STOPS>(&line, from),
                 byte_scan(&line, from, b", "),
                 "{line:?} from {from}"
             );
             assert_eq!(
-                scan::<true>(&line, from),
+                scan::<KEY_STOPS>(&line, from),
                 byte_scan(&line, from, b", ="),
+                "{line:?} from {from}"
+            );
+            assert_eq!(
+                scan::<SPACE_STOPS>(&line, from),
+                byte_scan(&line, from, b" "),
                 "{line:?} from {from}"
             );
         }
