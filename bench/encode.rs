@@ -7,7 +7,9 @@
 //! encoded as a TIME_SERIES block and decoded back (what a block read from
 //! disk costs before it is cached), with the bytes per value. And the
 //! MemStore insert of the HTTP path's batches into a table pre-split in 16
-//! regions, as the writers do it.
+//! regions, as the writers do it. And TSBS's devops lines (4,000 hosts,
+//! every tag a key field) one a Kafka message, as the Kafka writers decode
+//! them.
 
 use std::time::Instant;
 
@@ -143,7 +145,8 @@ fn main() {
 
 /// TSBS's devops lines (4,000 hosts, ten tags, every tag a key field of a
 /// table split in 16 regions), one line a Kafka message, as the Kafka leg
-/// of `make bench-scale` sends them.
+/// of `make bench-scale` sends them. Not inlined, so callgrind can count
+/// it alone (`--toggle-collect=encode::devops`).
 #[inline(never)]
 fn devops(rows: u64) {
     use halite::tsbs::devops;
