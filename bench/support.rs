@@ -50,7 +50,7 @@ impl Conn {
         };
         if read == 0 {
             // The server closed the kept-alive connection while it was
-            // idle (halite after server.header_timeout, as nginx after
+            // idle (halite after server.idle_timeout, as nginx after
             // keepalive_timeout; comparing two large answers takes
             // longer): send again on a new one, as HTTP clients do.
             *self = Conn::open(&self.host);

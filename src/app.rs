@@ -166,6 +166,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         };
         let serving = api::listen::Serving {
             header_timeout: config.server.header_timeout.0,
+            idle_timeout: config.server.idle_timeout.0,
             tls: tls.clone(),
         };
         let scheme = if tls.is_some() { "https" } else { "http" };

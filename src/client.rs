@@ -87,8 +87,9 @@ impl HttpClient {
             // Straight to the server: a proxy from the environment would
             // see the token (and plain HTTP to it).
             .proxy(None)
-            // Kept connections go before the server's header deadline
-            // (server.header_timeout, default 10 s) closes them.
+            // Kept connections go well before the server's idle deadline
+            // (server.idle_timeout, default 5 min, which a server may set
+            // lower) closes them.
             .max_idle_age(Duration::from_secs(5))
             .http_status_as_error(false)
             .tls_config(tls_config.build())

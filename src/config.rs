@@ -241,9 +241,14 @@ pub struct ServerConfig {
     /// (default 30s); a slower or stalled client gets 408 and writes nothing.
     pub body_timeout: Dur,
     /// How long a request's headers may take to arrive (default 10s),
-    /// counted from when the server waits for them: a client stalled
-    /// inside them, or a kept-alive connection idle that long, is closed.
+    /// counted from their first byte (from the connection's start for its
+    /// first request): a client stalled inside them is disconnected.
     pub header_timeout: Dur,
+    /// How long a kept-alive connection may wait between requests
+    /// (default 5m, longer than the 90 s Go's clients keep idle
+    /// connections, so they close first and never send on one the server
+    /// is closing).
+    pub idle_timeout: Dur,
     /// PEM certificate chain: with `tls_key`, the API and metrics ports
     /// speak HTTPS only. Read again on SIGHUP.
     pub tls_cert: String,
@@ -265,6 +270,7 @@ impl Default for ServerConfig {
             write_piece: ByteSize(4 << 20),
             body_timeout: Dur(Duration::from_secs(30)),
             header_timeout: Dur(Duration::from_secs(10)),
+            idle_timeout: Dur(Duration::from_secs(300)),
             tls_cert: String::new(),
             tls_key: String::new(),
             shards: cores,
@@ -480,6 +486,9 @@ impl Config {
         }
         if self.server.header_timeout.0.is_zero() {
             return bad("server.header_timeout", "must be more than 0");
+        }
+        if self.server.idle_timeout.0.is_zero() {
+            return bad("server.idle_timeout", "must be more than 0");
         }
         let boot = &self.auth.bootstrap_token;
         if !boot.is_empty() && (boot.len() < 16 || boot.chars().any(char::is_whitespace)) {

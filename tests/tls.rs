@@ -1,11 +1,12 @@
 //! The API's connections: HTTPS with a certificate the test makes (and
-//! replaces, for SIGHUP to load), and a client stalled inside its request
-//! headers disconnected after `server.header_timeout`. And the Kafka
-//! consumer over TLS.
+//! replaces, for SIGHUP to load), a client stalled inside its request
+//! headers disconnected after `server.header_timeout`, and a kept-alive
+//! connection kept between requests until `server.idle_timeout`. And the
+//! Kafka consumer over TLS.
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
@@ -232,6 +233,111 @@ fn a_client_stalled_inside_its_headers_is_disconnected() {
     // Other clients are served meanwhile and after.
     let r = common::http::request(&srv.addr, "GET", "/healthz", None, b"").expect("healthz");
     assert_eq!(r.status, 200);
+    stop(srv);
+}
+
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/// Reads one answer off a kept-alive connection: its status line, or None
+/// when the server closed the connection instead.
+fn read_answer(conn: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut status = String::new();
+    if conn.read_line(&mut status).unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).expect("header line");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().expect("content-length");
+        }
+    }
+    let mut body = vec![0; length];
+    conn.read_exact(&mut body).expect("body");
+    Some(status.trim_end().to_string())
+}
+
+/// How long the server takes to close `conn`, reading until it does.
+fn time_to_close(conn: &mut BufReader<TcpStream>) -> Duration {
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    // A 408 may come before the close.
+    let _ = conn.read_to_end(&mut rest);
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.is_empty() || text.starts_with("HTTP/1.1 408"),
+        "{text}"
+    );
+    started.elapsed()
+}
+
+/// Telegraf writes every 10 s on a kept-alive connection, and
+/// `server.header_timeout` is 10 s: a deadline on the headers counted from
+/// the end of the last answer closed Telegraf's connection as it sent its
+/// next write. Between requests a connection has `server.idle_timeout`;
+/// the headers' deadline runs from their first byte.
+#[test]
+fn a_kept_alive_connection_waits_the_idle_timeout_between_requests() {
+    let sc = Scenario::new()
+        .set("server.header_timeout=\"1s\"")
+        .set("server.idle_timeout=\"4s\"")
+        .build();
+    let srv = sc.start();
+    let connect = || {
+        let tcp = TcpStream::connect(&srv.addr).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        BufReader::new(tcp)
+    };
+
+    // Idle for twice the header deadline between requests: still served.
+    let mut conn = connect();
+    conn.get_mut().write_all(HEALTHZ).expect("write");
+    assert_eq!(read_answer(&mut conn).as_deref(), Some("HTTP/1.1 200 OK"));
+    std::thread::sleep(Duration::from_secs(2));
+    conn.get_mut().write_all(HEALTHZ).expect("write");
+    assert_eq!(
+        read_answer(&mut conn).as_deref(),
+        Some("HTTP/1.1 200 OK"),
+        "the connection was closed while idle for less than server.idle_timeout"
+    );
+
+    // After an idle wait, headers that stall are still cut a header
+    // deadline after their first byte, not an idle deadline.
+    std::thread::sleep(Duration::from_millis(1500));
+    conn.get_mut()
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .expect("write");
+    let waited = time_to_close(&mut conn);
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_millis(2500),
+        "a stalled head after an idle wait was closed after {waited:?}, not about 1 s"
+    );
+
+    // A connection that sends nothing more is closed at the idle deadline.
+    let mut conn = connect();
+    conn.get_mut().write_all(HEALTHZ).expect("write");
+    assert_eq!(read_answer(&mut conn).as_deref(), Some("HTTP/1.1 200 OK"));
+    let waited = time_to_close(&mut conn);
+    assert!(
+        waited >= Duration::from_millis(3500) && waited < Duration::from_secs(10),
+        "an idle connection was closed after {waited:?}, not about 4 s"
+    );
+
+    // One that connects and sends nothing has made no request to be idle
+    // after: the header deadline counts from the connect.
+    let mut conn = connect();
+    let waited = time_to_close(&mut conn);
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_millis(2500),
+        "a connection that sent nothing was closed after {waited:?}, not about 1 s"
+    );
     stop(srv);
 }
 

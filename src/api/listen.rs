@@ -1,7 +1,8 @@
 //! The connection loop under the routes: HTTP/1.1 over TCP, or over TLS
 //! (rustls) when the server has a certificate, with a deadline on each
 //! request's headers so a client that stalls inside them does not hold a
-//! connection for as long as it likes. axum's own `serve` has neither.
+//! connection for as long as it likes, and a longer one on a kept-alive
+//! connection that sends nothing. axum's own `serve` has none of these.
 //!
 //! The certificate and key are read again on [`Tls::reload`] (SIGHUP):
 //! connections made after it get the new ones, and a pair that does not
@@ -11,12 +12,14 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use parking_lot::RwLock;
 use tokio::net::TcpListener;
 
@@ -102,10 +105,12 @@ const DRAIN_WITHIN: Duration = Duration::from_secs(20);
 /// How connections are served.
 #[derive(Clone)]
 pub struct Serving {
-    /// A request's headers must all arrive within this of the moment the
-    /// connection waits for them (so an idle kept-alive connection is
-    /// closed after it too); a TLS handshake gets as long.
+    /// A request's headers must all arrive within this of their first
+    /// byte; a TLS handshake gets as long.
     pub header_timeout: Duration,
+    /// A connection waiting for a request that sends nothing for this long
+    /// is closed.
+    pub idle_timeout: Duration,
     pub tls: Option<Arc<Tls>>,
 }
 
@@ -181,10 +186,16 @@ async fn connection<IO>(
         let mut router = router.clone();
         tower_service::Service::call(&mut router, req.map(Body::new))
     });
+    let reads = Arc::new(ReadCount::default());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
+        .timer(HeadTimer {
+            reads: reads.clone(),
+            header_timeout: serving.header_timeout,
+            idle_timeout: serving.idle_timeout,
+        })
         .header_read_timeout(serving.header_timeout);
+    let io = CountedReads { io, reads };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
     tokio::select! {
         done = conn.as_mut() => {
@@ -198,3 +209,155 @@ async fn connection<IO>(
         }
     }
 }
+
+/// What a connection's [`HeadTimer`] watches: how many of its reads
+/// brought bytes, and how many request heads it has waited for.
+#[derive(Default)]
+struct ReadCount {
+    reads: AtomicU64,
+    heads: AtomicU64,
+}
+
+impl ReadCount {
+    fn get(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection's stream, counting the reads that bring bytes so its
+/// [`HeadTimer`] can tell a client idle between requests from one stalled
+/// inside a request's headers.
+struct CountedReads<IO> {
+    io: IO,
+    reads: Arc<ReadCount>,
+}
+
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CountedReads<IO> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.reads.reads.fetch_add(1, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountedReads<IO> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// hyper's header deadline, which it counts from the moment it waits for a
+/// request: on a kept-alive connection that includes the wait between
+/// requests, so with this alone a client idle for `header_timeout` (10 s;
+/// Telegraf flushes every 10 s) had its connection closed as it sent its
+/// next write. hyper asks its timer for one sleep per request head (the
+/// only sleep an HTTP/1 server connection asks for), and polls it
+/// whenever reading the head waits. The first head of a connection gets
+/// `header_timeout` from the moment it is waited for (a client that
+/// connects and sends nothing is not idle between requests: it has made
+/// none). A later head's sleep runs for `idle_timeout` until the
+/// connection brings a byte, then for `header_timeout` from there, as
+/// nginx's `keepalive_timeout` and `client_header_timeout` do.
+#[derive(Clone)]
+struct HeadTimer {
+    reads: Arc<ReadCount>,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl hyper::rt::Timer for HeadTimer {
+    fn sleep(&self, duration: Duration) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep_until(std::time::Instant::now() + duration)
+    }
+
+    fn sleep_until(
+        &self,
+        _deadline: std::time::Instant,
+    ) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+        let now = tokio::time::Instant::now();
+        let first_head = self.reads.heads.fetch_add(1, Ordering::Relaxed) == 0;
+        let deadline = now
+            + if first_head {
+                self.header_timeout
+            } else {
+                self.idle_timeout
+            };
+        Box::pin(HeadSleep {
+            reads: self.reads.clone(),
+            reads_before: self.reads.get(),
+            header_timeout: self.header_timeout,
+            deadline,
+            head_started: first_head,
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+        })
+    }
+}
+
+struct HeadSleep {
+    reads: Arc<ReadCount>,
+    reads_before: u64,
+    header_timeout: Duration,
+    deadline: tokio::time::Instant,
+    /// The connection has brought a byte since the sleep began: the
+    /// deadline is the header's.
+    head_started: bool,
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Future for HeadSleep {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // hyper polls this right after a read that left the head
+        // incomplete, so the first poll that sees a new read is within a
+        // parse of the head's first byte.
+        if !self.head_started && self.reads.get() != self.reads_before {
+            self.head_started = true;
+            let deadline = tokio::time::Instant::now() + self.header_timeout;
+            if deadline < self.deadline {
+                self.deadline = deadline;
+                self.sleep.as_mut().reset(deadline);
+            }
+        }
+        self.sleep.as_mut().poll(cx)
+    }
+}
+
+impl hyper::rt::Sleep for HeadSleep {}
