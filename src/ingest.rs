@@ -525,8 +525,21 @@ impl<'t> PointEncoder<'t> {
         }
     }
 
+    /// Room for what `bytes` of messages encode to, when an earlier batch
+    /// of the same kind took `room`: a batch that outgrows its room is
+    /// copied whole as it grows.
+    pub fn reserve_like(&mut self, bytes: usize, room: BatchRoom) {
+        // The fullest region of this batch may be a little fuller than the
+        // last's (rows spread over regions by hash).
+        let scaled = |per_byte: f64| (per_byte * bytes as f64 * 1.15) as usize + 1;
+        for b in &mut self.batches {
+            b.reserve(scaled(room.bytes), scaled(room.entries), scaled(room.rows));
+        }
+    }
+
     /// Room for the points of `bytes` of messages (a Kafka batch) in one
-    /// allocation, rather than growing message by message.
+    /// allocation, rather than growing message by message, when no batch
+    /// like them was encoded yet ([`Self::reserve_like`]).
     pub fn reserve_for_bytes(&mut self, bytes: usize) {
         // A TSBS cpu line is 160-230 bytes; rather too much room than a
         // reallocation of the whole batch.
@@ -978,6 +991,33 @@ impl<'t> PointEncoder<'t> {
             batches: std::mem::take(&mut self.batches),
             salt_generation: self.table.key.salt_generation(),
         }
+    }
+}
+
+/// The room the fullest region's batch took, per byte of the messages it
+/// was encoded from: a Kafka writer reserves a batch's room from the last
+/// one's ([`PointEncoder::reserve_like`]) rather than from a guess, which a
+/// TSBS devops row (ten key tags: 1.4 KB of cells) outgrew.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchRoom {
+    bytes: f64,
+    entries: f64,
+    rows: f64,
+}
+
+impl BatchRoom {
+    /// What `rows`, encoded from `input_bytes` of messages, took; `None`
+    /// when they hold no row.
+    pub fn of(rows: &RoutedRows, input_bytes: usize) -> Option<BatchRoom> {
+        let per_byte = |size: fn(&EntryBatch) -> usize| {
+            rows.batches.iter().map(size).max().unwrap_or(0) as f64 / input_bytes.max(1) as f64
+        };
+        let room = BatchRoom {
+            bytes: per_byte(EntryBatch::bytes),
+            entries: per_byte(EntryBatch::len),
+            rows: per_byte(EntryBatch::rows),
+        };
+        (room.rows > 0.0).then_some(room)
     }
 }
 

@@ -186,7 +186,7 @@ async fn connection<IO>(
         let mut router = router.clone();
         tower_service::Service::call(&mut router, req.map(Body::new))
     });
-    let reads = Arc::new(ReadCount::default());
+    let reads = Arc::new(HeadWatch::default());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(HeadTimer {
@@ -213,12 +213,12 @@ async fn connection<IO>(
 /// What a connection's [`HeadTimer`] watches: how many of its reads
 /// brought bytes, and how many request heads it has waited for.
 #[derive(Default)]
-struct ReadCount {
+struct HeadWatch {
     reads: AtomicU64,
     heads: AtomicU64,
 }
 
-impl ReadCount {
+impl HeadWatch {
     fn get(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
@@ -229,7 +229,7 @@ impl ReadCount {
 /// inside a request's headers.
 struct CountedReads<IO> {
     io: IO,
-    reads: Arc<ReadCount>,
+    reads: Arc<HeadWatch>,
 }
 
 impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CountedReads<IO> {
@@ -297,7 +297,7 @@ impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountedReads<I
 /// nginx's `keepalive_timeout` and `client_header_timeout` do.
 #[derive(Clone)]
 struct HeadTimer {
-    reads: Arc<ReadCount>,
+    reads: Arc<HeadWatch>,
     header_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -331,7 +331,7 @@ impl hyper::rt::Timer for HeadTimer {
 }
 
 struct HeadSleep {
-    reads: Arc<ReadCount>,
+    reads: Arc<HeadWatch>,
     reads_before: u64,
     header_timeout: Duration,
     deadline: tokio::time::Instant,

@@ -506,7 +506,13 @@ impl ConsumerLoop {
                                 incarnation,
                                 seq: 0,
                                 started: Instant::now(),
-                                payloads: Vec::new(),
+                                // A batch ends at batch_bytes or a little
+                                // past: room for that at once (up to 8 MiB),
+                                // rather than a copy of the whole batch at
+                                // each doubling.
+                                payloads: Vec::with_capacity(
+                                    self.batch_bytes.min(8 << 20) + (64 << 10),
+                                ),
                                 messages: Vec::with_capacity(self.batch_messages),
                             });
                             pending.len() - 1
