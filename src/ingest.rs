@@ -1263,6 +1263,68 @@ mod tests {
         .expect("table descriptor")
     }
 
+    /// A batch reserved like the last of its table takes its rows without
+    /// growing: each time it would have doubled, the whole batch was
+    /// copied.
+    #[test]
+    fn a_batch_reserved_like_the_last_takes_its_rows_without_growing() {
+        let t = table_of(
+            serde_json::json!([
+                {"name": "metric", "type": "string", "width": 8},
+                {"name": "region", "type": "string", "width": 16},
+                {"name": "hostname", "type": "string", "width": 12},
+                {"name": "ts", "type": "reversed_timestamp"}
+            ]),
+            serde_json::json!({"buckets": 4}),
+        );
+        let body = |from: usize| -> String {
+            (from..from + 500)
+                .map(|i| {
+                    format!(
+                        "cpu,region=eu-central-1,hostname=host_{} usage_user={i}i,\
+                         usage_system=2i,usage_idle=3i,usage_nice=4i,usage_iowait=5i,\
+                         usage_irq=6i,usage_softirq=7i,usage_steal=8i,usage_guest=9i,\
+                         usage_guest_nice=10i {}\n",
+                        i % 97,
+                        1_000 + i
+                    )
+                })
+                .collect()
+        };
+        let encode = |body: &str, room: Option<BatchRoom>| {
+            let mut enc = PointEncoder::new(&t, 1 << 10).expect("encoder");
+            match room {
+                Some(room) => enc.reserve_like(body.len(), room),
+                None => enc.reserve_for_bytes(body.len()),
+            }
+            let reserved: Vec<usize> = enc.batches.iter().map(EntryBatch::byte_capacity).collect();
+            let bad = enc
+                .add_body(
+                    Format::Line,
+                    body.as_bytes(),
+                    Some(Precision::Milliseconds),
+                    0,
+                )
+                .expect("body");
+            assert!(bad.is_empty(), "{bad:?}");
+            let rows = enc.finish();
+            assert_eq!(rows.rows(), 500);
+            let grown = rows
+                .batches
+                .iter()
+                .zip(&reserved)
+                .any(|(b, &r)| b.byte_capacity() != r);
+            (rows, grown)
+        };
+        let first = body(0);
+        let (rows, _) = encode(&first, None);
+        let room = BatchRoom::of(&rows, first.len()).expect("rows were encoded");
+        let (rows, grown) = encode(&body(500), Some(room));
+        assert!(!grown, "a batch reserved like the last grew");
+        // Room for the rows, not for many times them.
+        assert!(rows.batches[0].byte_capacity() < rows.batches[0].bytes() * 5 / 4);
+    }
+
     #[test]
     fn points_become_rows_and_bad_points_add_nothing() {
         let t = table();
