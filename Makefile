@@ -152,27 +152,19 @@ soak: venv
 
 ## Fuzzes every decoder that takes outside bytes (line protocol, JSON
 ## points, row keys, WAL segments, store files, scan requests) for
-## FUZZ_SECONDS each (CI: 60), from the seeds in tests/fuzz/seeds. A
-## crash stops it; the input is left in tests/fuzz/artifacts/<target>/ —
+## FUZZ_SECONDS each (CI: 60), FUZZ_JOBS at a time (one a core), from
+## the seeds in tests/fuzz/seeds (tests/fuzz/run-one.sh runs one). A
+## crash fails it (the other targets run their time out); the input is
+## left in tests/fuzz/artifacts/<target>/ —
 ## copy it into tests/fuzz/regressions/<target>/ with the fix.
 FUZZ_SECONDS ?= 60
+# Targets fuzzed side by side: one a core (each is one libFuzzer process).
+FUZZ_JOBS ?= $(shell nproc)
 FUZZ_TARGETS := line_protocol json_points key_codec wal_segment store_file scan_request influxql
 fuzz:
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz@0.13.2
 	RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build --fuzz-dir tests/fuzz -O
-	@for t in $(FUZZ_TARGETS); do \
-	  mkdir -p tests/fuzz/corpus/$$t tests/fuzz/artifacts/$$t; \
-	  inputs="tests/fuzz/seeds/$$t"; \
-	  [ -d tests/fuzz/regressions/$$t ] && inputs="$$inputs tests/fuzz/regressions/$$t"; \
-	  log=tests/fuzz/artifacts/$$t/last-run.log; \
-	  echo "fuzz $$t for $(FUZZ_SECONDS) s"; \
-	  if RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run --fuzz-dir tests/fuzz -O $$t tests/fuzz/corpus/$$t $$inputs \
-	       -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 >$$log 2>&1; then \
-	    grep -E "DONE|stat::number_of_executed_units" $$log; \
-	  else \
-	    tail -40 $$log; echo "fuzz $$t failed; the input is in tests/fuzz/artifacts/$$t"; exit 1; \
-	  fi; \
-	done
+	@printf '%s\n' $(FUZZ_TARGETS) | CARGO=$(CARGO) xargs -P $(FUZZ_JOBS) -I{} bash tests/fuzz/run-one.sh {} $(FUZZ_SECONDS)
 
 lint:
 	$(CARGO) fmt --check
