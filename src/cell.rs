@@ -697,12 +697,6 @@ impl EntryBatch {
         self.buf.len()
     }
 
-    /// Bytes of keys and values the batch has room for without growing.
-    #[cfg(test)]
-    pub(crate) fn byte_capacity(&self) -> usize {
-        self.buf.capacity()
-    }
-
     fn entry(&self, i: usize) -> EntryRef<'_> {
         let e = self.entries[i];
         EntryRef {

@@ -525,21 +525,8 @@ impl<'t> PointEncoder<'t> {
         }
     }
 
-    /// Room for what `bytes` of messages encode to, when an earlier batch
-    /// of the same kind took `room`: a batch that outgrows its room is
-    /// copied whole as it grows.
-    pub fn reserve_like(&mut self, bytes: usize, room: BatchRoom) {
-        // The fullest region of this batch may be a little fuller than the
-        // last's (rows spread over regions by hash).
-        let scaled = |per_byte: f64| (per_byte * bytes as f64 * 1.15) as usize + 1;
-        for b in &mut self.batches {
-            b.reserve(scaled(room.bytes), scaled(room.entries), scaled(room.rows));
-        }
-    }
-
     /// Room for the points of `bytes` of messages (a Kafka batch) in one
-    /// allocation, rather than growing message by message, when no batch
-    /// like them was encoded yet ([`Self::reserve_like`]).
+    /// allocation, rather than growing message by message.
     pub fn reserve_for_bytes(&mut self, bytes: usize) {
         // A TSBS cpu line is 160-230 bytes; rather too much room than a
         // reallocation of the whole batch.
@@ -994,33 +981,6 @@ impl<'t> PointEncoder<'t> {
     }
 }
 
-/// The room the fullest region's batch took, per byte of the messages it
-/// was encoded from: a Kafka writer reserves a batch's room from the last
-/// one's ([`PointEncoder::reserve_like`]) rather than from a guess, which a
-/// TSBS devops row (ten key tags: 1.4 KB of cells) outgrew.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BatchRoom {
-    bytes: f64,
-    entries: f64,
-    rows: f64,
-}
-
-impl BatchRoom {
-    /// What `rows`, encoded from `input_bytes` of messages, took; `None`
-    /// when they hold no row.
-    pub fn of(rows: &RoutedRows, input_bytes: usize) -> Option<BatchRoom> {
-        let per_byte = |size: fn(&EntryBatch) -> usize| {
-            rows.batches.iter().map(size).max().unwrap_or(0) as f64 / input_bytes.max(1) as f64
-        };
-        let room = BatchRoom {
-            bytes: per_byte(EntryBatch::bytes),
-            entries: per_byte(EntryBatch::len),
-            rows: per_byte(EntryBatch::rows),
-        };
-        (room.rows > 0.0).then_some(room)
-    }
-}
-
 /// Whether `names` are, in order, the names kept concatenated in `kept`
 /// with their ends in `ends`.
 fn names_are<'n>(kept: &[u8], ends: &[usize], names: impl Iterator<Item = &'n str>) -> bool {
@@ -1261,68 +1221,6 @@ mod tests {
             "created_ms": 0
         }))
         .expect("table descriptor")
-    }
-
-    /// A batch reserved like the last of its table takes its rows without
-    /// growing: each time it would have doubled, the whole batch was
-    /// copied.
-    #[test]
-    fn a_batch_reserved_like_the_last_takes_its_rows_without_growing() {
-        let t = table_of(
-            serde_json::json!([
-                {"name": "metric", "type": "string", "width": 8},
-                {"name": "region", "type": "string", "width": 16},
-                {"name": "hostname", "type": "string", "width": 12},
-                {"name": "ts", "type": "reversed_timestamp"}
-            ]),
-            serde_json::json!({"buckets": 4}),
-        );
-        let body = |from: usize| -> String {
-            (from..from + 500)
-                .map(|i| {
-                    format!(
-                        "cpu,region=eu-central-1,hostname=host_{} usage_user={i}i,\
-                         usage_system=2i,usage_idle=3i,usage_nice=4i,usage_iowait=5i,\
-                         usage_irq=6i,usage_softirq=7i,usage_steal=8i,usage_guest=9i,\
-                         usage_guest_nice=10i {}\n",
-                        i % 97,
-                        1_000 + i
-                    )
-                })
-                .collect()
-        };
-        let encode = |body: &str, room: Option<BatchRoom>| {
-            let mut enc = PointEncoder::new(&t, 1 << 10).expect("encoder");
-            match room {
-                Some(room) => enc.reserve_like(body.len(), room),
-                None => enc.reserve_for_bytes(body.len()),
-            }
-            let reserved: Vec<usize> = enc.batches.iter().map(EntryBatch::byte_capacity).collect();
-            let bad = enc
-                .add_body(
-                    Format::Line,
-                    body.as_bytes(),
-                    Some(Precision::Milliseconds),
-                    0,
-                )
-                .expect("body");
-            assert!(bad.is_empty(), "{bad:?}");
-            let rows = enc.finish();
-            assert_eq!(rows.rows(), 500);
-            let grown = rows
-                .batches
-                .iter()
-                .zip(&reserved)
-                .any(|(b, &r)| b.byte_capacity() != r);
-            (rows, grown)
-        };
-        let first = body(0);
-        let (rows, _) = encode(&first, None);
-        let room = BatchRoom::of(&rows, first.len()).expect("rows were encoded");
-        let (rows, grown) = encode(&body(500), Some(room));
-        assert!(!grown, "a batch reserved like the last grew");
-        // Room for the rows, not for many times them.
-        assert!(rows.batches[0].byte_capacity() < rows.batches[0].bytes() * 5 / 4);
     }
 
     #[test]

@@ -14,8 +14,7 @@ use super::deletes::{DeleteFailure, delete_message};
 use super::offsets::{BatchState, PartitionKey, Waiting};
 use super::shared::Shared;
 use crate::clock::Clock;
-use crate::catalog::TableName;
-use crate::ingest::{BatchRoom, Format, PointEncoder, Uniquifiers};
+use crate::ingest::{Format, PointEncoder, Uniquifiers};
 use crate::region::wal::record::SourcePosition;
 use crate::schema::Durability;
 use crate::store::{PendingBatch, Store};
@@ -28,10 +27,9 @@ pub(super) fn writer_loop(
     clock: &dyn Clock,
     dead_letters: &Option<DeadLetters>,
 ) {
-    let mut rooms = LastRooms::default();
     for batch in rx {
         // Decoded here, in parallel with the other writers...
-        let decoded = decode_ahead(&batch, store, clock, &mut rooms);
+        let decoded = decode_ahead(&batch, store, clock);
         let key = (batch.topic.topic.clone(), batch.partition);
         let mut seq = batch.seq;
         let mut job = Some((batch, decoded));
@@ -213,29 +211,7 @@ pub(super) fn note_drained_position(
 /// in its turn: it may hold a delete message (which needs the points
 /// before it in the store first), or its table cannot take rows (the
 /// turn reports it).
-/// The room each table's last batch took when a writer encoded it.
-#[derive(Default)]
-pub(super) struct LastRooms(Vec<(TableName, BatchRoom)>);
-
-impl LastRooms {
-    fn get(&self, table: &TableName) -> Option<BatchRoom> {
-        self.0.iter().find(|(t, _)| t == table).map(|(_, room)| *room)
-    }
-
-    fn set(&mut self, table: &TableName, room: BatchRoom) {
-        match self.0.iter_mut().find(|(t, _)| t == table) {
-            Some((_, last)) => *last = room,
-            None => self.0.push((table.clone(), room)),
-        }
-    }
-}
-
-pub(super) fn decode_ahead(
-    batch: &Batch,
-    store: &Store,
-    clock: &dyn Clock,
-    rooms: &mut LastRooms,
-) -> Option<Decoded> {
+pub(super) fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> Option<Decoded> {
     let route = &batch.topic;
     if route.format == Format::Json
         && batch
@@ -248,10 +224,7 @@ pub(super) fn decode_ahead(
     // be ahead of it for a moment, while a refresh lays the table out).
     let desc = store.table(&route.table).ok()?.desc.clone();
     let mut encoder = PointEncoder::new(&desc, store.max_value_size()).ok()?;
-    match rooms.get(&route.table) {
-        Some(room) => encoder.reserve_like(batch.bytes(), room),
-        None => encoder.reserve_for_bytes(batch.bytes()),
-    }
+    encoder.reserve_for_bytes(batch.bytes());
     let stream = Uniquifiers::stream(&route.topic, batch.partition);
     let now = clock.now_ms();
     let mut bad = Vec::new();
@@ -262,9 +235,6 @@ pub(super) fn decode_ahead(
         }
     }
     let entries = encoder.finish();
-    if let Some(room) = BatchRoom::of(&entries, batch.bytes()) {
-        rooms.set(&route.table, room);
-    }
     Some(Decoded { desc, entries, bad })
 }
 
