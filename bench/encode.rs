@@ -47,36 +47,23 @@ fn split_table() -> TableDescriptor {
     table_with_regions(serde_json::Value::Array(regions))
 }
 
-/// `configs/tsbs-devops.toml`'s table: every one of TSBS's ten tags a key
-/// field, split at each salt bucket.
+/// `configs/tsbs-devops.toml`'s table (every one of TSBS's ten tags a key
+/// field), split at each salt bucket.
 fn devops_table() -> TableDescriptor {
-    let string = |name: &str, width: u64| serde_json::json!({"name": name, "type": "string", "width": width});
-    let regions = split_table().regions;
-    serde_json::from_value(serde_json::json!({
-        "name": "bench:devops",
-        "families": [{"name": "f"}],
-        "key": {
-            "fields": [
-                string("metric", 8),
-                string("region", 16),
-                string("datacenter", 16),
-                string("rack", 4),
-                string("os", 16),
-                string("arch", 4),
-                string("team", 4),
-                string("service", 4),
-                string("service_version", 4),
-                string("service_environment", 12),
-                string("hostname", 12),
-                {"name": "ts", "type": "reversed_timestamp"}
-            ],
-            "salt": {"buckets": 16, "width": 1, "from": "series"}
-        },
-        "durability": "SYNC_WAL",
-        "regions": serde_json::to_value(regions).expect("regions as JSON"),
-        "created_ms": 0
-    }))
-    .expect("table descriptor")
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/tsbs-devops.toml");
+    // The file names no broker: `halite serve` is given one.
+    let config =
+        halite::config::Config::load(Some(&path), &["kafka.brokers=\"127.0.0.1:9\"".into()])
+            .expect("configs/tsbs-devops.toml loads");
+    let table = config.tables.into_iter().next().expect("a table");
+    TableDescriptor {
+        name: table.name,
+        families: table.families,
+        key: table.key,
+        durability: table.durability,
+        regions: split_table().regions,
+        created_ms: 0,
+    }
 }
 
 fn table_with_regions(regions: serde_json::Value) -> TableDescriptor {

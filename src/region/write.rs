@@ -207,10 +207,11 @@ impl Inner {
     pub(crate) fn check_entries(&self, entries: &EntryBatch) -> Result<()> {
         let mut check = CellCheck::new(self);
         for i in 0..entries.rows() {
+            let row = entries.row_key(i).unwrap_or_default();
             for e in entries.row(i) {
                 let bad = |what: &str| Error::InvalidInput(format!("row {i}: {what}"));
                 let key = KeyRef::parse(e.key).ok_or_else(|| bad("malformed entry key"))?;
-                if key.row != entries.row_key(i).unwrap_or_default() {
+                if key.row != row {
                     return Err(bad("entries of one row name different rows"));
                 }
                 if key.has_ttl != e.ttl_ms.is_some() {
