@@ -323,7 +323,6 @@ impl hyper::rt::Timer for HeadTimer {
             reads: self.reads.clone(),
             reads_before: self.reads.get(),
             header_timeout: self.header_timeout,
-            deadline,
             head_started: first_head,
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
         })
@@ -334,7 +333,6 @@ struct HeadSleep {
     reads: Arc<HeadWatch>,
     reads_before: u64,
     header_timeout: Duration,
-    deadline: tokio::time::Instant,
     /// The connection has brought a byte since the sleep began: the
     /// deadline is the header's.
     head_started: bool,
@@ -351,8 +349,7 @@ impl Future for HeadSleep {
         if !self.head_started && self.reads.get() != self.reads_before {
             self.head_started = true;
             let deadline = tokio::time::Instant::now() + self.header_timeout;
-            if deadline < self.deadline {
-                self.deadline = deadline;
+            if deadline < self.sleep.deadline() {
                 self.sleep.as_mut().reset(deadline);
             }
         }
