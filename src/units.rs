@@ -49,7 +49,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// A duration: `"250ms"`, `"1s"`, `"5m"`, `"1h"`.
+/// A duration: `"250ms"`, `"1s"`, `"5m"`, `"1h"`, `"7d"`; at most ten
+/// years, so that a deadline computed from it never overflows a clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dur(pub Duration);
 
@@ -69,13 +70,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("`{s}` is not a duration like `250ms`"))?;
-    Ok(match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => return Err(format!("`{s}` needs a unit: ms, s, m or h")),
-    })
+    let ms_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`{s}` needs a unit: ms, s, m, h or d")),
+    };
+    const MAX_MS: u64 = 3_650 * 86_400_000;
+    match n.checked_mul(ms_per_unit) {
+        Some(ms) if ms <= MAX_MS => Ok(Duration::from_millis(ms)),
+        _ => Err(format!("`{s}` is longer than ten years (3650d)")),
+    }
 }
 
 #[cfg(test)]
@@ -90,5 +97,14 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("10").is_err());
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(
+            parse_duration("3650d"),
+            Ok(Duration::from_secs(3_650 * 86_400))
+        );
+        // Past ten years, and past u64 once multiplied: refused, where the
+        // multiplication used to wrap and a deadline from it overflow.
+        assert!(parse_duration("3651d").is_err());
+        assert!(parse_duration("5124095576030432h").is_err());
     }
 }
