@@ -19,7 +19,7 @@ use crate::query::engine::QueryEngine;
 use crate::region::file_cache::FileCache;
 use crate::region::remote::Nodes;
 use crate::store::Store;
-use crate::store::chores::{CatalogRefresh, MemoryGuard, Splitter};
+use crate::store::chores::{CatalogRefresh, CompactionChecker, MemoryGuard, Splitter};
 use crate::store::cluster::ClusterStorage;
 
 /// Kafka's delete messages select their points as `POST …/delete` does:
@@ -97,6 +97,8 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let queries = Arc::new(QueryEngine::new(store.clone(), config.server.query_threads));
     let splitter = Splitter::start(&store, config.region.split_check_interval.0)?;
     let memory_guard = MemoryGuard::start(&store)?;
+    let compaction_checker =
+        CompactionChecker::start(&store, config.region.compaction.check_interval.0)?;
     let scrubber = crate::store::scrub::Scrubber::start(&store, config.region.scrub_rate.0)?;
     // A cluster's HTTP writes go through the topics, as every other point;
     // the consumer forwards misrouted points through the same producer.
@@ -249,6 +251,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     drop(queries);
     splitter.stop();
     memory_guard.stop();
+    compaction_checker.stop();
     if let Some(s) = scrubber {
         s.stop();
     }

@@ -349,6 +349,16 @@ pub struct CompactionConfig {
     pub max_files: usize,
     /// Size ratio of HBase's selection rule (default 1.2).
     pub ratio: f64,
+    /// Files of about one size a TIME_WINDOW family's filling window
+    /// merges at once (default 4).
+    pub tier_files: usize,
+    /// How often every region is looked over for a compaction, also when
+    /// no flush comes: files past their TTL dropped, closed time windows
+    /// merged, a periodic major compaction due (default 5m).
+    pub check_interval: Dur,
+    /// Age of a family's oldest file at which it gets a major compaction
+    /// (default 168h, HBase's 7 days; "0s": never).
+    pub major_interval: Dur,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -422,6 +432,9 @@ impl Default for CompactionConfig {
             min_files: d.min_files,
             max_files: d.max_files,
             ratio: d.ratio,
+            tier_files: d.tier_files,
+            check_interval: Dur(std::time::Duration::from_secs(300)),
+            major_interval: Dur(d.major_interval),
         }
     }
 }
@@ -593,6 +606,19 @@ impl Config {
                 "needs 2 <= min_files <= max_files and ratio > 0",
             );
         }
+        if c.tier_files < 2 {
+            return bad(
+                "region.compaction.tier_files",
+                "needs at least 2: it is how many files of one size merge at once",
+            );
+        }
+        if c.check_interval.0.is_zero() {
+            return bad(
+                "region.compaction.check_interval",
+                "must be above zero: it is how often regions are looked over for expired \
+                 files and due compactions",
+            );
+        }
         Ok(())
     }
 
@@ -646,6 +672,8 @@ impl Config {
                 min_files: self.region.compaction.min_files,
                 max_files: self.region.compaction.max_files,
                 ratio: self.region.compaction.ratio,
+                tier_files: self.region.compaction.tier_files,
+                major_interval: self.region.compaction.major_interval.0,
             },
         }
     }
@@ -693,6 +721,18 @@ mod tests {
         assert_eq!(c.region.compaction.ratio, d.region.compaction.ratio);
         assert_eq!(c.influx.compaction, d.influx.compaction);
         assert_eq!(c.influx.time_window, d.influx.time_window);
+        assert_eq!(
+            c.region.compaction.check_interval,
+            d.region.compaction.check_interval
+        );
+        assert_eq!(
+            c.region.compaction.major_interval,
+            d.region.compaction.major_interval
+        );
+        assert_eq!(
+            c.region_options().compaction.major_interval,
+            std::time::Duration::from_secs(7 * 86_400)
+        );
     }
 
     #[test]
@@ -715,6 +755,13 @@ mod tests {
         assert!(e.to_string().contains("nope"), "{e}");
         let e = Config::load(None, &["region.flush_age=\"5 parsecs\"".into()]).unwrap_err();
         assert!(e.to_string().contains("unit"), "{e}");
+        let e =
+            Config::load(None, &["region.compaction.check_interval=\"0s\"".into()]).unwrap_err();
+        assert!(e.to_string().contains("check_interval"), "{e}");
+        let e = Config::load(None, &["server.idle_timeout=\"100000d\"".into()]).unwrap_err();
+        assert!(e.to_string().contains("ten years"), "{e}");
+        let c = Config::load(None, &["region.compaction.major_interval=\"0s\"".into()]).unwrap();
+        assert!(c.region_options().compaction.major_interval.is_zero());
     }
 
     #[test]

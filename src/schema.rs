@@ -56,7 +56,7 @@ pub enum CompactionStrategy {
     Ratio,
     /// Time windows (HBase's date-tiered, Cassandra's and GreptimeDB's
     /// TWCS): a file belongs to the window of its newest cell; the newest
-    /// window compacts by the ratio rule, an older one once into a single
+    /// window compacts by size tiers, an older one once into a single
     /// file and then never again; every output is split at window
     /// boundaries, so late points land in their own window's file.
     #[serde(rename = "TIME_WINDOW", alias = "time_window")]

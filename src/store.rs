@@ -904,6 +904,19 @@ impl Store {
         outcome
     }
 
+    /// Asks every region served here for a compaction check (HBase's
+    /// CompactionChecker): a compaction otherwise follows only a flush, so
+    /// a region no longer written to would keep files past their TTL,
+    /// closed time windows unmerged and its periodic major compaction
+    /// waiting. A check that finds nothing to do reads only file metadata.
+    pub fn request_compaction_checks(&self) {
+        for table in self.tables.read().values() {
+            for region in table.regions.iter() {
+                region.request_compaction();
+            }
+        }
+    }
+
     /// Whether all MemStores together are over the global limit; when they
     /// are, the largest are asked to flush (until what is left would be
     /// under 90 % of it).

@@ -42,6 +42,7 @@ fn options() -> RegionOptions {
             min_files: 3,
             max_files: 6,
             ratio: 1.2,
+            ..CompactionOptions::default()
         },
         ..RegionOptions::default()
     }

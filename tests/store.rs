@@ -11,6 +11,7 @@ use halite::key::FieldValue;
 use halite::region::RegionOptions;
 use halite::region::read::{Get, Scan};
 use halite::region::wal::WalOptions;
+use halite::store::chores::CompactionChecker;
 use halite::store::{Store, StoreOptions};
 
 fn options() -> StoreOptions {
@@ -573,4 +574,67 @@ fn a_position_without_rows_survives_restarts() {
         );
         store.close().expect("close");
     }
+}
+
+/// Retention on a schedule: a table no longer written to still loses its
+/// files past the family TTL, on the compaction check's timer. Before the
+/// check, a compaction followed only a flush, and an idle region kept
+/// expired files on disk for good.
+#[test]
+fn files_past_their_ttl_go_on_the_compaction_check_without_a_flush() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = Arc::new(
+        Store::open(
+            dir.path(),
+            options(),
+            Arc::new(clock.clone()) as Arc<dyn Clock>,
+        )
+        .expect("open store"),
+    );
+    store
+        .catalog()
+        .create_namespace("metrics")
+        .expect("namespace");
+    let mut request = cpu();
+    request.families[0].ttl = Some(60);
+    store.create_table(&request).expect("create");
+    let schema = store.table(&name()).expect("table").desc.key.clone();
+    let written_at = clock.now_ms() - 30_000;
+    let rows: Vec<RowMutation> = (0..40u64)
+        .map(|h| RowMutation::new(cpu_key(&schema, h, 0)).put("f", "usage_user", written_at, "1"))
+        .collect();
+    store.write(&name(), rows, None).expect("write");
+    store.flush_table(&name()).expect("flush");
+    let files = |store: &Store| -> usize {
+        store
+            .table(&name())
+            .expect("table")
+            .regions()
+            .iter()
+            .flat_map(|r| r.file_counts().into_values())
+            .sum()
+    };
+    assert!(files(&store) > 0);
+    clock.advance(40_000);
+    assert!(
+        store
+            .scan(&name(), &Scan::new())
+            .expect("scan")
+            .rows
+            .is_empty()
+    );
+
+    let checker = CompactionChecker::start(&store, std::time::Duration::from_millis(50))
+        .expect("compaction checker");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while files(&store) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    checker.stop();
+    assert_eq!(
+        files(&store),
+        0,
+        "expired files stayed on disk past the compaction check"
+    );
 }

@@ -261,7 +261,13 @@ fn a_minor_compaction_copies_the_blocks_no_other_file_falls_inside() {
                 .block_size(4096)
                 .time_window(3_600),
         ],
-        foreground_options(),
+        {
+            // Three flushes of about one size make a tier of the window
+            // still filling, merged at once.
+            let mut options = foreground_options();
+            options.compaction.tier_files = 3;
+            options
+        },
         small_wal(IoBackendChoice::Auto),
     );
     let window_of = |ts: u64| ts / HOUR;
@@ -292,13 +298,14 @@ fn a_minor_compaction_copies_the_blocks_no_other_file_falls_inside() {
         )
     };
 
-    // Two flushes of in-order points, then late points of both, some of
-    // them written again with new values: one window, merged once.
+    // Two flushes of in-order points, then as many points again among
+    // those of both, written again with new values: one window, merged
+    // once.
     flush(tsbs_rows(0..100));
     flush(tsbs_rows(100..200));
     let mut late = Vec::new();
     for host in 0..HOSTS {
-        for step in (50..60).chain(150..160) {
+        for step in (50..100).chain(150..200) {
             let ts = tsbs::T0_MS + step * tsbs::INTERVAL_MS;
             late.push(tsbs::cpu_row("cpu", host, step + 1_000, ts));
         }

@@ -4,11 +4,14 @@
 mod common;
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::RowMutation;
 use halite::clock::Clock;
+use halite::region::RegionOptions;
 use halite::region::read::{Get, Scan};
+use halite::region::sst::SstReader;
 use halite::region::wal::io::IoBackendChoice;
 use halite::schema::{Durability, FamilyDescriptor};
 
@@ -192,9 +195,13 @@ fn everything(h: &Harness) -> Vec<(Vec<u8>, u64, Vec<u8>)> {
 #[test]
 fn time_window_compaction_keeps_each_window_in_its_own_files() {
     const HOUR: u64 = 3_600_000;
+    // An hour's three flushes of one size make a tier, merged while the
+    // hour still fills.
+    let mut options = foreground_options();
+    options.compaction.tier_files = 3;
     let h = Harness::new(
         vec![FamilyDescriptor::new("cf").time_window(3_600)],
-        foreground_options(),
+        options,
         small_wal(IoBackendChoice::Auto),
     );
     let base = (h.clock.now_ms() / HOUR - 10) * HOUR;
@@ -233,7 +240,7 @@ fn time_window_compaction_keeps_each_window_in_its_own_files() {
         .map(|(a, b)| (window_of(*a), window_of(*b)))
         .collect();
     // Hours 0 and 1 closed: one file each. Hour 2 is the newest window:
-    // its three small files may stay apart (the ratio rule, min 3 files).
+    // its files merge as tiers fill.
     assert_eq!(&windows[..2], &[(0, 0), (1, 1)], "{windows:?}");
     assert!(windows[2..].iter().all(|w| *w == (2, 2)), "{windows:?}");
     let closed = h.region().file_paths()[..2].to_vec();
@@ -356,4 +363,133 @@ fn a_future_point_leaves_the_current_window_open() {
     // Two small files of the current hour: under the ratio rule's three.
     assert_eq!(h.region().stats().compactions.load(Ordering::Relaxed), 0);
     assert_eq!(h.region().file_time_ranges(b"cf").len(), 3);
+}
+
+/// The delete markers held by the region's store files, read from each
+/// file's metadata.
+fn delete_markers_on_disk(h: &Harness) -> u64 {
+    h.region()
+        .file_paths()
+        .iter()
+        .map(|p| {
+            SstReader::open(p, 0, h.cache.clone(), false, false)
+                .expect("open store file")
+                .meta()
+                .delete_markers
+        })
+        .sum()
+}
+
+/// Options whose periodic major compaction is due a minute (times the
+/// region's jitter, at most 1.5) after a family's oldest file was written.
+fn major_every_minute() -> RegionOptions {
+    let mut options = foreground_options();
+    options.compaction.major_interval = Duration::from_secs(60);
+    options
+}
+
+/// The periodic major compaction (HBase's `hbase.hregion.majorcompaction`):
+/// once the oldest file is old enough, the compaction a flush or the
+/// compaction check asks for is a major one where it would drop
+/// something, and nothing where it would not.
+#[test]
+fn a_due_major_compaction_runs_where_it_would_drop_something() {
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf")],
+        major_every_minute(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let now = h.clock.now_ms();
+    let rows: Vec<RowMutation> = (0..100u64)
+        .map(|i| RowMutation::new(format!("r{i:04}")).put("cf", "q", now, "x"))
+        .collect();
+    h.region()
+        .mutate(&rows, Durability::SyncWal)
+        .expect("write");
+    h.region().flush().expect("flush");
+    let deletes: Vec<RowMutation> = (0..10u64)
+        .map(|i| RowMutation::new(format!("r{i:04}")).delete_row(None))
+        .collect();
+    h.region()
+        .mutate(&deletes, Durability::SyncWal)
+        .expect("delete");
+    h.region().flush().expect("flush");
+    assert_eq!(delete_markers_on_disk(&h), 10);
+    // Not due yet, and two files are fewer than a minor compaction merges.
+    h.region().compact(false).expect("compact");
+    assert_eq!(h.region().file_paths().len(), 2);
+
+    h.clock.advance(91_000);
+    h.region().compact(false).expect("compact");
+    assert_eq!(
+        h.region().file_paths().len(),
+        1,
+        "the due major compaction did not run"
+    );
+    assert_eq!(delete_markers_on_disk(&h), 0);
+    assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 90);
+
+    // One file with nothing to drop: left alone however old it gets.
+    let settled = h.region().file_paths();
+    let compactions = h.region().stats().compactions.load(Ordering::Relaxed);
+    h.clock.advance(1_000_000);
+    h.region().compact(false).expect("compact");
+    assert_eq!(h.region().file_paths(), settled);
+    assert_eq!(
+        h.region().stats().compactions.load(Ordering::Relaxed),
+        compactions
+    );
+}
+
+/// A TIME_WINDOW family's old windows are not rewritten by the periodic
+/// major compaction; it runs only to drop delete markers, which may hide
+/// cells of any window and so need every file rewritten together.
+#[test]
+fn a_time_window_family_gets_a_periodic_major_compaction_only_for_delete_markers() {
+    const HOUR: u64 = 3_600_000;
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf").time_window(3_600)],
+        major_every_minute(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let base = (h.clock.now_ms() / HOUR - 10) * HOUR;
+    for window in 0..2u64 {
+        let rows: Vec<RowMutation> = (0..50u64)
+            .map(|i| {
+                RowMutation::new(format!("w{window}r{i:03}")).put(
+                    "cf",
+                    "q",
+                    base + window * HOUR + i,
+                    "x",
+                )
+            })
+            .collect();
+        h.region()
+            .mutate(&rows, Durability::SyncWal)
+            .expect("write");
+        h.region().flush().expect("flush");
+    }
+    let windows = h.region().file_paths();
+    assert_eq!(windows.len(), 2);
+    h.clock.advance(1_000_000);
+    h.region().compact(false).expect("compact");
+    assert_eq!(
+        h.region().file_paths(),
+        windows,
+        "closed windows of one file each were rewritten"
+    );
+
+    let deletes: Vec<RowMutation> = (0..5u64)
+        .map(|i| RowMutation::new(format!("w0r{i:03}")).delete_row(None))
+        .collect();
+    h.region()
+        .mutate(&deletes, Durability::SyncWal)
+        .expect("delete");
+    h.region().flush().expect("flush");
+    assert_eq!(delete_markers_on_disk(&h), 5);
+    h.region().compact(false).expect("compact");
+    assert_eq!(delete_markers_on_disk(&h), 0, "the markers stayed on disk");
+    // Still one file a window; the deleted rows are gone.
+    assert_eq!(h.region().file_paths().len(), 2);
+    assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 95);
 }

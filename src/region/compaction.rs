@@ -3,7 +3,8 @@
 //!
 //! Minor compactions take a contiguous run of files (by age) chosen by a
 //! [`CompactionPicker`] (HBase's ratio rule, [`RatioPicker`], or time
-//! windows for a TIME_WINDOW family, [`TimeWindowPicker`]), so the output
+//! windows for a TIME_WINDOW family, [`TimeWindowPicker`], whose filling
+//! window merges by size tiers, [`tiered::TieredPicker`]), so the output
 //! takes the run's place in the age order and
 //! "newer file wins" stays true for equal keys. A major compaction rewrites
 //! all files of a family with [`resolve_column`] — the read rule — keeping
@@ -13,6 +14,7 @@
 
 pub mod picker;
 pub mod ratio;
+pub mod tiered;
 pub mod time_window;
 
 use std::sync::Arc;
@@ -48,6 +50,51 @@ fn file_expired(r: &SstReader, fam: &FamilyDescriptor, now: u64) -> bool {
             .is_some_and(|t| m.max_ts.saturating_add(t) <= now)
 }
 
+/// Whether a family is due its periodic major compaction (HBase's
+/// `hbase.hregion.majorcompaction`): its oldest live file is older than
+/// `major_interval`, spread per region and family by up to half of it
+/// either way, and the rewrite would drop something. A RATIO family
+/// already in one file without delete markers or cells past its TTL is
+/// left as it is. A TIME_WINDOW family needs one only for delete markers,
+/// which may hide cells in any window and so go only when every file is
+/// rewritten together: its closed windows are merged by minor compactions
+/// and expire whole, so without markers its old windows are never
+/// rewritten again (surplus versions in different windows stay on disk;
+/// reads never return them).
+fn periodic_major_due(
+    inner: &Inner,
+    family: &[u8],
+    fam: &FamilyDescriptor,
+    live: &[Arc<SstReader>],
+    now: u64,
+) -> bool {
+    let interval = inner.options.compaction.major_interval.as_millis() as u64;
+    let Some(oldest) = live.iter().map(|f| f.meta().created_ms).min() else {
+        return false;
+    };
+    if interval == 0 || oldest.saturating_add(jittered(interval, inner.id, family)) > now {
+        return false;
+    }
+    let delete_markers = live.iter().any(|f| f.meta().delete_markers > 0);
+    if fam.time_window_ms().is_some() {
+        return delete_markers;
+    }
+    let past_ttl = |f: &Arc<SstReader>| {
+        fam.ttl_ms()
+            .is_some_and(|t| f.meta().entries > 0 && f.meta().min_ts.saturating_add(t) <= now)
+    };
+    delete_markers || live.len() > 1 || live.iter().any(past_ttl)
+}
+
+/// `interval` times a factor in [0.5, 1.5) fixed by the region and family,
+/// so that regions opened together do not all rewrite together.
+fn jittered(interval: u64, region: u64, family: &[u8]) -> u64 {
+    let mut seed = region.to_le_bytes().to_vec();
+    seed.extend_from_slice(family);
+    let unit = (xxhash_rust::xxh3::xxh3_64(&seed) >> 11) as f64 / (1u64 << 53) as f64;
+    (interval as f64 * (0.5 + unit)) as u64
+}
+
 pub(crate) fn compact(inner: &Inner, major: bool) -> Result<()> {
     let _c = inner.compaction_lock.lock();
     inner.check_not_fenced()?;
@@ -81,16 +128,23 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
         .filter(|f| !expired.contains(&f.file_id()))
         .cloned()
         .collect();
+    let periodic = !major && periodic_major_due(inner, family, fam, &live, now);
+    if periodic {
+        tracing::info!(
+            region = inner.id,
+            family = %String::from_utf8_lossy(family),
+            files = live.len(),
+            "periodic major compaction"
+        );
+    }
+    let major = major || periodic;
     let selected: Vec<Arc<SstReader>> = if major {
         live
     } else {
-        let ratio = RatioPicker::new(&inner.options.compaction);
+        let options = &inner.options.compaction;
         let picked = match fam.time_window_ms() {
-            Some(window) => {
-                TimeWindowPicker::new(window, ratio, inner.options.compaction.max_files, now)
-                    .pick_minor(&live)
-            }
-            None => ratio.pick_minor(&live),
+            Some(window) => TimeWindowPicker::new(window, options, now).pick_minor(&live),
+            None => RatioPicker::new(options).pick_minor(&live),
         };
         picked.map(|r| live[r].to_vec()).unwrap_or_default()
     };

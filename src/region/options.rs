@@ -36,7 +36,8 @@ impl Default for RegionOptions {
     }
 }
 
-/// `[region.compaction]`: the ratio rule's settings.
+/// `[region.compaction]`: the ratio rule's settings and the periodic major
+/// compaction's.
 #[derive(Debug, Clone)]
 pub struct CompactionOptions {
     /// Fewest files a minor compaction merges (default 3).
@@ -46,6 +47,18 @@ pub struct CompactionOptions {
     /// A file joins a minor compaction if it is at most this many times the
     /// size of the newer files in the run (default 1.2).
     pub ratio: f64,
+    /// Files of about one size (each within twice the first's) that a
+    /// TIME_WINDOW family's filling window merges at once (default 4,
+    /// Cassandra's `min_threshold`): more rewrites less, but leaves more
+    /// files for a read of the newest data.
+    pub tier_files: usize,
+    /// A family whose oldest file is this old gets a major compaction when
+    /// the compaction check next looks (default 7 days, HBase's
+    /// `hbase.hregion.majorcompaction`; zero: never), spread by a jitter of
+    /// half of it either way per region and family so that they do not
+    /// all rewrite at once. A family with nothing a major compaction would
+    /// drop is left alone (see `compaction::periodic_major_due`).
+    pub major_interval: Duration,
 }
 
 impl Default for CompactionOptions {
@@ -54,6 +67,8 @@ impl Default for CompactionOptions {
             min_files: 3,
             max_files: 10,
             ratio: 1.2,
+            tier_files: 4,
+            major_interval: Duration::from_secs(7 * 86_400),
         }
     }
 }

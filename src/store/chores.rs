@@ -91,6 +91,19 @@ impl Splitter {
     }
 }
 
+/// Every interval, asks each region served here for a compaction check,
+/// so that retention, closed time windows and the periodic major
+/// compaction do not wait for a flush (`region.compaction.check_interval`).
+pub struct CompactionChecker;
+
+impl CompactionChecker {
+    pub fn start(store: &Arc<Store>, every: Duration) -> std::io::Result<Chore> {
+        Chore::start(store, "halite-compact-check", every, |store| {
+            store.request_compaction_checks()
+        })
+    }
+}
+
 /// Keeps all MemStores together under the global limit also while no
 /// write comes (writers enforce it only as they arrive): over it, the
 /// largest are flushed. And flushes the regions an idle WAL names as

@@ -24,11 +24,10 @@ impl RatioPicker {
             ratio: options.ratio,
         }
     }
-}
 
-impl CompactionPicker for RatioPicker {
-    fn pick_minor(&self, files: &[Arc<SstReader>]) -> Option<Range<usize>> {
-        let n = files.len();
+    /// The run to merge, from the files' sizes, oldest first.
+    pub fn pick_sizes(&self, sizes: &[u64]) -> Option<Range<usize>> {
+        let n = sizes.len();
         if n < self.min_files.max(2) {
             return None;
         }
@@ -37,11 +36,18 @@ impl CompactionPicker for RatioPicker {
             if end - start < self.min_files.max(2) {
                 break;
             }
-            let rest: u64 = files[start + 1..end].iter().map(|f| f.size()).sum();
-            if files[start].size() as f64 <= self.ratio * rest as f64 {
+            let rest: u64 = sizes[start + 1..end].iter().sum();
+            if sizes[start] as f64 <= self.ratio * rest as f64 {
                 return Some(start..end);
             }
         }
         None
+    }
+}
+
+impl CompactionPicker for RatioPicker {
+    fn pick_minor(&self, files: &[Arc<SstReader>]) -> Option<Range<usize>> {
+        let sizes: Vec<u64> = files.iter().map(|f| f.size()).collect();
+        self.pick_sizes(&sizes)
     }
 }

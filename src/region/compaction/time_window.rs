@@ -1,9 +1,10 @@
 //! Time-window compaction (HBase's date-tiered compaction, Cassandra's
 //! and GreptimeDB's TWCS): a file belongs to the window of its newest
 //! cell. The newest window (and any later, a point from the future's)
-//! compacts by the ratio rule while points still arrive in it; a run of
-//! files of an older window merges once into one
-//! file, and a window of one file is never rewritten again. `rewrite`
+//! compacts by size tiers (`tier_files` of about one size at once) while
+//! points still arrive in it, as Cassandra's TWCS does (the ratio rule
+//! only once it holds more than `max_files` files no tier takes); a run of files of an older window merges once
+//! into one file, and a window of one file is never rewritten again. `rewrite`
 //! splits every output at window boundaries (`window_of_cell`), so a late
 //! point leaves the newer files it arrived with for a file of its own
 //! window, and whole windows expire by TTL without a rewrite.
@@ -13,23 +14,37 @@ use std::sync::Arc;
 
 use super::picker::CompactionPicker;
 use super::ratio::RatioPicker;
+use super::tiered::TieredPicker;
+use crate::region::options::CompactionOptions;
 use crate::region::sst::SstReader;
 
 pub struct TimeWindowPicker {
     window_ms: u64,
     max_files: usize,
-    newest: RatioPicker,
+    tiers: TieredPicker,
+    ratio: RatioPicker,
     now_ms: u64,
 }
 
 impl TimeWindowPicker {
-    pub fn new(window_ms: u64, newest: RatioPicker, max_files: usize, now_ms: u64) -> Self {
+    pub fn new(window_ms: u64, options: &CompactionOptions, now_ms: u64) -> Self {
         TimeWindowPicker {
             window_ms: window_ms.max(1),
-            max_files: max_files.max(2),
-            newest,
+            max_files: options.max_files.max(2),
+            tiers: TieredPicker::new(options.tier_files, options.max_files),
+            ratio: RatioPicker::new(options),
             now_ms,
         }
+    }
+
+    /// A run of the window still filling: tiers, or the ratio rule when
+    /// sizes no tier takes have piled up past `max_files`.
+    fn pick_filling(&self, files: &[Arc<SstReader>]) -> Option<Range<usize>> {
+        self.tiers.pick_minor(files).or_else(|| {
+            (files.len() > self.max_files)
+                .then(|| self.ratio.pick_minor(files))
+                .flatten()
+        })
     }
 
     /// The window of a file: that of its newest cell.
@@ -55,8 +70,7 @@ impl CompactionPicker for TimeWindowPicker {
                 end += 1;
             }
             let run = if windows[start] >= open_from {
-                self.newest
-                    .pick_minor(&files[start..end])
+                self.pick_filling(&files[start..end])
                     .map(|r| start + r.start..start + r.end)
             } else if end - start >= 2 {
                 Some(start..end.min(start + self.max_files))
