@@ -102,7 +102,7 @@ impl Server {
         let args: Vec<String> = match kind {
             Kind::Halite | Kind::HaliteInflux => {
                 let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
-                vec![
+                let mut args: Vec<String> = vec![
                     env!("CARGO_BIN_EXE_halite").to_string(),
                     "serve".into(),
                     "--config".into(),
@@ -113,7 +113,15 @@ impl Server {
                     format!("server.listen=\"{addr}\""),
                     "--set".into(),
                     "log.level=\"warn\"".into(),
-                ]
+                ];
+                // HALITE_BENCH_SET="influx.time_window=3600" tries settings.
+                for setting in std::env::var("HALITE_BENCH_SET")
+                    .unwrap_or_default()
+                    .split_whitespace()
+                {
+                    args.extend(["--set".into(), setting.to_string()]);
+                }
+                args
             }
             Kind::Influx => {
                 let conf = dir.join("influxdb.conf");
@@ -213,9 +221,21 @@ impl Server {
     /// (halite on request; the others by their own schedules, so their
     /// directories are watched until they stop changing).
     pub fn settle(&self) {
+        self.settle_with(&["flush", "compact"]);
+    }
+
+    /// [`Server::settle`] without halite's major compaction: what flushes
+    /// and the compaction policy leave (bench/scale.rs reads halite's write
+    /// amplification there; the suite only settles).
+    #[allow(dead_code)]
+    pub fn flush_and_rest(&self) {
+        self.settle_with(&["flush"]);
+    }
+
+    fn settle_with(&self, halite_ops: &[&str]) {
         match self.kind {
             Kind::Halite | Kind::HaliteInflux => {
-                for op in ["flush", "compact"] {
+                for op in halite_ops {
                     let (status, out) = Conn::open(&self.addr).call(
                         "POST",
                         &format!("/api/v1/tables/{}/{op}", self.kind.halite_table()),
