@@ -84,9 +84,9 @@ mod tests {
         fn amplification(pick: impl Fn(&[u64]) -> Option<Range<usize>>, flushes: usize) -> f64 {
             let mut files: Vec<u64> = Vec::new();
             let mut written = 0;
-            for _ in 0..flushes {
-                files.push(100);
-                written += 100;
+            for flushed in std::iter::repeat_n(100, flushes) {
+                files.push(flushed);
+                written += flushed;
                 while let Some(r) = pick(&files) {
                     let merged: u64 = files[r.clone()].iter().sum();
                     written += merged;
