@@ -606,10 +606,11 @@ impl Config {
                 "needs 2 <= min_files <= max_files and ratio > 0",
             );
         }
-        if c.tier_files < 2 {
+        if c.tier_files < 2 || c.tier_files > c.max_files {
             return bad(
                 "region.compaction.tier_files",
-                "needs at least 2: it is how many files of one size merge at once",
+                "needs 2 <= tier_files <= max_files: it is how many files of one size merge \
+                 at once",
             );
         }
         if c.check_interval.0.is_zero() {

@@ -404,6 +404,8 @@ impl RecoveringRegion {
             compact_tx,
             maintenance: maintenance.as_ref().map(Arc::downgrade),
             flush_requested: AtomicBool::new(false),
+            compaction_requested: AtomicBool::new(false),
+            periodic_major_retry_ms: AtomicU64::new(0),
             flush_forced: AtomicBool::new(false),
             positions: Mutex::new(positions),
             shared,
@@ -926,6 +928,14 @@ impl Maintained for Inner {
 
     fn clear_flush_request(&self) {
         Inner::clear_flush_request(self)
+    }
+
+    fn mark_compaction_requested(&self) -> bool {
+        self.compaction_requested.swap(true, Ordering::SeqCst)
+    }
+
+    fn clear_compaction_request(&self) {
+        Inner::clear_compaction_request(self)
     }
 
     fn flush_now(&self) -> Result<()> {

@@ -72,16 +72,23 @@ fn periodic_major_due(
     let Some(oldest) = live.iter().map(|f| f.meta().created_ms).min() else {
         return false;
     };
-    if interval == 0 || oldest.saturating_add(jittered(interval, inner.id, family)) > now {
+    if interval == 0
+        || oldest.saturating_add(jittered(interval, inner.id, family)) > now
+        || inner.periodic_major_retry_ms.load(Ordering::Relaxed) > now
+    {
         return false;
     }
     let delete_markers = live.iter().any(|f| f.meta().delete_markers > 0);
     if fam.time_window_ms().is_some() {
         return delete_markers;
     }
+    // With MIN_VERSIONS a rewrite keeps expired cells, so they call for
+    // none.
     let past_ttl = |f: &Arc<SstReader>| {
-        fam.ttl_ms()
-            .is_some_and(|t| f.meta().entries > 0 && f.meta().min_ts.saturating_add(t) <= now)
+        fam.min_versions == 0
+            && fam
+                .ttl_ms()
+                .is_some_and(|t| f.meta().entries > 0 && f.meta().min_ts.saturating_add(t) <= now)
     };
     delete_markers || live.len() > 1 || live.iter().any(past_ttl)
 }
@@ -97,6 +104,12 @@ fn jittered(interval: u64, region: u64, family: &[u8]) -> u64 {
 
 pub(crate) fn compact(inner: &Inner, major: bool) -> Result<()> {
     let _c = inner.compaction_lock.lock();
+    // Closing waits out a compaction under way through this lock; one that
+    // took it after that wait must not change a closed region's files
+    // (a split is linking them).
+    if inner.is_closed() {
+        return Ok(());
+    }
     inner.check_not_fenced()?;
     for family in &inner.family_order {
         compact_family(inner, family, major)?;
@@ -155,7 +168,25 @@ fn compact_family(inner: &Inner, family: &[u8], major: bool) -> Result<()> {
     let outputs = if selected.is_empty() {
         Vec::new()
     } else {
-        rewrite(inner, fam, &selected, major, now)?
+        match rewrite(inner, fam, &selected, major, now) {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                if periodic {
+                    // Minor compactions go on meanwhile; a failing full
+                    // rewrite (too little disk for a second copy, say) is
+                    // tried again in an hour, not at every flush.
+                    inner
+                        .periodic_major_retry_ms
+                        .store(now.saturating_add(3_600_000), Ordering::Relaxed);
+                    tracing::warn!(
+                        region = inner.id,
+                        error = %e,
+                        "the periodic major compaction failed; it is tried again in an hour"
+                    );
+                }
+                return Err(e);
+            }
+        }
     };
     let selected_ids: Vec<u64> = selected.iter().map(|f| f.file_id()).collect();
     // A failure from here on removes the outputs: the inputs stay live.

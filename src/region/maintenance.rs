@@ -26,6 +26,11 @@ pub(crate) trait Maintained: Send + Sync {
     /// The MemStores are full, old, or over the blocking limit.
     fn flush_due(&self) -> bool;
     fn clear_flush_request(&self);
+    /// Notes a compaction request as queued; true if one already was.
+    fn mark_compaction_requested(&self) -> bool;
+    /// The region's queued compaction request is being served (or could
+    /// not be queued): a new one may be queued.
+    fn clear_compaction_request(&self);
     /// Flushes the MemStores now, and notes how it went.
     fn flush_now(&self) -> Result<()>;
     /// A minor compaction, if the files call for one.
@@ -97,10 +102,12 @@ impl Maintenance {
             .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok())
     }
 
-    pub(crate) fn request_compaction(&self, region: &Arc<dyn Maintained>) {
-        if let Some(tx) = self.compact_tx.lock().as_ref() {
-            let _ = tx.try_send(Arc::downgrade(region));
-        }
+    /// Queues a compaction request; false if it could not be queued.
+    pub(crate) fn request_compaction(&self, region: &Arc<dyn Maintained>) -> bool {
+        self.compact_tx
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok())
     }
 
     /// Stops the threads after the work they are doing.
@@ -132,8 +139,10 @@ fn flush_and_compact(inner: &Arc<dyn Maintained>, maint: &Weak<Maintenance>) {
     let outcome = inner.flush_now();
     if outcome.is_ok()
         && let Some(m) = maint.upgrade()
+        && !inner.mark_compaction_requested()
+        && !m.request_compaction(inner)
     {
-        m.request_compaction(inner);
+        inner.clear_compaction_request();
     }
     // On failure the data is still in the MemStore and the WAL; the next
     // request or tick tries again.
@@ -173,11 +182,14 @@ fn compactor(rx: Receiver<Weak<dyn Maintained>>, stop: Arc<AtomicBool>) {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        if let Some(inner) = weak.upgrade()
-            && !inner.is_closed()
-        {
-            // Failures leave the files as they were; the next flush retries.
-            let _ = inner.compact_minor();
+        if let Some(inner) = weak.upgrade() {
+            // Cleared first: a flush during this compaction queues the next.
+            inner.clear_compaction_request();
+            if !inner.is_closed() {
+                // Failures leave the files as they were; the next flush or
+                // compaction check retries.
+                let _ = inner.compact_minor();
+            }
         }
     }
 }
