@@ -26,15 +26,11 @@ fn a_file_of_only_expired_cells_is_dropped_whole() {
     let old: Vec<RowMutation> = (0..100)
         .map(|i| RowMutation::new(format!("old{i:03}")).put("cf", "q", now - 30_000, "x"))
         .collect();
-    h.region().mutate(&old, Durability::SyncWal).expect("write");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &old);
     let fresh: Vec<RowMutation> = (0..100)
         .map(|i| RowMutation::new(format!("new{i:03}")).put("cf", "q", now + 50_000, "y"))
         .collect();
-    h.region()
-        .mutate(&fresh, Durability::SyncWal)
-        .expect("write");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &fresh);
     assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 200);
     h.clock.advance(40_000);
     // Hidden at once, before any compaction.
@@ -69,17 +65,11 @@ fn major_compaction_removes_deleted_surplus_and_expired_cells_from_disk() {
         }
         muts.push(m);
     }
-    h.region()
-        .mutate(&muts, Durability::SyncWal)
-        .expect("write");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &muts);
     let deletes: Vec<RowMutation> = (0..100u64)
         .map(|i| RowMutation::new(format!("r{i:04}")).delete_row(None))
         .collect();
-    h.region()
-        .mutate(&deletes, Durability::SyncWal)
-        .expect("delete");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &deletes);
     let before = h.region().store_bytes();
     h.region().compact(true).expect("major");
     let after = h.region().store_bytes();
@@ -365,6 +355,12 @@ fn a_future_point_leaves_the_current_window_open() {
     assert_eq!(h.region().file_time_ranges(b"cf").len(), 3);
 }
 
+/// Writes `rows` (puts or deletes) and flushes them into a store file.
+fn write_and_flush(h: &Harness, rows: &[RowMutation]) {
+    h.region().mutate(rows, Durability::SyncWal).expect("write");
+    h.region().flush().expect("flush");
+}
+
 /// The delete markers held by the region's store files, read from each
 /// file's metadata.
 fn delete_markers_on_disk(h: &Harness) -> u64 {
@@ -403,17 +399,11 @@ fn a_due_major_compaction_runs_where_it_would_drop_something() {
     let rows: Vec<RowMutation> = (0..100u64)
         .map(|i| RowMutation::new(format!("r{i:04}")).put("cf", "q", now, "x"))
         .collect();
-    h.region()
-        .mutate(&rows, Durability::SyncWal)
-        .expect("write");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &rows);
     let deletes: Vec<RowMutation> = (0..10u64)
         .map(|i| RowMutation::new(format!("r{i:04}")).delete_row(None))
         .collect();
-    h.region()
-        .mutate(&deletes, Durability::SyncWal)
-        .expect("delete");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &deletes);
     assert_eq!(delete_markers_on_disk(&h), 10);
     // Not due yet, and two files are fewer than a minor compaction merges.
     h.region().compact(false).expect("compact");
@@ -482,10 +472,7 @@ fn a_time_window_family_gets_a_periodic_major_compaction_only_for_delete_markers
     let deletes: Vec<RowMutation> = (0..5u64)
         .map(|i| RowMutation::new(format!("w0r{i:03}")).delete_row(None))
         .collect();
-    h.region()
-        .mutate(&deletes, Durability::SyncWal)
-        .expect("delete");
-    h.region().flush().expect("flush");
+    write_and_flush(&h, &deletes);
     assert_eq!(delete_markers_on_disk(&h), 5);
     h.region().compact(false).expect("compact");
     assert_eq!(delete_markers_on_disk(&h), 0, "the markers stayed on disk");
