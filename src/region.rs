@@ -935,7 +935,7 @@ impl Maintained for Inner {
     }
 
     fn clear_compaction_request(&self) {
-        Inner::clear_compaction_request(self)
+        self.compaction_requested.store(false, Ordering::SeqCst);
     }
 
     fn flush_now(&self) -> Result<()> {

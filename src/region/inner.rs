@@ -124,9 +124,8 @@ pub(crate) struct Inner {
     pub(crate) maintenance: Option<std::sync::Weak<Maintenance>>,
     /// A flush request is queued: later writes need not queue another.
     pub(crate) flush_requested: AtomicBool,
-    /// A compaction request is queued on the shared threads: the
-    /// compaction check and flushes need not queue another, so a queue
-    /// full of one busy region's requests never drops another region's.
+    /// A compaction request is queued on the shared threads (see
+    /// `Maintenance::request_compaction`).
     pub(crate) compaction_requested: AtomicBool,
     /// Clock time before which no periodic major compaction is tried
     /// again, after one failed (a full disk, say): the minor compactions
@@ -296,21 +295,11 @@ impl Inner {
         }
     }
 
-    pub(crate) fn clear_compaction_request(&self) {
-        self.compaction_requested.store(false, Ordering::SeqCst);
-    }
-
     pub(crate) fn request_compaction(self: &Arc<Self>) {
         match &self.maintenance {
             Some(m) => {
-                if self.compaction_requested.swap(true, Ordering::SeqCst) {
-                    return;
-                }
-                let queued = m
-                    .upgrade()
-                    .is_some_and(|m| m.request_compaction(&(self.clone() as Arc<dyn Maintained>)));
-                if !queued {
-                    self.clear_compaction_request();
+                if let Some(m) = m.upgrade() {
+                    m.request_compaction(&(self.clone() as Arc<dyn Maintained>));
                 }
             }
             None => {

@@ -102,12 +102,21 @@ impl Maintenance {
             .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok())
     }
 
-    /// Queues a compaction request; false if it could not be queued.
-    pub(crate) fn request_compaction(&self, region: &Arc<dyn Maintained>) -> bool {
-        self.compact_tx
+    /// Queues a compaction request unless the region has one queued
+    /// already (the compaction check and flushes ask often; a queue full of
+    /// one busy region's requests would drop another region's).
+    pub(crate) fn request_compaction(&self, region: &Arc<dyn Maintained>) {
+        if region.mark_compaction_requested() {
+            return;
+        }
+        let queued = self
+            .compact_tx
             .lock()
             .as_ref()
-            .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok())
+            .is_some_and(|tx| tx.try_send(Arc::downgrade(region)).is_ok());
+        if !queued {
+            region.clear_compaction_request();
+        }
     }
 
     /// Stops the threads after the work they are doing.
@@ -139,10 +148,8 @@ fn flush_and_compact(inner: &Arc<dyn Maintained>, maint: &Weak<Maintenance>) {
     let outcome = inner.flush_now();
     if outcome.is_ok()
         && let Some(m) = maint.upgrade()
-        && !inner.mark_compaction_requested()
-        && !m.request_compaction(inner)
     {
-        inner.clear_compaction_request();
+        m.request_compaction(inner);
     }
     // On failure the data is still in the MemStore and the WAL; the next
     // request or tick tries again.

@@ -3,11 +3,12 @@
 //! cell. The newest window (and any later, a point from the future's)
 //! compacts by size tiers (`tier_files` of about one size at once) while
 //! points still arrive in it, as Cassandra's TWCS does (the ratio rule
-//! only once it holds more than `max_files` files no tier takes); a run of files of an older window merges once
-//! into one file, and a window of one file is never rewritten again. `rewrite`
-//! splits every output at window boundaries (`window_of_cell`), so a late
-//! point leaves the newer files it arrived with for a file of its own
-//! window, and whole windows expire by TTL without a rewrite.
+//! only once it holds more than `max_files` files no tier takes); a run
+//! of files of an older window merges once into one file, and a window of
+//! one file is never rewritten again. `rewrite` splits every output at
+//! window boundaries (`window_of_cell`), so a late point leaves the newer
+//! files it arrived with for a file of its own window, and whole windows
+//! expire by TTL without a rewrite.
 
 use std::ops::Range;
 use std::sync::Arc;
