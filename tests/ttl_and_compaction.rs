@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{Harness, foreground_options, small_wal};
 use halite::cell::RowMutation;
 use halite::clock::Clock;
+use halite::fault::{self, Fault, Site};
 use halite::region::RegionOptions;
 use halite::region::read::{Get, Scan};
 use halite::region::sst::SstReader;
@@ -429,6 +430,62 @@ fn a_due_major_compaction_runs_where_it_would_drop_something() {
         h.region().stats().compactions.load(Ordering::Relaxed),
         compactions
     );
+}
+
+/// A periodic major compaction that fails (the disk full for its second
+/// copy) waits an hour before it is tried again, and minor compactions go
+/// on meanwhile: the compaction check comes every few minutes, and a full
+/// rewrite failing at each would hold every minor back.
+#[test]
+fn a_failed_periodic_major_compaction_waits_an_hour_and_minors_go_on() {
+    let h = Harness::new(
+        vec![FamilyDescriptor::new("cf")],
+        major_every_minute(),
+        small_wal(IoBackendChoice::Auto),
+    );
+    let now = h.clock.now_ms();
+    let rows: Vec<RowMutation> = (0..100u64)
+        .map(|i| RowMutation::new(format!("r{i:04}")).put("cf", "q", now, "x"))
+        .collect();
+    write_and_flush(&h, &rows);
+    let deletes: Vec<RowMutation> = (0..10u64)
+        .map(|i| RowMutation::new(format!("r{i:04}")).delete_row(None))
+        .collect();
+    write_and_flush(&h, &deletes);
+    h.clock.advance(91_000);
+
+    fault::arm(&h.root, Site::StoreWrite, Fault::NoSpace, 0, 1);
+    assert!(
+        h.region().compact(false).is_err(),
+        "the periodic major compaction did not meet the full disk"
+    );
+    assert_eq!(fault::hits(&h.root), 1);
+    fault::disarm(&h.root);
+    assert_eq!(h.region().file_paths().len(), 2, "the inputs stay live");
+
+    // The disk has room again, but the hour is not up: a third file makes
+    // a minor compaction, which keeps the delete markers.
+    let more: Vec<RowMutation> = (100..250u64)
+        .map(|i| RowMutation::new(format!("r{i:04}")).put("cf", "q", now, "x"))
+        .collect();
+    write_and_flush(&h, &more);
+    h.clock.advance(60_000);
+    h.region().compact(false).expect("compact");
+    assert_eq!(h.region().file_paths().len(), 1, "the minor compaction ran");
+    assert_eq!(
+        delete_markers_on_disk(&h),
+        10,
+        "the major compaction was tried again within the hour"
+    );
+
+    h.clock.advance(3_600_000);
+    h.region().compact(false).expect("compact");
+    assert_eq!(
+        delete_markers_on_disk(&h),
+        0,
+        "not tried again after the hour"
+    );
+    assert_eq!(h.region().scan(&Scan::new()).expect("scan").rows.len(), 240);
 }
 
 /// A TIME_WINDOW family's old windows are not rewritten by the periodic
