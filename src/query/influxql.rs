@@ -599,7 +599,10 @@ impl Parser {
                     if every <= 0 {
                         return Err("GROUP BY time interval must be positive".into());
                     }
-                    s.group_time = Some((every, offset));
+                    // As InfluxDB does: an offset is the same one modulo
+                    // the interval, and within it the bucket arithmetic
+                    // cannot overflow.
+                    s.group_time = Some((every, offset.rem_euclid(every)));
                 } else if self.is_punct('*') {
                     self.next();
                     s.group_tags = GroupTags::All;
@@ -1089,7 +1092,8 @@ mod tests {
                 alias: Some("m".into())
             }
         );
-        assert_eq!(s.group_time, Some((10_000_000_000, -2_000_000_000)));
+        // time(10s, -2s): the offset modulo the interval, as InfluxDB's.
+        assert_eq!(s.group_time, Some((10_000_000_000, 8_000_000_000)));
         assert_eq!(s.group_tags, GroupTags::List(vec!["host".into()]));
         assert_eq!(s.fill, Fill::Null);
         assert!(s.descending);
@@ -1115,6 +1119,17 @@ mod tests {
         assert!(parse("SELECT v FROM m WHERE v > -1.5 AND b = true").is_ok());
         assert!(parse("SELECT FROM m").is_err());
         assert!(parse("SELECT v FROM m GROUP BY time(0s)").is_err());
+        // An offset of any size is one within the interval: bucket times
+        // subtract it from a point's time.
+        let parsed =
+            parse("SELECT max(v) FROM m GROUP BY time(1m, -9223372036854775807ns)").expect("parse");
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(
+            s.group_time,
+            Some((60_000_000_000, (-i64::MAX).rem_euclid(60_000_000_000)))
+        );
     }
 
     #[test]
