@@ -718,6 +718,27 @@ fn select_statements_answer_as_influxdb_does() {
         "SELECT max(usage_user) from cpu WHERE time < '2023-11-14T22:31:30Z' group by time(1m) limit 5".to_string(),
         "SELECT max(usage_user) from cpu WHERE time < '2023-11-14T22:31:30Z' group by time(1m) ORDER BY time DESC limit 5".to_string(),
         "SELECT count(usage_user) FROM cpu WHERE time < '2023-11-14T22:31:30Z' AND host = 'host_3' GROUP BY time(3m), region".to_string(),
+        // Newest buckets first with a limit: only the window of the
+        // answer's buckets is read. host_3 has no point from 22:23:20 to
+        // 22:28:10, so its window holds nothing (two empty buckets) or
+        // starts empty, where InfluxDB still answers from its first point.
+        "SELECT max(usage_user) FROM cpu WHERE time < '2023-11-14T22:28:20Z' GROUP BY time(1m), host ORDER BY time DESC LIMIT 2".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE time < '2023-11-14T22:29:00Z' GROUP BY time(1m), host ORDER BY time DESC LIMIT 3".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE host = 'host_3' AND time < '2023-11-14T22:28:20Z' GROUP BY time(1m) fill(7) ORDER BY time DESC LIMIT 2 OFFSET 1".to_string(),
+        "SELECT mean(usage_user) FROM cpu WHERE time >= '2023-11-14T22:13:20Z' AND time < '2023-11-14T22:28:20Z' GROUP BY time(2m), host ORDER BY time DESC LIMIT 2".to_string(),
+        // No host meets the condition below 22:23:00, host_3 nowhere.
+        "SELECT max(usage_user) FROM cpu WHERE usage_user > 50 AND time < '2023-11-14T22:28:20Z' GROUP BY time(1m), host ORDER BY time DESC LIMIT 6".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE time < '2023-11-14T22:28:20Z' GROUP BY time(1m, -100s), host ORDER BY time DESC LIMIT 2 SLIMIT 2 SOFFSET 2".to_string(),
+        // fill(previous) under ORDER BY time DESC takes the newer
+        // bucket's value (InfluxDB fills in the order it answers).
+        "SELECT max(usage_user) FROM cpu WHERE host = 'host_3' AND time < '2023-11-14T22:28:20Z' GROUP BY time(1m) fill(previous) ORDER BY time DESC LIMIT 2".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE host = 'host_3' AND time < '2023-11-14T22:31:00Z' GROUP BY time(1m) fill(previous) ORDER BY time DESC".to_string(),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(linear) ORDER BY time DESC",
+            t(300),
+            t(1200)
+        ),
+        "SELECT max(usage_user) FROM cpu WHERE host = 'host_3' AND time < '2023-11-14T22:14:00Z' GROUP BY time(1m) ORDER BY time DESC LIMIT 5".to_string(),
         // lastpoint:
         "SELECT * from cpu group by \"host\" order by time desc limit 1".to_string(),
         // high-cpu-all and high-cpu-1:

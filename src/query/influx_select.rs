@@ -289,6 +289,11 @@ pub fn select(
         let mut groups: Vec<GroupState> = (0..group_keys.len())
             .map(|_| GroupState::default())
             .collect();
+        let newest_from = newest_buckets_from(s, lo, hi);
+        let range = SeriesRange {
+            lo: newest_from.unwrap_or(lo),
+            ..range
+        };
         for part in fold_in_parallel(
             &members,
             || vec![GroupState::default(); group_keys.len()],
@@ -334,6 +339,62 @@ pub fn select(
                 whole.any_point |= part.any_point;
                 for (b, reducers) in part.buckets {
                     whole.fold(calls, b, reducers);
+                }
+            }
+        }
+        if let Some(from) = newest_from {
+            // Read whole, a group with a value below the window would
+            // answer the window's every bucket, empty ones too; one whose
+            // values all lie inside starts at its first. Only a group
+            // without a value in the window's first bucket can tell them
+            // apart, by a read below the window that stops at one value.
+            let lacking: Vec<bool> = groups
+                .iter()
+                .map(|g| !g.buckets.contains_key(&from))
+                .collect();
+            // (A group with a row that met the condition but no value
+            // still counts for SOFFSET, as read whole.)
+            let below = SeriesRange {
+                lo,
+                hi: from - 1,
+                points: Some(1),
+                ..range
+            };
+            let looked: Vec<&Member> = members.iter().filter(|m| lacking[m.group]).collect();
+            let found = in_parallel(&looked, |m| {
+                let mut reducers = vec![Reducer::default(); calls.len()];
+                let mut point = Point::default();
+                let mut met = false;
+                scan_series_cells(
+                    store,
+                    &name,
+                    &schema,
+                    &m.series.key,
+                    &below,
+                    &columns,
+                    &mut |time: i64, cells: &[(u32, Value)]| {
+                        if on_fields {
+                            point.set(time, cells, &columns);
+                            if !keep(&m.series.tags, &point) {
+                                return true;
+                            }
+                        }
+                        met = true;
+                        add_cells(&mut reducers, calls, &call_columns, time, cells);
+                        reducers.iter().all(Reducer::is_empty)
+                    },
+                )?;
+                Ok::<_, String>((met, !reducers.iter().all(Reducer::is_empty)))
+            });
+            for (m, found) in looked.iter().zip(found) {
+                let (met, valued) = found?;
+                let group = &mut groups[m.group];
+                group.any_point |= met;
+                if valued {
+                    group
+                        .buckets
+                        .entry(from)
+                        .or_insert_with(|| vec![Reducer::default(); calls.len()]);
                 }
             }
         }
@@ -700,26 +761,56 @@ impl SeriesFold<'_> {
     }
 }
 
+/// Adds a row's cells to the reducers of its bucket, each call's from its
+/// column.
+fn add_cells(
+    reducers: &mut [Reducer],
+    calls: &[(Call, String)],
+    call_columns: &[Option<u32>],
+    time: i64,
+    cells: &[(u32, Value)],
+) {
+    for ((r, (call, _)), column) in reducers.iter_mut().zip(calls).zip(call_columns) {
+        // Cells come by column: where a row has every column, a column's
+        // cell is at its index.
+        let value = column.and_then(|column| {
+            cells
+                .get(column as usize)
+                .filter(|(c, _)| *c == column)
+                .or_else(|| cells.iter().find(|(c, _)| *c == column))
+        });
+        if let Some((_, v)) = value {
+            r.add(call.func, time, v);
+        }
+    }
+}
+
+/// The start of the window a `GROUP BY time(…) ORDER BY time DESC LIMIT
+/// n` statement's answer lies in, when it is above the statement's lower
+/// bound: the newest OFFSET + n buckets up to the upper bound, each
+/// answered (with fill(null) or fill(N)) whether it holds a value or not.
+/// TSBS's groupby-orderby-limit names no lower bound, and reading every
+/// series back to its first point cost time in proportion to the data
+/// kept. fill(previous) and fill(linear) take values from below the
+/// window, so they read it all.
+fn newest_buckets_from(s: &Select, lo: i64, hi: i64) -> Option<i64> {
+    let (every, offset) = s.group_time?;
+    let n = s.limit.filter(|n| *n > 0)?;
+    if !s.descending || !matches!(s.fill, Fill::Null | Fill::Value(_)) {
+        return None;
+    }
+    let buckets = i64::try_from(n.checked_add(s.offset)?).ok()?;
+    let from = bucket_of(hi, every, offset).checked_sub(every.checked_mul(buckets - 1)?)?;
+    (from > lo).then_some(from)
+}
+
 impl SeriesVisit for SeriesFold<'_> {
     fn row(&mut self, time: i64, cells: &[(u32, Value)]) -> bool {
         self.group.any_point = true;
         self.open_at(time);
         let (calls, call_columns) = (self.calls, self.call_columns);
-        let Some((_, reducers)) = self.open.as_mut() else {
-            return true;
-        };
-        for ((r, (call, _)), column) in reducers.iter_mut().zip(calls).zip(call_columns) {
-            // Cells come by column: where a row has every column, a
-            // column's cell is at its index.
-            let value = column.and_then(|column| {
-                cells
-                    .get(column as usize)
-                    .filter(|(c, _)| *c == column)
-                    .or_else(|| cells.iter().find(|(c, _)| *c == column))
-            });
-            if let Some((_, v)) = value {
-                r.add(call.func, time, v);
-            }
+        if let Some((_, reducers)) = self.open.as_mut() {
+            add_cells(reducers, calls, call_columns, time, cells);
         }
         true
     }
@@ -1259,7 +1350,16 @@ fn aggregate_rows(
         }
         rows.push(row);
     }
+    // Filled in the order answered, as InfluxDB's fill iterator does:
+    // under ORDER BY time DESC, fill(previous) takes the newer bucket's
+    // value (linear is the same either way).
+    if s.descending {
+        rows.reverse();
+    }
     fill(&mut rows, &s.fill);
+    if s.descending {
+        rows.reverse();
+    }
     let mut columns = vec!["time".to_string()];
     columns.extend(unique(calls.iter().map(|(_, name)| name.clone()).collect()));
     Ok((columns, rows))
