@@ -385,12 +385,9 @@ fn major_every_minute() -> RegionOptions {
     options
 }
 
-/// The periodic major compaction (HBase's `hbase.hregion.majorcompaction`):
-/// once the oldest file is old enough, the compaction a flush or the
-/// compaction check asks for is a major one where it would drop
-/// something, and nothing where it would not.
-#[test]
-fn a_due_major_compaction_runs_where_it_would_drop_something() {
+/// A region due a major compaction a minute after its oldest file: 100
+/// rows in one file, and the delete markers of ten of them in a second.
+fn rows_then_deletes() -> (Harness, u64) {
     let h = Harness::new(
         vec![FamilyDescriptor::new("cf")],
         major_every_minute(),
@@ -405,6 +402,16 @@ fn a_due_major_compaction_runs_where_it_would_drop_something() {
         .map(|i| RowMutation::new(format!("r{i:04}")).delete_row(None))
         .collect();
     write_and_flush(&h, &deletes);
+    (h, now)
+}
+
+/// The periodic major compaction (HBase's `hbase.hregion.majorcompaction`):
+/// once the oldest file is old enough, the compaction a flush or the
+/// compaction check asks for is a major one where it would drop
+/// something, and nothing where it would not.
+#[test]
+fn a_due_major_compaction_runs_where_it_would_drop_something() {
+    let (h, _) = rows_then_deletes();
     assert_eq!(delete_markers_on_disk(&h), 10);
     // Not due yet, and two files are fewer than a minor compaction merges.
     h.region().compact(false).expect("compact");
@@ -438,20 +445,7 @@ fn a_due_major_compaction_runs_where_it_would_drop_something() {
 /// rewrite failing at each would hold every minor back.
 #[test]
 fn a_failed_periodic_major_compaction_waits_an_hour_and_minors_go_on() {
-    let h = Harness::new(
-        vec![FamilyDescriptor::new("cf")],
-        major_every_minute(),
-        small_wal(IoBackendChoice::Auto),
-    );
-    let now = h.clock.now_ms();
-    let rows: Vec<RowMutation> = (0..100u64)
-        .map(|i| RowMutation::new(format!("r{i:04}")).put("cf", "q", now, "x"))
-        .collect();
-    write_and_flush(&h, &rows);
-    let deletes: Vec<RowMutation> = (0..10u64)
-        .map(|i| RowMutation::new(format!("r{i:04}")).delete_row(None))
-        .collect();
-    write_and_flush(&h, &deletes);
+    let (h, now) = rows_then_deletes();
     h.clock.advance(91_000);
 
     fault::arm(&h.root, Site::StoreWrite, Fault::NoSpace, 0, 1);
