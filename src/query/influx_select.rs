@@ -789,10 +789,11 @@ fn add_cells(
 /// n` statement's answer lies in, when it is above the statement's lower
 /// bound: the newest OFFSET + n buckets up to the upper bound, each
 /// answered (with fill(null) or fill(N)) whether it holds a value or not.
-/// TSBS's groupby-orderby-limit names no lower bound, and reading every
-/// series back to its first point cost time in proportion to the data
-/// kept. fill(previous) and fill(linear) take values from below the
-/// window, so they read it all.
+/// Without it, a statement with no lower bound read every series back to
+/// its first point, in time proportional to the data kept (TSBS's
+/// groupby-orderby-limit is the ascending form, which still does).
+/// fill(previous) and fill(linear) take values from below the window, so
+/// they read it all.
 fn newest_buckets_from(s: &Select, lo: i64, hi: i64) -> Option<i64> {
     let (every, offset) = s.group_time?;
     let n = s.limit.filter(|n| *n > 0)?;
