@@ -353,6 +353,16 @@ impl TimeUnit {
         }
     }
 
+    /// `ms` milliseconds in this unit, rounded down, saturating.
+    pub fn from_ms_floor(self, ms: u64) -> u64 {
+        match self {
+            TimeUnit::Seconds => ms / 1_000,
+            TimeUnit::Milliseconds => ms,
+            TimeUnit::Microseconds => ms.saturating_mul(1_000),
+            TimeUnit::Nanoseconds => ms.saturating_mul(1_000_000),
+        }
+    }
+
     /// Like [`TimeUnit::to_ms_floor`] but rounded up, and saturating: an
     /// exclusive end that still lets every time below `t` in.
     pub fn to_ms_ceil(self, t: u64) -> u64 {

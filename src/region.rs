@@ -724,6 +724,24 @@ impl Region {
         memstores.chain(files).max().unwrap_or(0)
     }
 
+    /// The oldest cell version (ms) the region holds, in its MemStores or
+    /// store files; `None` when it holds none. A lower bound only: a cell
+    /// past its TTL or under a delete marker still counts until compacted.
+    pub fn oldest_cell_ms(&self) -> Option<u64> {
+        let st = self.inner.state.read();
+        let memstores = std::iter::once(&st.active)
+            .chain(st.flushing.iter())
+            .filter(|m| m.cells() > 0)
+            .map(|m| m.time_range().0);
+        let files = st
+            .files
+            .values()
+            .flatten()
+            .filter(|r| r.meta().entries > 0)
+            .map(|r| r.meta().min_ts);
+        memstores.chain(files).min()
+    }
+
     /// Whether some store file holds rows outside the region's range: files
     /// linked from a split parent, until a compaction rewrites them. Such a
     /// region must not split again.

@@ -177,6 +177,18 @@ impl Table {
             .any(|r| matches!(r, RegionHandle::Remote(_)))
     }
 
+    /// The oldest cell version (ms) the table holds: a lower bound of its
+    /// data's times (see [`Region::oldest_cell_ms`]). `None` when it holds
+    /// nothing, or when a region is another node's (not known here).
+    pub fn oldest_cell_ms(&self) -> Option<u64> {
+        let mut oldest = None;
+        for r in &self.regions {
+            let t = r.local()?.oldest_cell_ms();
+            oldest = oldest.into_iter().chain(t).min();
+        }
+        oldest
+    }
+
     pub fn regions(&self) -> &[RegionHandle] {
         &self.regions
     }

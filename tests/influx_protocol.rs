@@ -718,6 +718,24 @@ fn select_statements_answer_as_influxdb_does() {
         "SELECT max(usage_user) from cpu WHERE time < '2023-11-14T22:31:30Z' group by time(1m) limit 5".to_string(),
         "SELECT max(usage_user) from cpu WHERE time < '2023-11-14T22:31:30Z' group by time(1m) ORDER BY time DESC limit 5".to_string(),
         "SELECT count(usage_user) FROM cpu WHERE time < '2023-11-14T22:31:30Z' AND host = 'host_3' GROUP BY time(3m), region".to_string(),
+        // Oldest buckets first with a limit: the window from the table's
+        // oldest time (or the lower bound) is read, and read on above it
+        // for a group whose first value comes later. usage_user > 5 is
+        // first met at 22:14:30 by host_0 (its window starts a bucket
+        // late), usage_user > 80 only after 22:31 (nothing in the
+        // window); host_3 has nothing from 22:23:20 to 22:28:10.
+        "SELECT max(usage_user) FROM cpu WHERE time < '2023-11-14T22:31:30Z' GROUP BY time(1m), host LIMIT 3".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE usage_user > 5 AND time < '2023-11-14T22:31:30Z' GROUP BY time(1m), host LIMIT 3".to_string(),
+        "SELECT max(usage_user), count(requests) FROM cpu WHERE usage_user > 80 AND time < '2023-11-14T22:40:00Z' GROUP BY time(1m), host fill(7) LIMIT 2 OFFSET 1".to_string(),
+        // (InfluxDB 1.6 never answers this form with an offset in
+        // GROUP BY time and no lower bound; with a lower bound it does.)
+        "SELECT count(usage_user) FROM cpu WHERE time < '2023-11-14T22:31:30Z' GROUP BY time(1m), host LIMIT 2 SLIMIT 2 SOFFSET 1".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE time >= '2023-11-14T22:13:00Z' AND time < '2023-11-14T22:31:30Z' GROUP BY time(1m, -100s), host LIMIT 2 SLIMIT 2 SOFFSET 1".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE host = 'host_3' AND time >= '2023-11-14T22:22:00Z' AND time < '2023-11-14T22:40:00Z' GROUP BY time(1m) fill(previous) LIMIT 5".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE host = 'host_3' AND time >= '2023-11-14T22:23:30Z' AND time < '2023-11-14T22:40:00Z' GROUP BY time(1m) LIMIT 3".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE time >= '2023-11-14T22:23:30Z' AND time < '2023-11-14T22:40:00Z' GROUP BY time(1m), host fill(7) LIMIT 2 OFFSET 1".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE usage_user > 80 AND time >= '2023-11-14T22:13:00Z' AND time < '2023-11-14T22:40:00Z' GROUP BY time(1m), host LIMIT 2 SLIMIT 3".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE time < '2023-11-14T22:31:30Z' GROUP BY time(1m), host fill(none) LIMIT 3".to_string(),
         // Newest buckets first with a limit: only the window of the
         // answer's buckets is read. host_3 has no point from 22:23:20 to
         // 22:28:10, so its window holds nothing (two empty buckets) or

@@ -290,76 +290,79 @@ pub fn select(
             .map(|_| GroupState::default())
             .collect();
         let newest_from = newest_buckets_from(s, lo, hi);
-        let range = SeriesRange {
+        let oldest_to = match newest_from {
+            Some(_) => None,
+            None => {
+                let oldest = table.oldest_cell_ms().map(|ms| {
+                    i64::try_from(schema.time_unit.from_ms_floor(ms)).unwrap_or(i64::MAX)
+                });
+                oldest_buckets_to(s, lower.is_some(), lo, hi, oldest)
+            }
+        };
+        let window = SeriesRange {
             lo: newest_from.unwrap_or(lo),
+            hi: oldest_to.unwrap_or(hi),
             ..range
         };
-        for part in fold_in_parallel(
-            &members,
-            || vec![GroupState::default(); group_keys.len()],
-            |states, m| {
-                let mut fold = SeriesFold {
-                    calls,
-                    call_columns: &call_columns,
-                    group_time: s.group_time,
-                    lo,
-                    group: &mut states[m.group],
-                    open: None,
-                };
-                if on_fields {
-                    let mut point = Point::default();
-                    scan_series_cells(
-                        store,
-                        &name,
-                        &schema,
-                        &m.series.key,
-                        &range,
-                        &columns,
-                        &mut |time: i64, cells: &[(u32, Value)]| {
-                            point.set(time, cells, &columns);
-                            !keep(&m.series.tags, &point) || fold.row(time, cells)
-                        },
-                    )?;
-                } else {
-                    scan_series_cells(
-                        store,
-                        &name,
-                        &schema,
-                        &m.series.key,
-                        &range,
-                        &columns,
-                        &mut fold,
-                    )?;
-                }
-                fold.finish();
-                Ok(())
-            },
-        )? {
-            for (whole, part) in groups.iter_mut().zip(part) {
-                whole.any_point |= part.any_point;
-                for (b, reducers) in part.buckets {
-                    whole.fold(calls, b, reducers);
+        // One series' rows in `range` folded into its group's state.
+        let fold_series = |states: &mut Vec<GroupState>, m: &Member, range: &SeriesRange| {
+            let mut fold = SeriesFold {
+                calls,
+                call_columns: &call_columns,
+                group_time: s.group_time,
+                lo,
+                group: &mut states[m.group],
+                open: None,
+            };
+            if on_fields {
+                let mut point = Point::default();
+                scan_series_cells(
+                    store,
+                    &name,
+                    &schema,
+                    &m.series.key,
+                    range,
+                    &columns,
+                    &mut |time: i64, cells: &[(u32, Value)]| {
+                        point.set(time, cells, &columns);
+                        !keep(&m.series.tags, &point) || fold.row(time, cells)
+                    },
+                )?;
+            } else {
+                scan_series_cells(
+                    store,
+                    &name,
+                    &schema,
+                    &m.series.key,
+                    range,
+                    &columns,
+                    &mut fold,
+                )?;
+            }
+            fold.finish();
+            Ok(())
+        };
+        let merge = |groups: &mut Vec<GroupState>, parts: Vec<Vec<GroupState>>| {
+            for part in parts {
+                for (whole, part) in groups.iter_mut().zip(part) {
+                    whole.any_point |= part.any_point;
+                    for (b, reducers) in part.buckets {
+                        whole.fold(calls, b, reducers);
+                    }
                 }
             }
-        }
-        if let Some(from) = newest_from {
-            // Read whole, a group with a value below the window would
-            // answer the window's every bucket, empty ones too; one whose
-            // values all lie inside starts at its first. Only a group
-            // without a value in the window's first bucket can tell them
-            // apart, by a read below the window that stops at one value.
-            let lacking: Vec<bool> = groups
-                .iter()
-                .map(|g| !g.buckets.contains_key(&from))
-                .collect();
-            // (A group with a row that met the condition but no value
-            // still counts for SOFFSET, as read whole.)
-            let below = SeriesRange {
-                lo,
-                hi: from - 1,
-                points: Some(1),
-                ..range
-            };
+        };
+        let new_states = || vec![GroupState::default(); group_keys.len()];
+        merge(
+            &mut groups,
+            fold_in_parallel(&members, new_states, |states, m| {
+                fold_series(states, m, &window)
+            })?,
+        );
+        // For each member of a group `lacking`, whether a row in `range`
+        // met the condition and whether one held a value: a read that
+        // stops at the first value.
+        let look_for_values = |lacking: &[bool], range: &SeriesRange| {
             let looked: Vec<&Member> = members.iter().filter(|m| lacking[m.group]).collect();
             let found = in_parallel(&looked, |m| {
                 let mut reducers = vec![Reducer::default(); calls.len()];
@@ -370,7 +373,10 @@ pub fn select(
                     &name,
                     &schema,
                     &m.series.key,
-                    &below,
+                    &SeriesRange {
+                        points: Some(1),
+                        ..*range
+                    },
                     &columns,
                     &mut |time: i64, cells: &[(u32, Value)]| {
                         if on_fields {
@@ -386,16 +392,91 @@ pub fn select(
                 )?;
                 Ok::<_, String>((met, !reducers.iter().all(Reducer::is_empty)))
             });
-            for (m, found) in looked.iter().zip(found) {
-                let (met, valued) = found?;
-                let group = &mut groups[m.group];
-                group.any_point |= met;
-                if valued {
-                    group
-                        .buckets
-                        .entry(from)
-                        .or_insert_with(|| vec![Reducer::default(); calls.len()]);
+            looked
+                .into_iter()
+                .zip(found)
+                .map(|(m, found)| Ok((m.group, found?)))
+                .collect::<Result<Vec<_>, String>>()
+        };
+        // Marks what a read outside the window found: a group whose row
+        // met the condition counts for SOFFSET (as read whole), and one
+        // with a value answers the window's buckets, empty or not.
+        let found_outside =
+            |groups: &mut Vec<GroupState>, found: Vec<(usize, (bool, bool))>, bucket: i64| {
+                for (g, (met, valued)) in found {
+                    let group = &mut groups[g];
+                    group.any_point |= met;
+                    if valued {
+                        group
+                            .buckets
+                            .entry(bucket)
+                            .or_insert_with(|| vec![Reducer::default(); calls.len()]);
+                    }
                 }
+            };
+        if let Some(from) = newest_from {
+            // Read whole, a group with a value below the window would
+            // answer the window's every bucket, empty ones too; one whose
+            // values all lie inside starts at its first. Only a group
+            // without a value in the window's first bucket can tell them
+            // apart, by a read below the window that stops at one value.
+            let lacking: Vec<bool> = groups
+                .iter()
+                .map(|g| !g.buckets.contains_key(&from))
+                .collect();
+            let below = SeriesRange {
+                lo,
+                hi: from - 1,
+                ..range
+            };
+            found_outside(&mut groups, look_for_values(&lacking, &below)?, from);
+        }
+        if let (Some(to), Some((every, offset))) = (oldest_to, s.group_time) {
+            // The window held everything up to `to`. A group's answer
+            // starts at the lower bound's bucket, or without one at its
+            // first value's; its OFFSET + n buckets from there may reach
+            // above the window (the window began at the table's oldest
+            // time, and a group's first value may come later).
+            let wanted = window_buckets(s).unwrap_or(i64::MAX);
+            let above = |first: i64| {
+                first
+                    .checked_add(every.saturating_mul(wanted))
+                    .map_or(hi, |end| (end - 1).min(hi))
+            };
+            if lower.is_some() {
+                // The answer starts at the lower bound whatever a group
+                // holds: only a group without a value in the window needs
+                // to know whether it has one above.
+                let lacking: Vec<bool> = groups.iter().map(|g| g.buckets.is_empty()).collect();
+                let rest = SeriesRange {
+                    lo: to + 1,
+                    hi,
+                    ..range
+                };
+                let found = look_for_values(&lacking, &rest)?;
+                found_outside(&mut groups, found, bucket_of(lo, every, offset));
+            } else {
+                // A group with no value in the window has its first one
+                // somewhere above: it is read whole.
+                let ends: Vec<i64> = groups
+                    .iter()
+                    .map(|g| g.buckets.keys().next().map_or(hi, |&first| above(first)))
+                    .collect();
+                let more: Vec<&Member> = members.iter().filter(|m| ends[m.group] > to).collect();
+                merge(
+                    &mut groups,
+                    fold_in_parallel(&more, new_states, |states, m| {
+                        fold_series(
+                            states,
+                            m,
+                            &SeriesRange {
+                                lo: to + 1,
+                                hi: ends[m.group],
+                                ..range
+                            },
+                        )
+                    })?,
+                );
             }
         }
         groups
@@ -796,13 +877,47 @@ fn add_cells(
 /// they read it all.
 fn newest_buckets_from(s: &Select, lo: i64, hi: i64) -> Option<i64> {
     let (every, offset) = s.group_time?;
-    let n = s.limit.filter(|n| *n > 0)?;
     if !s.descending || !matches!(s.fill, Fill::Null | Fill::Value(_)) {
         return None;
     }
-    let buckets = i64::try_from(n.checked_add(s.offset)?).ok()?;
+    let buckets = window_buckets(s)?;
     let from = bucket_of(hi, every, offset).checked_sub(every.checked_mul(buckets - 1)?)?;
     (from > lo).then_some(from)
+}
+
+/// The end of the window an ascending `GROUP BY time(…) LIMIT n`
+/// statement's answer starts in, when it is below the upper bound: the
+/// OFFSET + n buckets from the lower bound's, or without one (`bounded`
+/// false) from the bucket of `oldest`, a lower bound of the table's
+/// times. Without it, TSBS's groupby-orderby-limit (`WHERE time < X GROUP
+/// BY time(1m) LIMIT 5`) read every series' whole history for its first
+/// five minutes. The answer of a group whose first value comes later
+/// reaches above the window, and is read on from there; `oldest` is only
+/// where the reading starts, so a wrong one costs time, not answers.
+/// fill(linear) takes values from above the answer's last bucket, and
+/// fill(none) answers only buckets with values, so they read it all.
+fn oldest_buckets_to(
+    s: &Select,
+    bounded: bool,
+    lo: i64,
+    hi: i64,
+    oldest: Option<i64>,
+) -> Option<i64> {
+    let (every, offset) = s.group_time?;
+    if s.descending || !matches!(s.fill, Fill::Null | Fill::Value(_) | Fill::Previous) {
+        return None;
+    }
+    let buckets = window_buckets(s)?;
+    let from = if bounded { lo } else { oldest?.max(lo) };
+    let to = bucket_of(from, every, offset).checked_add(every.checked_mul(buckets)?)? - 1;
+    (to < hi).then_some(to)
+}
+
+/// OFFSET + n of a statement with `LIMIT n`: the buckets its answer
+/// shows and skips.
+fn window_buckets(s: &Select) -> Option<i64> {
+    let n = s.limit.filter(|n| *n > 0)?;
+    i64::try_from(n.checked_add(s.offset)?).ok()
 }
 
 impl SeriesVisit for SeriesFold<'_> {
