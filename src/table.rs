@@ -189,6 +189,18 @@ impl Table {
         oldest
     }
 
+    /// The newest cell version (ms) the table holds (see
+    /// [`Region::newest_cell_ms`]); `None` when it holds nothing, or when a
+    /// region is another node's.
+    pub fn newest_cell_ms(&self) -> Option<u64> {
+        let mut newest = None;
+        for r in &self.regions {
+            let t = r.local()?.newest_cell_ms();
+            newest = newest.max(Some(t));
+        }
+        newest.filter(|&t| t > 0)
+    }
+
     pub fn regions(&self) -> &[RegionHandle] {
         &self.regions
     }

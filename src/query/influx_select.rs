@@ -246,14 +246,35 @@ pub fn select(
     // Each group with a point that met the condition, in group order; its
     // answer is made only if SOFFSET and SLIMIT keep it.
     let gathered: Vec<(usize, Gathered)> = if calls == 0 {
+        // Each series' newest points (lastpoint) lie in the last hour for
+        // most series, which the newest files hold: the last hour is read
+        // first, and the time before only for a series with too few in
+        // it (where the older files are read).
+        let recent_from = per_series
+            .and_then(|_| table.newest_cell_ms())
+            .map(|ms| {
+                let from = schema.time_unit.from_ms_floor(ms.saturating_sub(RECENT_MS));
+                i64::try_from(from).unwrap_or(i64::MAX)
+            })
+            .filter(|from| (lo + 1..=hi).contains(from));
+        let parts = match recent_from {
+            Some(from) => vec![(from, hi), (lo, from - 1)],
+            None => vec![(lo, hi)],
+        };
         for d in in_parallel(&members, |m| {
             let mut points = Vec::new();
-            scan_series(store, &name, &schema, &m.series.key, &range, &mut |p| {
-                if keep(&m.series.tags, p) {
-                    points.push(p.clone());
+            for &(lo, hi) in &parts {
+                if per_series.is_some_and(|n| points.len() >= n) {
+                    break;
                 }
-                per_series.is_none_or(|n| points.len() < n)
-            })?;
+                let part = SeriesRange { lo, hi, ..range };
+                scan_series(store, &name, &schema, &m.series.key, &part, &mut |p| {
+                    if keep(&m.series.tags, p) {
+                        points.push(p.clone());
+                    }
+                    per_series.is_none_or(|n| points.len() < n)
+                })?;
+            }
             points.reverse();
             Ok::<_, String>((!points.is_empty()).then_some(SeriesData {
                 tags: &m.series.tags,
@@ -985,6 +1006,10 @@ fn key_time(schema: &KeySchema, key: &[u8]) -> Option<u64> {
     let at = key.len().checked_sub(8)?;
     Some(u64::MAX - u64::from_be_bytes(key[at..].try_into().ok()?))
 }
+
+/// How far back from the table's newest point a raw `ORDER BY time DESC
+/// LIMIT n` looks first for each series' newest points (ms).
+const RECENT_MS: u64 = 3_600_000;
 
 /// The family of an open-tag-set table holding the fields.
 const FIELD_FAMILY: &[u8] = b"f";
