@@ -259,9 +259,10 @@ pub struct AggregatePage {
 /// A point's cells carry its time floored to milliseconds as their
 /// version (as every write of an open-tag table makes them), so a store
 /// file whose newest version is older than `lo` holds none of the
-/// series' points in range: the scan's time range says so, and the
-/// region passes such files by without a seek into each (at 3 days of
-/// data, a recent range read a block of every day's file per series).
+/// series' points in range, nor does one whose oldest version is newer
+/// than `hi`: the scan's time range says so, and the region passes such
+/// files by without a seek into each (at 3 days of data, a range read a
+/// block of every day's file per series).
 pub fn series_time_scan(
     schema: &crate::key::KeySchema,
     series: &[u8],
@@ -274,18 +275,22 @@ pub fn series_time_scan(
         k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
         k
     };
-    let oldest_version = u64::try_from(lo)
-        .ok()
-        .and_then(|lo| schema.time_unit.to_ms_floor(lo))
-        .unwrap_or(0);
+    let version_of = |t: i64| {
+        u64::try_from(t)
+            .ok()
+            .and_then(|t| schema.time_unit.to_ms_floor(t))
+    };
+    let oldest_version = version_of(lo).unwrap_or(0);
+    let past_newest = version_of(hi).map_or(u64::MAX, |v| v.saturating_add(1));
     crate::region::read::Scan {
         start: Some(at(hi)),
         stop: (lo > 0).then(|| at(lo - 1)),
         prefix: Some(prefix.clone()),
         time_range: crate::region::read::TimeRange {
             min: oldest_version,
-            max: u64::MAX,
+            max: past_newest.max(oldest_version),
         },
+        versions_are_key_times: true,
         ..crate::region::read::Scan::default()
     }
 }

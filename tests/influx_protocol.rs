@@ -661,6 +661,17 @@ fn newest_points_and_recent_ranges_answer_as_influxdb_does_across_store_files() 
             "SELECT max(free) FROM mem WHERE time <= {} GROUP BY time(30m) LIMIT 2",
             t(0)
         ),
+        // Only the oldest file holds points this old: the newer file and
+        // the MemStore are passed by.
+        format!(
+            "SELECT free, used FROM mem WHERE time <= {} GROUP BY host",
+            t(-125 * 60)
+        ),
+        format!(
+            "SELECT max(free), count(used) FROM mem WHERE time >= {} AND time <= {} GROUP BY time(10m), host",
+            t(-3 * 3600),
+            t(-125 * 60)
+        ),
     ];
     for q in &statements {
         let [a, b] = query(&p, &[("db", "bench"), ("q", q.as_str())]);

@@ -488,6 +488,7 @@ pub(super) fn to_scan(r: ScanReq, scope: &PageScope) -> ApiResult<Scan> {
             min: r.min_ts.unwrap_or(0),
             max: r.max_ts.unwrap_or(u64::MAX),
         },
+        versions_are_key_times: false,
         max_versions: r.max_versions.unwrap_or(1),
         filters,
         key_window: None,

@@ -493,7 +493,16 @@ fn for_each_file_to_read<'f>(
                 continue;
             }
             // A file entirely newer than the range is still read: its
-            // versions count against VERSIONS before the range applies.
+            // versions count against VERSIONS before the range applies,
+            // and its markers may mask puts in range. Unless versions are
+            // key times: then a newer put is of another row.
+            if scan.versions_are_key_times
+                && reader.meta().min_ts >= scan.time_range.max
+                && reader.meta().delete_markers == 0
+            {
+                stats.files_skipped_by_time.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             if get.is_none() && !reader.may_contain_rows(start.as_deref(), stop.as_deref()) {
                 stats.files_skipped_by_bloom.fetch_add(1, Ordering::Relaxed);
                 continue;

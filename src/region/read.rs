@@ -162,6 +162,12 @@ pub struct Scan {
     pub prefix: Option<Vec<u8>>,
     pub columns: Columns,
     pub time_range: TimeRange,
+    /// Each cell's version is its row's key time (floored to ms), as
+    /// every write of a table of open tag sets makes it: a store file
+    /// whose versions all lie past the time range, and which holds no
+    /// delete marker, then holds no version of a cell in range (nor one
+    /// that outranks it), and is passed by.
+    pub versions_are_key_times: bool,
     /// Versions per column (default 1).
     pub max_versions: u32,
     pub filters: Vec<Filter>,
@@ -187,6 +193,7 @@ impl Default for Scan {
             prefix: None,
             columns: Columns::all(),
             time_range: TimeRange::default(),
+            versions_are_key_times: false,
             max_versions: 1,
             filters: Vec::new(),
             key_window: None,
