@@ -661,8 +661,8 @@ fn newest_points_and_recent_ranges_answer_as_influxdb_does_across_store_files() 
             "SELECT max(free) FROM mem WHERE time <= {} GROUP BY time(30m) LIMIT 2",
             t(0)
         ),
-        // Only the oldest file holds points this old: the newer file and
-        // the MemStore are passed by.
+        // Only the oldest file holds points this old: the newer file is
+        // passed by (the MemStore is read, its points out of range).
         format!(
             "SELECT free, used FROM mem WHERE time <= {} GROUP BY host",
             t(-125 * 60)
@@ -683,6 +683,20 @@ fn newest_points_and_recent_ranges_answer_as_influxdb_does_across_store_files() 
             a.1
         );
     }
+    // A lower bound past every time there is answers nothing (it
+    // overflowed on the way to the last hour's read, and answered each
+    // series' newest point in release builds).
+    let q = "SELECT * FROM mem WHERE time >= 9223372036854775807 ORDER BY time DESC LIMIT 1";
+    let r = request(
+        &p.halite.addr,
+        "GET",
+        &format!("/query?{}", form(&[("db", "bench"), ("q", q)])),
+        None,
+        b"",
+    )
+    .expect("query");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"results": [{"statement_id": 0}]}), "{q}");
 }
 
 #[test]

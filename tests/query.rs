@@ -13,6 +13,7 @@ use halite::key::{FieldValue, KeySchema};
 use halite::query::engine::QueryEngine;
 use halite::query::{AggFn, Aggregate, AggregatePage, Query, QueryPage};
 use halite::region::RegionOptions;
+use halite::region::compaction::CompactionOptions;
 use halite::region::read::RowCells;
 use halite::region::wal::WalOptions;
 use halite::store::{Store, StoreOptions};
@@ -56,6 +57,12 @@ impl Db {
 }
 
 fn open(dir: &std::path::Path) -> Db {
+    open_with(dir, CompactionOptions::default())
+}
+
+/// [`open`] with `compaction`'s settings (a test that counts the files a
+/// read passes by keeps them from being merged under it).
+fn open_with(dir: &std::path::Path, compaction: CompactionOptions) -> Db {
     let store = Store::open(
         dir,
         StoreOptions {
@@ -67,6 +74,7 @@ fn open(dir: &std::path::Path) -> Db {
             },
             region: RegionOptions {
                 flush_size: 128 * 1024,
+                compaction,
                 ..RegionOptions::default()
             },
             block_cache_bytes: 8 << 20,
@@ -494,7 +502,15 @@ fn series_queries_skip_files_by_rowprefix_bloom() {
 #[test]
 fn scans_whose_versions_are_key_times_pass_newer_files_without_markers_by() {
     let dir = tempfile::tempdir().expect("tmp");
-    let store = open(dir.path());
+    let store = open_with(
+        dir.path(),
+        CompactionOptions {
+            min_files: 1000,
+            max_files: 1000,
+            tier_files: 1000,
+            ..CompactionOptions::default()
+        },
+    );
     let name = TableName::parse("cpu").expect("name");
     store.create_table(&table("cpu", "series")).expect("create");
     // Two generations of files: the older half of the points, the newer.

@@ -256,7 +256,7 @@ pub fn select(
                 let from = schema.time_unit.from_ms_floor(ms.saturating_sub(RECENT_MS));
                 i64::try_from(from).unwrap_or(i64::MAX)
             })
-            .filter(|from| (lo + 1..=hi).contains(from));
+            .filter(|&from| from > lo && from <= hi);
         let parts = match recent_from {
             Some(from) => vec![(from, hi), (lo, from - 1)],
             None => vec![(lo, hi)],
