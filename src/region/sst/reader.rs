@@ -1455,7 +1455,7 @@ mod tests {
     /// first entry starts in its first half (by the body size the writer
     /// counts), and blocks still fill up within a series.
     #[test]
-    fn time_series_blocks_end_before_a_new_series_once_half_full() {
+    fn time_series_blocks_end_before_a_new_series_once_an_eighth_full() {
         use crate::region::sst::block::{BlockCells, BlockIter};
         let dir = tempfile::tempdir().expect("tempdir");
         let block_size = 2048;
@@ -1473,7 +1473,7 @@ mod tests {
             while it.valid() {
                 let series = series_of(it.key());
                 if last_series.as_ref().is_some_and(|s| *s != series)
-                    && 2 * cells.size() >= block_size
+                    && crate::region::sst::writer::SERIES_CUT * cells.size() >= block_size
                 {
                     cut_late += 1;
                 }
@@ -1483,7 +1483,7 @@ mod tests {
             }
             full_blocks += usize::from(cells.size() >= block_size);
         }
-        assert_eq!(cut_late, 0, "a series started in a block's second half");
+        assert_eq!(cut_late, 0, "a series started past a block's first eighth");
         // Every row in the bloom filter, every key in order, the index
         // and meta true.
         reader.check_all().expect("the file checks out");

@@ -43,6 +43,10 @@ use crate::schema::{BloomType, Compression, DataBlockEncoding, FamilyDescriptor}
 
 pub const TRAILER_LEN: usize = 52;
 
+/// A time-series block whose body has reached BLOCKSIZE / this ends
+/// before a new series.
+pub(crate) const SERIES_CUT: usize = 8;
+
 pub struct SstWriter {
     tmp_path: PathBuf,
     final_path: PathBuf,
@@ -146,10 +150,12 @@ impl SstWriter {
         let parsed = KeyRef::parse(key).ok_or_else(|| {
             SstError::corrupt(&self.tmp_path, self.offset, "malformed key given to writer")
         })?;
-        // A time-series block at least half full ends before a new
+        // A time-series block at least an eighth full ends before a new
         // series: a read of a series' newest points then starts at a
-        // block's first row, or in its first half, instead of decoding
+        // block's first row, or in its first eighth, instead of decoding
         // on average half a block of other series' rows to get there.
+        // (Series of a day's file are many blocks long: the blocks cut
+        // short cost little room.)
         let mut shared = 0;
         if let Some(cells) = &self.cells
             && !cells.is_empty()
@@ -159,7 +165,7 @@ impl SstWriter {
             // all of the row but its last eight bytes (a time-series
             // row's time) is the same series.
             let head = 2 + parsed.row.len().saturating_sub(8);
-            if shared < head && 2 * cells.size() >= self.block_size {
+            if shared < head && SERIES_CUT * cells.size() >= self.block_size {
                 self.flush_block()?;
                 shared = 0;
             }
