@@ -571,6 +571,19 @@ fn cpu_lines() -> String {
     out
 }
 
+/// `CREATE DATABASE bench` on both servers, which answer alike.
+fn create_bench(p: &Pair) {
+    let create = form(&[("q", "CREATE DATABASE bench")]);
+    let [a, b] = both(
+        p,
+        "POST",
+        "/query",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        create.as_bytes(),
+    );
+    assert_eq!(a, b);
+}
+
 /// Memory points of hosts last heard from at different ages, in two
 /// store files and the MemStore: host_b went quiet two hours before the
 /// newest point, host_c reports rarely, host_d only lately.
@@ -606,15 +619,7 @@ fn mem_parts() -> [String; 3] {
 #[test]
 fn newest_points_and_recent_ranges_answer_as_influxdb_does_across_store_files() {
     let p = start();
-    let create = form(&[("q", "CREATE DATABASE bench")]);
-    let [a, b] = both(
-        &p,
-        "POST",
-        "/query",
-        &[("Content-Type", "application/x-www-form-urlencoded")],
-        create.as_bytes(),
-    );
-    assert_eq!(a, b);
+    create_bench(&p);
     let parts = mem_parts();
     for (i, part) in parts.iter().enumerate() {
         let [a, b] = both(
@@ -702,15 +707,7 @@ fn newest_points_and_recent_ranges_answer_as_influxdb_does_across_store_files() 
 #[test]
 fn select_statements_answer_as_influxdb_does() {
     let p = start();
-    let create = form(&[("q", "CREATE DATABASE bench")]);
-    let [a, b] = both(
-        &p,
-        "POST",
-        "/query",
-        &[("Content-Type", "application/x-www-form-urlencoded")],
-        create.as_bytes(),
-    );
-    assert_eq!(a, b);
+    create_bench(&p);
     let [a, b] = both(
         &p,
         "POST",

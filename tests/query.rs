@@ -495,6 +495,21 @@ fn series_queries_skip_files_by_rowprefix_bloom() {
     store.close().expect("close");
 }
 
+/// Store files the reads of table `name` passed by for their time range.
+fn files_skipped_by_time(store: &Store, name: &TableName) -> u64 {
+    store
+        .table(name)
+        .expect("table")
+        .regions()
+        .iter()
+        .map(|r| {
+            r.stats()
+                .files_skipped_by_time
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum()
+}
+
 /// A scan whose versions are its rows' key times (as an open-tag table's
 /// are) passes store files wholly newer than its time range by; one that
 /// holds a delete marker is still read, as its marker may mask a put in
@@ -516,19 +531,7 @@ fn scans_whose_versions_are_key_times_pass_newer_files_without_markers_by() {
     // Two generations of files: the older half of the points, the newer.
     let oracle = load(&store, &name);
     store.flush_all().expect("flush");
-    let skipped = || -> u64 {
-        store
-            .table(&name)
-            .expect("table")
-            .regions()
-            .iter()
-            .map(|r| {
-                r.stats()
-                    .files_skipped_by_time
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
-            .sum()
-    };
+    let skipped = || files_skipped_by_time(&store, &name);
     let early = T0 + 10 * 10_000;
     let plain = halite::region::read::Scan {
         time_range: halite::region::read::TimeRange { min: 0, max: early },
@@ -592,19 +595,7 @@ fn queries_leave_out_store_files_older_than_their_time_range() {
     // the MemStores; flush those too, so two generations of files exist.
     let oracle = load(&store, &name);
     store.flush_all().expect("flush");
-    let skipped = || -> u64 {
-        store
-            .table(&name)
-            .expect("table")
-            .regions()
-            .iter()
-            .map(|r| {
-                r.stats()
-                    .files_skipped_by_time
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
-            .sum()
-    };
+    let skipped = || files_skipped_by_time(&store, &name);
     let recent = T0 + (POINTS / 2 + 5) * 10_000;
     let before = skipped();
     let q = Query {
