@@ -710,36 +710,28 @@ impl Region {
     /// The newest cell version (ms) the region holds, in its MemStores or
     /// store files; 0 when it holds none.
     pub fn newest_cell_ms(&self) -> u64 {
-        let st = self.inner.state.read();
-        let memstores = std::iter::once(&st.active)
-            .chain(st.flushing.iter())
-            .filter(|m| m.cells() > 0)
-            .map(|m| m.time_range().1);
-        let files = st
-            .files
-            .values()
-            .flatten()
-            .filter(|r| r.meta().entries > 0)
-            .map(|r| r.meta().max_ts);
-        memstores.chain(files).max().unwrap_or(0)
+        self.cell_time_range().map_or(0, |(_, newest)| newest)
     }
 
-    /// The oldest cell version (ms) the region holds, in its MemStores or
-    /// store files; `None` when it holds none. A lower bound only: a cell
-    /// past its TTL or under a delete marker still counts until compacted.
-    pub fn oldest_cell_ms(&self) -> Option<u64> {
+    /// The oldest and newest cell versions (ms) the region holds, in its
+    /// MemStores or store files; `None` when it holds none. Bounds only: a
+    /// cell past its TTL or under a delete marker still counts until
+    /// compacted.
+    pub fn cell_time_range(&self) -> Option<(u64, u64)> {
         let st = self.inner.state.read();
         let memstores = std::iter::once(&st.active)
             .chain(st.flushing.iter())
             .filter(|m| m.cells() > 0)
-            .map(|m| m.time_range().0);
+            .map(|m| m.time_range());
         let files = st
             .files
             .values()
             .flatten()
             .filter(|r| r.meta().entries > 0)
-            .map(|r| r.meta().min_ts);
-        memstores.chain(files).min()
+            .map(|r| (r.meta().min_ts, r.meta().max_ts));
+        memstores
+            .chain(files)
+            .reduce(|(lo, hi), (min, max)| (lo.min(min), hi.max(max)))
     }
 
     /// Whether some store file holds rows outside the region's range: files

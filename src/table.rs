@@ -177,28 +177,17 @@ impl Table {
             .any(|r| matches!(r, RegionHandle::Remote(_)))
     }
 
-    /// The oldest cell version (ms) the table holds: a lower bound of its
-    /// data's times (see [`Region::oldest_cell_ms`]). `None` when it holds
-    /// nothing, or when a region is another node's (not known here).
-    pub fn oldest_cell_ms(&self) -> Option<u64> {
-        let mut oldest = None;
+    /// The oldest and newest cell versions (ms) the table holds (see
+    /// [`Region::cell_time_range`]). `None` when it holds nothing, or when
+    /// a region is another node's (not known here).
+    pub fn cell_time_range(&self) -> Option<(u64, u64)> {
+        let mut range: Option<(u64, u64)> = None;
         for r in &self.regions {
-            let t = r.local()?.oldest_cell_ms();
-            oldest = oldest.into_iter().chain(t).min();
+            if let Some((min, max)) = r.local()?.cell_time_range() {
+                range = Some(range.map_or((min, max), |(lo, hi)| (lo.min(min), hi.max(max))));
+            }
         }
-        oldest
-    }
-
-    /// The newest cell version (ms) the table holds (see
-    /// [`Region::newest_cell_ms`]); `None` when it holds nothing, or when a
-    /// region is another node's.
-    pub fn newest_cell_ms(&self) -> Option<u64> {
-        let mut newest = None;
-        for r in &self.regions {
-            let t = r.local()?.newest_cell_ms();
-            newest = newest.max(Some(t));
-        }
-        newest.filter(|&t| t > 0)
+        range
     }
 
     pub fn regions(&self) -> &[RegionHandle] {

@@ -251,11 +251,8 @@ pub fn select(
         // first, and the time before only for a series with too few in
         // it (where the older files are read).
         let recent_from = per_series
-            .and_then(|_| table.newest_cell_ms())
-            .map(|ms| {
-                let from = schema.time_unit.from_ms_floor(ms.saturating_sub(RECENT_MS));
-                i64::try_from(from).unwrap_or(i64::MAX)
-            })
+            .and_then(|_| table.cell_time_range())
+            .map(|(_, newest)| key_time_of_ms(&schema, newest.saturating_sub(RECENT_MS)))
             .filter(|&from| from > lo && from <= hi);
         let parts = match recent_from {
             Some(from) => vec![(from, hi), (lo, from - 1)],
@@ -314,9 +311,9 @@ pub fn select(
         let oldest_to = match newest_from {
             Some(_) => None,
             None => {
-                let oldest = table.oldest_cell_ms().map(|ms| {
-                    i64::try_from(schema.time_unit.from_ms_floor(ms)).unwrap_or(i64::MAX)
-                });
+                let oldest = table
+                    .cell_time_range()
+                    .map(|(oldest, _)| key_time_of_ms(&schema, oldest));
                 oldest_buckets_to(s, lower.is_some(), lo, hi, oldest)
             }
         };
@@ -892,10 +889,9 @@ fn add_cells(
 /// bound: the newest OFFSET + n buckets up to the upper bound, each
 /// answered (with fill(null) or fill(N)) whether it holds a value or not.
 /// Without it, a statement with no lower bound read every series back to
-/// its first point, in time proportional to the data kept (TSBS's
-/// groupby-orderby-limit is the ascending form, which still does).
-/// fill(previous) and fill(linear) take values from below the window, so
-/// they read it all.
+/// its first point, in time proportional to the data kept (the ascending
+/// form has its own window, [`oldest_buckets_to`]). fill(previous) and
+/// fill(linear) take values from below the window, so they read it all.
 fn newest_buckets_from(s: &Select, lo: i64, hi: i64) -> Option<i64> {
     let (every, offset) = s.group_time?;
     if !s.descending || !matches!(s.fill, Fill::Null | Fill::Value(_)) {
@@ -1005,6 +1001,11 @@ fn key_time(schema: &KeySchema, key: &[u8]) -> Option<u64> {
     schema.tag_series(key)?;
     let at = key.len().checked_sub(8)?;
     Some(u64::MAX - u64::from_be_bytes(key[at..].try_into().ok()?))
+}
+
+/// Cell version `ms` as a time in the table's key unit (rounded down).
+fn key_time_of_ms(schema: &KeySchema, ms: u64) -> i64 {
+    i64::try_from(schema.time_unit.from_ms_floor(ms)).unwrap_or(i64::MAX)
 }
 
 /// How far back from the table's newest point a raw `ORDER BY time DESC
