@@ -102,6 +102,23 @@ impl<'a> KeyRef<'a> {
         })
     }
 
+    /// Parses a key given as its row and what follows the row in it
+    /// (an [`EntryRef`]'s parts); `None` if it is malformed.
+    pub fn from_parts(row: &'a [u8], after_row: &'a [u8]) -> Option<KeyRef<'a>> {
+        let (family, qualifier, timestamp, kind_byte) = split_after_row(after_row)?;
+        if row.is_empty() || row.len() > MAX_ROW_LEN || family.is_empty() {
+            return None;
+        }
+        Some(KeyRef {
+            row,
+            family,
+            qualifier,
+            timestamp,
+            kind: CellKind::from_code(kind_byte)?,
+            has_ttl: kind_byte & TTL_FLAG != 0,
+        })
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         encode_key(
             self.row,
@@ -431,42 +448,86 @@ pub struct Entry {
 /// Entries of several rows encoded into one buffer: one allocation per batch
 /// instead of several per cell. Rows keep their order; a row's entries are
 /// applied atomically.
+///
+/// A row's key is stored once, before its entries, and each entry keeps
+/// only what follows the row in its key (`family length ‖ family ‖
+/// qualifier ‖ timestamp ‖ kind`): a time-series point of ten fields under
+/// a 100-byte row key was otherwise ten copies of the key to write, check
+/// and log, where one does.
 #[derive(Debug, Default, Clone)]
 pub struct EntryBatch {
     buf: Vec<u8>,
     entries: Vec<EntrySpan>,
-    /// Index in `entries` one past each row's last entry.
-    row_ends: Vec<usize>,
-    /// Per row: its writer put its entries in strictly rising key order
-    /// ([`EntryBatch::end_sorted_row`]), so the MemStore need not check.
-    sorted: Vec<bool>,
+    rows: Vec<RowSpan>,
+    /// Where the row being written keeps its key in `buf`, once its first
+    /// entry came.
+    open: Option<(usize, usize)>,
+    /// An entry named another row than its row's first entry did: the
+    /// batch, and any batch its rows are copied into, is refused whole
+    /// ([`EntryBatch::mixes_rows`]).
+    mixed_rows: bool,
+    /// Bytes of the entries with whole keys, as logged and stored.
+    logical_bytes: usize,
 }
 
 /// Batches are equal when their rows and entries are: whether a row was
 /// known sorted is a hint, not content.
 impl PartialEq for EntryBatch {
     fn eq(&self, other: &Self) -> bool {
-        self.row_ends == other.row_ends
+        self.rows.len() == other.rows.len()
             && self.entries.len() == other.entries.len()
-            && (0..self.entries.len()).all(|i| self.entry(i) == other.entry(i))
+            && self.mixed_rows == other.mixed_rows
+            && (0..self.rows.len())
+                .all(|i| self.row_key(i) == other.row_key(i) && self.row(i).eq(other.row(i)))
     }
 }
 impl Eq for EntryBatch {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct EntrySpan {
+    /// Where the key after the row starts in the buffer; the value follows it.
     start: usize,
     key_len: usize,
     value_len: usize,
     ttl_ms: Option<u64>,
 }
 
-/// A borrowed entry of an [`EntryBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowSpan {
+    key_at: usize,
+    key_len: usize,
+    /// Index in `entries` one past the row's last entry.
+    end: usize,
+    /// Its writer put its entries in strictly rising key order
+    /// ([`EntryBatch::end_sorted_row`]), so the MemStore need not check.
+    sorted: bool,
+}
+
+/// A borrowed entry of an [`EntryBatch`]: its row, the rest of its key
+/// (`family length ‖ family ‖ qualifier ‖ timestamp ‖ kind`), its TTL and
+/// its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryRef<'a> {
-    pub key: &'a [u8],
+    pub row: &'a [u8],
+    pub after_row: &'a [u8],
     pub ttl_ms: Option<u64>,
     pub value: &'a [u8],
+}
+
+impl EntryRef<'_> {
+    /// The entry's whole encoded key.
+    pub fn key(&self) -> Vec<u8> {
+        let mut key = Vec::with_capacity(2 + self.row.len() + self.after_row.len());
+        key.extend_from_slice(&(self.row.len() as u16).to_be_bytes());
+        key.extend_from_slice(self.row);
+        key.extend_from_slice(self.after_row);
+        key
+    }
+
+    /// Bytes of the entry with its whole key.
+    fn logical_len(&self) -> usize {
+        2 + self.row.len() + self.after_row.len() + self.value.len()
+    }
 }
 
 impl EntryBatch {
@@ -481,6 +542,7 @@ impl EntryBatch {
         let mut bytes = 0;
         let mut entries = 0;
         for r in rows {
+            bytes += r.row.len();
             for m in &r.mutations {
                 let (f, q, v) = match m {
                     Mutation::Put {
@@ -500,16 +562,11 @@ impl EntryBatch {
                     // a guess is enough for a capacity.
                     Mutation::DeleteRow { .. } => (16, 0, 0),
                 };
-                bytes += r.row.len() + f + q + v + KEY_OVERHEAD;
+                bytes += f + q + v + KEY_OVERHEAD;
                 entries += 1;
             }
         }
-        EntryBatch {
-            buf: Vec::with_capacity(bytes),
-            entries: Vec::with_capacity(entries),
-            row_ends: Vec::with_capacity(rows.len()),
-            sorted: Vec::with_capacity(rows.len()),
-        }
+        EntryBatch::with_capacity(bytes, entries, rows.len())
     }
 
     /// Room for `bytes` of keys and values in `entries` entries of `rows` rows.
@@ -517,8 +574,8 @@ impl EntryBatch {
         EntryBatch {
             buf: Vec::with_capacity(bytes),
             entries: Vec::with_capacity(entries),
-            row_ends: Vec::with_capacity(rows),
-            sorted: Vec::with_capacity(rows),
+            rows: Vec::with_capacity(rows),
+            ..EntryBatch::default()
         }
     }
 
@@ -527,8 +584,7 @@ impl EntryBatch {
     pub fn reserve(&mut self, bytes: usize, entries: usize, rows: usize) {
         self.buf.reserve(bytes);
         self.entries.reserve(entries);
-        self.row_ends.reserve(rows);
-        self.sorted.reserve(rows);
+        self.rows.reserve(rows);
     }
 
     /// Appends an entry to the current row. Callers have checked the limits.
@@ -561,37 +617,97 @@ impl EntryBatch {
         ttl_ms: Option<u64>,
         write_value: impl FnOnce(&mut Vec<u8>),
     ) {
+        debug_assert!(!row.is_empty() && row.len() <= MAX_ROW_LEN);
+        self.use_row(row);
+        self.push_cell_with(family, qualifier, timestamp, kind, ttl_ms, write_value);
+    }
+
+    /// Starts the current row's key, or checks that `row` is it.
+    fn use_row(&mut self, row: &[u8]) {
+        match self.open {
+            None => self.start_row(row),
+            Some((at, len)) => {
+                if self.buf[at..at + len] != *row {
+                    self.mixed_rows = true;
+                }
+            }
+        }
+    }
+
+    /// Starts a row of key `row`, whose entries [`EntryBatch::push_cell_with`]
+    /// appends; the row before it must have been ended.
+    pub fn start_row(&mut self, row: &[u8]) {
+        self.end_misused_row();
+        let at = self.buf.len();
+        self.buf.extend_from_slice(row);
+        self.open = Some((at, row.len()));
+    }
+
+    /// Appends an entry to the row [`EntryBatch::start_row`] started.
+    pub fn push_cell_with(
+        &mut self,
+        family: &[u8],
+        qualifier: &[u8],
+        timestamp: u64,
+        kind: CellKind,
+        ttl_ms: Option<u64>,
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) {
+        debug_assert!(!family.is_empty() && family.len() <= MAX_FAMILY_LEN);
+        let row_len = match self.open {
+            Some((_, len)) => len,
+            None => {
+                // No row started: a row without a key, which the batch's
+                // check refuses.
+                self.mixed_rows = true;
+                self.open = Some((self.buf.len(), 0));
+                0
+            }
+        };
         let start = self.buf.len();
-        encode_key_into(
-            &mut self.buf,
-            row,
-            family,
-            qualifier,
-            timestamp,
-            kind,
-            ttl_ms.is_some(),
-        );
+        self.buf.push(family.len() as u8);
+        self.buf.extend_from_slice(family);
+        self.buf.extend_from_slice(qualifier);
+        self.buf.extend_from_slice(&timestamp.to_be_bytes());
+        self.buf
+            .push(kind as u8 | if ttl_ms.is_some() { TTL_FLAG } else { 0 });
         let key_len = self.buf.len() - start;
         write_value(&mut self.buf);
+        let value_len = self.buf.len() - start - key_len;
+        self.logical_bytes += 2 + row_len + key_len + value_len;
         self.entries.push(EntrySpan {
             start,
             key_len,
-            value_len: self.buf.len() - start - key_len,
+            value_len,
             ttl_ms,
         });
     }
 
     /// Appends an already encoded entry to the current row.
     pub fn push_encoded(&mut self, key: &[u8], ttl_ms: Option<u64>, value: &[u8]) {
+        let row = row_of(key);
+        let after_row = key.get(2 + row.len()..).unwrap_or_default();
+        self.use_row(row);
         let start = self.buf.len();
-        self.buf.extend_from_slice(key);
+        self.buf.extend_from_slice(after_row);
         self.buf.extend_from_slice(value);
+        self.logical_bytes += 2 + row.len() + after_row.len() + value.len();
         self.entries.push(EntrySpan {
             start,
-            key_len: key.len(),
+            key_len: after_row.len(),
             value_len: value.len(),
             ttl_ms,
         });
+    }
+
+    /// A row left open where a new one begins is a caller's mistake: it is
+    /// ended there (so every row's key and entries stay back to back) and
+    /// the batch marked, to be refused rather than written wrong.
+    fn end_misused_row(&mut self) {
+        if self.open.is_some() {
+            self.mixed_rows = true;
+            self.close_row(false);
+        }
     }
 
     /// Closes the current row (possibly empty).
@@ -600,8 +716,13 @@ impl EntryBatch {
     }
 
     fn close_row(&mut self, sorted: bool) {
-        self.row_ends.push(self.entries.len());
-        self.sorted.push(sorted);
+        let (key_at, key_len) = self.open.take().unwrap_or((self.buf.len(), 0));
+        self.rows.push(RowSpan {
+            key_at,
+            key_len,
+            end: self.entries.len(),
+            sorted,
+        });
     }
 
     /// Ends the current row, whose entries the caller pushed in strictly
@@ -610,79 +731,88 @@ impl EntryBatch {
     /// byte by byte are such rows.
     pub fn end_sorted_row(&mut self) {
         debug_assert!({
-            let from = self.row_ends.last().copied().unwrap_or(0);
-            (from + 1..self.entries.len())
-                .all(|i| compare_keys(self.entry(i - 1).key, self.entry(i).key) == Ordering::Less)
+            let from = self.rows.last().map_or(0, |r| r.end);
+            (from + 1..self.entries.len()).all(|i| {
+                compare_keys_after_row(self.entry_after_row(i - 1), self.entry_after_row(i))
+                    == Ordering::Less
+            })
         });
         self.close_row(true);
     }
 
     /// Whether row `i` was ended by [`EntryBatch::end_sorted_row`].
     pub fn row_is_sorted(&self, i: usize) -> bool {
-        self.sorted.get(i).copied().unwrap_or(false)
+        self.rows.get(i).is_some_and(|r| r.sorted)
+    }
+
+    /// Whether some entry named another row than its row's first entry:
+    /// such a batch must not be written.
+    pub fn mixes_rows(&self) -> bool {
+        self.mixed_rows
     }
 
     pub fn rows(&self) -> usize {
-        self.row_ends.len()
+        self.rows.len()
+    }
+
+    fn row_entries(&self, i: usize) -> std::ops::Range<usize> {
+        let from = if i == 0 { 0 } else { self.rows[i - 1].end };
+        from..self.rows[i].end
     }
 
     /// The row key of row `i`; `None` for a row without entries, or
     /// past the last row.
     pub fn row_key(&self, i: usize) -> Option<&[u8]> {
-        let end = *self.row_ends.get(i)?;
-        let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
-        (from < end).then(|| row_of(self.entry(from).key))
+        let r = self.rows.get(i)?;
+        (!self.row_entries(i).is_empty()).then(|| &self.buf[r.key_at..r.key_at + r.key_len])
     }
 
-    /// Bytes and entries of row `i`.
+    /// Bytes (in this batch's buffer) and entries of row `i`.
     pub fn row_size(&self, i: usize) -> (usize, usize) {
-        let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
-        let to = self.row_ends[i];
-        let bytes = self.entries[from..to]
-            .iter()
-            .map(|e| e.key_len + e.value_len)
-            .sum();
-        (bytes, to - from)
+        let entries = self.row_entries(i);
+        let bytes = self.rows[i].key_len
+            + self.entries[entries.clone()]
+                .iter()
+                .map(|e| e.key_len + e.value_len)
+                .sum::<usize>();
+        (bytes, entries.len())
     }
 
     /// Appends row `i` of `other` as a row of this batch.
     pub fn push_row_from(&mut self, other: &EntryBatch, i: usize) {
-        let from = if i == 0 { 0 } else { other.row_ends[i - 1] };
-        let to = other.row_ends[i];
-        if from < to {
-            // A row's entries lie back to back in the buffer.
-            let first = other.entries[from].start;
-            let last = other.entries[to - 1];
-            let shift = self.buf.len() as isize - first as isize;
-            self.buf
-                .extend_from_slice(&other.buf[first..last.start + last.key_len + last.value_len]);
-            self.entries
-                .extend(other.entries[from..to].iter().map(|e| EntrySpan {
-                    start: (e.start as isize + shift) as usize,
-                    ..*e
-                }));
+        self.end_misused_row();
+        self.mixed_rows |= other.mixed_rows;
+        let entries = other.row_entries(i);
+        let r = other.rows[i];
+        if entries.is_empty() {
+            self.close_row(r.sorted);
+            return;
         }
-        self.close_row(other.row_is_sorted(i));
+        // A row's key and entries lie back to back in the buffer.
+        let last = other.entries[entries.end - 1];
+        let shift = self.buf.len() as isize - r.key_at as isize;
+        self.buf
+            .extend_from_slice(&other.buf[r.key_at..last.start + last.key_len + last.value_len]);
+        self.entries
+            .extend(other.entries[entries.clone()].iter().map(|e| EntrySpan {
+                start: (e.start as isize + shift) as usize,
+                ..*e
+            }));
+        self.logical_bytes += other.row(i).map(|e| e.logical_len()).sum::<usize>();
+        self.open = Some(((r.key_at as isize + shift) as usize, r.key_len));
+        self.close_row(r.sorted);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.row_ends.is_empty()
+        self.rows.is_empty()
     }
 
-    /// Lets `rewrite` change every entry's row key in place (its length
-    /// stays): a row encoded before its table's salt changed gets its
-    /// bucket again.
+    /// Lets `rewrite` change every row key in place (its length stays): a
+    /// row encoded before its table's salt changed gets its bucket again.
     pub fn rewrite_rows(&mut self, mut rewrite: impl FnMut(&mut [u8])) {
-        for e in &self.entries {
-            let key = &mut self.buf[e.start..e.start + e.key_len];
-            let Some(len) = key
-                .get(..2)
-                .map(|l| u16::from_be_bytes([l[0], l[1]]) as usize)
-            else {
-                continue;
-            };
-            if let Some(row) = key.get_mut(2..2 + len) {
-                rewrite(row);
+        for r in &self.rows {
+            if r.key_len > 0 {
+                rewrite(&mut self.buf[r.key_at..r.key_at + r.key_len]);
             }
         }
     }
@@ -692,24 +822,29 @@ impl EntryBatch {
         self.entries.len()
     }
 
-    /// Bytes of keys and values.
+    /// Bytes of keys and values, each key whole (as the WAL's and store
+    /// files' readers see them), though this batch keeps a row's key once.
     pub fn bytes(&self) -> usize {
-        self.buf.len()
+        self.logical_bytes
     }
 
-    fn entry(&self, i: usize) -> EntryRef<'_> {
+    fn entry_after_row(&self, i: usize) -> &[u8] {
         let e = self.entries[i];
-        EntryRef {
-            key: &self.buf[e.start..e.start + e.key_len],
-            ttl_ms: e.ttl_ms,
-            value: &self.buf[e.start + e.key_len..e.start + e.key_len + e.value_len],
-        }
+        &self.buf[e.start..e.start + e.key_len]
     }
 
     /// The entries of row `i`.
     pub fn row(&self, i: usize) -> impl ExactSizeIterator<Item = EntryRef<'_>> {
-        let from = if i == 0 { 0 } else { self.row_ends[i - 1] };
-        (from..self.row_ends[i]).map(move |j| self.entry(j))
+        let r = self.rows[i];
+        let row = &self.buf[r.key_at..r.key_at + r.key_len];
+        self.entries[self.row_entries(i)]
+            .iter()
+            .map(move |e| EntryRef {
+                row,
+                after_row: &self.buf[e.start..e.start + e.key_len],
+                ttl_ms: e.ttl_ms,
+                value: &self.buf[e.start + e.key_len..e.start + e.key_len + e.value_len],
+            })
     }
 
     pub fn from_rows(rows: &[Vec<Entry>]) -> Self {
@@ -728,7 +863,7 @@ impl EntryBatch {
             .map(|i| {
                 self.row(i)
                     .map(|e| Entry {
-                        key: e.key.to_vec(),
+                        key: e.key(),
                         ttl_ms: e.ttl_ms,
                         value: e.value.to_vec(),
                     })
@@ -770,6 +905,79 @@ mod tests {
         assert_eq!(rows[3], a.to_rows()[0]);
         assert_eq!(rows[3][1].ttl_ms, Some(5));
         assert_eq!(rows[3][1].value, b"yy");
+        // Sizes count each entry's whole key, whichever way it came in.
+        let whole = |batch: &EntryBatch| -> usize {
+            batch
+                .to_rows()
+                .iter()
+                .flatten()
+                .map(|e| e.key.len() + e.value.len())
+                .sum()
+        };
+        assert_eq!(a.bytes(), whole(&a));
+        assert_eq!(b.bytes(), whole(&b));
+        assert!(!a.mixes_rows() && !b.mixes_rows());
+    }
+
+    #[test]
+    fn a_row_key_is_kept_once_and_rewritten_once() {
+        let mut b = EntryBatch::new();
+        b.start_row(b"s1-host");
+        for q in [&b"a"[..], b"b", b"c"] {
+            b.push_cell_with(b"f", q, 7, CellKind::Put, None, |out| out.push(q[0]));
+        }
+        b.end_sorted_row();
+        b.push(b"s2-host", b"f", b"a", 7, CellKind::Put, None, b"x");
+        b.end_row();
+        assert_eq!(b.row_key(0), Some(&b"s1-host"[..]));
+        assert!(b.row_is_sorted(0) && !b.row_is_sorted(1));
+        // The key and three cells of 1 + 1 + 1 + 8 + 1 bytes and a 1-byte value.
+        assert_eq!(b.row_size(0), (7 + 3 * 13, 3));
+        b.rewrite_rows(|row| row[1] = b'9');
+        let rows = b.to_rows();
+        assert_eq!(rows[0].len(), 3);
+        for e in &rows[0] {
+            assert_eq!(KeyRef::parse(&e.key).unwrap().row, b"s9-host");
+        }
+        assert_eq!(KeyRef::parse(&rows[1][0].key).unwrap().row, b"s9-host");
+        assert_eq!(
+            KeyRef::parse(&rows[0][2].key).unwrap().qualifier,
+            b"c",
+            "entries keep their own rest of the key"
+        );
+    }
+
+    #[test]
+    fn an_entry_naming_another_row_marks_the_batch() {
+        let mut b = EntryBatch::new();
+        b.push(b"r1", b"f", b"a", 1, CellKind::Put, None, b"");
+        b.end_row();
+        b.push(b"r2", b"f", b"a", 1, CellKind::Put, None, b"");
+        assert!(!b.mixes_rows());
+        b.push(b"r3", b"f", b"b", 1, CellKind::Put, None, b"");
+        b.end_row();
+        assert!(b.mixes_rows());
+        // A copy of any of its rows (a split by region) carries the mark:
+        // the batch is refused wherever its rows go.
+        let mut copy = EntryBatch::new();
+        copy.push_row_from(&b, 0);
+        assert!(copy.mixes_rows());
+        // A row begun while another is open, or cells without a row, are
+        // marked too, and the rows stay whole.
+        let mut open = EntryBatch::new();
+        open.start_row(b"r1");
+        open.push_cell_with(b"f", b"a", 1, CellKind::Put, None, |_| {});
+        open.start_row(b"r2");
+        open.push_cell_with(b"f", b"b", 1, CellKind::Put, None, |_| {});
+        open.end_row();
+        assert!(open.mixes_rows());
+        assert_eq!(open.rows(), 2);
+        assert_eq!(open.row_key(0), Some(&b"r1"[..]));
+        assert_eq!(open.row_key(1), Some(&b"r2"[..]));
+        let mut keyless = EntryBatch::new();
+        keyless.push_cell_with(b"f", b"a", 1, CellKind::Put, None, |_| {});
+        keyless.end_row();
+        assert!(keyless.mixes_rows());
     }
 
     fn k(row: &[u8], fam: &[u8], q: &[u8], ts: u64, kind: CellKind) -> Vec<u8> {

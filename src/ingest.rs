@@ -516,12 +516,13 @@ impl<'t> PointEncoder<'t> {
     /// Room for `points` more rows at once: growing the batch step by step
     /// touches fresh pages at every step, which costs more than encoding.
     fn reserve(&mut self, points: usize) {
-        // A TSBS cpu row is 10 cells of ~75 bytes (a 41-byte row key in
-        // each cell's key, the qualifier, timestamp and value); rows spread
-        // over the regions (a salted table's, evenly).
+        // A TSBS cpu row is its row key (41 bytes, or 109 with every
+        // devops tag in it) and 10 cells of ~33 bytes (family, qualifier,
+        // timestamp, kind and value); rows spread over the regions (a
+        // salted table's, evenly).
         let per_region = points / self.batches.len().max(1) + 1;
         for b in &mut self.batches {
-            b.reserve(per_region * 800, per_region * 10, per_region);
+            b.reserve(per_region * 480, per_region * 10, per_region);
         }
     }
 
@@ -697,10 +698,10 @@ impl<'t> PointEncoder<'t> {
             .partition_point(|r| compare_bytes(&r.start, &self.key).is_le())
             .saturating_sub(1);
         let batch = &mut self.batches[region];
+        batch.start_row(&self.key);
         for &i in &self.order {
             let (name, value) = point.field(i);
-            batch.push_with(
-                &self.key,
+            batch.push_cell_with(
                 self.family,
                 name.as_bytes(),
                 ts,
@@ -951,11 +952,18 @@ impl<'t> PointEncoder<'t> {
                 .regions
                 .partition_point(|r| compare_bytes(&r.start, &salted).is_le())
                 .saturating_sub(1);
+            // Every key checked before the row is begun: a refused row
+            // leaves nothing behind.
+            let keys = row
+                .iter()
+                .map(|e| {
+                    KeyRef::parse(&e.key)
+                        .filter(|k| k.row == row_key.as_slice())
+                        .ok_or_else(|| format!("row {i}: a cell key of another row"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let batch = &mut self.batches[region];
-            for e in &row {
-                let k = KeyRef::parse(&e.key)
-                    .filter(|k| k.row == row_key.as_slice())
-                    .ok_or_else(|| format!("row {i}: a cell key of another row"))?;
+            for (e, k) in row.iter().zip(keys) {
                 batch.push(
                     &salted,
                     k.family,
@@ -1272,7 +1280,7 @@ mod tests {
         let cells: Vec<(Vec<u8>, u64, Value)> = batch
             .row(0)
             .map(|e| {
-                let k = KeyRef::parse(e.key).expect("key");
+                let k = KeyRef::from_parts(e.row, e.after_row).expect("key");
                 assert_eq!(k.family, b"f");
                 (
                     k.qualifier.to_vec(),
@@ -1445,7 +1453,7 @@ mod tests {
                     let cells: Vec<(Vec<u8>, u64, Value)> = batch
                         .row(row)
                         .map(|e| {
-                            let k = KeyRef::parse(e.key).expect("key");
+                            let k = KeyRef::from_parts(e.row, e.after_row).expect("key");
                             let value = Value::decode(e.value).expect("value");
                             (k.qualifier.to_vec(), k.timestamp, value)
                         })

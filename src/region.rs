@@ -329,12 +329,14 @@ impl RecoveringRegion {
             }
             self.last_seq = self.last_seq.max(seq);
             if let Some(first) = row.first() {
+                // The record's entries all name this row (decode_edits checks).
                 let key = cell::row_of(&first.key).to_vec();
                 self.active.insert_row(
                     &key,
                     seq,
                     row.iter().map(|e| cell::EntryRef {
-                        key: &e.key,
+                        row: &key,
+                        after_row: e.key.get(2 + key.len()..).unwrap_or_default(),
                         ttl_ms: e.ttl_ms,
                         value: &e.value,
                     }),

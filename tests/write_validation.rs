@@ -95,7 +95,14 @@ fn bad_encoded_entries_are_refused_and_change_nothing() {
         b.end_row();
         b
     };
+    // A batch keeps a row's key once: an entry naming another row than
+    // its row's first is refused, not written under the first's.
+    let mut mixed = EntryBatch::new();
+    mixed.push(b"r", b"cf", b"a", 1, CellKind::Put, None, b"v");
+    mixed.push(b"s", b"cf", b"b", 1, CellKind::Put, None, b"v");
+    mixed.end_row();
     let cases = [
+        (mixed, ErrorKind::InvalidInput, "different rows"),
         (batch("nope", b"q", b"v"), ErrorKind::NotFound, "nope"),
         (
             batch("cf", b"q", &vec![0u8; 11 * 1024 * 1024]),

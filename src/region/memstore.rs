@@ -15,9 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::cell::{
-    CellKind, EntryBatch, EntryRef, KIND_MASK, TTL_FLAG, compare_keys, compare_keys_after_row,
-};
+use crate::cell::{CellKind, EntryBatch, EntryRef, KIND_MASK, TTL_FLAG, compare_keys_after_row};
 use crate::codec::{Reader, compare_bytes, put_len_prefixed, put_varint};
 use crate::region::wal::record::SourceShard;
 
@@ -563,41 +561,43 @@ impl<'a> Inserter<'_, 'a> {
         // Writers that encode cells in key order (the ingest path does)
         // skip the sort. The cells share the row, so only what follows it
         // is compared.
-        let after_row = |key: &'a [u8]| key.get(2 + row.len()..).unwrap_or_default();
         let sorted = known_sorted
-            || cells.windows(2).all(|w| {
-                compare_keys_after_row(after_row(w[0].key), after_row(w[1].key)) == Ordering::Less
-            });
+            || cells
+                .windows(2)
+                .all(|w| compare_keys_after_row(w[0].after_row, w[1].after_row) == Ordering::Less);
         if !sorted {
             cells.reverse();
             // Stable: after the reverse, the last written of equal keys is first.
-            cells.sort_by(|a, b| compare_keys(a.key, b.key));
-            cells.dedup_by(|later, first| compare_keys(later.key, first.key) == Ordering::Equal);
+            cells.sort_by(|a, b| compare_keys_after_row(a.after_row, b.after_row));
+            cells.dedup_by(|later, first| {
+                compare_keys_after_row(later.after_row, first.after_row) == Ordering::Equal
+            });
         }
         let blob = &mut self.blob;
         blob.clear();
         for c in cells.iter() {
-            // A key ends with its timestamp (8 bytes) and kind byte.
+            // What follows the row ends with the timestamp (8 bytes) and
+            // the kind byte.
             if let Some(ts) = c
-                .key
+                .after_row
                 .len()
                 .checked_sub(9)
-                .and_then(|at| c.key.get(at..at + 8))
+                .and_then(|at| c.after_row.get(at..at + 8))
             {
                 let ts = u64::from_be_bytes(ts.try_into().unwrap_or_default());
                 self.min_ts = self.min_ts.min(ts);
                 self.max_ts = self.max_ts.max(ts);
             }
-            // The key without its row (`u16 length ‖ row`), which the node
-            // stores once: a row's cells then cost about half the memory.
-            debug_assert!(c.key.len() > 2 + row.len() && crate::cell::row_of(c.key) == row);
-            if c.key
+            debug_assert!(c.row == row);
+            if c.after_row
                 .last()
                 .is_some_and(|kind| kind & KIND_MASK != CellKind::Put as u8)
             {
                 self.delete_markers += 1;
             }
-            put_len_prefixed(blob, c.key.get(2 + row.len()..).unwrap_or_default());
+            // The key without its row (`u16 length ‖ row`), which the node
+            // stores once: a row's cells then cost about half the memory.
+            put_len_prefixed(blob, c.after_row);
             if let Some(ttl) = c.ttl_ms {
                 put_varint(blob, ttl);
             }
@@ -891,7 +891,7 @@ mod skiplist_tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::cell::{CellKind, EntryBatch, row_of};
+    use crate::cell::{CellKind, EntryBatch, compare_keys, row_of};
 
     fn row_name(id: u8) -> Vec<u8> {
         format!("r{id:02}").into_bytes()

@@ -205,15 +205,17 @@ impl Inner {
     }
 
     pub(crate) fn check_entries(&self, entries: &EntryBatch) -> Result<()> {
+        if entries.mixes_rows() {
+            return Err(Error::InvalidInput(
+                "entries of one row name different rows: send each row's cells as a row of their own".into(),
+            ));
+        }
         let mut check = CellCheck::new(self);
         for i in 0..entries.rows() {
-            let row = entries.row_key(i).unwrap_or_default();
             for e in entries.row(i) {
                 let bad = |what: &str| Error::InvalidInput(format!("row {i}: {what}"));
-                let key = KeyRef::parse(e.key).ok_or_else(|| bad("malformed entry key"))?;
-                if key.row != row {
-                    return Err(bad("entries of one row name different rows"));
-                }
+                let key = KeyRef::from_parts(e.row, e.after_row)
+                    .ok_or_else(|| bad("malformed entry key"))?;
                 if key.has_ttl != e.ttl_ms.is_some() {
                     return Err(bad("entry key's TTL flag disagrees with its TTL"));
                 }

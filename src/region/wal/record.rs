@@ -39,7 +39,7 @@
 //!                varint value_len, value
 //! ```
 
-use crate::cell::{Entry, EntryBatch, KeyRef, TTL_FLAG};
+use crate::cell::{Entry, EntryBatch, KeyRef, TTL_FLAG, row_of};
 use crate::codec::{DecodeError, Reader, put_len_prefixed, put_varint};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"HALWAL\0\x01";
@@ -134,21 +134,39 @@ pub fn encode_edits(
 /// differs from the key before it in the row: for time-series rows that
 /// makes the WAL about a quarter of the size of whole keys.
 pub fn encode_edits_body(rows: &EntryBatch) -> Vec<u8> {
+    // A batch that mixes rows is refused before it is logged (and a rows
+    // message is made only of rows the point encoder or a decoded record
+    // made, whose entries share their row).
+    debug_assert!(!rows.mixes_rows());
     let mut out = Vec::with_capacity(rows.bytes() / 2 + rows.rows() * 64 + 8);
     put_varint(&mut out, rows.rows() as u64);
     for i in 0..rows.rows() {
         let row = rows.row(i);
         put_varint(&mut out, row.len() as u64);
-        let mut prev: &[u8] = &[];
+        // The batch keeps the row once: the first key is written whole
+        // (`u16 length ‖ row ‖ rest`), and each after it shares the row
+        // and whatever its rest has in common with the rest before it.
+        let mut prev: Option<&[u8]> = None;
         for e in row {
-            let shared = crate::codec::common_prefix_len(prev, e.key);
-            put_varint(&mut out, shared as u64);
-            put_len_prefixed(&mut out, &e.key[shared..]);
+            match prev {
+                None => {
+                    put_varint(&mut out, 0);
+                    put_varint(&mut out, (2 + e.row.len() + e.after_row.len()) as u64);
+                    out.extend_from_slice(&(e.row.len() as u16).to_be_bytes());
+                    out.extend_from_slice(e.row);
+                    out.extend_from_slice(e.after_row);
+                }
+                Some(prev) => {
+                    let shared = crate::codec::common_prefix_len(prev, e.after_row);
+                    put_varint(&mut out, (2 + e.row.len() + shared) as u64);
+                    put_len_prefixed(&mut out, &e.after_row[shared..]);
+                }
+            }
             if let Some(ttl) = e.ttl_ms {
                 put_varint(&mut out, ttl);
             }
             put_len_prefixed(&mut out, e.value);
-            prev = e.key;
+            prev = Some(e.after_row);
         }
     }
     out
@@ -225,6 +243,15 @@ pub fn decode_edits(payload: &[u8]) -> Result<Edits, DecodeError> {
                 offset: key_at,
                 what: "malformed cell key",
             })?;
+            if entries
+                .first()
+                .is_some_and(|first| row_of(&first.key) != parsed.row)
+            {
+                return Err(DecodeError {
+                    offset: key_at,
+                    what: "entries of one row name different rows",
+                });
+            }
             let ttl_ms = if key[key.len() - 1] & TTL_FLAG != 0 {
                 Some(r.varint("cell ttl")?)
             } else {
@@ -428,6 +455,91 @@ mod tests {
             put_len_prefixed(&mut old, &e.value);
         }
         assert_eq!(decode_edits(&old).unwrap().rows, rows);
+    }
+
+    /// The body as records were written while a batch kept every entry's
+    /// whole key: each key shares with the key before it in its row
+    /// whatever prefix they have in common.
+    fn body_of_whole_keys(rows: &[Vec<Entry>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_varint(&mut out, rows.len() as u64);
+        for row in rows {
+            put_varint(&mut out, row.len() as u64);
+            let mut prev: &[u8] = &[];
+            for e in row {
+                let shared = crate::codec::common_prefix_len(prev, &e.key);
+                put_varint(&mut out, shared as u64);
+                put_len_prefixed(&mut out, &e.key[shared..]);
+                if let Some(ttl) = e.ttl_ms {
+                    put_varint(&mut out, ttl);
+                }
+                put_len_prefixed(&mut out, &e.value);
+                prev = &e.key;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_keeping_each_row_once_logs_the_bytes_of_whole_keys() {
+        let entry = |row: &[u8], q: &[u8], ts: u64, kind: CellKind, ttl: Option<u64>| Entry {
+            key: encode_key(row, b"f", q, ts, kind, ttl.is_some()),
+            ttl_ms: ttl,
+            value: if kind == CellKind::Put {
+                q.to_vec()
+            } else {
+                vec![]
+            },
+        };
+        let rows = vec![
+            vec![
+                entry(b"host_1", b"", 9, CellKind::DeleteFamily, None),
+                entry(b"host_1", b"usage_idle", 9, CellKind::Put, None),
+                entry(b"host_1", b"usage_idle", 8, CellKind::Put, Some(60_000)),
+                entry(b"host_1", b"usage_user", 9, CellKind::Put, None),
+            ],
+            vec![],
+            vec![entry(b"host_10", b"usage_user", 9, CellKind::Put, None)],
+            vec![
+                entry(b"host_1", b"a", 1, CellKind::Put, None),
+                entry(b"host_1", b"ab", 1, CellKind::Put, None),
+            ],
+        ];
+        let batch = EntryBatch::from_rows(&rows);
+        assert_eq!(encode_edits_body(&batch), body_of_whole_keys(&rows));
+        assert_eq!(
+            batch.bytes(),
+            rows.iter()
+                .flatten()
+                .map(|e| e.key.len() + e.value.len())
+                .sum::<usize>()
+        );
+        assert_eq!(batch.to_rows(), rows);
+        let payload = encode_edits(3, 1, None, &batch);
+        assert_eq!(decode_edits(&payload).unwrap().rows, rows);
+    }
+
+    #[test]
+    fn a_record_whose_row_names_two_rows_is_refused() {
+        let rows = vec![vec![
+            Entry {
+                key: encode_key(b"r1", b"f", b"a", 1, CellKind::Put, false),
+                ttl_ms: None,
+                value: vec![],
+            },
+            Entry {
+                key: encode_key(b"r2", b"f", b"b", 1, CellKind::Put, false),
+                ttl_ms: None,
+                value: vec![],
+            },
+        ]];
+        let mut payload = Vec::new();
+        put_varint(&mut payload, 1);
+        put_varint(&mut payload, 1);
+        put_varint(&mut payload, FLAG_PREFIX_KEYS);
+        payload.extend_from_slice(&body_of_whole_keys(&rows));
+        let err = decode_edits(&payload).expect_err("two rows in one");
+        assert_eq!(err.what, "entries of one row name different rows");
     }
 
     #[test]
