@@ -673,6 +673,12 @@ impl EntryBatch {
             .push(kind as u8 | if ttl_ms.is_some() { TTL_FLAG } else { 0 });
         let key_len = self.buf.len() - start;
         write_value(&mut self.buf);
+        self.record_entry(start, key_len, row_len, ttl_ms);
+    }
+
+    /// Records the entry whose rest of key (`key_len` bytes) and value were
+    /// just written from `start`, in a row of key `row_len` bytes long.
+    fn record_entry(&mut self, start: usize, key_len: usize, row_len: usize, ttl_ms: Option<u64>) {
         let value_len = self.buf.len() - start - key_len;
         self.logical_bytes += 2 + row_len + key_len + value_len;
         self.entries.push(EntrySpan {
@@ -691,13 +697,7 @@ impl EntryBatch {
         let start = self.buf.len();
         self.buf.extend_from_slice(after_row);
         self.buf.extend_from_slice(value);
-        self.logical_bytes += 2 + row.len() + after_row.len() + value.len();
-        self.entries.push(EntrySpan {
-            start,
-            key_len: after_row.len(),
-            value_len: value.len(),
-            ttl_ms,
-        });
+        self.record_entry(start, after_row.len(), row.len(), ttl_ms);
     }
 
     /// A row left open where a new one begins is a caller's mistake: it is
