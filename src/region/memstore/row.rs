@@ -38,8 +38,9 @@ impl RawSlice {
 /// first; the row's cells, sorted by cell key, are one blob in the arena:
 ///
 /// ```text
-/// per cell: varint key_len · key · [varint ttl_ms if the key has the TTL flag]
-///           · varint value_len · value
+/// per cell: varint len · key without its row (family length · family ·
+///           qualifier · timestamp · kind) · [varint ttl_ms if the kind
+///           byte has the TTL flag] · varint value_len · value
 /// ```
 ///
 /// Time-series rows carry several cells each, so one node per row instead of
