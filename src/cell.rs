@@ -515,18 +515,29 @@ pub struct EntryRef<'a> {
 }
 
 impl EntryRef<'_> {
+    /// The length of the entry's whole encoded key.
+    pub fn key_len(&self) -> usize {
+        2 + self.row.len() + self.after_row.len()
+    }
+
+    /// Appends the entry's whole encoded key (`u16 row length ‖ row ‖
+    /// rest`) to `out`.
+    pub fn write_key(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.row.len() as u16).to_be_bytes());
+        out.extend_from_slice(self.row);
+        out.extend_from_slice(self.after_row);
+    }
+
     /// The entry's whole encoded key.
     pub fn key(&self) -> Vec<u8> {
-        let mut key = Vec::with_capacity(2 + self.row.len() + self.after_row.len());
-        key.extend_from_slice(&(self.row.len() as u16).to_be_bytes());
-        key.extend_from_slice(self.row);
-        key.extend_from_slice(self.after_row);
+        let mut key = Vec::with_capacity(self.key_len());
+        self.write_key(&mut key);
         key
     }
 
     /// Bytes of the entry with its whole key.
     fn logical_len(&self) -> usize {
-        2 + self.row.len() + self.after_row.len() + self.value.len()
+        self.key_len() + self.value.len()
     }
 }
 

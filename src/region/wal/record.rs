@@ -151,10 +151,8 @@ pub fn encode_edits_body(rows: &EntryBatch) -> Vec<u8> {
             match prev {
                 None => {
                     put_varint(&mut out, 0);
-                    put_varint(&mut out, (2 + e.row.len() + e.after_row.len()) as u64);
-                    out.extend_from_slice(&(e.row.len() as u16).to_be_bytes());
-                    out.extend_from_slice(e.row);
-                    out.extend_from_slice(e.after_row);
+                    put_varint(&mut out, e.key_len() as u64);
+                    e.write_key(&mut out);
                 }
                 Some(prev) => {
                     let shared = crate::codec::common_prefix_len(prev, e.after_row);
