@@ -716,9 +716,77 @@ fn select_statements_answer_as_influxdb_does() {
         cpu_lines().as_bytes(),
     );
     assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
+    // Tags whose names sort otherwise than a GROUP BY lists them: InfluxDB
+    // orders the series by host before zone, whatever the statement says.
+    // A string and a boolean field, and an integer 0 then 184 six
+    // minutes later (a linear fill InfluxDB works out in bucket steps).
+    let minute = T0 - T0 % 60;
+    let net = format!(
+        "net,host=a,zone=z2 v=1i,s=\"up\",ok=true {T0}\nnet,host=b,zone=z1 v=2i {T0}\nnet,host=c,zone=z1 v=3i {T0}\nnet,host=c,zone=z0 v=4i {T0}\n\
+         lin v=0i {minute}\nlin v=184i {}\n",
+        minute + 360
+    );
+    let [a, b] = both(
+        &p,
+        "POST",
+        "/write?db=bench&precision=s",
+        &[],
+        net.as_bytes(),
+    );
+    assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
     let t = |secs: i64| format!("{}s", T0 + secs);
     let ms = |secs: i64| format!("{}ms", (T0 + secs) * 1000);
     let statements = vec![
+        "SELECT sum(v) FROM net GROUP BY zone, host".to_string(),
+        "SELECT sum(v) FROM net GROUP BY zone, host SLIMIT 2".to_string(),
+        "SELECT sum(v) FROM net GROUP BY zone, host SLIMIT 2 SOFFSET 1".to_string(),
+        "SELECT v FROM net GROUP BY zone, host SLIMIT 3".to_string(),
+        "SELECT sum(v) FROM net GROUP BY zone, host ORDER BY time DESC SLIMIT 3".to_string(),
+        format!(
+            "SELECT last(s), first(ok), max(v) FROM net WHERE time >= {} AND time < {} GROUP BY time(1m) fill(3)",
+            t(-120),
+            t(120)
+        ),
+        format!(
+            "SELECT max(v), mean(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(linear)",
+            minute + 420
+        ),
+        // `time` named in the select list is the time column, its alias
+        // that column's name.
+        "SELECT time, usage_user FROM cpu WHERE host = 'host_1' LIMIT 3".to_string(),
+        "SELECT time AS t, usage_user FROM cpu WHERE host = 'host_1' LIMIT 3".to_string(),
+        "SELECT usage_user, time FROM cpu WHERE host = 'host_1' ORDER BY time DESC LIMIT 2"
+            .to_string(),
+        "SELECT time AS t, max(usage_user) FROM cpu GROUP BY host".to_string(),
+        format!(
+            "SELECT time AS bucket, count(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(10m)",
+            t(0),
+            t(1800)
+        ),
+        "SELECT time FROM cpu".to_string(),
+        // Retention policies: halite has `autogen` alone.
+        "SELECT usage_user FROM \"autogen\".\"cpu\" WHERE host = 'host_0' LIMIT 2".to_string(),
+        "SELECT usage_user FROM bench.autogen.cpu WHERE host = 'host_0' LIMIT 2".to_string(),
+        "SELECT usage_user FROM bench..cpu WHERE host = 'host_0' LIMIT 2".to_string(),
+        "SELECT usage_user FROM \"rp_1y\".\"cpu\" LIMIT 2".to_string(),
+        "SELECT max(usage_user) FROM bench.rp_1y.cpu".to_string(),
+        // An integer column filled: linearly and with a fraction, both
+        // truncated to integers; a float column filled with floats.
+        format!(
+            "SELECT max(requests), min(requests), mean(requests) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(linear)",
+            t(300),
+            t(1200)
+        ),
+        format!(
+            "SELECT count(requests), sum(requests), max(usage_user), mean(requests) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(1.5)",
+            t(300),
+            t(1200)
+        ),
+        format!(
+            "SELECT spread(requests), last(requests) FROM cpu WHERE host = 'host_3' AND time >= {} AND time < {} GROUP BY time(1m) fill(-2.75)",
+            t(300),
+            t(1200)
+        ),
         format!(
             "SELECT usage_user FROM cpu WHERE host = 'host_1' AND time >= {} AND time < {}",
             t(0),
@@ -915,6 +983,12 @@ fn select_statements_answer_as_influxdb_does() {
         }
     }
     assert_eq!(compared, statements.len() * 2);
+    for epoch in ["u", "us", "µ", "ns", "s", "m", "h", "week"] {
+        let q = "SELECT usage_user FROM cpu WHERE host = 'host_2' LIMIT 2";
+        let [a, b] = query(&p, &[("db", "bench"), ("q", q), ("epoch", epoch)]);
+        assert_eq!(a.0, b.0, "{q} (epoch {epoch}): {} / {}", a.1, b.1);
+        assert_close(&a.1, &b.1, &format!("{q} (epoch {epoch})"));
+    }
     // chunked=true: a JSON object per series (and per chunk_size values).
     for (q, size) in [
         (
@@ -977,7 +1051,7 @@ fn the_python_influxdb_client_reads_halite_as_it_reads_influxdb() {
         assert_eq!(b[key], json!(["bool", true]), "{key}: {b}");
     }
     assert!(
-        a["queries"].as_object().is_some_and(|q| q.len() == 14),
+        a["queries"].as_object().is_some_and(|q| q.len() == 16),
         "{a}"
     );
     assert_close(&a, &b, "influxdb-python");

@@ -866,7 +866,9 @@ fn time_json(ns: i64, format: CellFormat) -> Json {
     let divisor: i64 = match format.epoch {
         None if format.msgpack => return msgpack::time(ns),
         None => return json!(influxql::format_rfc3339(ns)),
-        Some("u" | "µ" | "us") => 1_000,
+        // InfluxDB 1.6 knows `u` alone for microseconds: `us` and `µ`
+        // give nanoseconds there, as any other unit it does not know.
+        Some("u") => 1_000,
         Some("ms") => 1_000_000,
         Some("s") => 1_000_000_000,
         Some("m") => 60_000_000_000,

@@ -60,6 +60,26 @@ impl Func {
         })
     }
 
+    /// The type of the function's answers over a field of type `ty`,
+    /// which InfluxDB gives the buckets `fill(N)` and `fill(linear)` fill
+    /// in too (`None`: the field is not known). An unsigned field's
+    /// answers are integers here, as halite answers them.
+    pub(super) fn answer_type(self, ty: Option<FieldType>) -> Option<AnswerType> {
+        let integer_field = matches!(ty, Some(FieldType::Integer | FieldType::Unsigned));
+        match self {
+            Func::Count => Some(AnswerType::Integer),
+            Func::Mean => Some(AnswerType::Float),
+            Func::First | Func::Last => Some(match ty? {
+                FieldType::Integer | FieldType::Unsigned => AnswerType::Integer,
+                FieldType::Float => AnswerType::Float,
+                FieldType::Boolean => AnswerType::Boolean,
+                FieldType::String => AnswerType::String,
+            }),
+            _ if integer_field => Some(AnswerType::Integer),
+            _ => Some(AnswerType::Float),
+        }
+    }
+
     /// Whether the function picks one point, whose time an answer
     /// without `GROUP BY time` shows.
     pub(super) fn selects(self) -> bool {
@@ -68,6 +88,15 @@ impl Func {
             Func::First | Func::Last | Func::Max | Func::Min | Func::Percentile(_)
         )
     }
+}
+
+/// The type of a function's answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum AnswerType {
+    Integer,
+    Float,
+    Boolean,
+    String,
 }
 
 /// The running state of one function over one bucket.

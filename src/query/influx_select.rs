@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::influx_reduce::{Func, Reducer, as_f64};
+use super::influx_reduce::{AnswerType, Func, Reducer, as_f64};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use crate::catalog::TableName;
 use crate::error::Error;
@@ -116,8 +116,18 @@ pub fn select(
     if calls > 0 && calls < s.fields.len() {
         return Err("mixing aggregate and non-aggregate queries is not supported".into());
     }
+    if s.fields.is_empty() {
+        return Err("at least 1 non-time field must be queried".into());
+    }
     if calls == 0 && s.group_time.is_some() {
         return Err("GROUP BY requires at least one aggregate function".into());
+    }
+    // After the statement's own checks, as InfluxDB finds the retention
+    // policy only when it looks for the statement's shards.
+    if let Some(rp) = s.retention_policy.as_deref()
+        && rp != "autogen"
+    {
+        return Err(format!("retention policy not found: {rp}"));
     }
     let Ok(name) = TableName::parse(&format!("{db}:{}", s.from)) else {
         return Ok(Vec::new());
@@ -198,11 +208,19 @@ pub fn select(
             .is_none_or(|e| may_hold(e, &series.tags, &fields, &regexes))
     })
     .collect();
-    // Groups by the GROUP BY tags' values (a missing tag is "").
+    // Groups by the GROUP BY tags' values (a missing tag is ""), the
+    // tags taken in name order whatever order the statement lists them
+    // in: InfluxDB orders series (and so what SLIMIT keeps) by their tag
+    // set, whose keys are sorted.
     let group_by: Vec<String> = match &s.group_tags {
         GroupTags::None => Vec::new(),
         GroupTags::All => tag_keys.iter().cloned().collect(),
-        GroupTags::List(l) => l.clone(),
+        GroupTags::List(l) => {
+            let mut l = l.clone();
+            l.sort();
+            l.dedup();
+            l
+        }
     };
     let group_keys: BTreeSet<Vec<String>> = candidates
         .iter()
@@ -1326,7 +1344,7 @@ fn raw_columns(
             SelectExpr::Call { .. } => {}
         }
     }
-    let mut names = vec!["time".to_string()];
+    let mut names = vec![s.time_column.clone()];
     names.extend(unique(aliases));
     (columns, names)
 }
@@ -1498,29 +1516,47 @@ fn aggregate_rows(
     if s.descending {
         rows.reverse();
     }
-    fill(&mut rows, &s.fill);
+    let answers: Vec<Option<AnswerType>> = calls
+        .iter()
+        .map(|(call, _)| call.func.answer_type(fields.get(&call.field).copied()))
+        .collect();
+    fill(
+        &mut rows,
+        &s.fill,
+        &answers,
+        s.group_time.map_or(1, |(every, _)| every),
+    );
     if s.descending {
         rows.reverse();
     }
-    let mut columns = vec!["time".to_string()];
+    let mut columns = vec![s.time_column.clone()];
     columns.extend(unique(calls.iter().map(|(_, name)| name.clone()).collect()));
     Ok((columns, rows))
 }
 
-/// `fill(previous | linear | N)` over rows of time buckets (`null` and
-/// `none` were decided when the rows were made).
-fn fill(rows: &mut [Vec<Cell>], how: &Fill) {
+/// `fill(previous | linear | N)` over rows of time buckets `every` apart
+/// (`null` and `none` were decided when the rows were made). `answers`
+/// gives each call's column type: InfluxDB fills an integer column with
+/// integers (`fill(1.5)` and a linear 2.5 both truncate to 2), a float
+/// column with floats (`fill(0)` is 0.0 there), and a string or boolean
+/// column with `""` or `false` whatever the number.
+fn fill(rows: &mut [Vec<Cell>], how: &Fill, answers: &[Option<AnswerType>], every: i64) {
     let columns = rows.first().map_or(0, Vec::len);
     for c in 1..columns {
+        let answer = answers.get(c - 1).copied().flatten();
         match how {
             Fill::Value(v) => {
+                let value = match answer {
+                    Some(AnswerType::Integer) => Value::Int(*v as i64),
+                    Some(AnswerType::Float) => Value::Float(*v),
+                    Some(AnswerType::Boolean) => Value::Bool(false),
+                    Some(AnswerType::String) => Value::Str(String::new()),
+                    None if v.fract() == 0.0 && v.abs() < 9.0e15 => Value::Int(*v as i64),
+                    None => Value::Float(*v),
+                };
                 for r in rows.iter_mut() {
                     if r[c] == Cell::Null {
-                        r[c] = Cell::Value(if v.fract() == 0.0 && v.abs() < 9.0e15 {
-                            Value::Int(*v as i64)
-                        } else {
-                            Value::Float(*v)
-                        });
+                        r[c] = Cell::Value(value.clone());
                     }
                 }
             }
@@ -1545,10 +1581,18 @@ fn fill(rows: &mut [Vec<Cell>], how: &Fill) {
                     .collect();
                 for w in known.windows(2) {
                     let ((i0, t0, v0), (i1, t1, v1)) = (w[0], w[1]);
+                    // InfluxDB's line through the two points, in its
+                    // units (bucket numbers, Go's division) and order of
+                    // operations: an integer column truncates what its
+                    // float arithmetic gives.
+                    let slope = (v1 - v0) / ((t1 / every - t0 / every) as f64);
                     for r in rows.iter_mut().take(i1).skip(i0 + 1) {
                         if let Cell::Time(t) = r[0] {
-                            let x = v0 + (v1 - v0) * ((t - t0) as f64) / ((t1 - t0) as f64);
-                            r[c] = Cell::Value(Value::Float(x));
+                            let x = slope * ((t / every - t0 / every) as f64) + v0;
+                            r[c] = Cell::Value(match answer {
+                                Some(AnswerType::Integer) => Value::Int(x as i64),
+                                _ => Value::Float(x),
+                            });
                         }
                     }
                 }

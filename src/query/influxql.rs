@@ -51,8 +51,10 @@ pub struct Select {
     pub fields: Vec<SelectField>,
     /// The database `FROM db.rp.m` names; else the request's `db`.
     pub database: Option<String>,
-    /// The measurement (a retention policy or database before it is
-    /// dropped: there is one, `autogen`).
+    /// The retention policy `FROM rp.m` or `FROM db.rp.m` names (`None`
+    /// when left out). halite has one, `autogen`: another is not found.
+    pub retention_policy: Option<String>,
+    /// The measurement.
     pub from: String,
     pub condition: Option<Expr>,
     /// `GROUP BY time(interval[, offset])`, nanoseconds.
@@ -64,6 +66,10 @@ pub struct Select {
     pub offset: usize,
     pub slimit: Option<usize>,
     pub soffset: usize,
+    /// The name the answer gives its time column: `time`, or the alias of
+    /// `time` in the select list (`SELECT time AS t, v`), which InfluxDB
+    /// takes as that and not as a column of its own.
+    pub time_column: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -392,7 +398,7 @@ impl Parser {
         if !self.accept("FROM") {
             return Ok((on, None));
         }
-        let (db, name) = self.parse_from_name()?;
+        let (db, _, name) = self.parse_from_name()?;
         Ok((db.or(on), Some(name)))
     }
 
@@ -561,13 +567,25 @@ impl Parser {
             self.next();
             fields.push(self.select_field()?);
         }
+        // Time is always answered: naming it only names its column.
+        let mut time_column = "time".to_string();
+        fields.retain(|f| match (&f.expr, &f.alias) {
+            (SelectExpr::Column(c), alias) if c == "time" => {
+                if let Some(a) = alias {
+                    time_column = a.clone();
+                }
+                false
+            }
+            _ => true,
+        });
         self.word("FROM")?;
-        let (database, from) = self
+        let (database, retention_policy, from) = self
             .parse_from_name()
             .map_err(|_| self.error("identifier"))?;
         let mut s = Select {
             fields,
             database,
+            retention_policy,
             from,
             condition: None,
             group_time: None,
@@ -578,6 +596,7 @@ impl Parser {
             offset: 0,
             slimit: None,
             soffset: 0,
+            time_column,
         };
         if self.accept("WHERE") {
             s.condition = Some(self.or_expr()?);
@@ -663,9 +682,9 @@ impl Parser {
         Ok(s)
     }
 
-    /// `m`, `rp.m`, `db.rp.m` or `db..m`: the database, if named, and the
-    /// measurement.
-    fn parse_from_name(&mut self) -> Result<(Option<String>, String), String> {
+    /// `m`, `rp.m`, `db.rp.m` or `db..m`: the database and the retention
+    /// policy, if named, and the measurement.
+    fn parse_from_name(&mut self) -> Result<(Option<String>, Option<String>, String), String> {
         let mut parts = vec![self.ident()?];
         while self.is_punct('.') {
             self.next();
@@ -677,9 +696,10 @@ impl Parser {
             parts.push(self.ident()?);
         }
         let name = parts.pop().unwrap_or_default();
+        let rp = parts.pop().filter(|rp| !rp.is_empty());
         match parts.len() {
-            0 | 1 => Ok((None, name)),
-            2 => Ok((Some(parts.swap_remove(0)), name)),
+            0 => Ok((None, rp, name)),
+            1 => Ok((parts.pop(), rp, name)),
             _ => Err(
                 "a measurement is named by at most database.retention_policy.measurement".into(),
             ),
@@ -1130,6 +1150,37 @@ mod tests {
             s.group_time,
             Some((60_000_000_000, (-i64::MAX).rem_euclid(60_000_000_000)))
         );
+        // `time` in the select list names the time column; a retention
+        // policy named in FROM is kept for the answer to check.
+        let parsed = parse("SELECT time AS t, v FROM db.rp.m").expect("parse");
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(s.time_column, "t");
+        assert_eq!(s.fields.len(), 1);
+        assert_eq!(
+            (
+                s.database.as_deref(),
+                s.retention_policy.as_deref(),
+                s.from.as_str()
+            ),
+            (Some("db"), Some("rp"), "m")
+        );
+        let parsed = parse("SELECT v, time FROM db..m").expect("parse");
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(s.time_column, "time");
+        assert_eq!(
+            (s.database.as_deref(), s.retention_policy.as_deref()),
+            (Some("db"), None)
+        );
+        // InfluxDB refuses it when the statement runs, not as a parse error.
+        let parsed = parse("SELECT time FROM m").expect("parse");
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert!(s.fields.is_empty());
     }
 
     #[test]

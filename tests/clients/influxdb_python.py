@@ -91,6 +91,11 @@ def main():
         "windows": f"SELECT mean(value), count(reading) FROM sensor WHERE time >= {T0}s "
         f"AND time < {T0 + 1800}s GROUP BY time(5m), kind fill(none)",
         "regex": "SELECT last(value) FROM sensor WHERE site =~ /site-[01]/ GROUP BY *",
+        # Buckets past the data filled: a float column with floats, an
+        # integer column with integers (msgpack keeps the difference).
+        "fill_zero": f"SELECT mean(value), count(reading), max(reading) FROM sensor "
+        f"WHERE site = 'site-2' AND time >= {T0 + 3000}s AND time < {T0 + 4200}s "
+        "GROUP BY time(5m) fill(0)",
         "tag_values": 'SHOW TAG VALUES FROM sensor WITH KEY = "site"',
         "field_keys": "SHOW FIELD KEYS",
     }
