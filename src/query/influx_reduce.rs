@@ -267,7 +267,7 @@ impl Reducer {
         if self.count == 0 {
             return (Cell::Null, None);
         }
-        let integer = matches!(ty, Some(FieldType::Integer | FieldType::Unsigned));
+        let integer = func.answer_type(ty) == Some(AnswerType::Integer);
         let typed = |x: f64| {
             Cell::Value(if integer {
                 Value::Int(x as i64)
