@@ -154,16 +154,18 @@ pub fn select(
     let fields = dictionary.fields_of(&s.from);
     let series = dictionary.series_of(&s.from);
     // Only a wildcard and `GROUP BY *` name every tag key of the
-    // measurement: gathering them from thousands of series took three
-    // quarters of a one-host statement's time.
+    // measurement: the list gathers them once, but a list is made anew
+    // after each series added, and gathering them from thousands of
+    // series costs more than a one-host statement's read.
     let names_tag_keys = matches!(s.group_tags, GroupTags::All)
         || s.fields
             .iter()
             .any(|f| matches!(f.expr, SelectExpr::Wildcard));
+    let no_tag_keys = BTreeSet::new();
     let tag_keys = if names_tag_keys {
-        tag_keys_of(&series)
+        series.tag_keys()
     } else {
-        BTreeSet::new()
+        &no_tag_keys
     };
     let on_fields = rest.as_ref().is_some_and(|e| mentions_field(e, &fields));
     let mut regexes = Regexes::new();
@@ -524,7 +526,7 @@ pub fn select(
     };
     // Worked out once, not per group: a raw statement grouped by host
     // has a group per series.
-    let (raw_fields, raw_names) = raw_columns(s, &fields, &tag_keys, &group_by);
+    let (raw_fields, raw_names) = raw_columns(s, &fields, tag_keys, &group_by);
     let mut out = Vec::new();
     for (g, gathered) in gathered.into_iter().skip(s.soffset) {
         if s.slimit.is_some_and(|n| out.len() >= n) {
@@ -571,22 +573,6 @@ pub fn select(
         out.reverse();
     }
     Ok(out)
-}
-
-/// Every tag key of `series`. Series of a measurement mostly share one
-/// set of tag keys: a series with the same keys as the one before adds
-/// nothing and costs a comparison, not an insert per key.
-fn tag_keys_of(series: &[crate::series::NamedSeries]) -> BTreeSet<String> {
-    let mut keys: BTreeSet<&str> = BTreeSet::new();
-    let mut last: Option<&BTreeMap<String, String>> = None;
-    for s in series {
-        if last.is_some_and(|l| l.keys().eq(s.tags.keys())) {
-            continue;
-        }
-        keys.extend(s.tags.keys().map(String::as_str));
-        last = Some(&s.tags);
-    }
-    keys.into_iter().map(str::to_owned).collect()
 }
 
 /// `f` over `items`, in order, on up to one thread per core when there
