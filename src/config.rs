@@ -323,8 +323,9 @@ pub struct RegionConfig {
     pub flush_threads: usize,
     /// Compaction threads shared by every region of the server (default 1).
     pub compaction_threads: usize,
-    /// All MemStores of the server together: above this the largest are
-    /// flushed and writers wait (default 1GiB; HBase's
+    /// All MemStores of the server together: from 80 % of this the
+    /// largest are flushed while writes go on (HBase's lower limit), and
+    /// above it writers wait (default 1GiB; HBase's
     /// `hbase.regionserver.global.memstore.size`).
     pub global_memstore_size: ByteSize,
     /// A region whose store files pass this size splits in two at its

@@ -697,6 +697,12 @@ impl Region {
         self.inner.memstore_bytes()
     }
 
+    /// [`Self::memstore_bytes`] as (active, being flushed).
+    pub fn memstore_split(&self) -> (usize, usize) {
+        let s = self.inner.state.read();
+        (s.active.bytes(), s.flushing.iter().map(|m| m.bytes()).sum())
+    }
+
     /// Bytes of live store files.
     pub fn store_bytes(&self) -> u64 {
         self.inner
