@@ -473,21 +473,27 @@ fn regions_split_while_writers_write_and_keep_every_row() {
     }
 }
 
-#[test]
-fn all_memstores_together_stay_under_the_global_limit() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let limit = 512 * 1024;
+/// A store whose MemStores together may hold `limit` bytes (regions alone
+/// would hold 64 MiB each before flushing), with the test table.
+fn store_with_memory_limit(dir: &std::path::Path, limit: usize) -> Store {
     let mut opts = options();
-    // Regions alone would hold 64 MiB each before flushing.
     opts.region.flush_size = 64 << 20;
     opts.global_memstore_bytes = limit;
     let store = Store::open(
-        dir.path(),
+        dir,
         opts,
         Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
     )
     .expect("open");
     create(&store);
+    store
+}
+
+#[test]
+fn all_memstores_together_stay_under_the_global_limit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let limit = 512 * 1024;
+    let store = store_with_memory_limit(dir.path(), limit);
     let table = store.table(&name()).expect("table");
     let schema = table.desc.key.clone();
     let mut peak = 0;
@@ -513,16 +519,13 @@ fn all_memstores_together_stay_under_the_global_limit() {
         .map(|r| r.file_counts().values().sum::<usize>())
         .sum();
     assert!(files > 0, "nothing was flushed");
-    let rows = store
-        .scan(
-            &name(),
-            &Scan {
-                limit: None,
-                ..Scan::new()
-            },
-        )
-        .expect("scan")
-        .rows;
+    let rows = all_keys(
+        &store,
+        &Scan {
+            limit: None,
+            ..Scan::new()
+        },
+    );
     assert_eq!(rows.len(), 100 * 40);
     store.close().expect("close");
 }
@@ -534,16 +537,7 @@ fn all_memstores_together_stay_under_the_global_limit() {
 fn memstores_flush_before_the_global_limit_without_a_wait() {
     let dir = tempfile::tempdir().expect("tmp");
     let limit = 512 * 1024;
-    let mut opts = options();
-    opts.region.flush_size = 64 << 20;
-    opts.global_memstore_bytes = limit;
-    let store = Store::open(
-        dir.path(),
-        opts,
-        Arc::new(ManualClock::new(1_700_000_000_000)) as Arc<dyn Clock>,
-    )
-    .expect("open");
-    create(&store);
+    let store = store_with_memory_limit(dir.path(), limit);
     let table = store.table(&name()).expect("table");
     let schema = table.desc.key.clone();
     let files = || -> usize {
@@ -584,16 +578,13 @@ fn memstores_flush_before_the_global_limit_without_a_wait() {
         store.memstore_bytes()
     );
     assert_eq!(store.memory_waits(), 0, "a writer waited under the limit");
-    let rows = store
-        .scan(
-            &name(),
-            &Scan {
-                limit: None,
-                ..Scan::new()
-            },
-        )
-        .expect("scan")
-        .rows;
+    let rows = all_keys(
+        &store,
+        &Scan {
+            limit: None,
+            ..Scan::new()
+        },
+    );
     assert_eq!(rows.len() as u64, (step + 1) * 10);
     store.close().expect("close");
 }
