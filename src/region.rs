@@ -669,8 +669,12 @@ impl Region {
     /// Asks for a flush in the background whatever the MemStore's size (the
     /// store does when all MemStores together pass its memory limit).
     pub fn request_flush(&self) {
-        if self.inner.state.read().active.is_empty() {
-            return;
+        // MemStores a failed flush left are flushed again too.
+        {
+            let s = self.inner.state.read();
+            if s.active.is_empty() && s.flushing.is_empty() {
+                return;
+            }
         }
         self.inner.flush_forced.store(true, Ordering::SeqCst);
         self.inner.request_flush();
@@ -697,10 +701,18 @@ impl Region {
         self.inner.memstore_bytes()
     }
 
-    /// [`Self::memstore_bytes`] as (active, being flushed).
+    /// [`Self::memstore_bytes`] as (what a flush asked for now would
+    /// write, what a flush under way is writing). A failed flush leaves
+    /// its MemStores waiting, and the next flush writes them first: while
+    /// flushes fail, they count as the first.
     pub fn memstore_split(&self) -> (usize, usize) {
+        let failing = self.inner.flush_trouble.lock().is_some();
         let s = self.inner.state.read();
-        (s.active.bytes(), s.flushing.iter().map(|m| m.bytes()).sum())
+        let flushing: usize = s.flushing.iter().map(|m| m.bytes()).sum();
+        match failing {
+            true => (s.active.bytes() + flushing, 0),
+            false => (s.active.bytes(), flushing),
+        }
     }
 
     /// Bytes of live store files.

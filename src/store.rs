@@ -952,7 +952,8 @@ impl Store {
             return false;
         }
         // What a flush under way frees is freed already, as far as asking
-        // for more goes.
+        // for more goes; what a failed one left is not (its region is
+        // asked again, or writers would wait on it until its flush_age).
         let mut staying: usize = regions.iter().map(|(a, _, _)| a).sum();
         let mut by_size = regions;
         by_size.sort_by_key(|r| std::cmp::Reverse(r.0));

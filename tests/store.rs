@@ -589,6 +589,64 @@ fn memstores_flush_before_the_global_limit_without_a_wait() {
     store.close().expect("close");
 }
 
+/// A flush that failed leaves its MemStore waiting: writers held at the
+/// global limit get that region flushed again, rather than waiting on
+/// bytes only a flush by age (an hour) would have tried again.
+#[test]
+fn writers_held_by_a_failed_flush_get_it_flushed_again() {
+    use halite::fault::{self, Fault, Site};
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = Arc::new(store_with_memory_limit(dir.path(), 512 * 1024));
+    // The first store file's sync fails, once.
+    fault::arm(dir.path(), Site::StoreSync, Fault::Io, 0, 1);
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let schema = store.table(&name()).expect("table").desc.key.clone();
+            // One host, so one region: its failed snapshot is most of
+            // the limit.
+            for batch in 0..20u64 {
+                let rows: Vec<RowMutation> = (0..40u64)
+                    .map(|i| {
+                        RowMutation::new(cpu_key(&schema, 0, batch * 40 + i)).put(
+                            "f",
+                            "usage_user",
+                            1,
+                            vec![7u8; 3800],
+                        )
+                    })
+                    .collect();
+                store.write(&name(), rows, None).expect("write");
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !writer.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        writer.is_finished(),
+        "writers still held at {} bytes after a failed flush",
+        store.memstore_bytes()
+    );
+    writer.join().expect("writer");
+    assert_eq!(fault::hits(dir.path()), 1, "the flush never failed");
+    fault::disarm(dir.path());
+    let rows = all_keys(
+        &store,
+        &Scan {
+            limit: None,
+            ..Scan::new()
+        },
+    );
+    assert_eq!(rows.len(), 20 * 40);
+    Arc::try_unwrap(store)
+        .map_err(|_| "in use")
+        .expect("sole owner")
+        .close()
+        .expect("close");
+}
+
 /// A position written with no rows (the tail of a Kafka partition whose
 /// last messages were dead-lettered) as a region's first record after a
 /// flush, or its very first record, survives a restart, clean or not.
