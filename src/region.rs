@@ -709,9 +709,10 @@ impl Region {
         let failing = self.inner.flush_trouble.lock().is_some();
         let s = self.inner.state.read();
         let flushing: usize = s.flushing.iter().map(|m| m.bytes()).sum();
-        match failing {
-            true => (s.active.bytes() + flushing, 0),
-            false => (s.active.bytes(), flushing),
+        if failing {
+            (s.active.bytes() + flushing, 0)
+        } else {
+            (s.active.bytes(), flushing)
         }
     }
 

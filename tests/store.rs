@@ -489,13 +489,34 @@ fn store_with_memory_limit(dir: &std::path::Path, limit: usize) -> Store {
     store
 }
 
+/// Every row key of the test table, unpaged.
+fn every_key(store: &Store) -> Vec<Vec<u8>> {
+    all_keys(
+        store,
+        &Scan {
+            limit: None,
+            ..Scan::new()
+        },
+    )
+}
+
+/// Store files of every region of the test table.
+fn store_file_count(store: &Store) -> usize {
+    store
+        .table(&name())
+        .expect("table")
+        .regions()
+        .iter()
+        .map(|r| r.file_counts().values().sum::<usize>())
+        .sum()
+}
+
 #[test]
 fn all_memstores_together_stay_under_the_global_limit() {
     let dir = tempfile::tempdir().expect("tmp");
     let limit = 512 * 1024;
     let store = store_with_memory_limit(dir.path(), limit);
-    let table = store.table(&name()).expect("table");
-    let schema = table.desc.key.clone();
+    let schema = store.table(&name()).expect("table").desc.key.clone();
     let mut peak = 0;
     // Batches of about 150 KiB: flushes start at 80 % of the limit
     // without a wait, and the write after the one that passed it finds
@@ -513,19 +534,8 @@ fn all_memstores_together_stay_under_the_global_limit() {
     // One batch may land on top of the limit.
     assert!(peak <= limit + 192 * 1024, "MemStores held {peak} bytes");
     assert!(store.memory_waits() > 0, "writers never waited");
-    let files: usize = table
-        .regions()
-        .iter()
-        .map(|r| r.file_counts().values().sum::<usize>())
-        .sum();
-    assert!(files > 0, "nothing was flushed");
-    let rows = all_keys(
-        &store,
-        &Scan {
-            limit: None,
-            ..Scan::new()
-        },
-    );
+    assert!(store_file_count(&store) > 0, "nothing was flushed");
+    let rows = every_key(&store);
     assert_eq!(rows.len(), 100 * 40);
     store.close().expect("close");
 }
@@ -538,15 +548,8 @@ fn memstores_flush_before_the_global_limit_without_a_wait() {
     let dir = tempfile::tempdir().expect("tmp");
     let limit = 512 * 1024;
     let store = store_with_memory_limit(dir.path(), limit);
-    let table = store.table(&name()).expect("table");
-    let schema = table.desc.key.clone();
-    let files = || -> usize {
-        table
-            .regions()
-            .iter()
-            .map(|r| r.file_counts().values().sum::<usize>())
-            .sum()
-    };
+    let schema = store.table(&name()).expect("table").desc.key.clone();
+    let files = || store_file_count(&store);
     // Batches of 10 rows (about 2.5 KiB) up to 85 % of the limit, and one
     // more: never over it.
     let mut step = 0u64;
@@ -578,13 +581,7 @@ fn memstores_flush_before_the_global_limit_without_a_wait() {
         store.memstore_bytes()
     );
     assert_eq!(store.memory_waits(), 0, "a writer waited under the limit");
-    let rows = all_keys(
-        &store,
-        &Scan {
-            limit: None,
-            ..Scan::new()
-        },
-    );
+    let rows = every_key(&store);
     assert_eq!(rows.len() as u64, (step + 1) * 10);
     store.close().expect("close");
 }
@@ -632,13 +629,7 @@ fn writers_held_by_a_failed_flush_get_it_flushed_again() {
     writer.join().expect("writer");
     assert_eq!(fault::hits(dir.path()), 1, "the flush never failed");
     fault::disarm(dir.path());
-    let rows = all_keys(
-        &store,
-        &Scan {
-            limit: None,
-            ..Scan::new()
-        },
-    );
+    let rows = every_key(&store);
     assert_eq!(rows.len(), 20 * 40);
     Arc::try_unwrap(store)
         .map_err(|_| "in use")
