@@ -231,7 +231,20 @@ fn describe() {
     );
     describe_gauge!(
         "halite_kafka_paused_partitions",
-        "Partitions paused because the writers are saturated."
+        "Partitions paused because the writers took no batch for a second with the fetch buffer full."
+    );
+    describe_counter!(
+        "halite_kafka_holds_total",
+        "Times the consumer stopped taking messages, its fetch buffer full, until a writer took a batch."
+    );
+    describe_counter!(
+        "halite_kafka_fetched_messages_total",
+        "Messages librdkafka fetched from the brokers (more than consumed when some were fetched twice)."
+    );
+    describe_counter!(
+        "halite_kafka_fetched_bytes_total",
+        Unit::Bytes,
+        "Bytes of the messages librdkafka fetched, with framing."
     );
     describe_gauge!("halite_healthy", "1 while the process answers (/healthz).");
     describe_cluster();

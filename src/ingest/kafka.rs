@@ -180,7 +180,10 @@ impl KafkaIngest {
             .set("group.id", &config.group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest");
+            .set("auto.offset.reset", "earliest")
+            // What librdkafka fetched, for `/api/v1/ingest` and the
+            // metrics (a message fetched twice is broker work done twice).
+            .set("statistics.interval.ms", "1000");
         for (k, v) in &config.client {
             client.set(k, v);
         }
@@ -374,6 +377,12 @@ impl Drop for KafkaIngest {
 
 /// How often partitions marked to be taken again are tried.
 const RETAKE_EVERY: Duration = Duration::from_secs(1);
+/// How long a consumer holding back (its buffer full) sleeps before it
+/// looks again whether a writer took a batch.
+const HOLD_STEP: Duration = Duration::from_millis(1);
+/// Writers that take no batch for this long while the buffer is full are
+/// stuck (a store that cannot flush, say): the partitions pause.
+const PAUSE_AFTER_STUCK: Duration = Duration::from_secs(1);
 
 /// How long the consumer loop waits for the coordinator's answer to a
 /// commit (the last one at a stop inside [`STOP_DEADLINE`]).
@@ -447,10 +456,13 @@ impl ConsumerLoop {
         let mut pending: Vec<Batch> = Vec::new();
         // ...and full ones waiting for a writer, oldest first.
         let mut ready: VecDeque<Batch> = VecDeque::new();
-        // Payload bytes held in both; over `max_buffered` the partitions
-        // pause, and resume under half of it.
+        // Payload bytes held in both; over `max_buffered` no message is
+        // taken until the writers take a batch, and when they take none
+        // for a while the partitions pause, and resume under half of it.
         let mut buffered = 0usize;
         let mut paused = false;
+        let mut holding = false;
+        let mut last_handoff = Instant::now();
         let mut seen_generation = self.shared.generation.load(Ordering::SeqCst);
         let mut polls = 0u64;
         let mut last_commit = Instant::now();
@@ -459,7 +471,10 @@ impl ConsumerLoop {
             while let Some(b) = ready.pop_front() {
                 let bytes = b.bytes();
                 match self.try_send(b) {
-                    None => buffered -= bytes,
+                    None => {
+                        buffered -= bytes;
+                        last_handoff = Instant::now();
+                    }
                     Some(b) => {
                         ready.push_front(b);
                         break;
@@ -477,7 +492,28 @@ impl ConsumerLoop {
             } else {
                 Duration::from_millis(100)
             };
-            let polled = self.consumer.poll(timeout);
+            // A full buffer with writers that keep taking batches (only
+            // slower than the broker sends): no poll, so librdkafka's
+            // prefetch fills to its own limit and its fetches wait. A
+            // pause would drop what librdkafka prefetched, and the broker
+            // would send it all again after the resume (against a store
+            // held back by its flushes, tests/kafka_faults.rs, 15 pauses
+            // had 16 % of the messages fetched twice).
+            let hold = !paused && buffered > self.max_buffered;
+            if hold && !holding {
+                self.shared.stats.holds.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("halite_kafka_holds_total").increment(1);
+                // The writers' clock starts now, not at their last batch
+                // (after an idle spell, long ago).
+                last_handoff = Instant::now();
+            }
+            holding = hold;
+            let polled = if hold {
+                std::thread::sleep(HOLD_STEP);
+                None
+            } else {
+                self.consumer.poll(timeout)
+            };
             // The clock is read now and then, not per message.
             polls += 1;
             let check_time = polled.is_none() || polls % 64 == 0;
@@ -575,9 +611,11 @@ impl ConsumerLoop {
                     }
                 }
             }
-            // Writers saturated: stop fetching instead of buffering without
-            // bound; the gap between the two marks keeps it from flapping.
-            if !paused && buffered > self.max_buffered {
+            // Writers stuck (nothing taken for a while): pause, so polls
+            // go on serving the group's events (a rebalance waits for
+            // them) without taking messages; the gap between the two
+            // marks keeps it from flapping.
+            if holding && last_handoff.elapsed() >= PAUSE_AFTER_STUCK {
                 paused = self.set_paused(true);
             } else if paused && buffered <= self.max_buffered / 2 {
                 paused = !self.set_paused(false);

@@ -48,9 +48,10 @@ pub struct KafkaConfig {
     /// by about this many batches plus the writers' (see durability.md).
     pub max_in_flight: usize,
     /// Message bytes fetched and not yet handed to a writer (default
-    /// 64MiB). Past it the consumer pauses its partitions until half of it
-    /// is written; librdkafka's own prefetch (`queued.max.messages.kbytes`)
-    /// comes on top.
+    /// 64MiB). Past it the consumer takes no message until a writer takes
+    /// a batch, and pauses its partitions when none does for a second,
+    /// until half of it is written; librdkafka's own prefetch
+    /// (`queued.max.messages.kbytes`) comes on top.
     pub max_buffered: ByteSize,
     /// Where bad messages go, with the reason in headers; none: only counted
     /// and logged.

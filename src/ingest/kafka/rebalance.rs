@@ -32,7 +32,24 @@ pub(super) struct IngestContext {
     pub(super) cooperative: std::sync::OnceLock<bool>,
 }
 
-impl ClientContext for IngestContext {}
+impl ClientContext for IngestContext {
+    /// Keeps the client's totals of messages and bytes fetched; the rest
+    /// of librdkafka's statistics is not read (nor decoded).
+    fn stats_raw(&self, statistics: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Fetched {
+            rxmsgs: u64,
+            rxmsg_bytes: u64,
+        }
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        match serde_json::from_slice::<Fetched>(statistics) {
+            Ok(f) => shared.stats.record_fetched(f.rxmsgs, f.rxmsg_bytes),
+            Err(e) => tracing::debug!(error = %e, "librdkafka statistics without fetch totals"),
+        }
+    }
+}
 
 impl ConsumerContext for IngestContext {
     /// librdkafka's rebalance, with two additions: before partitions go, the

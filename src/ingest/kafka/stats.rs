@@ -18,6 +18,14 @@ pub struct IngestStats {
     pub batches_failed: AtomicU64,
     pub commits: AtomicU64,
     pub pauses: AtomicU64,
+    /// Times the consumer stopped taking messages because its buffer was
+    /// full and the writers behind, without pausing its partitions.
+    pub holds: AtomicU64,
+    /// Messages and their bytes librdkafka fetched from the brokers (from
+    /// its statistics, every second): more than `messages` when some were
+    /// fetched again (after a pause, a rebalance, a seek).
+    pub fetched_messages: AtomicU64,
+    pub fetched_bytes: AtomicU64,
     /// Delete messages carried out.
     pub deletes: AtomicU64,
     /// Cluster mode: points dropped because their bucket travels in
@@ -54,6 +62,14 @@ impl IngestStats {
             }
             known.insert(p);
         }
+    }
+
+    /// librdkafka's running totals of what it fetched.
+    pub(super) fn record_fetched(&self, messages: u64, bytes: u64) {
+        self.fetched_messages.store(messages, Ordering::Relaxed);
+        self.fetched_bytes.store(bytes, Ordering::Relaxed);
+        metrics::counter!("halite_kafka_fetched_messages_total").absolute(messages);
+        metrics::counter!("halite_kafka_fetched_bytes_total").absolute(bytes);
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -98,6 +114,9 @@ impl IngestStats {
             "batches_failed": n(&self.batches_failed),
             "commits": n(&self.commits),
             "pauses": n(&self.pauses),
+            "holds": n(&self.holds),
+            "fetched_messages": n(&self.fetched_messages),
+            "fetched_bytes": n(&self.fetched_bytes),
             "deletes": n(&self.deletes),
             "misrouted_points": n(&self.misrouted),
             "committed": committed,
