@@ -265,10 +265,17 @@ fn a_consumer_faster_than_the_store_holds_back_fetches_each_message_once_and_mem
     );
     // Writers that keep taking batches, only slower than the broker
     // sends, are waited for: the partitions pause only when they are
-    // stuck for a second (a flush that long on a loaded machine).
-    let pauses = s["pauses"].as_u64().unwrap_or(0);
-    assert!(s["holds"].as_u64() > Some(0), "never held back: {s}");
-    assert!(pauses <= 2, "paused {pauses} times: {s}");
+    // stuck for a second (a flush that long on a loaded machine), not
+    // each time the buffer fills.
+    let (holds, pauses) = (
+        s["holds"].as_u64().unwrap_or(0),
+        s["pauses"].as_u64().unwrap_or(0),
+    );
+    assert!(holds > 0, "never held back: {s}");
+    assert!(
+        pauses * 4 <= holds,
+        "paused {pauses} times in {holds} holds: {s}"
+    );
     // Holding back leaves what librdkafka prefetched where it is; a pause
     // drops it (up to queued.max.messages.kbytes), and the broker sends it
     // again after the resume.

@@ -508,6 +508,11 @@ impl ConsumerLoop {
                 last_handoff = Instant::now();
             }
             holding = hold;
+            // Writers with nothing to take (everything still filling up,
+            // waiting on batch_wait) are not stuck.
+            if ready.is_empty() {
+                last_handoff = Instant::now();
+            }
             let polled = if hold {
                 std::thread::sleep(HOLD_STEP);
                 None
@@ -617,6 +622,10 @@ impl ConsumerLoop {
             // marks keeps it from flapping.
             if holding && last_handoff.elapsed() >= PAUSE_AFTER_STUCK {
                 paused = self.set_paused(true);
+                if !paused {
+                    // Tried again in a second, not at every turn.
+                    last_handoff = Instant::now();
+                }
             } else if paused && buffered <= self.max_buffered / 2 {
                 paused = !self.set_paused(false);
             }

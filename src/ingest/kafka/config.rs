@@ -107,6 +107,9 @@ impl KafkaConfig {
                 "auto.",
                 "group.",
                 "enable.auto",
+                // The consumer's statistics feed /api/v1/ingest; a
+                // producer's would only be logged.
+                "statistics.",
             ]
             .iter()
             .any(|p| k.starts_with(p));

@@ -26,6 +26,8 @@ pub struct IngestStats {
     /// fetched again (after a pause, a rebalance, a seek).
     pub fetched_messages: AtomicU64,
     pub fetched_bytes: AtomicU64,
+    /// Statistics came (they are off with `statistics.interval.ms = 0`).
+    pub fetched_known: AtomicBool,
     /// Delete messages carried out.
     pub deletes: AtomicU64,
     /// Cluster mode: points dropped because their bucket travels in
@@ -68,12 +70,14 @@ impl IngestStats {
     pub(super) fn record_fetched(&self, messages: u64, bytes: u64) {
         self.fetched_messages.store(messages, Ordering::Relaxed);
         self.fetched_bytes.store(bytes, Ordering::Relaxed);
+        self.fetched_known.store(true, Ordering::Relaxed);
         metrics::counter!("halite_kafka_fetched_messages_total").absolute(messages);
         metrics::counter!("halite_kafka_fetched_bytes_total").absolute(bytes);
     }
 
     pub fn to_json(&self) -> serde_json::Value {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let fetched = self.fetched_known.load(Ordering::Relaxed);
         let committed: Vec<serde_json::Value> = self
             .committed
             .lock()
@@ -115,8 +119,8 @@ impl IngestStats {
             "commits": n(&self.commits),
             "pauses": n(&self.pauses),
             "holds": n(&self.holds),
-            "fetched_messages": n(&self.fetched_messages),
-            "fetched_bytes": n(&self.fetched_bytes),
+            "fetched_messages": fetched.then(|| n(&self.fetched_messages)),
+            "fetched_bytes": fetched.then(|| n(&self.fetched_bytes)),
             "deletes": n(&self.deletes),
             "misrouted_points": n(&self.misrouted),
             "committed": committed,
