@@ -983,7 +983,9 @@ fn select_statements_answer_as_influxdb_does() {
         }
     }
     assert_eq!(compared, statements.len() * 2);
-    for epoch in ["u", "us", "µ", "ns", "s", "m", "h", "week"] {
+    for epoch in [
+        "u", "us", "µ", "ns", "s", "m", "h", "week", " ms ", "s\t", " ",
+    ] {
         let q = "SELECT usage_user FROM cpu WHERE host = 'host_2' LIMIT 2";
         let [a, b] = query(&p, &[("db", "bench"), ("q", q), ("epoch", epoch)]);
         assert_eq!(a.0, b.0, "{q} (epoch {epoch}): {} / {}", a.1, b.1);

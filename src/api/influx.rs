@@ -503,7 +503,11 @@ pub(super) async fn query(
             );
         }
     }
-    let epoch = p.get("epoch").cloned().filter(|e| !e.is_empty());
+    // Trimmed, as InfluxDB's handler trims it (`epoch= ms` is ms).
+    let epoch = p
+        .get("epoch")
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty());
     let read_only = method == Method::GET;
     let chunk_size = if p.get("chunked").is_some_and(|c| c == "true") {
         Some(
