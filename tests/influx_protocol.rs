@@ -751,6 +751,18 @@ fn select_statements_answer_as_influxdb_does() {
             "SELECT max(v), mean(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(linear)",
             minute + 420
         ),
+        // Bounds before 1970: nothing is stored there, and an aggregate's
+        // time is its lower bound, written as InfluxDB writes it.
+        "SELECT usage_user FROM cpu WHERE host = 'host_1' AND time >= '1960-01-01T00:00:00Z' LIMIT 2"
+            .to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE time > -1000000000".to_string(),
+        format!(
+            "SELECT max(usage_user), count(usage_user) FROM cpu WHERE time >= '1969-12-31T23:00:00.5Z' AND time <= {}",
+            t(0)
+        ),
+        "SELECT usage_user FROM cpu WHERE time < '1965-01-01T00:00:00Z'".to_string(),
+        "SELECT count(usage_user) FROM cpu WHERE time >= '1969-12-31T00:00:00Z' AND time < '1970-01-01T00:00:00Z'"
+            .to_string(),
         // `time` named in the select list is the time column, its alias
         // that column's name.
         "SELECT time, usage_user FROM cpu WHERE host = 'host_1' LIMIT 3".to_string(),

@@ -879,7 +879,9 @@ fn time_json(ns: i64, format: CellFormat) -> Json {
         Some("h") => 3_600_000_000_000,
         Some(_) => 1,
     };
-    json!(ns.div_euclid(divisor))
+    // Toward zero, as Go's division in InfluxDB's handler: a time before
+    // 1970 is not floored (-999,999,999 ns is -999 ms).
+    json!(ns / divisor)
 }
 
 /// A value as InfluxDB's JSON writes it: a whole float without a

@@ -492,7 +492,11 @@ pub fn select(
                     ..range
                 };
                 let found = look_for_values(&lacking, &rest)?;
-                found_outside(&mut groups, found, bucket_of(lo, every, offset));
+                found_outside(
+                    &mut groups,
+                    found,
+                    bucket_of(lower.unwrap_or(lo), every, offset),
+                );
             } else {
                 // A group with no value in the window has its first one
                 // somewhere above: it is read whole.
@@ -536,7 +540,9 @@ pub fn select(
         let (columns, mut rows) = match gathered {
             Gathered::Raw(members) => (raw_names.clone(), raw_rows(&members, &fields, &raw_fields)),
             Gathered::Aggregate(buckets) => {
-                aggregate_rows(s, &agg_calls, buckets, &fields, lower.map(|_| lo), hi)?
+                // The bound as written: before 1970 the answer starts
+                // there, though nothing is stored before 1970 to read.
+                aggregate_rows(s, &agg_calls, buckets, &fields, lower, hi)?
             }
         };
         let tags = (!matches!(s.group_tags, GroupTags::None)).then(|| {
@@ -1453,7 +1459,8 @@ fn aggregate_rows(
         return Ok((Vec::new(), Vec::new()));
     };
     let selector_time = s.group_time.is_none() && calls.len() == 1 && calls[0].0.func.selects();
-    let buckets: Vec<i64> = match s.group_time {
+    // Each bucket as the fold keyed it, and the time it is answered at.
+    let buckets: Vec<(i64, i64)> = match s.group_time {
         Some((every, offset)) => {
             let (first, last) = (
                 bucket_of(lower.unwrap_or(first_bucket), every, offset),
@@ -1465,13 +1472,20 @@ fn aggregate_rows(
                     "GROUP BY time gives {n} buckets over the time range: narrow the range or widen the interval"
                 ));
             }
-            (0..n).map(|i| first + i * every).collect()
+            (0..n)
+                .map(|i| {
+                    let b = first + i * every;
+                    (b, b)
+                })
+                .collect()
         }
-        None => vec![lo],
+        // One bucket: read from 1970 at the earliest, answered at the
+        // lower bound as written (before 1970 too, as InfluxDB does).
+        None => vec![(first_bucket, lo)],
     };
     let mut rows: Vec<Vec<Cell>> = Vec::new();
-    for b in buckets {
-        let mut reducers = by_bucket.remove(&b);
+    for (key, b) in buckets {
+        let mut reducers = by_bucket.remove(&key);
         let mut row = vec![Cell::Time(b)];
         let mut any = false;
         for (i, (call, _)) in calls.iter().enumerate() {

@@ -874,10 +874,17 @@ impl Parser {
             }
             Token::Number(n) if time => {
                 self.next();
-                if n.bytes().all(|b| b.is_ascii_digit()) {
-                    Operand::Time(n.parse().map_err(|_| format!("invalid time: {n}"))?)
-                } else {
-                    Operand::Time(parse_duration(&n).ok_or_else(|| format!("invalid time: {n}"))?)
+                Operand::Time(time_number(&n)?)
+            }
+            // Before 1970: `time > -1000000000`, `time >= -1h`.
+            Token::Punct('-') if time => {
+                self.next();
+                match self.peek().clone() {
+                    Token::Number(n) => {
+                        self.next();
+                        Operand::Time(-time_number(&n)?)
+                    }
+                    _ => return Err(self.error("number")),
                 }
             }
             Token::Number(_) | Token::Punct('-') => Operand::Number(self.number()?),
@@ -897,6 +904,15 @@ impl Parser {
                 return Ok(Operand::Time(at));
             }
         }
+    }
+}
+
+/// A time written as a number: nanoseconds, or with a unit (`1596240000000ms`).
+fn time_number(n: &str) -> Result<i64, String> {
+    if n.bytes().all(|b| b.is_ascii_digit()) {
+        n.parse().map_err(|_| format!("invalid time: {n}"))
+    } else {
+        parse_duration(n).ok_or_else(|| format!("invalid time: {n}"))
     }
 }
 
