@@ -763,6 +763,18 @@ fn select_statements_answer_as_influxdb_does() {
         "SELECT usage_user FROM cpu WHERE time < '1965-01-01T00:00:00Z'".to_string(),
         "SELECT count(usage_user) FROM cpu WHERE time >= '1969-12-31T00:00:00Z' AND time < '1970-01-01T00:00:00Z'"
             .to_string(),
+        format!(
+            "SELECT count(usage_user) FROM cpu WHERE time >= '1969-01-01T00:00:00Z' AND time <= {} GROUP BY time(1000d)",
+            t(0)
+        ),
+        format!(
+            "SELECT count(usage_user) FROM cpu WHERE time >= '1969-01-01T00:00:00Z' AND time <= {} GROUP BY time(1000d) LIMIT 2",
+            t(0)
+        ),
+        format!(
+            "SELECT max(usage_user) FROM cpu WHERE time >= '1969-01-01T00:00:00Z' AND time <= {} GROUP BY time(1000d) fill(none)",
+            t(0)
+        ),
         // `time` named in the select list is the time column, its alias
         // that column's name.
         "SELECT time, usage_user FROM cpu WHERE host = 'host_1' LIMIT 3".to_string(),

@@ -492,11 +492,12 @@ pub fn select(
                     ..range
                 };
                 let found = look_for_values(&lacking, &rest)?;
-                found_outside(
-                    &mut groups,
-                    found,
-                    bucket_of(lower.unwrap_or(lo), every, offset),
-                );
+                // A bound too early to bucket is refused when the answer
+                // is made; the clamped one marks the group meanwhile.
+                let bucket = lower
+                    .and_then(|l| checked_bucket_of(l, every, offset))
+                    .unwrap_or_else(|| bucket_of(lo, every, offset));
+                found_outside(&mut groups, found, bucket);
             } else {
                 // A group with no value in the window has its first one
                 // somewhere above: it is read whole.
@@ -1388,6 +1389,15 @@ fn bucket_of(t: i64, every: i64, offset: i64) -> i64 {
     (t - offset).div_euclid(every) * every + offset
 }
 
+/// [`bucket_of`] for a bound as written, which may lie near either end of
+/// the time range: `None` where the bucket's start is out of range.
+fn checked_bucket_of(t: i64, every: i64, offset: i64) -> Option<i64> {
+    t.checked_sub(offset)?
+        .div_euclid(every)
+        .checked_mul(every)?
+        .checked_add(offset)
+}
+
 /// One function call of an aggregate select.
 struct Call {
     func: Func,
@@ -1462,16 +1472,22 @@ fn aggregate_rows(
     // Each bucket as the fold keyed it, and the time it is answered at.
     let buckets: Vec<(i64, i64)> = match s.group_time {
         Some((every, offset)) => {
-            let (first, last) = (
-                bucket_of(lower.unwrap_or(first_bucket), every, offset),
-                bucket_of(hi, every, offset),
-            );
-            let n = (last - first) / every + 1;
-            if n > 1_000_000 {
-                return Err(format!(
-                    "GROUP BY time gives {n} buckets over the time range: narrow the range or widen the interval"
-                ));
-            }
+            let first = checked_bucket_of(lower.unwrap_or(first_bucket), every, offset);
+            let last = checked_bucket_of(hi, every, offset);
+            // Checked: a bound as early as 1677 is a valid time.
+            let n = first
+                .zip(last)
+                .and_then(|(first, last)| last.checked_sub(first))
+                .map(|span| span / every + 1);
+            let (first, n) = match (first, n) {
+                (Some(first), Some(n)) if n <= 1_000_000 => (first, n),
+                (_, n) => {
+                    let n = n.map_or("too many".to_string(), |n| n.to_string());
+                    return Err(format!(
+                        "GROUP BY time gives {n} buckets over the time range: narrow the range or widen the interval"
+                    ));
+                }
+            };
             (0..n)
                 .map(|i| {
                     let b = first + i * every;
@@ -1599,5 +1615,28 @@ fn fill(rows: &mut [Vec<Cell>], how: &Fill, answers: &[Option<AnswerType>], ever
             }
             Fill::Null | Fill::None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bounds as early as 1677 are valid times: their bucket is worked out
+    /// where it fits and refused where it does not, never wrapped.
+    #[test]
+    fn buckets_of_early_bounds_are_checked_not_wrapped() {
+        let hour = 3_600_000_000_000;
+        for t in [-1, -hour, -hour - 1, 0, 5 * hour + 3, i64::MAX - hour] {
+            for offset in [0, 60_000_000_000] {
+                assert_eq!(
+                    checked_bucket_of(t, hour, offset),
+                    Some(bucket_of(t, hour, offset)),
+                    "{t} {offset}"
+                );
+            }
+        }
+        assert_eq!(checked_bucket_of(i64::MIN + 1, hour, 0), None);
+        assert_eq!(checked_bucket_of(i64::MIN, 60_000_000_000, 1), None);
     }
 }

@@ -896,10 +896,14 @@ impl Parser {
         loop {
             if self.is_punct('+') {
                 self.next();
-                at += self.duration()?;
+                at = at
+                    .checked_add(self.duration()?)
+                    .ok_or("invalid time: out of range")?;
             } else if self.is_punct('-') {
                 self.next();
-                at -= self.duration()?;
+                at = at
+                    .checked_sub(self.duration()?)
+                    .ok_or("invalid time: out of range")?;
             } else {
                 return Ok(Operand::Time(at));
             }
