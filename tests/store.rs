@@ -500,6 +500,25 @@ fn every_key(store: &Store) -> Vec<Vec<u8>> {
     )
 }
 
+/// A row per (host, step) of the test table, each a `usage_user` cell of
+/// `value_len` bytes: the global-limit tests fill MemStores with them.
+fn usage_rows(
+    schema: &halite::key::KeySchema,
+    host_steps: impl Iterator<Item = (u64, u64)>,
+    value_len: usize,
+) -> Vec<RowMutation> {
+    host_steps
+        .map(|(h, step)| {
+            RowMutation::new(cpu_key(schema, h, step)).put(
+                "f",
+                "usage_user",
+                1,
+                vec![7u8; value_len],
+            )
+        })
+        .collect()
+}
+
 /// Store files of every region of the test table.
 fn store_file_count(store: &Store) -> usize {
     store
@@ -522,12 +541,7 @@ fn all_memstores_together_stay_under_the_global_limit() {
     // without a wait, and the write after the one that passed it finds
     // the MemStores over the limit before a flush can end, and waits.
     for step in 0..100u64 {
-        let rows: Vec<RowMutation> = (0..40u64)
-            .map(|h| {
-                let key = cpu_key(&schema, h, step);
-                RowMutation::new(key).put("f", "usage_user", 1, vec![7u8; 3800])
-            })
-            .collect();
+        let rows = usage_rows(&schema, (0..40u64).map(|h| (h, step)), 3800);
         store.write(&name(), rows, None).expect("write");
         peak = peak.max(store.memstore_bytes());
     }
@@ -554,16 +568,7 @@ fn memstores_flush_before_the_global_limit_without_a_wait() {
     // more: never over it.
     let mut step = 0u64;
     let write = |step: u64| {
-        let rows: Vec<RowMutation> = (0..10u64)
-            .map(|h| {
-                RowMutation::new(cpu_key(&schema, h, step)).put(
-                    "f",
-                    "usage_user",
-                    1,
-                    vec![7u8; 200],
-                )
-            })
-            .collect();
+        let rows = usage_rows(&schema, (0..10u64).map(|h| (h, step)), 200);
         store.write(&name(), rows, None).expect("write");
     };
     while store.memstore_bytes() < limit / 100 * 85 && files() == 0 && step < 10_000 {
@@ -603,16 +608,7 @@ fn writers_held_by_a_failed_flush_get_it_flushed_again() {
             // One host, so one region: its failed snapshot is most of
             // the limit.
             for batch in 0..20u64 {
-                let rows: Vec<RowMutation> = (0..40u64)
-                    .map(|i| {
-                        RowMutation::new(cpu_key(&schema, 0, batch * 40 + i)).put(
-                            "f",
-                            "usage_user",
-                            1,
-                            vec![7u8; 3800],
-                        )
-                    })
-                    .collect();
+                let rows = usage_rows(&schema, (0..40u64).map(|i| (0, batch * 40 + i)), 3800);
                 store.write(&name(), rows, None).expect("write");
             }
         })
