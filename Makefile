@@ -151,7 +151,8 @@ soak: venv
 	$(CARGO) bench --bench soak
 
 ## Fuzzes every decoder that takes outside bytes (line protocol, JSON
-## points, row keys, WAL segments, store files, scan requests) for
+## points, row keys, WAL segments, store files, scan requests, InfluxQL,
+## Prometheus remote write) for
 ## FUZZ_SECONDS each (CI: 60), FUZZ_JOBS at a time (one a core), from
 ## the seeds in tests/fuzz/seeds (tests/fuzz/run-one.sh runs one). A
 ## crash fails it (the other targets run their time out); the input is
@@ -160,7 +161,7 @@ soak: venv
 FUZZ_SECONDS ?= 60
 # Targets fuzzed side by side: one a core (each is one libFuzzer process).
 FUZZ_JOBS ?= $(shell nproc)
-FUZZ_TARGETS := line_protocol json_points key_codec wal_segment store_file scan_request influxql
+FUZZ_TARGETS := line_protocol json_points key_codec wal_segment store_file scan_request influxql remote_write
 fuzz: fuzz-build
 	@printf '%s\n' $(FUZZ_TARGETS) | CARGO=$(CARGO) xargs -P $(FUZZ_JOBS) -I{} bash tests/fuzz/run-one.sh {} $(FUZZ_SECONDS)
 

@@ -132,7 +132,17 @@ pub fn scan_request(data: &[u8]) {
 pub fn influxql(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         match crate::query::influxql::parse(text) {
-            Ok(statements) => assert!(!statements.is_empty()),
+            Ok(statements) => {
+                assert!(!statements.is_empty());
+                // Every walk of a condition, however deep or long.
+                for st in &statements {
+                    if let crate::query::influxql::Statement::Select(s) = st
+                        && let Some(condition) = &s.condition
+                    {
+                        crate::query::influx_select::walk_condition(condition);
+                    }
+                }
+            }
             Err(e) => assert!(!e.is_empty(), "an error says what is wrong"),
         }
     }
@@ -156,4 +166,32 @@ pub fn influxql(data: &[u8]) {
         schema.encode_tag_key(k.metric, &k.tags, k.time, &mut again);
         assert_eq!(again[1..], data[1..], "a decoded open-tag key encodes back");
     }
+}
+
+/// A Prometheus remote-write body (snappy, then protobuf), and the same
+/// bytes as the protobuf alone, and as a message read field by field (as
+/// remote read's requests are).
+pub fn remote_write(data: &[u8]) {
+    use crate::ingest::remote_write;
+    let _ = remote_write::decode_write_request(data);
+    if let Ok(series) = remote_write::decode_series_list(data) {
+        // What reads back encodes again and reads back the same.
+        let again = remote_write::encode_write_request(&series);
+        let read_again = remote_write::decode_write_request(&again)
+            .expect("a write request halite encoded reads back");
+        assert_eq!(
+            read_again.len(),
+            series.len(),
+            "a read write request encodes back"
+        );
+        for (a, b) in read_again.iter().zip(&series) {
+            assert_eq!(a.labels, b.labels);
+            // Bits, not values: NaN (a staleness marker) is not equal to itself.
+            let bits = |s: &remote_write::Series| -> Vec<(u64, i64)> {
+                s.samples.iter().map(|(v, t)| (v.to_bits(), *t)).collect()
+            };
+            assert_eq!(bits(a), bits(b));
+        }
+    }
+    let _ = remote_write::fields(data);
 }

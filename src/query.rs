@@ -41,7 +41,27 @@ use crate::error::{Error, Result};
 use crate::key::{FieldValue, TimeUnit};
 use crate::region::read::{CompareOp, ContinuationToken, Operand, ScannedRow};
 
-/// OpenTSDB's aggregators.
+/// The memory one request's compiled regular expressions may take in
+/// all. regex-lite bounds each at 10 MiB, but not how many a request
+/// brings: a query of thousands of large distinct patterns would hold
+/// gigabytes.
+pub const REGEX_MEMORY: usize = 64 << 20;
+
+/// Compiles `pattern`, one of `count` a request compiles, within its share
+/// of [`REGEX_MEMORY`]. Too large a pattern is an error naming the limit.
+pub fn compile_regex(pattern: &str, count: usize) -> Result<regex_lite::Regex, String> {
+    let share = (REGEX_MEMORY / count.max(1)).min(10 << 20);
+    regex_lite::RegexBuilder::new(pattern)
+        .size_limit(share)
+        .build()
+        .map_err(|e| {
+            format!(
+                "{e} (one of {count} regular expressions in the request, each within {share} \
+                 bytes compiled)"
+            )
+        })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AggFn {

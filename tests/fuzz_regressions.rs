@@ -9,7 +9,7 @@ use std::path::Path;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 7] = [
+const TARGETS: [(&str, Target); 8] = [
     ("line_protocol", halite::fuzz::line_protocol),
     ("json_points", halite::fuzz::json_points),
     ("key_codec", halite::fuzz::key_codec),
@@ -17,6 +17,7 @@ const TARGETS: [(&str, Target); 7] = [
     ("store_file", halite::fuzz::store_file),
     ("scan_request", halite::fuzz::scan_request),
     ("influxql", halite::fuzz::influxql),
+    ("remote_write", halite::fuzz::remote_write),
 ];
 
 fn inputs(kind: &str, target: &str) -> Vec<(String, Vec<u8>)> {

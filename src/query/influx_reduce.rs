@@ -80,6 +80,30 @@ impl Func {
         }
     }
 
+    /// InfluxDB 1.6's refusal of the function over a field of type `ty`
+    /// (its iterators' words), if it refuses it: `mean`, `sum`, `spread`
+    /// and `percentile` take numbers only, `max` and `min` booleans too,
+    /// `count`, `first` and `last` anything.
+    pub(super) fn refusal(self, name: &str, ty: FieldType) -> Option<String> {
+        let iterator = match ty {
+            FieldType::String if !matches!(self, Func::Count | Func::First | Func::Last) => {
+                "string"
+            }
+            FieldType::Boolean
+                if matches!(
+                    self,
+                    Func::Mean | Func::Sum | Func::Spread | Func::Percentile(_)
+                ) =>
+            {
+                "boolean"
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "unsupported {name} iterator type: *query.{iterator}InterruptIterator"
+        ))
+    }
+
     /// Whether the function picks one point, whose time an answer
     /// without `GROUP BY time` shows.
     pub(super) fn selects(self) -> bool {

@@ -238,6 +238,14 @@ pub fn select(
                 .unwrap_or_default(),
         })
         .collect();
+    // SLIMIT and SOFFSET choose among the groups of every series the tag
+    // condition lets through, before a point is read, as InfluxDB limits
+    // its index's tag sets: a group chosen whose points all miss the time
+    // range or a field condition answers nothing.
+    let members: Vec<Member> = match chosen_groups(&group_by, &group_keys, s.slimit, s.soffset) {
+        Some(chosen) => members.into_iter().filter(|m| chosen[m.group]).collect(),
+        None => members,
+    };
     let keep = |tags: &BTreeMap<String, String>, p: &Point<'_>| {
         let meets = match &rest {
             Some(e) if on_fields => eval(e, tags, Some(&p.fields), &fields, &regexes),
@@ -258,7 +266,7 @@ pub fn select(
         points: per_series,
     };
     let agg_calls = if calls > 0 {
-        aggregate_calls(s)?
+        aggregate_calls(s, &fields)?
     } else {
         Vec::new()
     };
@@ -533,10 +541,7 @@ pub fn select(
     // has a group per series.
     let (raw_fields, raw_names) = raw_columns(s, &fields, tag_keys, &group_by);
     let mut out = Vec::new();
-    for (g, gathered) in gathered.into_iter().skip(s.soffset) {
-        if s.slimit.is_some_and(|n| out.len() >= n) {
-            break;
-        }
+    for (g, gathered) in gathered {
         let key = &group_keys[g];
         let (columns, mut rows) = match gathered {
             Gathered::Raw(members) => (raw_names.clone(), raw_rows(&members, &fields, &raw_fields)),
@@ -580,6 +585,59 @@ pub fn select(
         out.reverse();
     }
     Ok(out)
+}
+
+/// Which groups (by index into `keys`, their values of the `group_by`
+/// tags, "" for a tag a series lacks) `SLIMIT` and `SOFFSET` keep, or
+/// `None` when neither is given. As InfluxDB 1.6's `LimitTagSets` over its
+/// tag sets sorted by `tsdb.MakeTagsKey`: the tags a group has, their keys
+/// then their values, joined by `|`. That order differs from the answer's
+/// (by values, tag by tag) where a value runs into the separator (`ab`
+/// before `a`) or a tag is missing; `SOFFSET` without `SLIMIT` keeps
+/// nothing, as there.
+fn chosen_groups(
+    group_by: &[String],
+    keys: &[Vec<String>],
+    slimit: Option<usize>,
+    soffset: usize,
+) -> Option<Vec<bool>> {
+    let limit = slimit.unwrap_or(0);
+    if limit == 0 && soffset == 0 {
+        return None;
+    }
+    let tags_key = |values: &[String]| -> Vec<u8> {
+        let present: Vec<(&String, &String)> = group_by
+            .iter()
+            .zip(values)
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        let mut key = Vec::new();
+        for (k, _) in &present {
+            key.extend_from_slice(k.as_bytes());
+            key.push(b'|');
+        }
+        for (i, (_, v)) in present.iter().enumerate() {
+            if i > 0 {
+                key.push(b'|');
+            }
+            key.extend_from_slice(v.as_bytes());
+        }
+        key
+    };
+    let mut order: Vec<(Vec<u8>, usize)> = keys
+        .iter()
+        .enumerate()
+        .map(|(g, values)| (tags_key(values), g))
+        .collect();
+    order.sort();
+    let mut chosen = vec![false; keys.len()];
+    if soffset <= order.len() {
+        let end = soffset.saturating_add(limit).min(order.len());
+        for (_, g) in &order[soffset..end] {
+            chosen[*g] = true;
+        }
+    }
+    Some(chosen)
 }
 
 /// `f` over `items`, in order, on up to one thread per core when there
@@ -1055,9 +1113,10 @@ fn field_refs(
     out: &mut BTreeSet<String>,
 ) {
     match e {
-        Expr::And(a, b) | Expr::Or(a, b) => {
-            field_refs(a, fields, out);
-            field_refs(b, fields, out);
+        Expr::And(terms) | Expr::Or(terms) => {
+            for term in terms {
+                field_refs(term, fields, out);
+            }
         }
         Expr::Compare { lhs, .. } => {
             if fields.contains_key(lhs) {
@@ -1078,20 +1137,28 @@ fn split_time(e: Option<&Expr>) -> Result<TimeSplit, String> {
         return Ok((None, None, None));
     };
     match e {
-        Expr::And(a, b) => {
-            let (lo1, hi1, r1) = split_time(Some(a))?;
-            let (lo2, hi2, r2) = split_time(Some(b))?;
-            let lo = match (lo1, lo2) {
-                (Some(x), Some(y)) => Some(x.max(y)),
-                (x, y) => x.or(y),
-            };
-            let hi = match (hi1, hi2) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, y) => x.or(y),
-            };
-            let rest = match (r1, r2) {
-                (Some(x), Some(y)) => Some(Expr::And(Box::new(x), Box::new(y))),
-                (x, y) => x.or(y),
+        Expr::And(terms) => {
+            let (mut lo, mut hi, mut rest) = (None::<i64>, None::<i64>, Vec::new());
+            for term in terms {
+                let (term_lo, term_hi, term_rest) = split_time(Some(term))?;
+                lo = match (lo, term_lo) {
+                    (Some(x), Some(y)) => Some(x.max(y)),
+                    (x, y) => x.or(y),
+                };
+                hi = match (hi, term_hi) {
+                    (Some(x), Some(y)) => Some(x.min(y)),
+                    (x, y) => x.or(y),
+                };
+                match term_rest {
+                    Some(Expr::And(inner)) => rest.extend(inner),
+                    Some(other) => rest.push(other),
+                    None => {}
+                }
+            }
+            let rest = match rest.len() {
+                0 => None,
+                1 => rest.pop(),
+                _ => Some(Expr::And(rest)),
             };
             Ok((lo, hi, rest))
         }
@@ -1124,14 +1191,14 @@ fn split_time(e: Option<&Expr>) -> Result<TimeSplit, String> {
 
 fn mentions_time(e: &Expr) -> bool {
     match e {
-        Expr::And(a, b) | Expr::Or(a, b) => mentions_time(a) || mentions_time(b),
+        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(mentions_time),
         Expr::Compare { lhs, .. } => lhs.eq_ignore_ascii_case("time"),
     }
 }
 
 fn mentions_field(e: &Expr, fields: &BTreeMap<String, crate::series::FieldType>) -> bool {
     match e {
-        Expr::And(a, b) | Expr::Or(a, b) => mentions_field(a, fields) || mentions_field(b, fields),
+        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions_field(t, fields)),
         Expr::Compare { lhs, .. } => fields.contains_key(lhs),
     }
 }
@@ -1147,12 +1214,8 @@ fn eval(
     regexes: &Regexes,
 ) -> bool {
     match e {
-        Expr::And(a, b) => {
-            eval(a, tags, point, fields, regexes) && eval(b, tags, point, fields, regexes)
-        }
-        Expr::Or(a, b) => {
-            eval(a, tags, point, fields, regexes) || eval(b, tags, point, fields, regexes)
-        }
+        Expr::And(terms) => terms.iter().all(|t| eval(t, tags, point, fields, regexes)),
+        Expr::Or(terms) => terms.iter().any(|t| eval(t, tags, point, fields, regexes)),
         Expr::Compare { lhs, op, rhs } => {
             if fields.contains_key(lhs) {
                 let Some(v) = point.and_then(|p| p.get(lhs)) else {
@@ -1193,17 +1256,19 @@ fn required_tag_values<'e>(
             Some((lhs.as_str(), BTreeSet::from([value.as_str()])))
         }
         Expr::Compare { .. } => None,
-        Expr::Or(a, b) => {
-            let (key, mut values) = required_tag_values(a, fields)?;
-            let (other, more) = required_tag_values(b, fields)?;
-            (key == other).then(|| {
+        Expr::Or(terms) => {
+            let mut terms = terms.iter();
+            let (key, mut values) = required_tag_values(terms.next()?, fields)?;
+            for term in terms {
+                let (other, more) = required_tag_values(term, fields)?;
+                if other != key {
+                    return None;
+                }
                 values.extend(more);
-                (key, values)
-            })
+            }
+            Some((key, values))
         }
-        Expr::And(a, b) => {
-            required_tag_values(a, fields).or_else(|| required_tag_values(b, fields))
-        }
+        Expr::And(terms) => terms.iter().find_map(|t| required_tag_values(t, fields)),
     }
 }
 
@@ -1218,34 +1283,73 @@ fn may_hold(
     regexes: &Regexes,
 ) -> bool {
     match e {
-        Expr::And(a, b) => may_hold(a, tags, fields, regexes) && may_hold(b, tags, fields, regexes),
-        Expr::Or(a, b) => may_hold(a, tags, fields, regexes) || may_hold(b, tags, fields, regexes),
+        Expr::And(terms) => terms.iter().all(|t| may_hold(t, tags, fields, regexes)),
+        Expr::Or(terms) => terms.iter().any(|t| may_hold(t, tags, fields, regexes)),
         Expr::Compare { lhs, .. } if fields.contains_key(lhs) => true,
         Expr::Compare { .. } => eval(e, tags, None, fields, regexes),
     }
+}
+
+/// Every walk a SELECT makes of its condition, over a made-up series and
+/// point: for the fuzz target, which has no store to select from.
+#[doc(hidden)]
+pub fn walk_condition(e: &Expr) {
+    use crate::series::FieldType;
+    let fields = BTreeMap::from([
+        ("v".to_string(), FieldType::Float),
+        ("s".to_string(), FieldType::String),
+    ]);
+    let mut refs = BTreeSet::new();
+    field_refs(e, &fields, &mut refs);
+    let _ = split_time(Some(e));
+    let _ = mentions_field(e, &fields);
+    let _ = required_tag_values(e, &fields);
+    let mut regexes = Regexes::new();
+    if compile_regexes(e, &mut regexes).is_err() {
+        return;
+    }
+    let tags = BTreeMap::from([("host".to_string(), "a".to_string())]);
+    let _ = may_hold(e, &tags, &fields, &regexes);
+    let point = PointFields(vec![
+        ("v", Value::Float(1.5)),
+        ("s", Value::Str("x".into())),
+    ]);
+    let _ = eval(e, &tags, Some(&point), &fields, &regexes);
 }
 
 /// The condition's regular expressions, compiled once per statement.
 type Regexes = BTreeMap<String, regex_lite::Regex>;
 
 fn compile_regexes(e: &Expr, out: &mut Regexes) -> Result<(), String> {
+    let mut patterns = BTreeSet::new();
+    regex_patterns(e, &mut patterns);
+    let count = patterns.len();
+    for re in patterns {
+        let compiled = crate::query::compile_regex(re, count).map_err(|e| {
+            format!(
+                "invalid regular expression /{}/: {e}",
+                crate::codec::quote_prefix(re)
+            )
+        })?;
+        out.insert(re.to_string(), compiled);
+    }
+    Ok(())
+}
+
+fn regex_patterns<'e>(e: &'e Expr, out: &mut BTreeSet<&'e str>) {
     match e {
-        Expr::And(a, b) | Expr::Or(a, b) => {
-            compile_regexes(a, out)?;
-            compile_regexes(b, out)
+        Expr::And(terms) | Expr::Or(terms) => {
+            for term in terms {
+                regex_patterns(term, out);
+            }
         }
         Expr::Compare {
             rhs: Operand::Regex(re),
             ..
         } => {
-            if !out.contains_key(re) {
-                let compiled = regex_lite::Regex::new(re)
-                    .map_err(|e| format!("invalid regular expression /{re}/: {e}"))?;
-                out.insert(re.clone(), compiled);
-            }
-            Ok(())
+            out.insert(re);
         }
-        Expr::Compare { .. } => Ok(()),
+        Expr::Compare { .. } => {}
     }
 }
 
@@ -1405,7 +1509,10 @@ struct Call {
 }
 
 /// The calls of an aggregate select, and their column names.
-fn aggregate_calls(s: &Select) -> Result<Vec<(Call, String)>, String> {
+fn aggregate_calls(
+    s: &Select,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+) -> Result<Vec<(Call, String)>, String> {
     let mut calls = Vec::new();
     for f in &s.fields {
         if let SelectExpr::Call { func, field, arg } = &f.expr {
@@ -1418,6 +1525,13 @@ fn aggregate_calls(s: &Select) -> Result<Vec<(Call, String)>, String> {
                 func: Func::parse(func, *arg)?,
                 field: field.clone(),
             };
+            // `mean` of a string field is an error, not an empty answer.
+            if let Some(refusal) = fields
+                .get(field)
+                .and_then(|ty| call.func.refusal(func, *ty))
+            {
+                return Err(refusal);
+            }
             calls.push((call, f.alias.clone().unwrap_or_else(|| func.clone())));
         }
     }

@@ -109,11 +109,17 @@ pub enum Fill {
     Value(f64),
 }
 
-/// A `WHERE` condition.
+/// A `WHERE` condition. A chain of `AND`s (or of `OR`s) is one node of
+/// all its terms, so a dashboard's thousands of `OR`ed values make a flat
+/// list rather than a tree as deep as the list is long, and the tree is
+/// only as deep as its parentheses, which [`MAX_CONDITION_DEPTH`] bounds:
+/// every walk of it (and its drop) recurses at most that deep.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
-    And(Box<Expr>, Box<Expr>),
-    Or(Box<Expr>, Box<Expr>),
+    /// Two or more terms, all of which hold.
+    And(Vec<Expr>),
+    /// Two or more terms, one of which holds.
+    Or(Vec<Expr>),
     Compare {
         lhs: String,
         op: CompareOp,
@@ -166,12 +172,14 @@ enum Token {
 }
 
 impl Token {
+    /// The token as an error quotes it: a bounded prefix of what it holds.
     fn describe(&self) -> String {
+        use crate::codec::quote_prefix;
         match self {
-            Token::Ident(s) | Token::Number(s) => s.clone(),
-            Token::Quoted(s) => format!("\"{s}\""),
-            Token::Str(s) => format!("'{s}'"),
-            Token::Regex(r) => format!("/{r}/"),
+            Token::Ident(s) | Token::Number(s) => quote_prefix(s).into_owned(),
+            Token::Quoted(s) => format!("\"{}\"", quote_prefix(s)),
+            Token::Str(s) => format!("'{}'", quote_prefix(s)),
+            Token::Regex(r) => format!("/{}/", quote_prefix(r)),
             Token::Op(o) => o.to_string(),
             Token::Punct(c) => c.to_string(),
             Token::Semicolon => ";".into(),
@@ -328,9 +336,16 @@ fn lex(text: &str) -> Result<Vec<Located>, String> {
     Ok(out)
 }
 
+/// How deep a condition's parentheses may nest. InfluxDB has no limit
+/// (Go's stacks grow); ours do not, and every walk of a condition recurses
+/// once per level. What dashboards write nests two or three deep.
+pub const MAX_CONDITION_DEPTH: usize = 100;
+
 struct Parser {
     tokens: Vec<Located>,
     at: usize,
+    /// Parentheses open around the condition being parsed.
+    depth: usize,
 }
 
 impl Parser {
@@ -792,27 +807,46 @@ impl Parser {
     }
 
     fn or_expr(&mut self) -> Result<Expr, String> {
-        let mut lhs = self.and_expr()?;
-        while self.accept("OR") {
-            let rhs = self.and_expr()?;
-            lhs = Expr::Or(Box::new(lhs), Box::new(rhs));
+        let first = self.and_expr()?;
+        if !self.peek().is_word("OR") {
+            return Ok(first);
         }
-        Ok(lhs)
+        let mut terms = Vec::new();
+        push_term(&mut terms, first, Junction::Or);
+        while self.accept("OR") {
+            let term = self.and_expr()?;
+            push_term(&mut terms, term, Junction::Or);
+        }
+        Ok(Expr::Or(terms))
     }
 
     fn and_expr(&mut self) -> Result<Expr, String> {
-        let mut lhs = self.primary()?;
-        while self.accept("AND") {
-            let rhs = self.primary()?;
-            lhs = Expr::And(Box::new(lhs), Box::new(rhs));
+        let first = self.primary()?;
+        if !self.peek().is_word("AND") {
+            return Ok(first);
         }
-        Ok(lhs)
+        let mut terms = Vec::new();
+        push_term(&mut terms, first, Junction::And);
+        while self.accept("AND") {
+            let term = self.primary()?;
+            push_term(&mut terms, term, Junction::And);
+        }
+        Ok(Expr::And(terms))
     }
 
     fn primary(&mut self) -> Result<Expr, String> {
         if self.is_punct('(') {
+            if self.depth == MAX_CONDITION_DEPTH {
+                let (_, line, col) = &self.tokens[self.at];
+                return Err(format!(
+                    "the condition nests parentheses more than {MAX_CONDITION_DEPTH} deep at \
+                     line {line}, char {col} (the limit); write it with fewer"
+                ));
+            }
             self.next();
+            self.depth += 1;
             let e = self.or_expr()?;
+            self.depth -= 1;
             self.punct(')')?;
             return Ok(e);
         }
@@ -865,9 +899,9 @@ impl Parser {
             Token::Str(s) => {
                 self.next();
                 if time {
-                    Operand::Time(
-                        parse_rfc3339(&s).ok_or_else(|| format!("invalid time string: {s:?}"))?,
-                    )
+                    Operand::Time(parse_rfc3339(&s).ok_or_else(|| {
+                        format!("invalid time string: {:?}", crate::codec::quote_prefix(&s))
+                    })?)
                 } else {
                     Operand::Str(s)
                 }
@@ -911,12 +945,30 @@ impl Parser {
     }
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Junction {
+    And,
+    Or,
+}
+
+/// Adds `term` to a chain of `junction`s, its own terms in its place
+/// when it is a chain of the same (`(a OR b) OR c` is `a OR b OR c`).
+fn push_term(terms: &mut Vec<Expr>, term: Expr, junction: Junction) {
+    match (term, junction) {
+        (Expr::And(inner), Junction::And) | (Expr::Or(inner), Junction::Or) => {
+            terms.extend(inner);
+        }
+        (other, _) => terms.push(other),
+    }
+}
+
 /// A time written as a number: nanoseconds, or with a unit (`1596240000000ms`).
 fn time_number(n: &str) -> Result<i64, String> {
     if n.bytes().all(|b| b.is_ascii_digit()) {
-        n.parse().map_err(|_| format!("invalid time: {n}"))
+        n.parse()
+            .map_err(|_| format!("invalid time: {}", crate::codec::quote_prefix(n)))
     } else {
-        parse_duration(n).ok_or_else(|| format!("invalid time: {n}"))
+        parse_duration(n).ok_or_else(|| format!("invalid time: {}", crate::codec::quote_prefix(n)))
     }
 }
 
@@ -1018,7 +1070,11 @@ pub use crate::clock::format_rfc3339;
 /// InfluxDB's parse error text (without its "error parsing query: ").
 pub fn parse(text: &str) -> Result<Vec<Statement>, String> {
     let tokens = lex(text)?;
-    let mut p = Parser { tokens, at: 0 };
+    let mut p = Parser {
+        tokens,
+        at: 0,
+        depth: 0,
+    };
     let mut out = Vec::new();
     loop {
         while matches!(p.peek(), Token::Semicolon) {
@@ -1141,17 +1197,18 @@ mod tests {
             (s.limit, s.offset, s.slimit, s.soffset),
             (Some(10), 1, Some(2), 3)
         );
-        let Some(Expr::And(lhs, rhs)) = &s.condition else {
+        // One chain of its three ANDs.
+        let Some(Expr::And(terms)) = &s.condition else {
             panic!("{:?}", s.condition);
         };
-        assert!(matches!(**lhs, Expr::And(..)));
-        let Expr::Compare {
+        assert_eq!(terms.len(), 3);
+        let Some(Expr::Compare {
             op,
             rhs: Operand::Time(t),
             ..
-        } = &**rhs
+        }) = terms.last()
         else {
-            panic!("{rhs:?}");
+            panic!("{terms:?}");
         };
         assert_eq!(*op, CompareOp::LtEq);
         assert!(*t > 1_700_000_000_000_000_000);
@@ -1201,6 +1258,49 @@ mod tests {
             panic!("{parsed:?}");
         };
         assert!(s.fields.is_empty());
+    }
+
+    #[test]
+    fn deep_and_long_conditions_are_bounded_not_recursed() {
+        // 3,000 parentheses, and 10,000 unbalanced ones, aborted the
+        // server (stack overflow): refused, naming the limit.
+        let deep = format!(
+            "SELECT v FROM m WHERE {}a = '1'{}",
+            "(".repeat(3000),
+            ")".repeat(3000)
+        );
+        let unbalanced = format!("SELECT v FROM m WHERE {}", "(".repeat(10_000));
+        for q in [deep, unbalanced] {
+            let e = parse(&q).expect_err("too deep");
+            assert!(e.contains("more than 100 deep"), "{e}");
+        }
+        let at_limit = format!(
+            "SELECT v FROM m WHERE {}a = '1'{}",
+            "(".repeat(MAX_CONDITION_DEPTH),
+            ")".repeat(MAX_CONDITION_DEPTH)
+        );
+        assert!(parse(&at_limit).is_ok());
+        // 100,000 ORs are one node of their terms, not a tree as deep.
+        let ors = (0..100_000)
+            .map(|i| format!("host = 'h{i}'"))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        let parsed = parse(&format!("SELECT v FROM m WHERE {ors}")).expect("parses");
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("one select");
+        };
+        assert!(matches!(&s.condition, Some(Expr::Or(t)) if t.len() == 100_000));
+        // A chain in parentheses inside a chain of the same joins it.
+        let parsed = parse("SELECT v FROM m WHERE (a = '1' OR b = '2') OR (c = '3' AND d = '4')")
+            .expect("parses");
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("one select");
+        };
+        let Some(Expr::Or(terms)) = &s.condition else {
+            panic!("{:?}", s.condition);
+        };
+        assert_eq!(terms.len(), 3);
+        assert!(matches!(&terms[2], Expr::And(t) if t.len() == 2));
     }
 
     #[test]

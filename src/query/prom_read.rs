@@ -42,7 +42,7 @@ pub struct ReadRange {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("bad regex `{0}`: {1}")]
+    #[error("bad regex `{}`: {}", crate::codec::quote_prefix(.0), .1)]
     BadRegex(String, String),
     /// Past the samples the read was allowed (the budget it was given).
     #[error("the read would answer more than {0} samples")]
@@ -67,11 +67,15 @@ pub fn read(
         start_ms, end_ms, ..
     } = range;
     let mut compiled = Vec::with_capacity(matchers.len());
+    let regexes = matchers
+        .iter()
+        .filter(|m| matches!(m.op, MatchOp::Regex | MatchOp::NotRegex))
+        .count();
     for m in matchers {
         let re = match m.op {
             MatchOp::Regex | MatchOp::NotRegex => Some(
-                regex_lite::Regex::new(&format!("^(?:{})$", m.value))
-                    .map_err(|e| ReadError::BadRegex(m.value.clone(), e.to_string()))?,
+                crate::query::compile_regex(&format!("^(?:{})$", m.value), regexes)
+                    .map_err(|e| ReadError::BadRegex(m.value.clone(), e))?,
             ),
             _ => None,
         };

@@ -11,7 +11,7 @@ inputs=("tests/fuzz/seeds/$t")
 log="tests/fuzz/artifacts/$t/last-run.log"
 echo "fuzz $t for $seconds s"
 if RUSTC_BOOTSTRAP=1 "${CARGO:-cargo}" fuzz run --fuzz-dir tests/fuzz -O "$t" "tests/fuzz/corpus/$t" "${inputs[@]}" \
-     -- -max_total_time="$seconds" -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1; then
+     -- -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1; then
   grep -E "DONE|stat::number_of_executed_units" "$log" | sed "s/^/$t: /"
 else
   tail -40 "$log"
