@@ -52,6 +52,20 @@ pub trait PointFields {
     }
 }
 
+/// The longest series key InfluxDB takes (`cpu,host=a`: the measurement
+/// and each tag as `,key=value`); a longer one's point is refused, as
+/// InfluxDB's `max key length exceeded`.
+pub const MAX_SERIES_KEY_LEN: usize = 65_535;
+
+/// Whether a point names one tag key twice (`cpu,host=a,host=b`), which
+/// every door refuses as InfluxDB does rather than pick one.
+pub fn has_duplicate_tag_keys(point: &impl PointFields) -> bool {
+    point
+        .tags()
+        .enumerate()
+        .any(|(i, (k, _))| point.tags().skip(i + 1).any(|(other, _)| other == k))
+}
+
 /// A Prometheus sample as a point: `__name__` the measurement, the other
 /// labels its tags, one field `value`, the time in ms.
 pub struct SamplePoint<'a> {
@@ -457,7 +471,7 @@ impl<'t> PointEncoder<'t> {
                 let precision = precision.unwrap_or(Precision::Milliseconds);
                 for (i, point) in points.into_iter().enumerate() {
                     self.point_number = i + 1;
-                    let outcome = JsonPoint::read(point).and_then(|jp| {
+                    let outcome = point.and_then(JsonPoint::read).and_then(|jp| {
                         self.point_ttl = jp.ttl_ms.or(self.write_ttl);
                         jp.to_point().and_then(|p| self.add(&p, precision, now_ms))
                     });
@@ -581,9 +595,16 @@ impl<'t> PointEncoder<'t> {
         let table = self.table;
         let unit = table.key.time_unit;
         let (time, exact) = match point.timestamp() {
-            Some(t) => precision
-                .to_unit(t, unit)
-                .ok_or_else(|| format!("timestamp {t} is before 1970 or out of range"))?,
+            Some(t) => precision.to_unit(t, unit).ok_or_else(|| {
+                if t < 0 {
+                    format!("timestamp {t} is before 1970, the earliest a point may have")
+                } else {
+                    format!(
+                        "timestamp {t} is out of range: after \
+                         2262-04-11T23:47:16.854775806Z, the latest a point may have"
+                    )
+                }
+            })?,
             None => Precision::Milliseconds
                 .to_unit(now_ms as i64, unit)
                 .ok_or("the clock is out of range")?,
@@ -614,9 +635,16 @@ impl<'t> PointEncoder<'t> {
                 }
                 _ => {}
             }
-            if name.len() > MAX_QUALIFIER_LEN {
+            // A table of open tag sets records each field name in its
+            // dictionary, whose rows hold the table's name too.
+            let max_name = if table.key.tags.is_some() {
+                crate::series::max_field_name_len(&table.name.table)
+            } else {
+                MAX_QUALIFIER_LEN
+            };
+            if name.len() > max_name {
                 return Err(format!(
-                    "a field name is {} bytes, over the limit of {MAX_QUALIFIER_LEN}",
+                    "a field name is {} bytes, over the limit of {max_name}",
                     name.len()
                 ));
             }
@@ -797,17 +825,36 @@ impl<'t> PointEncoder<'t> {
                 ));
             }
         }
+        // What refuses a point is checked before the dictionary records
+        // any of its names: a refused point leaves nothing behind.
+        let key_len = point
+            .tags()
+            .fold(measurement.len(), |n, (k, v)| n + k.len() + v.len() + 2);
+        if key_len > MAX_SERIES_KEY_LEN {
+            return Err(format!(
+                "max key length exceeded: {key_len} > {MAX_SERIES_KEY_LEN}"
+            ));
+        }
+        if has_duplicate_tag_keys(point) {
+            return Err("duplicate tags".into());
+        }
+        let names = || {
+            std::iter::once((UidKind::Metric, measurement)).chain(
+                point
+                    .tags()
+                    .flat_map(|(k, v)| [(UidKind::TagKey, k), (UidKind::TagValue, v)]),
+            )
+        };
+        // At its limit a table takes points of the series it holds only:
+        // a point with a name the dictionary lacks is of a new series.
+        let at_limit = dictionary.series_count(table_name) as u64 >= open.series_limit;
+        if at_limit && !dictionary.known_uids_into(names(), &mut self.uids) {
+            return Err(self.over_limit(open));
+        }
         // The measurement's UID, then each tag's key and value UIDs.
-        dictionary.uids_into(
-            || {
-                std::iter::once((UidKind::Metric, measurement)).chain(
-                    point
-                        .tags()
-                        .flat_map(|(k, v)| [(UidKind::TagKey, k), (UidKind::TagValue, v)]),
-                )
-            },
-            &mut self.uids,
-        );
+        dictionary
+            .uids_into(names, &mut self.uids)
+            .map_err(|e| e.to_string())?;
         let new_names = self.uids.iter().any(|&(_, new)| new);
         self.undurable |= new_names;
         let metric = self.uids[0].0;
@@ -815,13 +862,13 @@ impl<'t> PointEncoder<'t> {
         self.tag_uids
             .extend(self.uids[1..].chunks_exact(2).map(|kv| (kv[0].0, kv[1].0)));
         self.tag_uids.sort_unstable();
-        if self.tag_uids.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err("duplicate tags".into());
-        }
         table
             .key
             .encode_tag_key(metric, &self.tag_uids, time, &mut self.key);
         let series = &self.key[table.key.prefix_len()..self.key.len() - 8];
+        if at_limit && !dictionary.has_series(table_name, series) {
+            return Err(self.over_limit(open));
+        }
         match dictionary.series(table_name, series, open.series_limit) {
             SeriesOutcome::Known => {
                 if let Some(text) = text.filter(|_| !new_names) {
@@ -829,18 +876,23 @@ impl<'t> PointEncoder<'t> {
                 }
             }
             SeriesOutcome::Pending => self.undurable = true,
-            SeriesOutcome::OverLimit => {
-                self.series_refused += 1;
-                metrics::counter!("halite_series_refused_total", "table" => table.name.to_string())
-                    .increment(1);
-                return Err(format!(
-                    "table `{}` holds its limit of {} series: points of new series are refused \
-                     (raise the table's series_limit, or drop series)",
-                    table.name, open.series_limit
-                ));
-            }
+            SeriesOutcome::OverLimit => return Err(self.over_limit(open)),
         }
         Ok(())
+    }
+
+    /// Counts a point of a new series refused at the table's limit, and
+    /// says so.
+    fn over_limit(&mut self, open: &OpenTags) -> String {
+        let table = self.table;
+        self.series_refused += 1;
+        metrics::counter!("halite_series_refused_total", "table" => table.name.to_string())
+            .increment(1);
+        format!(
+            "table `{}` holds its limit of {} series: points of new series are refused \
+             (raise the table's series_limit, or drop series)",
+            table.name, open.series_limit
+        )
     }
 
     /// The uniquifier of a point that carries none.
@@ -889,11 +941,12 @@ impl<'t> PointEncoder<'t> {
         self.key_tag_name_ends.clear();
         for (i, (k, _)) in point.tags().enumerate() {
             match table.key.fields.iter().position(|f| f.name == k) {
-                // Of two tags of one name, the first is the key's.
                 Some(field) if self.key_tags[field] == NO_TAG => {
                     self.key_tags[field] = u32::try_from(i).unwrap_or(NO_TAG);
                 }
-                Some(_) => {}
+                // Of two tags of one name neither is the key's: InfluxDB
+                // refuses such a point, and so does every door here.
+                Some(_) => return Err("duplicate tags".into()),
                 None => {
                     return Err(format!(
                         "tag `{}` is not a key field of table `{}` (key fields: {})",
@@ -1362,20 +1415,12 @@ mod tests {
             }
         }
         assert_eq!(row, batch.rows());
-        // The cases meant: refusals among them, and the first of two tags
-        // of one name is the key's.
+        // The cases meant: refusals among them, and two tags of one name
+        // refused as InfluxDB refuses them (the first was the key's).
         let refused = together.iter().filter(|o| o.is_err()).count();
-        assert_eq!(refused, 4, "{together:?}");
-        let first = t
-            .key
-            .encode_ordered(&[
-                FieldValue::Str("cpu".into()),
-                FieldValue::Str("d9".into()),
-                FieldValue::Str("h9".into()),
-                FieldValue::Uint(1000),
-            ])
-            .expect("key");
-        assert_eq!(alone[8].1.as_deref(), Some(first.as_slice()));
+        assert_eq!(refused, 6, "{together:?}");
+        assert_eq!(together[8], Err("duplicate tags".to_string()));
+        assert_eq!(together[9], Err("duplicate tags".to_string()));
     }
 
     /// A series met again (in the same body, or in the thread's next

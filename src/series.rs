@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use crate::catalog::{CreateTable, TableName};
-use crate::cell::RowMutation;
+use crate::cell::{MAX_ROW_LEN, RowMutation};
 use crate::codec::quote_prefix;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, KeyField, KeySchema, decode_tag_series};
@@ -36,6 +36,32 @@ const QUALIFIER: &[u8] = b"v";
 /// make_durable): one fixed version makes that a no-op.
 const VERSION: u64 = 1;
 
+/// The longest name (a metric, tag key or tag value) the dictionary
+/// holds: its `u` row is the name behind two bytes, and a row key is at
+/// most [`MAX_ROW_LEN`] bytes.
+pub const MAX_NAME_LEN: usize = MAX_ROW_LEN - 2;
+
+/// The longest field name a table of open tag sets called `table` may
+/// have: its `f` row is the name behind the table's.
+pub fn max_field_name_len(table: &str) -> usize {
+    MAX_ROW_LEN - 2 - table.len()
+}
+
+/// A name too long for the dictionary to hold. Checked before anything
+/// is recorded: a refused point leaves no entry behind, which would make
+/// every later write of something new fail with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} `{}` is {len} bytes, over the limit of {max}",
+    quote_prefix(name)
+)]
+pub struct NameTooLong {
+    pub what: &'static str,
+    pub name: String,
+    pub len: usize,
+    pub max: usize,
+}
+
 /// What a UID names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UidKind {
@@ -45,6 +71,15 @@ pub enum UidKind {
 }
 
 impl UidKind {
+    /// What a name of this kind is called in messages.
+    fn noun(self) -> &'static str {
+        match self {
+            UidKind::Metric => "measurement",
+            UidKind::TagKey => "tag key",
+            UidKind::TagValue => "tag value",
+        }
+    }
+
     fn from_byte(b: u8) -> Option<UidKind> {
         match b {
             1 => Some(UidKind::Metric),
@@ -349,8 +384,9 @@ impl Dictionary {
     }
 
     /// The UID of `name`, assigned (in memory) when new; `true` with it
-    /// when it is not durable yet.
-    pub fn uid(&self, kind: UidKind, name: &str) -> (u32, bool) {
+    /// when it is not durable yet. The caller has checked the name's
+    /// length ([`MAX_NAME_LEN`]).
+    fn uid(&self, kind: UidKind, name: &str) -> (u32, bool) {
         if let Some(a) = self.state.read().uids[kind as usize].get(name) {
             return (a.uid, !a.durable);
         }
@@ -375,8 +411,13 @@ impl Dictionary {
     /// The UIDs of `names()` in order, each with whether it is new (as
     /// [`Dictionary::uid`]), into `out`. A point asks for about 21; all
     /// known ones are read under one shared lock, since taking it once a
-    /// name made its cache line bounce between the writer threads.
-    pub fn uids_into<'n, I>(&self, names: impl Fn() -> I, out: &mut Vec<(u32, bool)>)
+    /// name made its cache line bounce between the writer threads. A name
+    /// over [`MAX_NAME_LEN`] refuses them all, before any is assigned.
+    pub fn uids_into<'n, I>(
+        &self,
+        names: impl Fn() -> I,
+        out: &mut Vec<(u32, bool)>,
+    ) -> std::result::Result<(), NameTooLong>
     where
         I: Iterator<Item = (UidKind, &'n str)>,
     {
@@ -390,9 +431,49 @@ impl Dictionary {
                 }
             }
         }
+        if let Some((kind, name)) = names()
+            .skip(out.len())
+            .find(|(_, name)| name.len() > MAX_NAME_LEN)
+        {
+            out.clear();
+            return Err(NameTooLong {
+                what: kind.noun(),
+                name: name.to_string(),
+                len: name.len(),
+                max: MAX_NAME_LEN,
+            });
+        }
         for (kind, name) in names().skip(out.len()) {
             out.push(self.uid(kind, name));
         }
+        Ok(())
+    }
+
+    /// The UIDs of `names()` in order into `out`, assigning none: `false`
+    /// (and `out` cut short) at the first name not in the dictionary.
+    pub fn known_uids_into<'n>(
+        &self,
+        names: impl Iterator<Item = (UidKind, &'n str)>,
+        out: &mut Vec<(u32, bool)>,
+    ) -> bool {
+        out.clear();
+        let state = self.state.read();
+        for (kind, name) in names {
+            match state.uids[kind as usize].get(name) {
+                Some(a) => out.push((a.uid, !a.durable)),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Whether `table` holds `series`, durable or not.
+    pub fn has_series(&self, table: &str, series: &[u8]) -> bool {
+        self.state
+            .read()
+            .series
+            .get(table)
+            .is_some_and(|s| s.contains_key(series))
     }
 
     /// The metric UID of the series `text` writes in `table`, its tag
@@ -479,6 +560,30 @@ impl Dictionary {
                 return Ok(undurable);
             }
         }
+        // A new name too long to record refuses the point (a known one was
+        // checked when it was recorded).
+        let max = max_field_name_len(table);
+        if let Some((field, _)) = fields.clone().find(|(f, _)| f.len() > max) {
+            return Err(NameTooLong {
+                what: "field name",
+                name: field.to_string(),
+                len: field.len(),
+                max,
+            }
+            .to_string());
+        }
+        // One name twice in a point with two types, one of them new, is
+        // refused before either is recorded (when both are known, one
+        // conflicts above).
+        for (i, (field, ty)) in fields.clone().enumerate() {
+            if let Some((_, other)) = fields
+                .clone()
+                .skip(i + 1)
+                .find(|(f, t)| *f == field && *t != ty)
+            {
+                return Err(conflict(field, other, ty));
+            }
+        }
         let mut state = self.state.write();
         let of_table = state.fields.entry(table.into()).or_default();
         // Checked again: another writer may have recorded one meanwhile.
@@ -495,7 +600,7 @@ impl Dictionary {
                 self.dirty.store(true, Ordering::Release);
                 (ty, false)
             });
-            // One name twice in a point, with two types.
+            // Refused before the lock; kept so no path records half a point.
             if had != ty {
                 return Err(conflict(field, ty, had));
             }

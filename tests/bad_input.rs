@@ -1,6 +1,6 @@
 //! Bad input at the edges (issue #7), against the real server: oversized
 //! bodies (declared and chunked), keys past 64 KiB, invalid UTF-8 in tags,
-//! NaN and infinities, timestamps before 1970 and far in the future,
+//! NaN and infinities, timestamps before 1970 and after 2262,
 //! unknown tables, wrong content types, and slow, stalled and abandoned
 //! clients. Each gets a clear error (status, code, a message saying what
 //! to do) and changes nothing else: good points sent beside bad ones are
@@ -129,9 +129,17 @@ fn bad_points_are_refused_with_a_reason_and_good_ones_beside_them_land() {
         next_good(),
         "not an integer",
     );
-    // Far in the future but representable: stored and read back.
-    let far = 9_000_000_000_000_000u64;
-    let r = write(a, format!("cpu,host=future usage_user=7 {far}").as_bytes());
+    // Past 2262 (InfluxDB's last time, in nanoseconds) is refused in a
+    // table of milliseconds too, one rule for every door; the last
+    // millisecond before it is stored and read back.
+    refused_beside_a_good_point(
+        a,
+        "cpu,host=future usage_user=7 9000000000000000",
+        next_good(),
+        "after 2262",
+    );
+    let last = 9_223_372_036_854u64;
+    let r = write(a, format!("cpu,host=future usage_user=7 {last}").as_bytes());
     assert_eq!(r.status, 204, "{}", r.text());
     assert_eq!(points_of(a, "future"), 1);
 

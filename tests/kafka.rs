@@ -57,7 +57,8 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
         .expect("producer");
     let long_host = "h".repeat(40);
     // Bad values, a tag too wide for its key field, a key past 64 KiB, a
-    // NaN, a message of 600 KB.
+    // NaN, a message of 600 KB, a tag named twice (the first was taken),
+    // a time past 2262 (stored).
     let poison_lines = [
         "cpu,host=host_0001 usage_user=oops 1700000000000".to_string(),
         format!("cpu,host={long_host} usage_user=1 1700000000000"),
@@ -67,6 +68,8 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
             "cpu,host=big_msg usage_user=1 1700000000000\n{}",
             "cpu,host=big_msg usage_user=\"x\" bad\n".repeat(15_000)
         ),
+        "cpu,host=host_0003,host=host_0004 usage_user=1 1700000000000".to_string(),
+        "cpu,host=host_0005 usage_user=1 9223372036854775807".to_string(),
     ];
     let json_good = json!([
         {"metric": "cpu", "tags": {"host": "json_a"}, "ts": 1_700_000_000_000u64, "fields": {"usage_user": 1.5}},
@@ -76,6 +79,8 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     let poison_json = [
         "{not json".to_string(),
         json!({"metric": "cpu", "tags": {"host": "json_c"}, "ts": 1, "fields": {"usage_user": {"nested": 1}}})
+            .to_string(),
+        r#"{"metric": "cpu", "tags": {"host": "json_e", "host": "json_f"}, "ts": 1700000000000, "fields": {"usage_user": 1}}"#
             .to_string(),
     ];
     for line in &poison_lines {
@@ -119,13 +124,13 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     producer.flush(Duration::from_secs(30)).expect("flush");
 
     let s = wait_for(&srv.addr, "every message handled and committed", |s| {
-        committed_total(s, "cpu") == cpu_messages + 5 && committed_total(s, "cpu_json") == 7
+        committed_total(s, "cpu") == cpu_messages + 7 && committed_total(s, "cpu_json") == 8
     });
     // The good line of the 600 KB message lands; its bad lines are the
     // message's reason to be dead-lettered.
     assert_eq!(s["points"], POINTS + 3 + 12, "{s}");
-    assert_eq!(s["bad_messages"], 8, "{s}");
-    assert_eq!(s["dead_lettered"], 8, "{s}");
+    assert_eq!(s["bad_messages"], 11, "{s}");
+    assert_eq!(s["dead_lettered"], 11, "{s}");
     assert_eq!(s["batches_failed"], 0, "{s}");
     assert_eq!(s["deletes"], 1, "{s}");
     let answer = query(
@@ -192,7 +197,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     consumer.assign(&tpl).expect("assign");
     let mut dead = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while dead.len() < 8 && Instant::now() < deadline {
+    while dead.len() < 11 && Instant::now() < deadline {
         if let Some(m) = consumer.poll(Duration::from_millis(200)) {
             let m = m.expect("dead letter");
             let headers = m.headers().expect("headers");
@@ -220,7 +225,7 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
         .chain(std::iter::once((bad_delete.clone(), "cpu_json")))
         .collect();
     want.sort();
-    assert_eq!(dead.len(), 8, "{dead:?}");
+    assert_eq!(dead.len(), 11, "{dead:?}");
     for ((payload, reason, source), (want_payload, want_source)) in dead.iter().zip(&want) {
         assert_eq!(payload, want_payload);
         assert_eq!(source, want_source);
@@ -230,6 +235,17 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     assert!(dead.iter().any(|d| d.1.contains("JSON")), "{dead:?}");
     assert!(dead.iter().any(|d| d.1.contains("finite")), "{dead:?}");
     assert!(dead.iter().any(|d| d.1.contains("`series`")), "{dead:?}");
+    assert_eq!(
+        dead.iter()
+            .filter(|d| d.1.contains("duplicate tags"))
+            .count(),
+        2,
+        "{dead:?}"
+    );
+    assert!(
+        dead.iter().any(|d| d.1.contains("out of range")),
+        "{dead:?}"
+    );
 
     // A clean stop commits; a restart resumes after it and replays nothing.
     server::stop(srv);
@@ -248,9 +264,9 @@ fn kafka_points_land_bad_ones_are_dead_lettered_and_commits_resume() {
     // After the restart every partition shows its committed offset (not
     // only those this process committed since) and its durable position.
     let s = wait_for(&srv.addr, "the late message committed", |s| {
-        committed_total(s, "cpu") == cpu_messages + 6
+        committed_total(s, "cpu") == cpu_messages + 8
     });
-    assert_eq!(committed_total(&s, "cpu_json"), 7, "{s}");
+    assert_eq!(committed_total(&s, "cpu_json"), 8, "{s}");
     let partitions = s["partitions"].as_array().expect("partitions");
     assert_eq!(partitions.len(), 10, "{s}");
     // Every cpu partition had messages; cpu_json's keyed ones all went to

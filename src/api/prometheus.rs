@@ -229,6 +229,23 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
             });
             continue;
         };
+        // As Prometheus' TSDB: a label named twice (`__name__` too) makes
+        // no series, rather than one of either value.
+        if let Some((twice, _)) = one
+            .labels
+            .iter()
+            .enumerate()
+            .find(|(i, (k, _))| one.labels[i + 1..].iter().any(|(other, _)| other == k))
+            .map(|(_, label)| label)
+        {
+            refused.get_or_insert_with(|| {
+                format!(
+                    "label name {:?} is not unique: invalid sample",
+                    crate::codec::quote_prefix(twice)
+                )
+            });
+            continue;
+        }
         for &(value, timestamp_ms) in &one.samples {
             let point = SamplePoint {
                 metric,

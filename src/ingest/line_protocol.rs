@@ -47,6 +47,12 @@ pub enum Precision {
     Hours,
 }
 
+/// The latest time a point may have, in nanoseconds: InfluxDB's
+/// (2262-04-11T23:47:16.854775806Z, the last of a signed 64-bit count of
+/// nanoseconds but one). Every door refuses a later point, whatever its
+/// table's time unit, so one point means the same through each.
+pub const MAX_TIME_NS: u64 = i64::MAX as u64 - 1;
+
 impl Precision {
     pub fn parse(s: &str) -> Option<Precision> {
         Some(match s {
@@ -69,8 +75,8 @@ impl Precision {
     }
 
     /// A timestamp in this precision as a time in `unit`, and whether it
-    /// was exact (no finer digits dropped); `None` before 1970 or past the
-    /// u64 range.
+    /// was exact (no finer digits dropped); `None` before 1970 or past
+    /// [`MAX_TIME_NS`], whatever the unit.
     pub fn to_unit(self, ts: i64, unit: TimeUnit) -> Option<(u64, bool)> {
         let ts = u64::try_from(ts).ok()?;
         let ts = match self {
@@ -78,6 +84,10 @@ impl Precision {
             Precision::Hours => ts.checked_mul(3600)?,
             _ => ts,
         };
+        let ns_per = 1_000_000_000 / self.unit().per_second();
+        if ts.checked_mul(ns_per)? > MAX_TIME_NS {
+            return None;
+        }
         let (from, to) = (self.unit().per_second(), unit.per_second());
         if from >= to {
             let step = from / to;
@@ -779,5 +789,21 @@ mod tests {
             None
         );
         assert_eq!(Precision::Milliseconds.to_unit(-1, ms), None);
+        // Past 2262 in nanoseconds: refused in a table of milliseconds too
+        // (the year 292,278,994 was stored).
+        assert_eq!(Precision::Milliseconds.to_unit(i64::MAX, ms), None);
+        assert_eq!(
+            Precision::Milliseconds.to_unit(9_223_372_036_854, ms),
+            Some((9_223_372_036_854, true))
+        );
+        assert_eq!(Precision::Milliseconds.to_unit(9_223_372_036_855, ms), None);
+        assert_eq!(
+            Precision::Nanoseconds.to_unit(i64::MAX - 1, TimeUnit::Nanoseconds),
+            Some((i64::MAX as u64 - 1, true))
+        );
+        assert_eq!(
+            Precision::Nanoseconds.to_unit(i64::MAX, TimeUnit::Nanoseconds),
+            None
+        );
     }
 }

@@ -108,6 +108,7 @@ fn sample(raw: &[u8]) -> Result<(f64, i64), RemoteWriteError> {
     Ok((value, timestamp))
 }
 
+const MAX_FIELD_NUMBER: u64 = (1 << 29) - 1;
 const VARINT: u8 = 0;
 const I64: u8 = 1;
 const LEN: u8 = 2;
@@ -146,7 +147,15 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         let k = self.varint()?;
-        Ok(Some((k >> 3, (k & 7) as u8)))
+        let field = k >> 3;
+        // Protobuf's field numbers are 1 to 2^29 - 1: zero bytes (field
+        // 0) are no message, and were read as an empty request.
+        if field == 0 || field > MAX_FIELD_NUMBER {
+            return Err(RemoteWriteError::Protobuf(
+                "a field number outside 1..=536870911",
+            ));
+        }
+        Ok(Some((field, (k & 7) as u8)))
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], RemoteWriteError> {
@@ -329,5 +338,23 @@ mod tests {
             decode_series_list(&[0x0f]),
             Err(RemoteWriteError::Protobuf("an unknown wire type"))
         );
+    }
+
+    #[test]
+    fn zero_bytes_are_no_write_request() {
+        // 64 MiB of them was taken as an empty request (204).
+        let zeros = snap::raw::Encoder::new()
+            .compress_vec(&vec![0u8; 1 << 20])
+            .expect("compress");
+        assert_eq!(
+            decode_write_request(&zeros),
+            Err(RemoteWriteError::Protobuf(
+                "a field number outside 1..=536870911"
+            ))
+        );
+        // Field 0 inside a series, and a field number past 2^29 - 1.
+        assert!(decode_series_list(&[0x0a, 0x02, 0x00, 0x00]).is_err());
+        assert!(decode_series_list(&[0x80, 0x80, 0x80, 0x80, 0x10, 0x00]).is_err());
+        assert_eq!(decode_series_list(&[]), Ok(Vec::new()));
     }
 }
