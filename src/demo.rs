@@ -14,6 +14,15 @@ use crate::tsbs;
 /// tables (data in a fresh directory), produces TSBS-style points into the
 /// first topic, waits until they are durable and committed, prints a
 /// query's answer and where to look, and runs until Ctrl-C.
+/// A line on stdout, or nothing when stdout is gone (`make run | tee`,
+/// whose `tee` a Ctrl-C ends first): `println!` would panic there.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub fn demo(
     mut config: Config,
     tansu: Option<PathBuf>,
@@ -36,7 +45,7 @@ pub fn demo(
         .map(|t| t.topic.clone())
         .ok_or("the config has no [[kafka.topics]] to feed")?;
     let broker = DemoBroker::start(&tansu)?;
-    println!("kafka broker (Tansu) on {}", broker.bootstrap);
+    say!("kafka broker (Tansu) on {}", broker.bootstrap);
     for t in &config.kafka.topics {
         broker.create_topic(&t.topic, 8)?;
     }
@@ -47,13 +56,13 @@ pub fn demo(
     let bootstrap = broker.bootstrap.clone();
     std::thread::spawn(move || {
         if let Err(e) = feed(&api, &bootstrap, &topic, hosts, points) {
-            eprintln!("demo: {e}");
+            say!("demo: {e}");
         }
     });
     let served = crate::app::serve(config);
     drop(broker);
     if keep {
-        println!("the data stays in {}", dir.display());
+        say!("the data stays in {}", dir.display());
     } else {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -132,7 +141,7 @@ impl DemoBroker {
         if !status.success() {
             return Err(format!("creating topic {topic} failed: {status}").into());
         }
-        println!("created topic {topic} with {partitions} partitions");
+        say!("created topic {topic} with {partitions} partitions");
         Ok(())
     }
 }
@@ -182,7 +191,7 @@ fn feed(
         rate: 0,
         by_bucket: None,
     })?;
-    println!(
+    say!(
         "produced {points} points ({hosts} hosts x 10 cpu fields) in {messages} messages to `{topic}` in {:.1}s",
         started.elapsed().as_secs_f64()
     );
@@ -192,7 +201,7 @@ fn feed(
             .map_or(0, |c| c.iter().filter_map(|c| c["offset"].as_i64()).sum());
         committed as u64 >= messages
     })?;
-    println!(
+    say!(
         "ingested {} points durably and committed every offset, {:.1}s after producing began",
         status["points"],
         started.elapsed().as_secs_f64()
@@ -212,9 +221,9 @@ fn feed(
         q.to_string().as_bytes(),
     )?;
     let answer: serde_json::Value = serde_json::from_slice(&r.body)?;
-    println!("\nquery: {q}");
+    say!("\nquery: {q}");
     for a in answer["aggregates"].as_array().into_iter().flatten() {
-        println!(
+        say!(
             "  {} {}: {}",
             a["series"]["host"].as_str().unwrap_or("?"),
             a["field"].as_str().unwrap_or("?"),
@@ -222,13 +231,13 @@ fn feed(
         );
     }
     let (influx_points, first_ms) = write_influx_demo(api, hosts, points)?;
-    println!(
+    say!(
         "\nwrote {influx_points} points of the same kind (with a region tag, the newest now, \
          from {}) into the InfluxDB 1.x database `demo` through POST /write",
         crate::query::influxql::format_rfc3339(first_ms as i64 * 1_000_000)
     );
-    println!("\nsee the data in your browser: http://{api}/ (halite's explorer)");
-    println!(
+    say!("\nsee the data in your browser: http://{api}/ (halite's explorer)");
+    say!(
         "\nthe API listens on http://{api} (docs/api.md), Prometheus metrics on \
          http://{api}/metrics; try\n  \
          curl -s {api}/api/v1/ingest\n  \

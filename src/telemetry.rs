@@ -22,9 +22,13 @@ pub fn init_logging(config: &crate::config::LogConfig) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // A log line that cannot be written is dropped: by default the layer
+    // reports the failure with `eprintln!`, which panics on the same
+    // closed stderr (`make run | tee` after Ctrl-C killed the service).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     // A second call (the demo runs `serve`) keeps the first subscriber.
     let _ = if config.format == "json" {
         builder.json().try_init()

@@ -141,3 +141,82 @@ fn sigint_to_the_demo_stops_it_cleanly_at_any_moment() {
         assert!(left.is_empty(), "left behind {left:?}: {}", log());
     }
 }
+
+/// `make run 2>&1 | tee log`, then Ctrl-C: `tee` ends at once, and every
+/// line the demo writes while it stops meets a closed pipe. The logger
+/// reported that failure with `eprintln!`, which panicked on the same
+/// stderr: the service died and left its data directory. It must stop as
+/// at a plain Ctrl-C.
+#[test]
+fn sigint_after_the_output_pipe_closed_stops_the_demo_cleanly() {
+    use std::io::BufRead;
+    let tansu = tansu_binary();
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/halite.toml");
+    let tmp = tempfile::tempdir().expect("tmpdir for the demo");
+    let port = free_port();
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_halite"))
+        .arg("demo")
+        .arg("--config")
+        .arg(&config)
+        .arg("--tansu")
+        .arg(&tansu)
+        .args(["--points", "20000", "--hosts", "10", "--set"])
+        .arg(format!("server.listen=\"127.0.0.1:{port}\""))
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::from(writer.try_clone().expect("pipe")))
+        .stderr(Stdio::from(writer))
+        .process_group(0)
+        .spawn()
+        .expect("spawn halite demo");
+    let pid = child.id();
+    // Reads (as tee would) until the demo has said everything it says at
+    // start, then ends, closing the pipe's only reading end.
+    let (seen, reading) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            let done = line.contains("see the data in your browser");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        let _ = seen.send(lines);
+    });
+    let lines = reading
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the demo's start-up lines");
+    assert!(
+        lines.iter().any(|l| l.contains("see the data")),
+        "{lines:?}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let brokers = children(pid);
+    // SAFETY: signals the demo's own process group, as a terminal does.
+    assert_eq!(unsafe { libc::killpg(pid as i32, libc::SIGINT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: as above.
+            unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("the demo did not stop within 15 s of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit {status:?}");
+    for b in &brokers {
+        assert!(!alive(*b), "the broker {b} outlived the demo");
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("tmpdir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind {left:?}");
+}
