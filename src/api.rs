@@ -24,12 +24,14 @@
 //!
 //! This file routes requests and guards their bodies; the handlers are in
 //! `admin.rs`, `read.rs` and `write.rs`, what they share in `state.rs`,
-//! errors in `error.rs`, who may call what in `auth.rs`, hand-written JSON in `json.rs`, streamed answers in
+//! errors in `error.rs`, who may call what in `auth.rs`, what a page of
+//! another site may ask through a browser in `browsers.rs`, hand-written JSON in `json.rs`, streamed answers in
 //! `stream.rs` and `arrow.rs`, page tokens in `token.rs`.
 
 mod admin;
 mod arrow;
 mod auth;
+mod browsers;
 mod error;
 mod influx;
 mod internal;
@@ -62,7 +64,8 @@ use read::get_row;
 use read::{list_series, query, scan_table};
 use write::{delete_data, write};
 
-pub use auth::{decide as decide_auth, is_loopback};
+pub use auth::{FailedLogins, decide as decide_auth, is_loopback};
+pub use browsers::BrowserPolicy;
 pub use error::ApiError;
 pub use read::parse_scan_request;
 pub use state::AppState;
@@ -90,6 +93,12 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::identify,
+        ))
+        // Before credentials: a page of another site is refused whatever
+        // its request carries.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            browsers::guard,
         ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
@@ -165,6 +174,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::identify,
+        ))
+        // Before credentials: a page of another site is refused whatever
+        // its request carries.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            browsers::guard,
         ))
         .layer(axum::middleware::from_fn(count_request))
         .with_state(state)
@@ -330,11 +345,89 @@ async fn guard_body(
                 .into_response();
             }
         };
+    let mut parts = parts;
+    let bytes = match decoded_body(&mut parts, bytes, s.max_body) {
+        Ok(b) => b,
+        // InfluxDB's clients read its shape of error.
+        Err(refused) if auth::speaks_influx(parts.uri.path()) => {
+            return (refused.status, Json(json!({ "error": refused.message }))).into_response();
+        }
+        Err(refused) => return refused.into_response(),
+    };
     next.run(axum::extract::Request::from_parts(
         parts,
         axum::body::Body::from(bytes),
     ))
     .await
+}
+
+/// The body as its `Content-Encoding` says: gzip is inflated here, for
+/// every route (within `max_body` of what it inflates to), and the header
+/// dropped; snappy is Prometheus' routes' own to read; another encoding is
+/// refused rather than read as the bytes it is not.
+fn decoded_body(
+    parts: &mut axum::http::request::Parts,
+    bytes: axum::body::Bytes,
+    max_body: usize,
+) -> Result<axum::body::Bytes, ApiError> {
+    use std::io::Read;
+    let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING) else {
+        return Ok(bytes);
+    };
+    let encoding = encoding
+        .to_str()
+        .unwrap_or("(not ASCII)")
+        .trim()
+        .to_ascii_lowercase();
+    let prometheus = matches!(
+        parts.uri.path(),
+        "/api/v1/write" | "/api/v1/read" | "/api/v1/prom/write" | "/api/v1/prom/read"
+    );
+    match encoding.as_str() {
+        "" | "identity" => Ok(bytes),
+        "snappy" if prometheus => Ok(bytes),
+        "gzip" | "x-gzip" => {
+            let mut out = Vec::new();
+            // A small body may inflate a thousandfold: the limit holds for
+            // what it inflates to.
+            flate2::read::GzDecoder::new(&bytes[..])
+                .take(max_body as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| {
+                    ApiError::bad(format!(
+                        "the body is not gzip, as its Content-Encoding says: {e}; nothing was \
+                         written"
+                    ))
+                })?;
+            if out.len() > max_body {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!(
+                        "request body inflates to more than the server's limit ({max_body} \
+                         bytes, server.max_body); send smaller batches"
+                    ),
+                ));
+            }
+            parts.headers.remove(header::CONTENT_ENCODING);
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Ok(axum::body::Bytes::from(out))
+        }
+        other => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Encoding `{}` is not one halite reads: send the body as it is, or \
+                 gzip{}",
+                crate::codec::quote_prefix(other),
+                if prometheus {
+                    " (or snappy, Prometheus' own)"
+                } else {
+                    ""
+                }
+            ),
+        )),
+    }
 }
 
 /// Counts every request by route template (never the path itself, which

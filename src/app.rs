@@ -145,6 +145,13 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tag_sets: Arc::new(crate::series::TagSets::new()),
         influx: config.influx.clone(),
         prometheus: config.prometheus.clone(),
+        browsers: api::BrowserPolicy::new(
+            &config.server.allowed_origins,
+            &config.server.allowed_hosts,
+            &[&config.server.listen, &config.cluster.advertise],
+            auth.enabled,
+        ),
+        failed_logins: api::FailedLogins::new(config.auth.slow_after_failures),
         auth,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()

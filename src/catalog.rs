@@ -41,7 +41,8 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidInput(format!(
-            "{what} name must be 1..=128 of letters, digits, '_', '-', '.'. name=`{name}`"
+            "{what} name must be 1..=128 of letters, digits, '_', '-', '.'. name=`{}`",
+            crate::codec::quote_prefix(name)
         )))
     }
 }

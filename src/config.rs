@@ -81,6 +81,10 @@ pub struct AuthConfig {
     /// Serve without authentication even on an address other machines
     /// reach (`halite serve --insecure`).
     pub insecure: bool,
+    /// Refused credentials an address may present before each further
+    /// refusal waits its turn, from 100 ms doubling up to 5 s (default 5;
+    /// 0: never slowed). docs/security.md, "Guessing".
+    pub slow_after_failures: u32,
 }
 
 impl Default for AuthConfig {
@@ -90,6 +94,7 @@ impl Default for AuthConfig {
             bootstrap_token: String::new(),
             metrics_open: true,
             insecure: false,
+            slow_after_failures: 5,
         }
     }
 }
@@ -258,6 +263,15 @@ pub struct ServerConfig {
     pub shards: usize,
     /// Threads for the bucket scans of queries (default: two per core).
     pub query_threads: usize,
+    /// Origins (`https://grafana.example.com`) whose pages may write,
+    /// delete and administer through their visitors' browsers (default
+    /// none: only this server's own pages and clients that are not
+    /// browsers; `*`: any page). docs/security.md, "Browsers".
+    pub allowed_origins: Vec<String>,
+    /// Host names a server that checks no tokens answers besides IP
+    /// addresses, `localhost` and its listen and advertised names
+    /// (default none; `*`: any), against DNS rebinding.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -275,6 +289,8 @@ impl Default for ServerConfig {
             tls_key: String::new(),
             shards: cores,
             query_threads: 2 * cores,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

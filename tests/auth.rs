@@ -173,6 +173,9 @@ fn empty_protobuf() -> Option<(&'static str, Vec<u8>)> {
 fn every_route_answers_401_403_or_itself_by_token_and_changes_nothing_when_refused() {
     let sc = Scenario::new()
         .set("auth.enabled=true")
+        // Credentials refused by the dozen from one address, which would
+        // be slowed: slowing is the last test's.
+        .set("auth.slow_after_failures=0")
         .env("HALITE__AUTH__BOOTSTRAP_TOKEN", BOOT)
         .build();
     let srv = sc.start();
@@ -661,6 +664,9 @@ fn every_route_answers_401_403_or_itself_by_token_and_changes_nothing_when_refus
 fn clients_send_tokens_their_own_ways_and_a_revoked_token_stops_at_once() {
     let sc = Scenario::new()
         .set("auth.enabled=true")
+        // Credentials refused by the dozen from one address, which would
+        // be slowed: slowing is the last test's.
+        .set("auth.slow_after_failures=0")
         .set("auth.metrics_open=false")
         .env("HALITE__AUTH__BOOTSTRAP_TOKEN", BOOT)
         .build();
@@ -777,6 +783,9 @@ fn halite(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 fn the_cli_makes_and_uses_tokens() {
     let sc = Scenario::new()
         .set("auth.enabled=true")
+        // Credentials refused by the dozen from one address, which would
+        // be slowed: slowing is the last test's.
+        .set("auth.slow_after_failures=0")
         .env("HALITE__AUTH__BOOTSTRAP_TOKEN", BOOT)
         .build();
     let srv = sc.start();
@@ -906,4 +915,116 @@ fn a_public_address_without_a_token_to_check_is_refused_with_what_to_do() {
         .expect("run halite serve");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("auth.bootstrap_token"));
+}
+
+/// Guessing tokens: each refusal is logged with its address and reason
+/// (never the token) and counted; past `auth.slow_after_failures` an
+/// address's refusals wait their turn, one after another, however many
+/// connections it guesses over, while a good token is answered at once.
+/// Making and revoking tokens is logged and counted too.
+#[test]
+fn guessing_is_logged_counted_and_slowed() {
+    use std::sync::Arc;
+    let sc = Scenario::new()
+        .set("auth.enabled=true")
+        .set("auth.slow_after_failures=2")
+        .env("HALITE__AUTH__BOOTSTRAP_TOKEN", BOOT)
+        .build();
+    let log = sc.dir().join("server.log");
+    let mut cmd = sc.command(&[]);
+    cmd.stderr(std::process::Stdio::from(
+        std::fs::File::create(&log).expect("log file"),
+    ));
+    let srv = common::server::spawn_ready(cmd, sc.port);
+    let a = srv.addr.clone();
+    let guess = "hal_guessedid_guessedsecretguessedsecret";
+    let wrong = |a: &str| call(a, "GET", "/api/v1/tables", Some(&bearer(guess)), None, b"").status;
+    // Two refused at once.
+    let started = Instant::now();
+    assert_eq!(wrong(&a), 401);
+    assert_eq!(wrong(&a), 401);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    // Then five more over five connections at once: turns of 100, 200,
+    // 400, 800 and 1,600 ms, one after another (3.1 s), not side by side.
+    let a = Arc::new(a);
+    let started = Instant::now();
+    let guesses: Vec<_> = (0..5)
+        .map(|_| {
+            let a = a.clone();
+            std::thread::spawn(move || wrong(&a))
+        })
+        .collect();
+    // A good token meanwhile is not held back.
+    std::thread::sleep(Duration::from_millis(300));
+    let good = Instant::now();
+    let r = call(&a, "GET", "/api/v1/tables", Some(&bearer(BOOT)), None, b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        good.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        good.elapsed()
+    );
+    for g in guesses {
+        assert_eq!(g.join().expect("guess"), 401);
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(3000),
+        "five slowed guesses took {took:?}"
+    );
+    let (id, _token) = make_token(&a, &["read"], &[]);
+    let r = call(
+        &a,
+        "DELETE",
+        &format!("/api/v1/tokens/{id}"),
+        Some(&bearer(BOOT)),
+        None,
+        b"",
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let metrics = call(&a, "GET", "/metrics", None, None, b"").text();
+    let value = |line_start: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(line_start))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        value("halite_auth_failures_total{reason=\"invalid\"}"),
+        7.0,
+        "{metrics}"
+    );
+    assert_eq!(value("halite_auth_slowed_total"), 5.0, "{metrics}");
+    assert_eq!(
+        value("halite_auth_tokens_total{change=\"created\"}"),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        value("halite_auth_tokens_total{change=\"revoked\"}"),
+        1.0,
+        "{metrics}"
+    );
+    stop(srv);
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        !text.contains("guessedsecret"),
+        "a token in the log:\n{text}"
+    );
+    assert!(!text.contains(BOOT), "the bootstrap token in the log");
+    let refusals = text
+        .lines()
+        .filter(|l| l.contains("refused credentials"))
+        .count();
+    assert!(refusals >= 5, "{text}");
+    assert!(text.contains("address=127.0.0.1"), "{text}");
+    assert!(
+        text.contains("token created") && text.contains("token revoked"),
+        "{text}"
+    );
 }

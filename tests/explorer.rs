@@ -473,3 +473,181 @@ fn explorer_asks_for_a_token_when_the_server_checks_them() {
     );
     stop(srv);
 }
+
+/// Serves `html` to every request on a free loopback port, until the
+/// test ends: a page of another site, for the browser to open.
+fn serve_page(html: String) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the page's server");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{html}",
+                html.len()
+            );
+            let _ = (&stream).write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+fn browser_refusals(addr: &str, reason: &str) -> f64 {
+    let text = request(addr, "GET", "/metrics", None, b"")
+        .expect("metrics")
+        .text();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("halite_http_browser_refusals_total")
+                && l.contains(&format!("reason=\"{reason}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A page of another site (another origin: `localhost` on another port,
+/// and `127.0.0.1` on another port, which is the same site) makes its
+/// visitor's browser send every kind of request that changes data to a
+/// loopback server without tokens, in the "simple" forms a page needs no
+/// permission for (`text/plain` POSTs, a GET of `/query`). Each is refused
+/// (and counted, so the browser did send them) and nothing changes; a
+/// page reached under a name rebound to 127.0.0.1 is not served; the
+/// server's own page still is. Before the browser guard every one wrote.
+#[test]
+fn a_page_of_another_site_cannot_write_or_delete_through_a_browser() {
+    let sc = Scenario::new().build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    create_table(
+        &addr,
+        &json!({
+            "name": "metrics:cpu",
+            "families": [{"name": "f"}],
+            "key": {
+                "fields": [
+                    {"name": "metric", "type": "string", "width": 16},
+                    {"name": "host", "type": "string", "width": 16},
+                    {"name": "ts", "type": "reversed_timestamp"}
+                ],
+            }
+        }),
+    );
+    let w = post(
+        &addr,
+        "/api/v1/write?table=metrics:cpu&precision=ms",
+        "text/plain",
+        lines(0..1, 0..5, BASE_MS).as_bytes(),
+    );
+    assert_eq!(w.status, 204, "{}", w.text());
+    let q = post(
+        &addr,
+        "/query",
+        "application/x-www-form-urlencoded",
+        b"q=CREATE+DATABASE+site",
+    );
+    assert_eq!(q.status, 200, "{}", q.text());
+
+    let attacks = |target: &str| {
+        format!(
+            r#"<!doctype html><title>loading</title><script>
+const base = {target:?};
+const post = (path, body) => fetch(base + path, {{method: 'POST', mode: 'no-cors',
+    headers: {{'Content-Type': 'text/plain'}}, body}});
+Promise.allSettled([
+  post('/api/v1/write?table=metrics:cpu&precision=ms', 'cpu,host=evil usage_user=666 {BASE_MS}'),
+  post('/write?db=site', 'cpu,host=evil v=666'),
+  post('/api/v1/tables/metrics:cpu/delete',
+       JSON.stringify({{series: [['metric', 'cpu'], ['host', 'host_0']]}})),
+  post('/api/v1/namespaces', JSON.stringify({{name: 'evil'}})),
+  fetch(base + '/query?q=CREATE+DATABASE+evil_db', {{mode: 'no-cors'}}),
+]).then(() => {{ document.title = 'sent'; }});
+</script>"#
+        )
+    };
+    let browser = Browser::start_with(
+        1024,
+        768,
+        &["--host-resolver-rules=MAP rebound.test 127.0.0.1".to_string()],
+    );
+    let target = format!("http://{addr}");
+    for (page_host, sent) in [("localhost", 5.0), ("127.0.0.1", 10.0)] {
+        let port = serve_page(attacks(&target));
+        browser.goto(&format!("http://{page_host}:{port}/"));
+        browser.wait_for(
+            "return document.title === 'sent'",
+            Duration::from_secs(20),
+            "the page's requests sent",
+        );
+        // Every request reached the server and was refused there (not
+        // stopped by the browser, which would prove nothing).
+        assert_eq!(browser_refusals(&addr, "origin"), sent, "from {page_host}");
+    }
+    let count = |host: &str| {
+        let r = post(
+            &addr,
+            "/api/v1/query",
+            "application/json",
+            json!({
+                "table": "metrics:cpu",
+                "series": [["metric", "cpu"], ["host", host]],
+                "fields": ["usage_user"],
+                "aggregate": {"functions": ["count"]}
+            })
+            .to_string()
+            .as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["aggregates"]
+            .as_array()
+            .expect("aggregates")
+            .iter()
+            .map(|x| x["values"]["count"].as_f64().unwrap_or(0.0) as u64)
+            .sum::<u64>()
+    };
+    assert_eq!(count("host_0"), 5, "the series the page deleted");
+    assert_eq!(count("evil"), 0, "the point the page wrote");
+    let namespaces = request(&addr, "GET", "/api/v1/namespaces", None, b"")
+        .expect("namespaces")
+        .text();
+    assert!(!namespaces.contains("evil"), "{namespaces}");
+    let influx = post(
+        &addr,
+        "/query?db=site",
+        "application/x-www-form-urlencoded",
+        b"q=SELECT+*+FROM+cpu",
+    )
+    .text();
+    assert!(!influx.contains("666"), "{influx}");
+
+    // DNS rebinding: the name resolves to the server, the page would be
+    // same-origin with it and could read its answers.
+    browser.goto(&format!("http://rebound.test:{}/", sc.port));
+    let text = browser.wait_for(
+        "return document.body && document.body.innerText",
+        Duration::from_secs(10),
+        "the answer under a rebound name",
+    );
+    assert!(
+        text.as_str().is_some_and(|t| t.contains("forbidden_host")),
+        "{text}"
+    );
+    // The page, and the icon the browser asks for after it.
+    assert!(browser_refusals(&addr, "host") >= 1.0);
+    // The server's own page, by address and by localhost.
+    for host in [addr.clone(), format!("localhost:{}", sc.port)] {
+        browser.goto(&format!("http://{host}/"));
+        browser.wait_for(
+            "const e = window.explorer; return e && e.tables && e.tables.length > 0",
+            Duration::from_secs(20),
+            "the explorer listing the tables",
+        );
+    }
+    drop(browser);
+    stop(srv);
+}

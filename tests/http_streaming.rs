@@ -378,7 +378,7 @@ fn a_client_that_goes_away_mid_answer_does_not_hurt_the_server() {
         let body = json!({"table": "cpu"}).to_string();
         write!(
             c,
-            "POST /api/v1/query HTTP/1.1\r\nHost: x\r\nAccept: {NDJSON}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {NDJSON}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .expect("send");

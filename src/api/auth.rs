@@ -152,7 +152,7 @@ fn route_need(method: &Method, route: &str) -> Option<Option<(Scope, Ns)>> {
 }
 
 /// Routes whose clients read InfluxDB's error shape (`{"error": "…"}`).
-fn speaks_influx(path: &str) -> bool {
+pub(super) fn speaks_influx(path: &str) -> bool {
     matches!(path, "/write" | "/api/v2/write" | "/query")
 }
 
@@ -265,8 +265,75 @@ impl AppState {
     }
 }
 
+/// Refused credentials by the address they came from, to slow guessing.
+/// The first `free` failures of an address (`auth.slow_after_failures`)
+/// are answered at once; each one after waits its turn, a turn twice as long as the last
+/// (from 100 ms up to [`FailedLogins::MAX_TURN`]), so an address guessing
+/// over many connections at once gets no more answers than over one. A
+/// good token is never held back; [`FailedLogins::FORGET_AFTER`] without
+/// a failure forgets an address.
+pub struct FailedLogins {
+    /// Failures answered at once; 0: none is slowed.
+    free: u32,
+    by_address: parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, Failures>>,
+}
+
+struct Failures {
+    count: u32,
+    last: std::time::Instant,
+    /// When the next failure's answer may go.
+    next_answer: std::time::Instant,
+}
+
+impl FailedLogins {
+    pub fn new(free: u32) -> FailedLogins {
+        FailedLogins {
+            free,
+            by_address: Default::default(),
+        }
+    }
+
+    const MAX_TURN: std::time::Duration = std::time::Duration::from_secs(5);
+    const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+    /// Addresses remembered at once: past it the forgotten ones go, then
+    /// (a flood from many addresses) all.
+    const MAX_ADDRESSES: usize = 10_000;
+
+    /// Records a failure from `ip`: how many in a row, and when its answer
+    /// may go (`None`: at once).
+    fn failed(&self, ip: std::net::IpAddr) -> (u32, Option<std::time::Instant>) {
+        let now = std::time::Instant::now();
+        let mut map = self.by_address.lock();
+        if map.len() >= Self::MAX_ADDRESSES && !map.contains_key(&ip) {
+            map.retain(|_, f| now.duration_since(f.last) < Self::FORGET_AFTER);
+            if map.len() >= Self::MAX_ADDRESSES {
+                map.clear();
+            }
+        }
+        let f = map.entry(ip).or_insert(Failures {
+            count: 0,
+            last: now,
+            next_answer: now,
+        });
+        if now.duration_since(f.last) >= Self::FORGET_AFTER {
+            f.count = 0;
+        }
+        f.count += 1;
+        f.last = now;
+        if self.free == 0 || f.count <= self.free {
+            return (f.count, None);
+        }
+        let doublings = (f.count - self.free - 1).min(16);
+        let turn = (std::time::Duration::from_millis(100) * (1 << doublings)).min(Self::MAX_TURN);
+        f.next_answer = f.next_answer.max(now) + turn;
+        (f.count, Some(f.next_answer))
+    }
+}
+
 /// Step one: who is calling. Answers 401 to a request for a closed route
-/// without a known token, before its body is read.
+/// without a known token, before its body is read. A refusal is logged
+/// (never the token) and counted, and repeated ones from one address are
+/// slowed ([`FailedLogins`]).
 pub(super) async fn identify(
     State(s): State<Arc<AppState>>,
     mut req: axum::extract::Request,
@@ -278,16 +345,41 @@ pub(super) async fn identify(
         Caller::Anonymous
     } else {
         let path = req.uri().path().to_string();
-        match presented_token(req.headers(), req.uri().query()) {
-            Ok(None) => return unauthorized(&path, "missing", "this route needs a token"),
-            Err(why) => return unauthorized(&path, "invalid", &why),
+        let refused = match presented_token(req.headers(), req.uri().query()) {
+            Ok(None) => ("missing", "this route needs a token".to_string()),
+            Err(why) => ("invalid", why),
             Ok(Some(token)) => match s.caller_of(&token) {
-                Some(caller) => caller,
-                None => {
-                    return unauthorized(&path, "invalid", "the token is unknown or revoked");
+                Some(caller) => {
+                    req.extensions_mut().insert(caller);
+                    return next.run(req).await;
                 }
+                None => ("invalid", "the token is unknown or revoked".to_string()),
             },
+        };
+        let (reason, why) = refused;
+        let peer = req
+            .extensions()
+            .get::<super::listen::Peer>()
+            .map(|p| p.0.ip());
+        if let Some(ip) = peer {
+            let (count, answer_at) = s.failed_logins.failed(ip);
+            // Every failure of a few, then one at each doubling: an
+            // address guessing all day writes a few dozen lines.
+            if count <= 5 || count.is_power_of_two() {
+                tracing::warn!(
+                    address = %ip,
+                    reason,
+                    path = %crate::codec::quote_prefix(&path),
+                    failures = count,
+                    "refused credentials"
+                );
+            }
+            if let Some(at) = answer_at {
+                metrics::counter!("halite_auth_slowed_total").increment(1);
+                tokio::time::sleep_until(at.into()).await;
+            }
         }
+        return unauthorized(&path, reason, &why);
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
@@ -490,6 +582,15 @@ pub(super) async fn create_token(
     let store = s.store.clone();
     let record = made.record.clone();
     blocking(move || store.catalog().add_token(&record)).await?;
+    // What the token may do, never the token.
+    tracing::info!(
+        id = %made.record.id,
+        name = %crate::codec::quote_prefix(&made.record.name),
+        scopes = ?made.record.scopes,
+        namespaces = ?made.record.namespaces,
+        "token created"
+    );
+    metrics::counter!("halite_auth_tokens_total", "change" => "created").increment(1);
     let mut body = token_json(&made.record);
     body["token"] = json!(made.token);
     Ok((StatusCode::CREATED, Json(body)).into_response())
@@ -508,6 +609,12 @@ pub(super) async fn revoke_token(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let store = s.store.clone();
-    blocking(move || store.catalog().revoke_token(&id)).await?;
+    let revoked = blocking(move || store.catalog().revoke_token(&id)).await?;
+    tracing::info!(
+        id = %revoked.id,
+        name = %crate::codec::quote_prefix(&revoked.name),
+        "token revoked"
+    );
+    metrics::counter!("halite_auth_tokens_total", "change" => "revoked").increment(1);
     Ok(StatusCode::NO_CONTENT)
 }

@@ -9,6 +9,16 @@ use serde_json::{Value as Json_, json};
 use crate::error::{Error, ErrorKind};
 use crate::ingest;
 
+/// The longest message an error answers with: messages quote at most a
+/// bounded prefix of what the request held (`codec::quote_prefix`), and
+/// this bounds the rest (a list of reasons, a name somebody forgot to
+/// quote short).
+pub const MAX_MESSAGE: usize = 16 * 1024;
+
+/// How many of a write's refused points an answer lists (it counts them
+/// all).
+pub const MAX_LISTED: usize = 100;
+
 /// An error as the API answers it.
 #[derive(Debug)]
 pub struct ApiError {
@@ -58,7 +68,8 @@ impl From<ingest::WriteLinesError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({ "error": { "code": self.code, "message": self.message } });
+        let message = crate::codec::bounded(&self.message, MAX_MESSAGE);
+        let mut body = json!({ "error": { "code": self.code, "message": message } });
         if let (Some(extra), Some(obj)) = (self.extra, body.as_object_mut()) {
             if let Some(map) = extra.as_object() {
                 for (k, v) in map {

@@ -77,7 +77,8 @@ impl IntoResponse for Refusal {
 }
 
 fn influx_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let message = message.into();
+    // Whatever a message holds of the request, the answer stays small.
+    let message = crate::codec::bounded(&message.into(), super::error::MAX_MESSAGE).into_owned();
     let mut resp = influx(status, Some(json!({ "error": message })));
     if let Ok(v) = HeaderValue::from_str(&crate::codec::bounded(&message, 1024)) {
         resp.headers_mut().insert("X-Influxdb-Error", v);
@@ -308,7 +309,10 @@ async fn write(
         return influx_error(StatusCode::FORBIDDEN, refused.message());
     }
     if !database_exists(&s, &db) {
-        return influx_error(StatusCode::NOT_FOUND, format!("database not found: {db:?}"));
+        return influx_error(
+            StatusCode::NOT_FOUND,
+            format!("database not found: {:?}", crate::codec::quote_prefix(&db)),
+        );
     }
     if let Some(rp) = rp.filter(|rp| !rp.is_empty() && rp != "autogen") {
         return influx_error(
@@ -347,7 +351,7 @@ async fn write(
     if reasons.is_empty() {
         return influx(StatusCode::NO_CONTENT, None);
     }
-    let joined = reasons.join("\n");
+    let joined = joined_reasons(&reasons);
     if outcome.written == 0 && outcome.refused.is_empty() {
         return influx_error(StatusCode::BAD_REQUEST, joined);
     }
@@ -355,6 +359,17 @@ async fn write(
         StatusCode::BAD_REQUEST,
         format!("partial write: {joined} dropped={}", outcome.refused.len()),
     )
+}
+
+/// The first [`super::error::MAX_LISTED`] reasons a write was refused,
+/// a line each, and how many more there were.
+fn joined_reasons(reasons: &[String]) -> String {
+    let listed = reasons.len().min(super::error::MAX_LISTED);
+    let mut joined = reasons[..listed].join("\n");
+    if reasons.len() > listed {
+        joined.push_str(&format!("\n… and {} more", reasons.len() - listed));
+    }
+    joined
 }
 
 /// Writes the lines of `body` into their measurements' tables (made when
@@ -391,7 +406,12 @@ fn write_body(
         let unparsed = |reason: &str| -> Vec<String> {
             lines
                 .iter()
-                .map(|l| format!("unable to parse '{l}': {reason}"))
+                .map(|l| {
+                    format!(
+                        "unable to parse '{}': {reason}",
+                        crate::codec::quote_prefix(l)
+                    )
+                })
                 .collect()
         };
         if measurement.is_empty() {
@@ -452,9 +472,10 @@ fn write_body(
             {
                 outcome.refused.push(reason);
             } else {
-                outcome
-                    .unparsed
-                    .push(format!("unable to parse '{line}': {reason}"));
+                outcome.unparsed.push(format!(
+                    "unable to parse '{}': {reason}",
+                    crate::codec::quote_prefix(line)
+                ));
             }
         }
     }
@@ -1007,13 +1028,32 @@ fn select(
         .or(db)
         .ok_or("database name required")?;
     if !database_exists(s, name) {
-        return Err(format!("database not found: {name}"));
+        return Err(format!(
+            "database not found: {}",
+            crate::codec::quote_prefix(name)
+        ));
     }
     let d = dictionary_of(s, name)?;
     let now = i64::try_from(s.clock.now_ms())
         .unwrap_or(i64::MAX)
         .saturating_mul(1_000_000);
     influx_select::select(&s.store, &d, name, sel, now)
+}
+
+/// Whether SHOW DATABASES lists namespace `ns`: one InfluxQL can read (a
+/// table of open tag sets in it), or one with no tables yet (a `CREATE
+/// DATABASE` not written to). A namespace of declared-key tables only
+/// (the config's `metrics`), and `default` with nothing to read, are not
+/// databases a dashboard could chart.
+fn is_database(ns: &str, tables: &[crate::catalog::TableDescriptor]) -> bool {
+    let mut own = tables
+        .iter()
+        .filter(|t| t.name.namespace == ns && !t.name.table.starts_with("__"))
+        .peekable();
+    if own.peek().is_none() {
+        return ns != crate::catalog::DEFAULT_NAMESPACE;
+    }
+    own.any(|t| t.key.is_open_tags())
 }
 
 /// The series of a statement other than SELECT, as JSON.
@@ -1036,12 +1076,12 @@ fn run_other(
             }
         }
         Statement::ShowDatabases => {
-            let values: Vec<Vec<Json>> = s
-                .store
-                .catalog()
+            let catalog = s.store.catalog();
+            let tables = catalog.tables(None);
+            let values: Vec<Vec<Json>> = catalog
                 .namespaces()
                 .into_iter()
-                .filter(|n| caller.sees(n))
+                .filter(|n| caller.sees(n) && is_database(n, &tables))
                 .map(|n| vec![json!(n)])
                 .collect();
             Ok(vec![one_series(Some("databases"), &["name"], values)])
@@ -1050,7 +1090,7 @@ fn run_other(
             if database(s, on.as_deref(), db)?.is_none() {
                 return Err(format!(
                     "database not found: {}",
-                    on.as_deref().or(db).unwrap_or_default()
+                    crate::codec::quote_prefix(on.as_deref().or(db).unwrap_or_default())
                 ));
             }
             Ok(vec![one_series(

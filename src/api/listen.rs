@@ -125,7 +125,7 @@ pub async fn serve(
     let (closing, closed) = tokio::sync::watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
@@ -144,11 +144,17 @@ pub async fn serve(
         let mut closed = closed.clone();
         tokio::spawn(async move {
             match &serving.tls {
-                None => connection(stream, router, &serving, &mut closed).await,
+                None => connection(stream, peer, router, &serving, &mut closed).await,
                 Some(tls) => {
+                    if !starts_like_tls(&stream, serving.header_timeout).await {
+                        refuse_plain_http(stream).await;
+                        return;
+                    }
                     let handshake = tls.acceptor().accept(stream);
                     match tokio::time::timeout(serving.header_timeout, handshake).await {
-                        Ok(Ok(stream)) => connection(stream, router, &serving, &mut closed).await,
+                        Ok(Ok(stream)) => {
+                            connection(stream, peer, router, &serving, &mut closed).await;
+                        }
                         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
@@ -174,16 +180,52 @@ pub async fn serve(
     Ok(())
 }
 
+/// Whether a connection's first byte is a TLS handshake record's (22),
+/// waiting at most `within` for it. A client that sends nothing in time
+/// is left to the handshake's own deadline.
+async fn starts_like_tls(stream: &tokio::net::TcpStream, within: Duration) -> bool {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(within, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => first[0] == 0x16,
+        _ => true,
+    }
+}
+
+/// Answers plain HTTP sent to the TLS port with a 400 saying so (as Go's
+/// servers do), rather than a TLS alert the client shows as garbage.
+async fn refuse_plain_http(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = "{\"error\":{\"code\":\"tls_required\",\"message\":\"this port speaks HTTPS only: \
+                the client sent plain HTTP; use https://\"}}\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+    tracing::debug!("plain HTTP on the TLS port: refused");
+}
+
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::SocketAddr);
+
 async fn connection<IO>(
     io: IO,
+    peer: std::net::SocketAddr,
     router: Router,
     serving: &Serving,
     closed: &mut tokio::sync::watch::Receiver<()>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         let mut router = router.clone();
+        req.extensions_mut().insert(Peer(peer));
         tower_service::Service::call(&mut router, req.map(Body::new))
     });
     let reads = Arc::new(HeadWatch::default());

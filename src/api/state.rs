@@ -44,6 +44,10 @@ pub struct AppState {
     pub prometheus: crate::config::PrometheusConfig,
     /// Whether requests need tokens, and the bootstrap token.
     pub auth: AuthSettings,
+    /// What pages of other sites may ask through a browser.
+    pub browsers: super::browsers::BrowserPolicy,
+    /// Refused credentials by address, to slow guessing.
+    pub failed_logins: super::auth::FailedLogins,
 }
 
 /// How the API checks callers (from `[auth]` and the listen address;

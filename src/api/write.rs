@@ -232,7 +232,12 @@ pub(super) async fn write(
     err.code = "partial_write";
     err.extra = Some(json!({
         "written": written,
-        "rejected": errors.iter().map(|(l, r)| json!({ "line": l, "reason": r })).collect::<Vec<_>>(),
+        "rejected_count": errors.len(),
+        "rejected": errors
+            .iter()
+            .take(super::error::MAX_LISTED)
+            .map(|(l, r)| json!({ "line": l, "reason": r }))
+            .collect::<Vec<_>>(),
     }));
     Err(err)
 }

@@ -27,6 +27,12 @@ impl Browser {
     /// Starts chromedriver on a free loopback port and a headless
     /// chromium session `width` × `height` pixels.
     pub fn start(width: u32, height: u32) -> Browser {
+        Browser::start_with(width, height, &[])
+    }
+
+    /// [`Browser::start`] with more chromium switches
+    /// (`--host-resolver-rules=…`, say).
+    pub fn start_with(width: u32, height: u32, switches: &[String]) -> Browser {
         for exe in [CHROMEDRIVER, CHROMIUM] {
             assert!(
                 Path::new(exe).exists(),
@@ -43,16 +49,28 @@ impl Browser {
         let addr = format!("127.0.0.1:{port}");
         wait_until_listening(&addr, "chromedriver");
         let profile = tempfile::tempdir().expect("browser profile dir");
+        // Without the background-networking switches chromium keeps
+        // trying hosts this machine cannot reach.
+        let mut args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ]
+        .map(String::from)
+        .into();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        args.push(format!("--window-size={width},{height}"));
+        args.extend(switches.iter().cloned());
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": CHROMIUM,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--no-first-run",
-                    format!("--user-data-dir={}", profile.path().display()),
-                    format!("--window-size={width},{height}"),
-                ],
+                "args": args,
             },
         }}});
         let mut browser = Browser {

@@ -1,0 +1,545 @@
+//! What a hostile or careless client sends (issue #57), against the real
+//! server: statements nested or chained past any dashboard's, names too
+//! long for the dictionary, zero bytes as a remote write, a tag named
+//! twice and times past 2262 through every door, and inputs whose errors
+//! would quote megabytes. Each is answered, with an error naming the
+//! problem where it is refused, and leaves nothing behind: the server
+//! stays up, and later writes of new series are taken. (A page of another
+//! site, in a real browser: tests/explorer.rs.)
+
+mod common;
+
+use common::http::request_with;
+use common::scenario::Scenario;
+use common::server::stop;
+use halite::ingest::remote_write::{Series, encode_write_request};
+use serde_json::json;
+
+fn post(addr: &str, path: &str, content_type: &str, body: &[u8]) -> common::http::Response {
+    request_with(addr, "POST", path, &[("Content-Type", content_type)], body).expect("request")
+}
+
+fn influxql(addr: &str, db: &str, q: &str) -> common::http::Response {
+    let form = serde_urlencoded::to_string([("q", q)]).expect("form");
+    post(
+        addr,
+        &format!("/query?db={db}"),
+        "application/x-www-form-urlencoded",
+        form.as_bytes(),
+    )
+}
+
+fn remote_write(addr: &str, body: &[u8]) -> common::http::Response {
+    request_with(
+        addr,
+        "POST",
+        "/api/v1/write",
+        &[
+            ("Content-Type", "application/x-protobuf"),
+            ("Content-Encoding", "snappy"),
+            ("X-Prometheus-Remote-Write-Version", "0.1.0"),
+        ],
+        body,
+    )
+    .expect("remote write")
+}
+
+fn sample(labels: &[(&str, &str)], value: f64, ms: i64) -> Series {
+    Series {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        samples: vec![(value, ms)],
+    }
+}
+
+fn alive(srv: &mut common::server::Server) {
+    assert!(
+        matches!(srv.child.try_wait(), Ok(None)),
+        "the server died: {:?}",
+        srv.child.try_wait()
+    );
+    let r = request_with(&srv.addr, "GET", "/readyz", &[], b"").expect("readyz");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// The `host` values of `SELECT * FROM cpu` answered by `r`, sorted.
+fn hosts_of(r: &common::http::Response) -> Vec<String> {
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    let series = &answer["results"][0]["series"][0];
+    let column = series["columns"]
+        .as_array()
+        .and_then(|c| c.iter().position(|c| c == "host"))
+        .unwrap_or_else(|| panic!("no host column: {answer}"));
+    let mut hosts: Vec<String> = series["values"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter_map(|row| row[column].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// Parentheses thousands deep, unbalanced ones, and chains of thousands
+/// of ANDs and ORs (a dashboard variable expanded into ORs): the server
+/// used to abort on each (`stack overflow`, every connection lost). Deep
+/// nesting is a 400 naming the limit; long chains are answered.
+#[test]
+fn nested_and_long_influxql_is_answered_not_a_crash() {
+    let sc = Scenario::new().build();
+    let mut srv = sc.start();
+    let addr = srv.addr.clone();
+    assert_eq!(influxql(&addr, "", "CREATE DATABASE d").status, 200);
+    let lines: String = (0..50)
+        .map(|i| format!("cpu,host=h{i} v={i} 1700000000000000000\n"))
+        .collect();
+    let w = post(&addr, "/write?db=d", "text/plain", lines.as_bytes());
+    assert_eq!(w.status, 204, "{}", w.text());
+
+    let deep = format!(
+        "SELECT * FROM cpu WHERE {}host = 'h1'{}",
+        "(".repeat(3000),
+        ")".repeat(3000)
+    );
+    let unbalanced = format!("SELECT * FROM cpu WHERE {}", "(".repeat(10_000));
+    for q in [&deep, &unbalanced] {
+        let r = influxql(&addr, "d", q);
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(
+            r.text().contains("more than 100 deep"),
+            "the error names the limit: {}",
+            r.text()
+        );
+        alive(&mut srv);
+    }
+    // As deep as the limit is still answered.
+    let at_limit = format!(
+        "SELECT * FROM cpu WHERE {}host = 'h1'{}",
+        "(".repeat(100),
+        ")".repeat(100)
+    );
+    assert_eq!(hosts_of(&influxql(&addr, "d", &at_limit)), ["h1"]);
+
+    let ors = (0..7000)
+        .map(|i| format!("host = 'h{}'", i * 7))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let r = influxql(&addr, "d", &format!("SELECT * FROM cpu WHERE {ors}"));
+    let want: Vec<String> = {
+        let mut h: Vec<String> = (0..50)
+            .filter(|i| i % 7 == 0)
+            .map(|i| format!("h{i}"))
+            .collect();
+        h.sort();
+        h
+    };
+    assert_eq!(hosts_of(&r), want);
+    let ands = (0..5000)
+        .map(|i| format!("v >= {}", i % 40))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let r = influxql(&addr, "d", &format!("SELECT * FROM cpu WHERE {ands}"));
+    let mut want: Vec<String> = (39..50).map(|i| format!("h{i}")).collect();
+    want.sort();
+    assert_eq!(hosts_of(&r), want);
+    // Chains inside parentheses inside chains.
+    let nested =
+        format!("SELECT * FROM cpu WHERE ({ors}) AND ((v >= 40 AND v < 45) OR host = 'h7')");
+    assert_eq!(hosts_of(&influxql(&addr, "d", &nested)), ["h42", "h7"]);
+    alive(&mut srv);
+    stop(srv);
+}
+
+/// A tag value, tag key, field key or Prometheus label too long for the
+/// dictionary was refused, but its entry stayed behind, and every later
+/// write of something new (a new host, another measurement) failed with
+/// the same error until a restart. Now the point alone is refused, and a
+/// refused point records nothing: the dictionary's table does not grow
+/// with points refused at the series limit either.
+#[test]
+fn a_refused_point_leaves_nothing_behind() {
+    let sc = Scenario::new().set("influx.series_limit=5").build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    assert_eq!(influxql(&addr, "", "CREATE DATABASE bad").status, 200);
+    let write = |body: &str| post(&addr, "/write?db=bad", "text/plain", body.as_bytes());
+    assert_eq!(write("cpu,host=h1 v=1").status, 204);
+    let long = "x".repeat(65_536);
+    let refused = [
+        format!("cpu,host={long} v=1"),
+        format!("cpu,{long}=a v=1"),
+        format!("cpu,host=h9 {long}=1"),
+        format!("{long},host=h1 v=1"),
+    ];
+    for (i, bad) in refused.iter().enumerate() {
+        let r = write(bad);
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(
+            r.text().len() < 2048,
+            "a bounded error: {} bytes",
+            r.text().len()
+        );
+        // A new series and another measurement after it.
+        let r = write(&format!("cpu,host=new{i} v=2"));
+        assert_eq!(r.status, 204, "after refusing {i}: {}", r.text());
+    }
+    let r = write("other,host=h1 v=3");
+    assert_eq!(r.status, 204, "{}", r.text());
+
+    // Prometheus' samples: a 64 KiB label value, then a new series.
+    let r = remote_write(
+        &addr,
+        &encode_write_request(&[sample(&[("__name__", "up"), ("job", &long)], 1.0, 1_000)]),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = remote_write(
+        &addr,
+        &encode_write_request(&[sample(&[("__name__", "up"), ("job", "a")], 1.0, 1_000)]),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+
+    // cpu holds h1 and new0..new3, its limit of five. Count what the
+    // dictionary holds, refuse many new series, count again.
+    let tags_rows = || {
+        let r = post(
+            &addr,
+            "/api/v1/tables/bad:__tags/scan",
+            "application/json",
+            br#"{"limit": 100000}"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["rows"].as_array().map_or(0, Vec::len)
+    };
+    let before = tags_rows();
+    let many: String = (0..200)
+        .map(|i| format!("cpu,host=refused{i},rack=r{i} v=1\n"))
+        .collect();
+    let r = write(&many);
+    assert_eq!(r.status, 503, "the series limit: {}", r.text());
+    assert_eq!(
+        tags_rows(),
+        before,
+        "refused points left dictionary entries"
+    );
+    stop(srv);
+}
+
+/// 64 MiB of zero bytes was a valid remote write (204, nothing written):
+/// field number 0 is no protobuf.
+#[test]
+fn zero_bytes_are_not_a_remote_write() {
+    let sc = Scenario::new().build();
+    let srv = sc.start();
+    let zeros = snap::raw::Encoder::new()
+        .compress_vec(&vec![0u8; 64 << 20])
+        .expect("compress");
+    let r = remote_write(&srv.addr, &zeros);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("field number"), "{}", r.text());
+    stop(srv);
+}
+
+/// One rule for what each door used to resolve its own way: a tag (or
+/// label) named twice is refused (InfluxDB's `duplicate tags`), where
+/// `/api/v1/write` took the first; a key named twice in a JSON point is
+/// refused, where the last won; a time past 2262 (InfluxDB's range) is
+/// refused in a table of milliseconds too, where the year 292,278,994
+/// was stored. A field named twice is the last, as InfluxDB's.
+#[test]
+fn every_door_keeps_one_rule_for_ambiguous_points() {
+    let sc = Scenario::new().example_config().build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    assert_eq!(influxql(&addr, "", "CREATE DATABASE d").status, 200);
+    let made = post(
+        &addr,
+        "/write?db=d",
+        "text/plain",
+        b"cpu,host=first usage_user=0 1",
+    );
+    assert_eq!(made.status, 204, "{}", made.text());
+    let refused = |r: common::http::Response, reason: &str, door: &str| {
+        assert_eq!(r.status, 400, "{door}: {}", r.text());
+        assert!(r.text().contains(reason), "{door}: {}", r.text());
+    };
+    let far = "9223372036854775807";
+    // InfluxDB's /write.
+    let influx = |body: &str| {
+        post(
+            &addr,
+            "/write?db=d&precision=ms",
+            "text/plain",
+            body.as_bytes(),
+        )
+    };
+    refused(
+        influx("cpu,host=a,host=b v=1 1000"),
+        "duplicate tags",
+        "/write",
+    );
+    refused(
+        influx(&format!("cpu,host=a v=1 {far}")),
+        "out of range",
+        "/write",
+    );
+    // halite's own write: open tags, a declared key, JSON.
+    let native = |table: &str, ct: &str, body: &str| {
+        post(
+            &addr,
+            &format!("/api/v1/write?table={table}&precision=ms"),
+            ct,
+            body.as_bytes(),
+        )
+    };
+    for table in ["d:cpu", "metrics:cpu"] {
+        let door = format!("/api/v1/write {table}");
+        refused(
+            native(table, "text/plain", "cpu,host=a,host=b usage_user=1 1000"),
+            "duplicate tags",
+            &door,
+        );
+        refused(
+            native(
+                table,
+                "text/plain",
+                &format!("cpu,host=a usage_user=1 {far}"),
+            ),
+            "out of range",
+            &door,
+        );
+        refused(
+            native(
+                table,
+                "application/json",
+                r#"{"metric": "cpu", "tags": {"host": "a", "host": "b"}, "ts": 1000, "fields": {"usage_user": 1.0}}"#,
+            ),
+            "duplicate tags",
+            &door,
+        );
+        refused(
+            native(
+                table,
+                "application/json",
+                r#"{"metric": "cpu", "ts": 1000, "ts": 2000, "tags": {"host": "a"}, "fields": {"usage_user": 1.0}}"#,
+            ),
+            "key `ts` is given twice",
+            &door,
+        );
+        refused(
+            native(
+                table,
+                "application/json",
+                &format!(
+                    r#"{{"metric": "cpu", "tags": {{"host": "a"}}, "ts": {far}, "fields": {{"usage_user": 1.0}}}}"#
+                ),
+            ),
+            "out of range",
+            &door,
+        );
+        // A field twice: the last, through line protocol and JSON.
+        let r = native(
+            table,
+            "text/plain",
+            "cpu,host=twice usage_user=1,usage_user=2 1000",
+        );
+        assert_eq!(r.status, 204, "{door}: {}", r.text());
+        let r = native(
+            table,
+            "application/json",
+            r#"{"metric": "cpu", "tags": {"host": "twice"}, "ts": 2000, "fields": {"usage_user": 3.0, "usage_user": 4.0}}"#,
+        );
+        assert_eq!(r.status, 204, "{door}: {}", r.text());
+        let mut values: Vec<f64> = if table == "metrics:cpu" {
+            let q = post(
+                &addr,
+                "/api/v1/query",
+                "application/json",
+                json!({"table": table, "series": [["metric", "cpu"], ["host", "twice"]]})
+                    .to_string()
+                    .as_bytes(),
+            );
+            assert_eq!(q.status, 200, "{}", q.text());
+            q.json()["rows"]
+                .as_array()
+                .expect("rows")
+                .iter()
+                .flat_map(|r| r["cells"].as_array().cloned().unwrap_or_default())
+                .filter(|c| c["qualifier"] == "usage_user")
+                .filter_map(|c| c["value"].as_f64())
+                .collect()
+        } else {
+            let q = influxql(
+                &addr,
+                "d",
+                "SELECT usage_user FROM cpu WHERE host = 'twice'",
+            );
+            assert_eq!(q.status, 200, "{}", q.text());
+            q.json()["results"][0]["series"][0]["values"]
+                .as_array()
+                .expect("values")
+                .iter()
+                .filter_map(|row| row[1].as_f64())
+                .collect()
+        };
+        values.sort_by(f64::total_cmp);
+        assert_eq!(values, [2.0, 4.0], "{door}");
+    }
+    // Prometheus' remote write.
+    refused(
+        remote_write(
+            &addr,
+            &encode_write_request(&[sample(
+                &[("__name__", "up"), ("job", "a"), ("job", "b")],
+                1.0,
+                1_000,
+            )]),
+        ),
+        "not unique",
+        "remote write",
+    );
+    refused(
+        remote_write(
+            &addr,
+            &encode_write_request(&[sample(&[("__name__", "up"), ("job", "a")], 1.0, i64::MAX)]),
+        ),
+        "out of range",
+        "remote write",
+    );
+    stop(srv);
+}
+
+/// Errors quote a bounded prefix of what they refuse: one bad 20 MB line
+/// came back as a 20 MB error, 100,000 bad lines as 10.8 MB, a path of
+/// 10,000 characters whole.
+#[test]
+fn errors_stay_small_whatever_they_refuse() {
+    let sc = Scenario::new().example_config().build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    assert_eq!(influxql(&addr, "", "CREATE DATABASE d").status, 200);
+    let huge_line = format!("cpu,host=a {}\n", "x".repeat(20_000_000));
+    let many_bad: String = (0..100_000).map(|i| format!("bad line {i}\n")).collect();
+    for (path, body) in [
+        ("/write?db=d", &huge_line),
+        ("/write?db=d", &many_bad),
+        ("/api/v1/write?table=metrics:cpu", &huge_line),
+        ("/api/v1/write?table=metrics:cpu", &many_bad),
+        ("/api/v1/write?table=d:cpu", &many_bad),
+    ] {
+        let r = post(&addr, path, "text/plain", body.as_bytes());
+        assert_eq!(r.status, 400, "{path}");
+        assert!(
+            r.body.len() < 40_000,
+            "{path}: a {} byte error: {}",
+            r.body.len(),
+            String::from_utf8_lossy(&r.body[..2000.min(r.body.len())])
+        );
+    }
+    let r = post(&addr, "/write?db=d", "text/plain", many_bad.as_bytes());
+    assert!(
+        r.text().contains("… and 99900 more"),
+        "{}",
+        &r.text()[..500]
+    );
+    let r = post(
+        &addr,
+        "/api/v1/write?table=metrics:cpu",
+        "text/plain",
+        many_bad.as_bytes(),
+    );
+    assert_eq!(r.json()["rejected_count"], json!(100_000));
+    assert_eq!(r.json()["rejected"].as_array().map(Vec::len), Some(100));
+    let long = "a".repeat(10_000);
+    for path in [
+        format!("/{long}"),
+        format!("/api/v1/tables/{long}"),
+        format!("/api/v1/tables/ns:{long}/scan"),
+    ] {
+        let r = request_with(&addr, "GET", &path, &[], b"").expect("request");
+        assert!(r.status >= 400, "{}", r.status);
+        assert!(r.body.len() < 1024, "a {} byte error", r.body.len());
+    }
+    let r = influxql(
+        &addr,
+        "d",
+        &format!("SELECT * FROM cpu WHERE host = '{long}' garbage"),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.body.len() < 1024, "a {} byte error", r.body.len());
+    let r = influxql(&addr, &long, "SELECT * FROM cpu");
+    assert!(r.body.len() < 1024, "a {} byte error", r.body.len());
+    stop(srv);
+}
+
+/// A gzipped body to `/api/v1/write` was read as its compressed bytes
+/// ("not UTF-8"): every write route inflates gzip now, refuses a body
+/// that is not what its encoding says, and an encoding it does not read.
+#[test]
+fn every_write_route_reads_gzip_and_names_what_it_cannot_read() {
+    use std::io::Write;
+    let gzip = |bytes: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(bytes).expect("gzip");
+        e.finish().expect("gzip")
+    };
+    let sc = Scenario::new().example_config().build();
+    let srv = sc.start();
+    let addr = srv.addr.clone();
+    assert_eq!(influxql(&addr, "", "CREATE DATABASE d").status, 200);
+    let send = |path: &str, ct: &str, encoding: &str, body: &[u8]| {
+        request_with(
+            &addr,
+            "POST",
+            path,
+            &[("Content-Type", ct), ("Content-Encoding", encoding)],
+            body,
+        )
+        .expect("request")
+    };
+    let line = b"cpu,host=gz usage_user=1.5 1700000000000";
+    let json_point =
+        br#"{"metric": "cpu", "tags": {"host": "gz"}, "ts": 1700000001000, "fields": {"usage_user": 2.5}}"#;
+    // InfluxDB's /write first: it makes the measurement `d:cpu`.
+    for path in [
+        "/write?db=d&precision=ms",
+        "/api/v1/write?table=metrics:cpu&precision=ms",
+        "/api/v1/write?table=d:cpu&precision=ms",
+    ] {
+        let r = send(path, "text/plain", "gzip", &gzip(line));
+        assert_eq!(r.status, 204, "{path}: {}", r.text());
+        let r = send(path, "text/plain", "gzip", line);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(r.text().contains("not gzip"), "{path}: {}", r.text());
+        let r = send(path, "text/plain", "br", line);
+        assert_eq!(r.status, 415, "{path}: {}", r.text());
+        assert!(r.text().contains("`br`"), "{path}: {}", r.text());
+    }
+    let r = send(
+        "/api/v1/write?table=metrics:cpu&precision=ms",
+        "application/json",
+        "gzip",
+        &gzip(json_point),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let q = post(
+        &addr,
+        "/api/v1/query",
+        "application/json",
+        json!({"table": "metrics:cpu", "series": [["metric", "cpu"], ["host", "gz"]]})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(
+        q.json()["rows"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        q.text()
+    );
+    stop(srv);
+}
