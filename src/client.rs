@@ -78,11 +78,21 @@ impl HttpClient {
     /// `keep_alive`: connections stay open for the next request to the
     /// same server (a node asking another often); else one per request.
     pub fn new(tls: &Tls, token: Option<String>, keep_alive: bool) -> Result<Self, ClientError> {
-        let mut tls_config = ureq::tls::TlsConfig::builder();
-        if let Some(path) = &tls.ca_file {
-            let certs = read_certificates(path)?;
-            tls_config = tls_config.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
-        }
+        let pinned = match &tls.ca_file {
+            Some(path) => {
+                let certs = read_certificates(path)?
+                    .iter()
+                    .map(|c| rustls::pki_types::CertificateDer::from(c.der().to_vec()))
+                    .collect();
+                Some(
+                    pinned::PinnedTls::new(certs).map_err(|why| ClientError::CaFile {
+                        path: path.clone(),
+                        why,
+                    })?,
+                )
+            }
+            None => None,
+        };
         let mut config = ureq::Agent::config_builder()
             // Straight to the server: a proxy from the environment would
             // see the token (and plain HTTP to it).
@@ -92,16 +102,25 @@ impl HttpClient {
             // lower) closes them.
             .max_idle_age(Duration::from_secs(5))
             .http_status_as_error(false)
-            .tls_config(tls_config.build())
             .timeout_connect(Some(Duration::from_secs(10)))
             .user_agent(concat!("halite/", env!("CARGO_PKG_VERSION")));
         if !keep_alive {
             config = config.max_idle_connections(0);
         }
-        Ok(HttpClient {
-            agent: config.build().new_agent(),
-            token,
-        })
+        let agent = match pinned {
+            // TCP, then TLS trusting the file's certificates only; no
+            // proxy, which the config turns off anyway.
+            Some(tls) => {
+                use ureq::unversioned::transport::{Connector, TcpConnector};
+                ureq::Agent::with_parts(
+                    config.build(),
+                    ().chain(TcpConnector::default()).chain(tls),
+                    ureq::unversioned::resolver::DefaultResolver::default(),
+                )
+            }
+            None => config.build().new_agent(),
+        };
+        Ok(HttpClient { agent, token })
     }
 
     /// `method path` on `server`, with `headers` (and the token). It gives
@@ -205,6 +224,218 @@ fn read_certificates(path: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>
         return Err(bad("no CERTIFICATE block in it".into()));
     }
     Ok(certs)
+}
+
+/// The TLS of a client that trusts the certificates of a file only:
+/// ureq's rustls connection with a verifier of our own. webpki checks the
+/// server's chain against the file; beside it, a certificate of the file
+/// that the server presents as its own is that server's, as curl and
+/// Python take it: the self-signed certificate `openssl req -x509` makes
+/// by default is a CA certificate, which webpki refuses as a server's
+/// (`CaUsedAsEndEntity`). Its names and dates are not checked then (it is
+/// pinned, as curl's `--pinnedpubkey`); the handshake still proves the
+/// server holds its key.
+mod pinned {
+    use std::sync::Arc;
+
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::CryptoProvider;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+    use ureq::unversioned::transport::{
+        Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
+        TransportAdapter,
+    };
+
+    #[derive(Debug)]
+    struct Verifier {
+        webpki: Arc<WebPkiServerVerifier>,
+        pinned: Vec<CertificateDer<'static>>,
+        provider: Arc<CryptoProvider>,
+    }
+
+    impl ServerCertVerifier for Verifier {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            ocsp_response: &[u8],
+            now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            match self.webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            ) {
+                Ok(verified) => Ok(verified),
+                Err(_)
+                    if self
+                        .pinned
+                        .iter()
+                        .any(|p| p.as_ref() == end_entity.as_ref()) =>
+                {
+                    Ok(ServerCertVerified::assertion())
+                }
+                Err(e) => Err(e),
+            }
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+
+    /// Wraps the chained TCP transport in TLS that trusts `certs` only.
+    #[derive(Debug)]
+    pub(super) struct PinnedTls {
+        config: Arc<rustls::ClientConfig>,
+    }
+
+    impl PinnedTls {
+        pub(super) fn new(certs: Vec<CertificateDer<'static>>) -> Result<PinnedTls, String> {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(certs.iter().cloned());
+            if added == 0 {
+                return Err("no certificate in it can be trusted".into());
+            }
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| e.to_string())?;
+            let verifier = Verifier {
+                webpki,
+                pinned: certs,
+                provider: provider.clone(),
+            };
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth();
+            Ok(PinnedTls {
+                config: Arc::new(config),
+            })
+        }
+    }
+
+    impl<In: Transport> Connector<In> for PinnedTls {
+        type Out = Either<In, TlsTransport>;
+
+        fn connect(
+            &self,
+            details: &ConnectionDetails,
+            chained: Option<In>,
+        ) -> Result<Option<Self::Out>, ureq::Error> {
+            let Some(transport) = chained else {
+                return Ok(None);
+            };
+            if !details.needs_tls() || transport.is_tls() {
+                return Ok(Some(Either::A(transport)));
+            }
+            let host = details
+                .uri
+                .host()
+                .unwrap_or_default()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let name = ServerName::try_from(host)
+                .map_err(|_| ureq::Error::Tls("the server's name is not a DNS name or address"))?;
+            let mut conn = ClientConnection::new(self.config.clone(), name)?;
+            let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
+            sock.set_timeout(details.timeout);
+            conn.complete_io(&mut sock)?;
+            Ok(Some(Either::B(TlsTransport {
+                buffers: LazyBuffers::new(
+                    details.config.input_buffer_size(),
+                    details.config.output_buffer_size(),
+                ),
+                stream: StreamOwned { conn, sock },
+            })))
+        }
+    }
+
+    pub(super) struct TlsTransport {
+        buffers: LazyBuffers,
+        stream: StreamOwned<ClientConnection, TransportAdapter>,
+    }
+
+    impl std::fmt::Debug for TlsTransport {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("TlsTransport").finish_non_exhaustive()
+        }
+    }
+
+    impl Transport for TlsTransport {
+        fn buffers(&mut self) -> &mut dyn Buffers {
+            &mut self.buffers
+        }
+
+        fn transmit_output(
+            &mut self,
+            amount: usize,
+            timeout: NextTimeout,
+        ) -> Result<(), ureq::Error> {
+            use std::io::Write;
+            self.stream.get_mut().set_timeout(timeout);
+            let output = &self.buffers.output()[..amount];
+            self.stream.write_all(output)?;
+            Ok(())
+        }
+
+        fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+            use std::io::Read;
+            self.stream.get_mut().set_timeout(timeout);
+            let input = self.buffers.input_append_buf();
+            let amount = self.stream.read(input)?;
+            self.buffers.input_appended(amount);
+            Ok(amount > 0)
+        }
+
+        fn is_open(&mut self) -> bool {
+            self.stream.get_mut().get_mut().is_open()
+        }
+
+        fn is_tls(&self) -> bool {
+            true
+        }
+    }
 }
 
 /// A free loopback port (for the demo's broker and tests).

@@ -444,3 +444,56 @@ fn the_kafka_consumer_reads_a_broker_over_tls() {
     common::kafka::assert_cpu_oracle(&srv.addr, hosts, points);
     stop(srv);
 }
+
+/// `halite … --cacert cert.pem` with the certificate `openssl req -x509
+/// -newkey rsa:2048 -nodes -subj /CN=localhost` makes (a CA certificate,
+/// no subject alternative name), which curl and Python accept: the CLI
+/// refused it (`CaUsedAsEndEntity`). The server's own certificate named
+/// in `--cacert` is trusted as that server's; another such certificate is
+/// not.
+#[test]
+fn the_cli_trusts_the_quick_self_signed_certificate_it_is_given() {
+    use common::certs::make_quick_certificate;
+    let sc = Scenario::new().build();
+    let (cert, key) = make_quick_certificate(sc.dir(), "quick");
+    let (other, _) = make_quick_certificate(sc.dir(), "other");
+    let srv = common::server::spawn(
+        sc.command(&[
+            &format!("server.tls_cert=\"{}\"", cert.display()),
+            &format!("server.tls_key=\"{}\"", key.display()),
+        ]),
+        sc.port,
+    );
+    let https = format!("https://localhost:{}", sc.port);
+    let cli = |cacert: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_halite"))
+            .args(["namespace", "list", "--server", &https, "--cacert"])
+            .arg(cacert)
+            .env_remove("HALITE_CACERT")
+            .env_remove("HALITE_TOKEN")
+            .output()
+            .expect("run halite")
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        let out = cli(&cert);
+        if out.status.success() || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("default"));
+    let out = cli(&other);
+    assert!(
+        !out.status.success(),
+        "a certificate not the server's was trusted"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    stop(srv);
+}

@@ -35,3 +35,27 @@ pub fn make_certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::pat
     );
     (cert, key)
 }
+
+/// A self-signed certificate as the quick recipe makes it (`openssl req
+/// -x509 -newkey rsa:2048 -nodes -subj /CN=localhost`): a CA certificate
+/// (basicConstraints CA:TRUE, openssl's default) with no subject
+/// alternative name, which webpki alone refuses as a server's.
+pub fn make_quick_certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cert = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
+        .args(["-days", "2", "-subj", "/CN=localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("run openssl (the openssl package)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
