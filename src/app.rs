@@ -107,6 +107,9 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         None
     };
+    // One dictionary per namespace for every door: two would give the
+    // same name two UIDs, or one UID two names.
+    let tag_sets = Arc::new(crate::series::TagSets::new());
     let kafka = if config.kafka.enabled() {
         let k = KafkaIngest::start(
             &config.kafka,
@@ -114,6 +117,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             queries.clone(),
             clock.clone(),
             topics.clone(),
+            tag_sets.clone(),
         )?;
         tracing::info!(
             topics = %config
@@ -142,7 +146,7 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         ingest: kafka.as_ref().map(|k| k.stats.clone()),
         topics,
         telemetry,
-        tag_sets: Arc::new(crate::series::TagSets::new()),
+        tag_sets,
         influx: config.influx.clone(),
         prometheus: config.prometheus.clone(),
         browsers: api::BrowserPolicy::new(

@@ -199,6 +199,10 @@ pub struct PointEncoder<'t> {
     /// NaN and infinities are values (Prometheus' staleness markers and
     /// `+Inf`), not mistakes.
     non_finite: bool,
+    /// A table of open tag sets that holds one measurement (an InfluxDB
+    /// measurement's table, which InfluxQL reads as that measurement)
+    /// takes points of it only.
+    one_measurement: bool,
     /// For each key field, the index of its tag among the point's tags
     /// ([`NO_TAG`]: none)...
     key_tags: Vec<u32>,
@@ -370,6 +374,7 @@ impl<'t> PointEncoder<'t> {
             write_ttl: None,
             point_ttl: None,
             dictionary: None,
+            one_measurement: false,
             undurable: false,
             series_refused: 0,
             tag_uids: Vec::new(),
@@ -393,6 +398,19 @@ impl<'t> PointEncoder<'t> {
     /// takes points only with one.
     pub fn set_dictionary(&mut self, dictionary: &'t Dictionary) {
         self.dictionary = Some(dictionary);
+    }
+
+    /// Takes points of the measurement the table is named after only
+    /// (InfluxQL reads a measurement's table as that one measurement; a
+    /// Prometheus samples table holds every metric, and does not ask this).
+    pub fn one_measurement(&mut self) {
+        self.one_measurement = true;
+    }
+
+    /// Whether the table has open tag sets (its series keys are the
+    /// dictionary's UIDs).
+    pub fn has_open_tags(&self) -> bool {
+        self.table.key.tags.is_some()
     }
 
     /// Whether the points added used UIDs, field types or series that
@@ -481,8 +499,71 @@ impl<'t> PointEncoder<'t> {
                 }
                 self.point_ttl = self.write_ttl;
             }
+            Format::RemoteWrite => {
+                let series = remote_write::decode_write_request(body).map_err(|e| e.to_string())?;
+                errors = self.add_remote_write(&series, now_ms);
+            }
         }
         Ok(errors)
+    }
+
+    /// Adds the samples of a remote write's series as Prometheus takes
+    /// them: a series needs `__name__`, a label named twice makes no
+    /// series, and NaN (staleness markers) and infinities are values. The
+    /// refused come back with their series' number (from 1) and why.
+    pub fn add_remote_write(
+        &mut self,
+        series: &[remote_write::Series],
+        now_ms: u64,
+    ) -> Vec<(usize, String)> {
+        self.allow_non_finite();
+        let mut errors = Vec::new();
+        for (i, one) in series.iter().enumerate() {
+            self.point_number = i + 1;
+            let Some(metric) = one
+                .labels
+                .iter()
+                .find(|(k, _)| k == "__name__")
+                .map(|(_, v)| v.as_str())
+                .filter(|m| !m.is_empty())
+            else {
+                errors.push((
+                    i + 1,
+                    "a series has no `__name__` label: every sample needs its metric name".into(),
+                ));
+                continue;
+            };
+            // As Prometheus' TSDB: a label named twice (`__name__` too)
+            // makes no series, rather than one of either value.
+            if let Some((twice, _)) = one
+                .labels
+                .iter()
+                .enumerate()
+                .find(|(at, (k, _))| one.labels[at + 1..].iter().any(|(other, _)| other == k))
+                .map(|(_, label)| label)
+            {
+                errors.push((
+                    i + 1,
+                    format!(
+                        "label name {:?} is not unique: invalid sample",
+                        quote_prefix(twice)
+                    ),
+                ));
+                continue;
+            }
+            for &(value, timestamp_ms) in &one.samples {
+                let point = SamplePoint {
+                    metric,
+                    labels: &one.labels,
+                    value: Value::Float(value),
+                    timestamp_ms,
+                };
+                if let Err(reason) = self.add(&point, Precision::Milliseconds, now_ms) {
+                    errors.push((i + 1, reason));
+                }
+            }
+        }
+        errors
     }
 
     /// Adds every line of line protocol `text`; the bad ones come back with
@@ -766,6 +847,14 @@ impl<'t> PointEncoder<'t> {
         };
         let measurement = point.measurement();
         let table_name = table.name.table.as_str();
+        if self.one_measurement && measurement != table_name {
+            return Err(format!(
+                "a point of measurement `{}` in table `{}`, which holds measurement `{table_name}` \
+                 only (InfluxQL reads it as that measurement): send it to its own table",
+                quote_prefix(measurement),
+                table.name
+            ));
+        }
         for i in 0..point.field_count() {
             let (name, _) = point.field(i);
             if name == "time" {
@@ -1105,6 +1194,9 @@ pub enum Format {
     Line,
     /// One JSON point or an array of them.
     Json,
+    /// A Prometheus remote-write request (1.0: a snappy-compressed
+    /// protobuf `WriteRequest`), one a message.
+    RemoteWrite,
 }
 
 /// What [`write_lines`] did: rows written, and the bad lines (number in

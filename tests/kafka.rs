@@ -378,3 +378,257 @@ precision = "ms"
     assert_cpu_oracle_in(&srv.addr, "metrics:cpu_skip", HOSTS, 2 * POINTS);
     server::stop(srv);
 }
+
+/// Kafka feeds tables of open tag sets as the HTTP doors do (issue "One
+/// engine behind every door"): Telegraf's line protocol with any tags into
+/// a measurement's table, read through InfluxQL; Prometheus remote-write
+/// requests, one a message, into a samples table, read through remote
+/// read. A point of another measurement, a rows message (whose UIDs are
+/// some node's) and a series without `__name__` are dead-lettered; the
+/// names are durable before the points, so they answer the same after a
+/// restart. Before, every such point was dead-lettered ("write it through
+/// /write").
+#[test]
+fn kafka_feeds_tables_of_open_tag_sets() {
+    use common::prometheus::{read_answer, read_request};
+    use halite::ingest::remote_write::{Series, encode_write_request};
+    let sc = Scenario::new()
+        .topic("telegraf", 4)
+        .topic("prom", 2)
+        .topic("dead", 1)
+        .set("kafka.dead_letter_topic=\"dead\"")
+        .set("kafka.commit_interval=\"200ms\"")
+        .config_append(
+            r#"
+[[tables]]
+name = "telegraf:cpu"
+families = [{ name = "f", data_block_encoding = "TIME_SERIES" }]
+[tables.key]
+fields = []
+tags = {}
+time_unit = "ns"
+salt = { buckets = 4, width = 1, from = "series" }
+
+[[tables]]
+name = "prometheus:samples"
+families = [{ name = "f", data_block_encoding = "TIME_SERIES" }]
+[tables.key]
+fields = []
+tags = {}
+time_unit = "ms"
+salt = { buckets = 4, width = 1, from = "series" }
+
+[[kafka.topics]]
+topic = "telegraf"
+table = "telegraf:cpu"
+format = "line"
+
+[[kafka.topics]]
+topic = "prom"
+table = "prometheus:samples"
+format = "remote_write"
+"#,
+        )
+        .build();
+    let srv = sc.start();
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", sc.bootstrap())
+        .create()
+        .expect("producer");
+    const T0: u64 = 1_700_000_000_000_000_000;
+    // 210 points of 21 series (7 hosts x 3 data centres; a rack tag on
+    // some), 10 lines a message; then the messages to refuse.
+    let lines: Vec<String> = (0..210u64)
+        .map(|i| {
+            let rack = if i % 3 == 0 {
+                format!(",rack=r{}", i % 5)
+            } else {
+                String::new()
+            };
+            format!(
+                "cpu,host=h{},dc=d{}{rack} usage=1.5,n={i}i {}",
+                i % 7,
+                i % 3,
+                T0 + (i / 21) * 1_000_000_000
+            )
+        })
+        .collect();
+    for chunk in lines.chunks(10) {
+        let payload = chunk.join("\n");
+        producer
+            .send(BaseRecord::<'_, (), str>::to("telegraf").payload(&payload))
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    let mut rows = halite::ingest::rows_message::ROWS_MAGIC.to_vec();
+    rows.extend_from_slice(b"any rows at all");
+    let refused_lines = [b"mem,host=h1 used=1i 1700000000000000000".to_vec(), rows];
+    for payload in &refused_lines {
+        producer
+            .send(BaseRecord::<'_, (), [u8]>::to("telegraf").payload(payload))
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    let sample = |labels: &[(&str, &str)], v: f64, ms: i64| Series {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        samples: vec![(v, ms)],
+    };
+    let stale = f64::from_bits(0x7ff0_0000_0000_0002);
+    let writes = [
+        encode_write_request(&[
+            sample(&[("__name__", "up"), ("job", "a")], 1.0, 1_000),
+            sample(&[("__name__", "up"), ("job", "b")], 0.0, 1_000),
+        ]),
+        encode_write_request(&[sample(&[("__name__", "up"), ("job", "a")], stale, 2_000)]),
+        encode_write_request(&[sample(&[("job", "no-name")], 1.0, 1_000)]),
+    ];
+    for payload in &writes {
+        producer
+            .send(BaseRecord::<'_, (), [u8]>::to("prom").payload(payload))
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let s = wait_for(&srv.addr, "every message handled and committed", |s| {
+        committed_total(s, "telegraf") == 23 && committed_total(s, "prom") == 3
+    });
+    assert_eq!(s["points"], 210 + 3, "{s}");
+    assert_eq!(s["bad_messages"], 3, "{s}");
+    assert_eq!(s["dead_lettered"], 3, "{s}");
+
+    let influxql = |q: &str| {
+        let form = serde_urlencoded::to_string([("q", q)]).expect("form");
+        let r = common::http::request(
+            &srv.addr,
+            "POST",
+            "/query?db=telegraf",
+            Some("application/x-www-form-urlencoded"),
+            form.as_bytes(),
+        )
+        .expect("query");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let check = || {
+        let per_host = influxql("SELECT count(usage), sum(n) FROM cpu GROUP BY host");
+        let series = per_host["results"][0]["series"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(series.len(), 7, "{per_host}");
+        for (h, one) in series.iter().enumerate() {
+            let want_sum: u64 = (0..210u64).filter(|i| i % 7 == h as u64).sum();
+            assert_eq!(one["tags"]["host"], json!(format!("h{h}")), "{one}");
+            assert_eq!(one["values"][0][1], json!(30), "{one}");
+            assert_eq!(one["values"][0][2], json!(want_sum), "{one}");
+        }
+        let racks = influxql("SHOW TAG VALUES FROM cpu WITH KEY = \"rack\"");
+        assert_eq!(
+            racks["results"][0]["series"][0]["values"]
+                .as_array()
+                .map(Vec::len),
+            Some(5),
+            "{racks}"
+        );
+    };
+    check();
+    let read = |matchers: &[(&str, &str)]| {
+        let r = common::http::request_with(
+            &srv.addr,
+            "POST",
+            "/api/v1/read",
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "snappy"),
+            ],
+            &read_request(matchers, None),
+        )
+        .expect("remote read");
+        assert_eq!(r.status, 200, "{}", r.text());
+        read_answer(&r.body)
+    };
+    let up = read(&[("__name__", "up")]);
+    assert_eq!(up.len(), 2, "{up:?}");
+    let a = up
+        .iter()
+        .find(|s| s.labels.contains(&("job".into(), "a".into())))
+        .expect("job a");
+    assert_eq!(a.samples.len(), 2);
+    assert_eq!(a.samples[1].1, 2_000);
+    assert_eq!(
+        a.samples[1].0.to_bits(),
+        stale.to_bits(),
+        "the staleness marker"
+    );
+
+    // The dead letters say why.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", sc.bootstrap())
+        .set("group.id", "test-open-tag-dead-letters")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("dead", 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let mut reasons = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reasons.len() < 3 && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("dead letter");
+            let reason = m
+                .headers()
+                .and_then(|h| {
+                    h.iter()
+                        .find(|x| x.key == "halite-error")
+                        .and_then(|x| x.value)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                })
+                .unwrap_or_default();
+            reasons.push(reason);
+        }
+    }
+    reasons.sort();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("measurement `mem`")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("rows message")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("__name__")),
+        "{reasons:?}"
+    );
+    drop(consumer);
+
+    // The names were durable before the points: a restart reads them.
+    server::stop(srv);
+    let srv = sc.start();
+    let per_host = influxql_at(&srv.addr, "SELECT count(usage) FROM cpu GROUP BY host");
+    assert_eq!(
+        per_host["results"][0]["series"].as_array().map(Vec::len),
+        Some(7),
+        "{per_host}"
+    );
+    server::stop(srv);
+}
+
+fn influxql_at(addr: &str, q: &str) -> serde_json::Value {
+    let form = serde_urlencoded::to_string([("q", q)]).expect("form");
+    let r = common::http::request(
+        addr,
+        "POST",
+        "/query?db=telegraf",
+        Some("application/x-www-form-urlencoded"),
+        form.as_bytes(),
+    )
+    .expect("query");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}

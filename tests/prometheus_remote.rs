@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http::free_port;
 use common::influx::assert_close;
-use common::prometheus::Prometheus;
+use common::prometheus::{Prometheus, read_answer, read_request};
 use common::server::{command, spawn_ready};
 use serde_json::Value as Json;
 
@@ -393,38 +393,4 @@ fn remote_write_refusals_are_what_prometheus_expects() {
         assert!(r.text().contains("over the limit"), "{path}: {}", r.text());
     }
     common::server::stop(halite);
-}
-
-/// A snappy `ReadRequest` of one query over all time with `Equal`
-/// matchers, and hints naming `func` when given.
-fn read_request(matchers: &[(&str, &str)], func: Option<&str>) -> Vec<u8> {
-    use halite::ingest::remote_write::encode_message;
-    let mut query = vec![0x08, 0x00, 0x10]; // start 0, end 2^32 - 1 ms
-    query.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
-    for (name, value) in matchers {
-        let mut matcher = Vec::new();
-        encode_message(2, name.as_bytes(), &mut matcher);
-        encode_message(3, value.as_bytes(), &mut matcher);
-        encode_message(3, &matcher, &mut query);
-    }
-    if let Some(func) = func {
-        let mut hints = Vec::new();
-        encode_message(2, func.as_bytes(), &mut hints);
-        encode_message(4, &hints, &mut query);
-    }
-    let mut read = Vec::new();
-    encode_message(1, &query, &mut read);
-    snap::raw::Encoder::new()
-        .compress_vec(&read)
-        .expect("snappy")
-}
-
-/// The series of a `ReadResponse` with one query's result.
-fn read_answer(body: &[u8]) -> Vec<halite::ingest::remote_write::Series> {
-    let raw = snap::raw::Decoder::new()
-        .decompress_vec(body)
-        .expect("snappy answer");
-    // ReadResponse { results = 1 { timeseries = 1 } }: unwrap two levels.
-    let results = halite::ingest::remote_write::fields(&raw).expect("response");
-    halite::ingest::remote_write::decode_series_list(results[0].1.bytes()).expect("series")
 }

@@ -22,13 +22,11 @@ use super::state::AppState;
 use crate::auth::{Caller, Scope};
 use crate::catalog::{CreateTable, TableName};
 use crate::error::{Error, ErrorKind};
-use crate::ingest::line_protocol::Precision;
 use crate::ingest::remote_write::{self, Series};
-use crate::ingest::{PointEncoder, RowsSink, SamplePoint};
+use crate::ingest::{PointEncoder, RowsSink};
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
 use crate::query::prom_read::{self, MatchOp, Matcher};
 use crate::schema::Durability;
-use crate::value::Value;
 
 /// The table of a database that holds its samples.
 pub const SAMPLES_TABLE: &str = "samples";
@@ -213,51 +211,12 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
     let mut encoder = PointEncoder::new(&table.desc, s.store.max_value_size())
         .map_err(|e| refuse(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     encoder.set_dictionary(&dictionary);
-    encoder.allow_non_finite();
     let now = s.clock.now_ms();
-    let mut refused: Option<String> = None;
-    for one in series {
-        let Some(metric) = one
-            .labels
-            .iter()
-            .find(|(k, _)| k == "__name__")
-            .map(|(_, v)| v.as_str())
-            .filter(|m| !m.is_empty())
-        else {
-            refused.get_or_insert_with(|| {
-                "a series has no `__name__` label: every sample needs its metric name".into()
-            });
-            continue;
-        };
-        // As Prometheus' TSDB: a label named twice (`__name__` too) makes
-        // no series, rather than one of either value.
-        if let Some((twice, _)) = one
-            .labels
-            .iter()
-            .enumerate()
-            .find(|(i, (k, _))| one.labels[i + 1..].iter().any(|(other, _)| other == k))
-            .map(|(_, label)| label)
-        {
-            refused.get_or_insert_with(|| {
-                format!(
-                    "label name {:?} is not unique: invalid sample",
-                    crate::codec::quote_prefix(twice)
-                )
-            });
-            continue;
-        }
-        for &(value, timestamp_ms) in &one.samples {
-            let point = SamplePoint {
-                metric,
-                labels: &one.labels,
-                value: Value::Float(value),
-                timestamp_ms,
-            };
-            if let Err(reason) = encoder.add(&point, Precision::Milliseconds, now) {
-                refused.get_or_insert(reason);
-            }
-        }
-    }
+    let refused = encoder
+        .add_remote_write(series, now)
+        .into_iter()
+        .next()
+        .map(|(_, reason)| reason);
     let over_limit = encoder.series_refused();
     if encoder.needs_durable_dictionary() {
         dictionary

@@ -191,7 +191,8 @@ pub(super) async fn write(
             .await?;
             (done.rows, done.rejected)
         }
-        ingest::Format::Json => {
+        // (Remote writes come here only by their own route.)
+        ingest::Format::Json | ingest::Format::RemoteWrite => {
             let mut encoder = PointEncoder::new(&desc, max_value_size).map_err(ApiError::bad)?;
             encoder.set_ttl(p.ttl_ms);
             if let Some(d) = &dictionary {

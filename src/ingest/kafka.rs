@@ -95,6 +95,7 @@ impl KafkaIngest {
         deletes: Arc<dyn PointDeletes>,
         clock: Arc<dyn Clock>,
         topics: Option<Arc<topic_writer::TopicWriter>>,
+        tag_sets: Arc<crate::series::TagSets>,
     ) -> Result<KafkaIngest, KafkaError> {
         let mut routes = HashMap::new();
         for t in &config.topics {
@@ -103,11 +104,20 @@ impl KafkaIngest {
                 reason,
             };
             let table = TableName::parse(&t.table).map_err(|e| bad(e.to_string()))?;
-            store.catalog().table(&table).map_err(|e| {
+            let desc = store.catalog().table(&table).map_err(|e| {
                 bad(format!(
                     "{e}; create the table (or list it under [[tables]]) first"
                 ))
             })?;
+            // A cluster's nodes would each give the same names other
+            // UIDs: until the dictionary is shared, such a table is fed
+            // on one node (issue "One engine behind every door").
+            if desc.key.is_open_tags() && store.is_cluster() {
+                return Err(bad(format!(
+                    "table `{table}` has open tag sets, which cluster mode does not take yet: \
+                     feed it on a single node, or map the topic to a table with a declared key"
+                )));
+            }
             let precision = t
                 .precision
                 .as_deref()
@@ -173,6 +183,7 @@ impl KafkaIngest {
                 (None, _) => None,
             },
             cluster,
+            tag_sets,
         });
         let mut client = ClientConfig::new();
         client

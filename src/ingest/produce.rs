@@ -93,6 +93,11 @@ pub fn produce_with_progress(
     spec: &ProduceSpec,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, ProduceError> {
+    if spec.format == Format::RemoteWrite {
+        return Err(ProduceError::Spec(
+            "halite produce writes line protocol or JSON points: use --format line or json",
+        ));
+    }
     if spec.dataset == Dataset::Devops && spec.format != Format::Line {
         return Err(ProduceError::Spec(
             "the devops data set is line protocol: use --format line",
@@ -148,6 +153,8 @@ pub fn produce_with_progress(
                     ),
                     (Dataset::Cpu, Format::Line) => tsbs::cpu_line(host, step, &mut payload),
                     (Dataset::Cpu, Format::Json) => json.push(tsbs::cpu_json(host, step)),
+                    // Refused above.
+                    (Dataset::Cpu, Format::RemoteWrite) => {}
                 }
                 produced += 1;
             }

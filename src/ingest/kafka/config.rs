@@ -13,7 +13,9 @@ use crate::units::{ByteSize, Dur};
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
     pub topic: String,
-    /// `namespace:table` the points go to.
+    /// `namespace:table` the points go to: a table with a declared key,
+    /// or one of open tag sets (then not in cluster mode yet), whose
+    /// names the namespace's dictionary keeps, as the HTTP doors' do.
     pub table: String,
     #[serde(default)]
     pub format: Format,

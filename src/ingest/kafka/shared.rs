@@ -47,6 +47,9 @@ pub(super) struct Shared {
     /// In cluster mode: sends rows a message brought to the wrong
     /// partition on to their bucket's.
     pub(super) forward: Option<Arc<super::topic_writer::TopicWriter>>,
+    /// Every namespace's dictionary, the one the HTTP doors use: points
+    /// of a table of open tag sets take their UIDs from it.
+    pub(super) tag_sets: Arc<crate::series::TagSets>,
 }
 
 /// Cluster mode: each topic's partition count (a table's bucket `b`

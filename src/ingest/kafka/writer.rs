@@ -29,7 +29,7 @@ pub(super) fn writer_loop(
 ) {
     for batch in rx {
         // Decoded here, in parallel with the other writers...
-        let decoded = decode_ahead(&batch, store, clock);
+        let decoded = decode_ahead(&batch, store, shared, clock);
         let key = (batch.topic.topic.clone(), batch.partition);
         let mut seq = batch.seq;
         let mut job = Some((batch, decoded));
@@ -211,7 +211,12 @@ pub(super) fn note_drained_position(
 /// in its turn: it may hold a delete message (which needs the points
 /// before it in the store first), or its table cannot take rows (the
 /// turn reports it).
-pub(super) fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> Option<Decoded> {
+pub(super) fn decode_ahead(
+    batch: &Batch,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+) -> Option<Decoded> {
     let route = &batch.topic;
     if route.format == Format::Json
         && batch
@@ -223,7 +228,8 @@ pub(super) fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> O
     // The layout the store routes by now (in cluster mode the catalog can
     // be ahead of it for a moment, while a refresh lays the table out).
     let desc = store.table(&route.table).ok()?.desc.clone();
-    let mut encoder = PointEncoder::new(&desc, store.max_value_size()).ok()?;
+    let dictionary = dictionary_of(&desc, store, shared).ok()?;
+    let mut encoder = encoder_of(&desc, dictionary.as_deref(), route, store).ok()?;
     encoder.reserve_for_bytes(batch.bytes());
     let stream = Uniquifiers::stream(&route.topic, batch.partition);
     let now = clock.now_ms();
@@ -234,8 +240,74 @@ pub(super) fn decode_ahead(batch: &Batch, store: &Store, clock: &dyn Clock) -> O
             bad.push((i, reason));
         }
     }
+    // What the points use of the dictionary is durable before they are
+    // handed on; a failure decodes the batch again in its turn, which
+    // fails it if this fails again.
+    if encoder.needs_durable_dictionary() {
+        dictionary.as_deref()?.make_durable(store).ok()?;
+    }
     let entries = encoder.finish();
     Some(Decoded { desc, entries, bad })
+}
+
+/// The dictionary a table's points take their UIDs from: its namespace's,
+/// the one every door shares, when the table has open tag sets.
+fn dictionary_of(
+    desc: &crate::catalog::TableDescriptor,
+    store: &Store,
+    shared: &Shared,
+) -> crate::error::Result<Option<Arc<crate::series::Dictionary>>> {
+    if !desc.key.is_open_tags() {
+        return Ok(None);
+    }
+    shared
+        .tag_sets
+        .dictionary(store, &desc.name.namespace)
+        .map(Some)
+}
+
+/// An encoder of `desc`'s points, with `dictionary` for a table of open
+/// tag sets. Line protocol and JSON into such a table are one
+/// measurement's points, the table's own (as InfluxQL reads the table);
+/// remote writes bring every metric of a samples table.
+fn encoder_of<'t>(
+    desc: &'t crate::catalog::TableDescriptor,
+    dictionary: Option<&'t crate::series::Dictionary>,
+    route: &TopicRoute,
+    store: &Store,
+) -> Result<PointEncoder<'t>, String> {
+    let mut encoder = PointEncoder::new(desc, store.max_value_size())?;
+    if let Some(d) = dictionary {
+        encoder.set_dictionary(d);
+        if route.format != Format::RemoteWrite {
+            encoder.one_measurement();
+        }
+    }
+    Ok(encoder)
+}
+
+/// Makes what `encoder`'s points use of the dictionary durable, so they
+/// may be handed to the store; `false` (logged) when that failed.
+fn dictionary_durable(
+    encoder: &PointEncoder<'_>,
+    dictionary: Option<&crate::series::Dictionary>,
+    store: &Store,
+    route: &TopicRoute,
+) -> bool {
+    let (true, Some(d)) = (encoder.needs_durable_dictionary(), dictionary) else {
+        return true;
+    };
+    match d.make_durable(store) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(
+                topic = %route.topic,
+                error = %e,
+                "writing the dictionary failed; its partition's commits stop before the batch"
+            );
+            false
+        }
+    }
 }
 
 /// Hands a batch's points to the store (decoding them first unless
@@ -436,7 +508,15 @@ pub(super) fn decode_in_turn<'b>(
         }
     };
     let now = clock.now_ms();
-    let mut encoder = match PointEncoder::new(&desc, store.max_value_size()) {
+    let dictionary = match dictionary_of(&desc, store, shared) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(topic = %route.topic, error = %e, "cannot open the table's dictionary");
+            submitted.failed = true;
+            return None;
+        }
+    };
+    let mut encoder = match encoder_of(&desc, dictionary.as_deref(), route, store) {
         Ok(e) => e,
         Err(e) => {
             tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
@@ -467,10 +547,14 @@ pub(super) fn decode_in_turn<'b>(
             }
             // A delete applies to every point before it in the partition
             // and to none after: those before are made readable first.
-            let Ok(fresh) = PointEncoder::new(&desc, store.max_value_size()) else {
+            let Ok(fresh) = encoder_of(&desc, dictionary.as_deref(), route, store) else {
                 submitted.failed = true; // the table made one above
                 return None;
             };
+            if !dictionary_durable(&encoder, dictionary.as_deref(), store, route) {
+                submitted.failed = true;
+                return None;
+            }
             let before = std::mem::replace(&mut encoder, fresh).finish();
             submitted.points += before.rows() as u64;
             submitted.cells += before.cells() as u64;
@@ -537,6 +621,10 @@ pub(super) fn decode_in_turn<'b>(
             bad.push((offset, payload, reason));
         }
     }
+    if !dictionary_durable(&encoder, dictionary.as_deref(), store, route) {
+        submitted.failed = true;
+        return None;
+    }
     let entries = encoder.finish();
     Some((desc, entries))
 }
@@ -586,6 +674,18 @@ pub(super) fn decode_message(
     now: u64,
 ) -> Result<(), BadMessage> {
     if crate::ingest::rows_message::is_rows_message(payload) {
+        // Rows carry their UIDs as the node that made them had them: a
+        // table of open tag sets takes points, whose names it looks up.
+        if encoder.has_open_tags() {
+            return Err(BadMessage {
+                kind: "bad_rows",
+                reason: format!(
+                    "a rows message for table `{}`, which has open tag sets: send it points \
+                     (line protocol, JSON or remote write), whose names its dictionary gives UIDs",
+                    route.table
+                ),
+            });
+        }
         // An HTTP write a cluster's node passed through the topic.
         return crate::ingest::rows_message::decode_rows_message(payload)
             .and_then(|rows| encoder.add_encoded_rows(rows))
@@ -604,6 +704,7 @@ pub(super) fn decode_message(
     let what = match route.format {
         Format::Line => "line",
         Format::Json => "point",
+        Format::RemoteWrite => "series",
     };
     if !errors.is_empty() {
         // The first few say what is wrong; all of them could outgrow the
