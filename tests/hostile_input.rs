@@ -543,3 +543,36 @@ fn every_write_route_reads_gzip_and_names_what_it_cannot_read() {
     );
     stop(srv);
 }
+
+/// A request hyper cannot parse (a malformed or repeated
+/// `Content-Length`) got a bare 400 with no body: it says why now.
+#[test]
+fn a_request_that_is_not_http_is_told_why() {
+    use std::io::{Read, Write};
+    let sc = Scenario::new().build();
+    let srv = sc.start();
+    for head in [
+        "POST /api/v1/write?table=x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\nhello",
+        "POST /write?db=d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+    ] {
+        let mut c = std::net::TcpStream::connect(&srv.addr).expect("connect");
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        c.write_all(head.as_bytes()).expect("send");
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        let (_, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+        let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Content-Length")),
+            "{body}"
+        );
+    }
+    // And the server goes on answering.
+    let r = request_with(&srv.addr, "GET", "/readyz", &[], b"").expect("readyz");
+    assert_eq!(r.status, 200);
+    stop(srv);
+}

@@ -237,7 +237,11 @@ async fn connection<IO>(
             idle_timeout: serving.idle_timeout,
         })
         .header_read_timeout(serving.header_timeout);
-    let io = CountedReads { io, reads };
+    let io = CountedReads {
+        io,
+        reads,
+        answered: 0,
+    };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
     tokio::select! {
         done = conn.as_mut() => {
@@ -268,11 +272,33 @@ impl HeadWatch {
 
 /// A connection's stream, counting the reads that bring bytes so its
 /// [`HeadTimer`] can tell a client idle between requests from one stalled
-/// inside a request's headers.
+/// inside a request's headers; and saying why hyper refused a request it
+/// could not parse, which it answers with a bare 400 of its own.
 struct CountedReads<IO> {
     io: IO,
     reads: Arc<HeadWatch>,
+    /// How much of [`UNPARSED_ANSWER`] went out in place of hyper's.
+    answered: usize,
 }
+
+/// The head of hyper's answer to a request it cannot parse (a malformed
+/// `Content-Length`, two of them, a bad header line): no route ran, and
+/// every answer of halite's own 400s has a body.
+const HYPER_PARSE_ERROR: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n";
+
+/// What goes out instead: the same status, and why.
+static UNPARSED_ANSWER: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    let body = "{\"error\":{\"code\":\"invalid_request\",\"message\":\"the request is not \
+                HTTP/1.1 halite can read: a malformed or repeated Content-Length, a bad header \
+                line, or headers over the limit; nothing was read\"}}\n";
+    format!(
+        "HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+});
 
 impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CountedReads<IO> {
     fn poll_read(
@@ -289,13 +315,42 @@ impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CountedReads<IO>
     }
 }
 
+impl<IO: tokio::io::AsyncWrite + Unpin> CountedReads<IO> {
+    /// Writes [`UNPARSED_ANSWER`] in place of hyper's answer `head` (no
+    /// body), which counts as written once ours is; the connection closes
+    /// after it.
+    fn poll_answer_unparsed(
+        &mut self,
+        cx: &mut Context<'_>,
+        head: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        while self.answered < UNPARSED_ANSWER.len() {
+            let at = self.answered;
+            match std::pin::Pin::new(&mut self.io).poll_write(cx, &UNPARSED_ANSWER[at..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(0)),
+                Poll::Ready(Ok(n)) => self.answered += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let head_end = head
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(head.len(), |at| at + 4);
+        Poll::Ready(Ok(head_end))
+    }
+}
+
 impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountedReads<IO> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+        if !buf.starts_with(HYPER_PARSE_ERROR) {
+            return std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        }
+        self.poll_answer_unparsed(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -303,7 +358,12 @@ impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountedReads<I
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        match bufs.first() {
+            Some(head) if head.starts_with(HYPER_PARSE_ERROR) => {
+                self.poll_answer_unparsed(cx, head)
+            }
+            _ => std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs),
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
