@@ -394,3 +394,70 @@ fn remote_write_refusals_are_what_prometheus_expects() {
     }
     common::server::stop(halite);
 }
+
+/// Prometheus' samples read through InfluxQL (`/query?db=prometheus`,
+/// measurement `samples`) keep their times: the table's keys hold
+/// milliseconds, which the InfluxQL path read as nanoseconds (points of
+/// 2023 answered as of January 1970, and no time condition met them).
+#[test]
+fn samples_read_through_influxql_keep_their_times() {
+    use common::http::request_with;
+    use halite::ingest::remote_write::Series;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(command(dir.path(), port, &[] as &[&str]), port);
+    const T: i64 = 1_700_000_000_000;
+    let body = write_request(&[Series {
+        labels: vec![("__name__".into(), "up".into()), ("job".into(), "a".into())],
+        samples: vec![(1.0, T), (2.0, T + 60_000), (3.0, T + 61_500)],
+    }]);
+    let r = request_with(
+        &halite.addr,
+        "POST",
+        "/api/v1/write",
+        &[
+            ("Content-Type", "application/x-protobuf"),
+            ("Content-Encoding", "snappy"),
+        ],
+        &body,
+    )
+    .expect("write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let influxql = |q: &str| {
+        let form = serde_urlencoded::to_string([("q", q), ("epoch", "ms")]).expect("form");
+        let r = request_with(
+            &halite.addr,
+            "POST",
+            "/query?db=prometheus",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            form.as_bytes(),
+        )
+        .expect("query");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["results"][0]["series"][0]["values"].clone()
+    };
+    assert_eq!(
+        influxql("SELECT value FROM samples"),
+        serde_json::json!([[T, 1], [T + 60_000, 2], [T + 61_500, 3]])
+    );
+    assert_eq!(
+        influxql(&format!(
+            "SELECT value FROM samples WHERE time > {}ms",
+            T + 60_000
+        )),
+        serde_json::json!([[T + 61_500, 3]])
+    );
+    assert_eq!(
+        influxql(&format!(
+            "SELECT count(value) FROM samples WHERE time >= {T}ms AND time < {}ms GROUP BY time(1m)",
+            T + 120_000
+        )),
+        // The range's three minutes; `count` of an empty one is 0.
+        serde_json::json!([
+            [T - T % 60_000, 1],
+            [T - T % 60_000 + 60_000, 2],
+            [T - T % 60_000 + 120_000, 0]
+        ])
+    );
+    common::server::stop(halite);
+}

@@ -280,7 +280,7 @@ pub fn select(
         // it (where the older files are read).
         let recent_from = per_series
             .and_then(|_| table.cell_time_range())
-            .map(|(_, newest)| key_time_of_ms(&schema, newest.saturating_sub(RECENT_MS)))
+            .map(|(_, newest)| ns_of_ms(newest.saturating_sub(RECENT_MS)))
             .filter(|&from| from > lo && from <= hi);
         let parts = match recent_from {
             Some(from) => vec![(from, hi), (lo, from - 1)],
@@ -339,9 +339,7 @@ pub fn select(
         let oldest_to = match newest_from {
             Some(_) => None,
             None => {
-                let oldest = table
-                    .cell_time_range()
-                    .map(|(oldest, _)| key_time_of_ms(&schema, oldest));
+                let oldest = table.cell_time_range().map(|(oldest, _)| ns_of_ms(oldest));
                 oldest_buckets_to(s, lower.is_some(), lo, hi, oldest)
             }
         };
@@ -780,12 +778,13 @@ trait SeriesVisit {
 
     /// Rows `rows` of `runs`, one series' points newest first, a row's
     /// time `u64::MAX` less its key's tail (as [`key_time`]).
-    fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>) -> bool {
+    /// `scale`: nanoseconds a unit of the key's time is.
+    fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>, scale: i64) -> bool {
         let mut cells = Vec::new();
         rows.into_iter().all(|row| {
             cells.clear();
             runs.row_cells(row, &mut cells);
-            self.row(run_time(runs, row), &cells)
+            self.row(run_time(runs, row, scale), &cells)
         })
     }
 }
@@ -796,14 +795,24 @@ impl<F: FnMut(i64, &[(u32, Value)]) -> bool> SeriesVisit for F {
     }
 }
 
-/// The time of row `row` of `runs` (as [`key_time`] of its key).
-fn run_time(runs: &ColumnRuns, row: usize) -> i64 {
-    tail_time(runs.tails()[row])
+/// The time of row `row` of `runs` in nanoseconds (as [`key_time`] of
+/// its key), a unit of the key's time being `scale` of them.
+fn run_time(runs: &ColumnRuns, row: usize, scale: i64) -> i64 {
+    tail_time(runs.tails()[row], scale)
 }
 
-/// The time of a row whose key ends in `tail` (newest first).
-fn tail_time(tail: u64) -> i64 {
-    (u64::MAX - tail) as i64
+/// The time in nanoseconds of a row whose key ends in `tail` (newest
+/// first), a unit of the key's time being `scale` of them.
+fn tail_time(tail: u64, scale: i64) -> i64 {
+    ((u64::MAX - tail) as i64).saturating_mul(scale)
+}
+
+/// Nanoseconds a unit of the key's time is: InfluxQL's times are
+/// nanoseconds whatever the table keeps (a Prometheus samples table keeps
+/// milliseconds, which were read as nanoseconds: its points answered as
+/// of January 1970, and no time condition met them).
+fn ns_per_key_unit(schema: &KeySchema) -> i64 {
+    (1_000_000_000 / schema.time_unit.per_second().max(1)) as i64
 }
 
 /// A column read's rows as a series' times: what [`SeriesVisit`] sees.
@@ -811,6 +820,8 @@ struct ByTime<'a> {
     schema: &'a KeySchema,
     visit: &'a mut dyn SeriesVisit,
     key: Vec<u8>,
+    /// Nanoseconds a unit of the key's time is.
+    scale: i64,
 }
 
 impl ColumnSink for ByTime<'_> {
@@ -818,7 +829,8 @@ impl ColumnSink for ByTime<'_> {
         let Some(time) = key_time(self.schema, key) else {
             return true;
         };
-        self.visit.row(time as i64, cells)
+        self.visit
+            .row((time as i64).saturating_mul(self.scale), cells)
     }
 
     fn takes_runs(&self) -> bool {
@@ -835,7 +847,7 @@ impl ColumnSink for ByTime<'_> {
             if self.schema.tag_series(&self.key).is_none() {
                 continue;
             }
-            if !self.visit.run(runs, rows) {
+            if !self.visit.run(runs, rows, self.scale) {
                 return false;
             }
         }
@@ -858,7 +870,15 @@ fn scan_series_cells(
     if names.is_empty() {
         return Ok(());
     }
-    let mut scan = super::series_time_scan(schema, series, range.lo, range.hi);
+    // The statement's nanoseconds in the key's unit: the first unit at or
+    // after the lower bound, the last at or before the upper.
+    let scale = ns_per_key_unit(schema);
+    let lo = range.lo / scale + i64::from(range.lo % scale != 0);
+    let hi = range.hi / scale;
+    if lo > hi {
+        return Ok(());
+    }
+    let mut scan = super::series_time_scan(schema, series, lo, hi);
     let read = match range.points {
         Some(n) => ColumnRead::FirstRows(n),
         None => ColumnRead::Fold,
@@ -871,6 +891,7 @@ fn scan_series_cells(
         schema,
         visit,
         key: Vec::new(),
+        scale,
     };
     store
         .scan_columns(table, &scan, read, &mut sink)
@@ -1021,7 +1042,7 @@ impl SeriesVisit for SeriesFold<'_> {
         true
     }
 
-    fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>) -> bool {
+    fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>, scale: i64) -> bool {
         if rows.is_empty() {
             return true;
         }
@@ -1029,15 +1050,15 @@ impl SeriesVisit for SeriesFold<'_> {
         let (calls, call_columns) = (self.calls, self.call_columns);
         let mut at = rows.start;
         while at < rows.end {
-            let bucket = self.open_at(run_time(runs, at));
+            let bucket = self.open_at(run_time(runs, at, scale));
             // A run's rows rise by key, so its times fall: where they
             // fall as i64 too (no time past i64::MAX among them), the
             // rows in the bucket are a prefix, found by halving.
             let tails = &runs.tails()[at + 1..rows.end];
-            let inside = |&t: &u64| self.in_bucket(tail_time(t), bucket);
+            let inside = |&t: &u64| self.in_bucket(tail_time(t, scale), bucket);
             let end = at
                 + 1
-                + if run_time(runs, rows.end - 1) <= run_time(runs, at) {
+                + if run_time(runs, rows.end - 1, scale) <= run_time(runs, at, scale) {
                     tails.partition_point(inside)
                 } else {
                     tails.iter().take_while(|t| inside(t)).count()
@@ -1048,7 +1069,7 @@ impl SeriesVisit for SeriesFold<'_> {
             for ((r, (call, _)), column) in reducers.iter_mut().zip(calls).zip(call_columns) {
                 let Some(column) = *column else { continue };
                 let values = runs.column(column, at..end);
-                let time_of = |i: usize| run_time(runs, values.rows[i] as usize);
+                let time_of = |i: usize| run_time(runs, values.rows[i] as usize, scale);
                 match values.values {
                     RunValueSlice::Floats(xs) => r.add_floats(call.func, xs, time_of),
                     RunValueSlice::Values(vs) => {
@@ -1072,9 +1093,9 @@ fn key_time(schema: &KeySchema, key: &[u8]) -> Option<u64> {
     Some(u64::MAX - u64::from_be_bytes(key[at..].try_into().ok()?))
 }
 
-/// Cell version `ms` as a time in the table's key unit (rounded down).
-fn key_time_of_ms(schema: &KeySchema, ms: u64) -> i64 {
-    i64::try_from(schema.time_unit.from_ms_floor(ms)).unwrap_or(i64::MAX)
+/// Cell version `ms` as a statement's time, in nanoseconds.
+fn ns_of_ms(ms: u64) -> i64 {
+    i64::try_from(ms).map_or(i64::MAX, |ms| ms.saturating_mul(1_000_000))
 }
 
 /// How far back from the table's newest point a raw `ORDER BY time DESC
