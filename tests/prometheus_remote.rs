@@ -461,3 +461,103 @@ fn samples_read_through_influxql_keep_their_times() {
     );
     common::server::stop(halite);
 }
+
+/// InfluxDB's measurements answer Prometheus' remote read too (issue
+/// "One engine behind every door"): each numeric field of a measurement
+/// is the metric `<measurement>_<field>` (VictoriaMetrics' naming), its
+/// tags the labels, a boolean 1 or 0, a string field left out; times cut
+/// to milliseconds, the newer point of one millisecond standing. Before,
+/// remote read saw only the samples Prometheus wrote.
+#[test]
+fn remote_read_answers_influxdb_measurements_as_metrics() {
+    use common::http::request_with;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let halite = spawn_ready(command(dir.path(), port, &[] as &[&str]), port);
+    let form = serde_urlencoded::to_string([("q", "CREATE DATABASE telegraf")]).expect("form");
+    let r = request_with(
+        &halite.addr,
+        "POST",
+        "/query",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        form.as_bytes(),
+    )
+    .expect("create");
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Within the reads' range (read_request asks up to 2^32 - 1 ms).
+    const T: i64 = 1_000_000_000;
+    let lines = format!(
+        "cpu,host=a usage=1.5,n=3i,up=true,s=\"x\" {t0}\n\
+         cpu,host=a usage=2.5,n=4i,up=false {t1}\n\
+         cpu,host=a usage=9.5 {t1b}\n\
+         cpu,host=b usage=7 {t0}\n\
+         mem,host=a used=10i {t0}\n",
+        t0 = T * 1_000_000,
+        t1 = (T + 1_000) * 1_000_000,
+        // The same millisecond as t1, later: the one read.
+        t1b = (T + 1_000) * 1_000_000 + 500,
+    );
+    let r = request_with(
+        &halite.addr,
+        "POST",
+        "/write?db=telegraf",
+        &[],
+        lines.as_bytes(),
+    )
+    .expect("write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let read = |matchers: &[(&str, &str)]| {
+        let r = request_with(
+            &halite.addr,
+            "POST",
+            "/api/v1/read?db=telegraf",
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "snappy"),
+            ],
+            &read_request(matchers, None),
+        )
+        .expect("read");
+        assert_eq!(r.status, 200, "{}", r.text());
+        read_answer(&r.body)
+            .into_iter()
+            .map(|s| {
+                let name = s
+                    .labels
+                    .iter()
+                    .find(|(k, _)| k == "__name__")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                let host = s
+                    .labels
+                    .iter()
+                    .find(|(k, _)| k == "host")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                (name, host, s.samples)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        read(&[("__name__", "cpu_usage")]),
+        vec![
+            (
+                "cpu_usage".to_string(),
+                "a".to_string(),
+                vec![(1.5, T), (9.5, T + 1_000)]
+            ),
+            ("cpu_usage".to_string(), "b".to_string(), vec![(7.0, T)]),
+        ]
+    );
+    let a = read(&[("host", "a")]);
+    let names: Vec<&str> = a.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["cpu_n", "cpu_up", "cpu_usage", "mem_used"]);
+    assert_eq!(
+        a[1].2,
+        vec![(1.0, T), (0.0, T + 1_000)],
+        "a boolean as 1 and 0"
+    );
+    assert_eq!(a[0].2, vec![(3.0, T), (4.0, T + 1_000)]);
+    assert!(read(&[("__name__", "cpu_s")]).is_empty(), "a string field");
+    common::server::stop(halite);
+}

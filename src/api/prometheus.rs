@@ -62,6 +62,21 @@ impl IntoResponse for Refusal {
     }
 }
 
+fn read_refusal(s: &AppState, e: prom_read::ReadError) -> Refusal {
+    match e {
+        prom_read::ReadError::TooManySamples(_) => refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the read would answer more than {} samples (prometheus.max_read_samples): \
+                 narrow the time range or the matchers, or raise the limit",
+                s.prometheus.max_read_samples
+            ),
+        ),
+        prom_read::ReadError::BadRegex(..) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        prom_read::ReadError::Store(e) => store_refusal(&e),
+    }
+}
+
 fn store_refusal(e: &Error) -> Refusal {
     let status = match e.kind() {
         ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
@@ -287,25 +302,46 @@ pub(super) async fn remote_read(
                         wanted,
                         budget,
                     )
-                    .map_err(|e| match e {
-                        prom_read::ReadError::TooManySamples(_) => refuse(
-                            StatusCode::BAD_REQUEST,
-                            format!(
-                                "the read would answer more than {} samples \
-                                 (prometheus.max_read_samples): narrow the time range \
-                                 or the matchers, or raise the limit",
-                                state.prometheus.max_read_samples
-                            ),
-                        ),
-                        prom_read::ReadError::BadRegex(..) => {
-                            refuse(StatusCode::BAD_REQUEST, e.to_string())
-                        }
-                        prom_read::ReadError::Store(e) => store_refusal(&e),
-                    })?
+                    .map_err(|e| read_refusal(&state, e))?
                 }
                 Err(Error::NotFound(_)) => Vec::new(),
                 Err(e) => return Err(store_refusal(&e)),
             };
+            // The database's InfluxDB measurements too, a metric a
+            // numeric field (`cpu_usage_user`).
+            let samples_read: usize = series.iter().map(|(_, s)| s.len()).sum();
+            let measurements: Vec<_> = state
+                .store
+                .catalog()
+                .tables(Some(&name.namespace))
+                .into_iter()
+                .filter(|t| {
+                    t.key.is_open_tags() && t.name != name && !t.name.table.starts_with("__")
+                })
+                .collect();
+            let mut series = series;
+            if !measurements.is_empty() {
+                let dictionary = state
+                    .tag_sets
+                    .dictionary(&state.store, &name.namespace)
+                    .map_err(|e| internal(e.to_string()))?;
+                let wanted = prom_read::ReadRange {
+                    start_ms: q.start_ms,
+                    end_ms: q.end_ms,
+                    labels_only: q.labels_only,
+                };
+                let more = prom_read::read_measurements(
+                    &state.store,
+                    &dictionary,
+                    &measurements,
+                    &q.matchers,
+                    wanted,
+                    budget - samples_read,
+                )
+                .map_err(|e| read_refusal(&state, e))?;
+                series.extend(more);
+                series.sort_by(|a, b| a.0.cmp(&b.0));
+            }
             budget -= series
                 .iter()
                 .map(|(_, samples)| samples.len())

@@ -66,21 +66,7 @@ pub fn read(
     let ReadRange {
         start_ms, end_ms, ..
     } = range;
-    let mut compiled = Vec::with_capacity(matchers.len());
-    let regexes = matchers
-        .iter()
-        .filter(|m| matches!(m.op, MatchOp::Regex | MatchOp::NotRegex))
-        .count();
-    for m in matchers {
-        let re = match m.op {
-            MatchOp::Regex | MatchOp::NotRegex => Some(
-                crate::query::compile_regex(&format!("^(?:{})$", m.value), regexes)
-                    .map_err(|e| ReadError::BadRegex(m.value.clone(), e))?,
-            ),
-            _ => None,
-        };
-        compiled.push((m, re));
-    }
+    let compiled = compile(matchers)?;
     let schema = store.table(table)?.desc.key.clone();
     let mut answered = 0usize;
     let mut out = Vec::new();
@@ -95,19 +81,7 @@ pub fn read(
             .chain(s.tags)
             .collect();
         labels.sort();
-        let accepted = compiled.iter().all(|(m, re)| {
-            let v = labels
-                .iter()
-                .find(|(k, _)| *k == m.name)
-                .map_or("", |(_, v)| v.as_str());
-            match (m.op, re) {
-                (MatchOp::Equal, _) => v == m.value,
-                (MatchOp::NotEqual, _) => v != m.value,
-                (MatchOp::Regex, Some(re)) => re.is_match(v),
-                (MatchOp::NotRegex, Some(re)) => !re.is_match(v),
-                _ => false,
-            }
-        });
+        let accepted = accepts(&compiled, &labels);
         if !accepted || end_ms < start_ms || end_ms < 0 {
             continue;
         }
@@ -139,6 +113,177 @@ pub fn read(
         }
         samples.reverse();
         out.push((labels, samples));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Matchers with their regexes compiled (anchored, as Prometheus').
+type Compiled<'m> = Vec<(&'m Matcher, Option<regex_lite::Regex>)>;
+
+fn compile(matchers: &[Matcher]) -> Result<Compiled<'_>, ReadError> {
+    let regexes = matchers
+        .iter()
+        .filter(|m| matches!(m.op, MatchOp::Regex | MatchOp::NotRegex))
+        .count();
+    matchers
+        .iter()
+        .map(|m| {
+            let re = match m.op {
+                MatchOp::Regex | MatchOp::NotRegex => Some(
+                    crate::query::compile_regex(&format!("^(?:{})$", m.value), regexes)
+                        .map_err(|e| ReadError::BadRegex(m.value.clone(), e))?,
+                ),
+                _ => None,
+            };
+            Ok((m, re))
+        })
+        .collect()
+}
+
+/// Whether every matcher accepts `labels` (a missing label is "").
+fn accepts(compiled: &Compiled<'_>, labels: &[(String, String)]) -> bool {
+    compiled.iter().all(|(m, re)| {
+        let v = labels
+            .iter()
+            .find(|(k, _)| *k == m.name)
+            .map_or("", |(_, v)| v.as_str());
+        match (m.op, re) {
+            (MatchOp::Equal, _) => v == m.value,
+            (MatchOp::NotEqual, _) => v != m.value,
+            (MatchOp::Regex, Some(re)) => re.is_match(v),
+            (MatchOp::NotRegex, Some(re)) => !re.is_match(v),
+            _ => false,
+        }
+    })
+}
+
+/// The metric name a measurement's field reads as through remote read:
+/// `<measurement>_<field>`, as VictoriaMetrics names InfluxDB data.
+pub fn measurement_metric(measurement: &str, field: &str) -> String {
+    format!("{measurement}_{field}")
+}
+
+/// The series of the InfluxDB measurements `tables` (tables of open tag
+/// sets other than the samples table) as remote read answers them: each
+/// numeric or boolean field of a measurement is a metric
+/// ([`measurement_metric`]), its tags the labels; a boolean reads 1 or 0
+/// and a string field is left out (as VictoriaMetrics reads them). Times
+/// are cut to milliseconds; of two points of a series in one millisecond
+/// the newer stands. Samples count against `max_samples` as [`read`]'s.
+pub fn read_measurements(
+    store: &Store,
+    dictionary: &Dictionary,
+    tables: &[crate::catalog::TableDescriptor],
+    matchers: &[Matcher],
+    range: ReadRange,
+    max_samples: usize,
+) -> Result<Vec<PromSeries>, ReadError> {
+    use crate::series::FieldType;
+    let compiled = compile(matchers)?;
+    let mut answered = 0usize;
+    let mut out = Vec::new();
+    if range.end_ms < range.start_ms || range.end_ms < 0 {
+        return Ok(out);
+    }
+    for desc in tables {
+        let measurement = desc.name.table.as_str();
+        let fields: Vec<String> = dictionary
+            .fields_of(measurement)
+            .into_iter()
+            .filter(|(_, ty)| *ty != FieldType::String)
+            .map(|(name, _)| name)
+            .collect();
+        if fields.is_empty() {
+            continue;
+        }
+        let schema = &desc.key;
+        let unit = schema.time_unit;
+        let lo = unit.from_ms_floor(range.start_ms.max(0) as u64);
+        // The last unit of the end's millisecond.
+        let hi = unit
+            .from_ms_floor((range.end_ms as u64).saturating_add(1))
+            .saturating_sub(1);
+        let (Ok(lo), Ok(hi)) = (i64::try_from(lo), i64::try_from(hi)) else {
+            continue;
+        };
+        for s in dictionary.series_of(measurement).iter() {
+            // The fields whose metric the matchers take for this series.
+            let mut wanted: Vec<(usize, Vec<(String, String)>)> = Vec::new();
+            for (i, field) in fields.iter().enumerate() {
+                let mut labels: Vec<(String, String)> = std::iter::once((
+                    "__name__".to_string(),
+                    measurement_metric(measurement, field),
+                ))
+                .chain(s.tags.iter().map(|(k, v)| (k.clone(), v.clone())))
+                .collect();
+                labels.sort();
+                if accepts(&compiled, &labels) {
+                    wanted.push((i, labels));
+                }
+            }
+            if wanted.is_empty() {
+                continue;
+            }
+            let mut scan = super::series_time_scan(schema, &s.key, lo, hi);
+            scan.columns.columns = wanted
+                .iter()
+                .map(|(i, _)| {
+                    (
+                        desc.families[0].name.as_bytes().to_vec(),
+                        fields[*i].as_bytes().to_vec(),
+                    )
+                })
+                .collect();
+            let mut samples: Vec<Vec<(f64, i64)>> = vec![Vec::new(); wanted.len()];
+            let mut scanner = store.scanner(&desc.name, &scan)?;
+            while let Some(row) = scanner.next_row()? {
+                let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
+                    continue;
+                };
+                let Some(ms) = unit.to_ms_floor(time).and_then(|ms| i64::try_from(ms).ok()) else {
+                    continue;
+                };
+                for (slot, (i, _)) in wanted.iter().enumerate() {
+                    let value = row
+                        .cells
+                        .iter()
+                        .find(|c| c.qualifier[..] == *fields[*i].as_bytes())
+                        .and_then(|c| Value::decode(&c.value))
+                        .and_then(|v| match v {
+                            Value::Float(x) => Some(x),
+                            Value::Int(x) => Some(x as f64),
+                            Value::Uint(x) => Some(x as f64),
+                            Value::Bool(b) => Some(f64::from(u8::from(b))),
+                            Value::Str(_) => None,
+                        });
+                    let Some(v) = value else { continue };
+                    // Rows come newest first: one already in this
+                    // millisecond is the newer.
+                    let got = &mut samples[slot];
+                    if got.last().is_some_and(|&(_, t)| t == ms)
+                        || (range.labels_only && !got.is_empty())
+                    {
+                        continue;
+                    }
+                    answered += 1;
+                    if answered > max_samples {
+                        return Err(ReadError::TooManySamples(max_samples));
+                    }
+                    got.push((v, ms));
+                }
+                if range.labels_only && samples.iter().all(|s| !s.is_empty()) {
+                    break;
+                }
+            }
+            for ((_, labels), mut got) in wanted.into_iter().zip(samples) {
+                if got.is_empty() {
+                    continue;
+                }
+                got.reverse();
+                out.push((labels, got));
+            }
+        }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
