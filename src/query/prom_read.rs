@@ -181,6 +181,10 @@ pub fn read_measurements(
 ) -> Result<Vec<PromSeries>, ReadError> {
     use crate::series::FieldType;
     let compiled = compile(matchers)?;
+    let exact = matchers
+        .iter()
+        .find(|m| m.op == MatchOp::Equal && m.name == "__name__")
+        .map(|m| m.value.as_str());
     let mut answered = 0usize;
     let mut out = Vec::new();
     if range.end_ms < range.start_ms || range.end_ms < 0 {
@@ -188,11 +192,15 @@ pub fn read_measurements(
     }
     for desc in tables {
         let measurement = desc.name.table.as_str();
+        // An exact metric name (every PromQL selector has one but
+        // `{__name__=~…}`) chooses the measurement and field before any
+        // series is looked at.
         let fields: Vec<String> = dictionary
             .fields_of(measurement)
             .into_iter()
             .filter(|(_, ty)| *ty != FieldType::String)
             .map(|(name, _)| name)
+            .filter(|field| exact.is_none_or(|n| n == measurement_metric(measurement, field)))
             .collect();
         if fields.is_empty() {
             continue;
