@@ -33,6 +33,7 @@ mod arrow;
 mod auth;
 mod browsers;
 mod error;
+mod guessing;
 mod influx;
 mod internal;
 mod json;
@@ -64,9 +65,10 @@ use read::get_row;
 use read::{list_series, query, scan_table};
 use write::{delete_data, write};
 
-pub use auth::{FailedLogins, decide as decide_auth, is_loopback};
+pub use auth::{decide as decide_auth, is_loopback};
 pub use browsers::BrowserPolicy;
 pub use error::ApiError;
+pub use guessing::FailedLogins;
 pub use read::parse_scan_request;
 pub use state::AppState;
 pub use state::AuthSettings;
@@ -97,7 +99,7 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         // Before credentials: a page of another site is refused whatever
         // its request carries.
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            state.browsers.clone(),
             browsers::guard,
         ))
         .layer(axum::middleware::from_fn(count_request))
@@ -178,7 +180,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         // Before credentials: a page of another site is refused whatever
         // its request carries.
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            state.browsers.clone(),
             browsers::guard,
         ))
         .layer(axum::middleware::from_fn(count_request))

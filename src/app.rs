@@ -149,12 +149,12 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tag_sets,
         influx: config.influx.clone(),
         prometheus: config.prometheus.clone(),
-        browsers: api::BrowserPolicy::new(
+        browsers: Arc::new(api::BrowserPolicy::new(
             &config.server.allowed_origins,
             &config.server.allowed_hosts,
             &[&config.server.listen, &config.cluster.advertise],
             auth.enabled,
-        ),
+        )),
         failed_logins: api::FailedLogins::new(config.auth.slow_after_failures),
         auth,
     });

@@ -31,7 +31,6 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::state::AppState;
 
 /// Which browsers' requests the server serves (from `[server]`).
 #[derive(Debug, Clone, Default)]
@@ -171,13 +170,11 @@ enum Refused {
 /// Refuses what [`BrowserPolicy`] does not serve, before anything else
 /// reads the request.
 pub(super) async fn guard(
-    State(s): State<Arc<AppState>>,
+    State(policy): State<Arc<BrowserPolicy>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let refused = s
-        .browsers
-        .refusal(req.method(), req.uri().path(), req.headers());
+    let refused = policy.refusal(req.method(), req.uri().path(), req.headers());
     let Some(refused) = refused else {
         return next.run(req).await;
     };

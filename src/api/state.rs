@@ -45,9 +45,9 @@ pub struct AppState {
     /// Whether requests need tokens, and the bootstrap token.
     pub auth: AuthSettings,
     /// What pages of other sites may ask through a browser.
-    pub browsers: super::browsers::BrowserPolicy,
+    pub browsers: Arc<super::browsers::BrowserPolicy>,
     /// Refused credentials by address, to slow guessing.
-    pub failed_logins: super::auth::FailedLogins,
+    pub failed_logins: super::guessing::FailedLogins,
 }
 
 /// How the API checks callers (from `[auth]` and the listen address;
