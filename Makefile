@@ -35,9 +35,11 @@ $(S3S_FS):
 
 ## The real systems the protocol tests compare halite's answers with:
 ## InfluxDB 1.6 (Debian's influxdb; the influx CLI is influxdb-client),
-## and socat, which ends TLS in front of the Kafka broker for the TLS
-## consumer's test; installed when missing.
-ORACLES := influxdb influxdb-client socat
+## Prometheus 2.42 and promtool (prometheus); socat, which ends TLS in
+## front of the Kafka broker for the TLS consumer's test; strace, which
+## counts the fdatasync calls the kernel sees; installed when missing
+## (so `make test` alone works on a fresh machine, as .ci/run does).
+ORACLES := influxdb influxdb-client prometheus socat strace
 oracles:
 	@missing=""; for p in $(ORACLES); do \
 	  dpkg -s $$p 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; done; \

@@ -29,6 +29,7 @@ pub mod engine;
 mod influx_reduce;
 pub mod influx_select;
 pub mod influxql;
+pub mod measurements;
 pub mod plan;
 pub mod pool;
 pub mod prom_read;

@@ -253,7 +253,7 @@ pub struct SeriesList {
 type TagIndex = FastMap<(Box<str>, Box<str>), Vec<u32>>;
 
 impl SeriesList {
-    fn new(series: Vec<NamedSeries>) -> Self {
+    pub fn new(series: Vec<NamedSeries>) -> Self {
         SeriesList {
             series: series.into(),
             by_tag: std::sync::OnceLock::new(),

@@ -632,3 +632,211 @@ fn influxql_at(addr: &str, q: &str) -> serde_json::Value {
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()
 }
+
+/// Telegraf-style lines through Kafka into declared-key tables (the
+/// source documents' row keys: salt, metric, host, reversed time) answer
+/// InfluxQL as the same lines written to InfluxDB 1.6 do (issue #58): a
+/// table's `metric` key field is the measurement (two in one table), a
+/// table without one is the measurement of its name, every other key
+/// field a tag, its cells the fields.
+#[test]
+fn kafka_lines_in_declared_tables_answer_influxql_as_influxdb_does() {
+    let influx = common::influx::Influx::start();
+    let sc = Scenario::new()
+        .topic("lines", 2)
+        .topic("disks", 1)
+        .set("kafka.commit_interval=\"200ms\"")
+        .config_append(
+            r#"
+[[tables]]
+name = "telegraf:metrics"
+families = [{ name = "f", data_block_encoding = "TIME_SERIES" }]
+[tables.key]
+fields = [
+  { name = "metric", type = "string", width = 8 },
+  { name = "host", type = "string", width = 8 },
+  { name = "cpu", type = "string", width = 8 },
+  { name = "ts", type = "reversed_timestamp" },
+]
+time_unit = "ns"
+salt = { buckets = 4, width = 1, from = "series" }
+
+[[tables]]
+name = "telegraf:disk"
+families = [{ name = "f" }]
+[tables.key]
+fields = [
+  { name = "host", type = "string", width = 8 },
+  { name = "path", type = "string", width = 8 },
+  { name = "ts", type = "reversed_timestamp" },
+]
+time_unit = "ms"
+
+[[tables]]
+name = "telegraf:events"
+families = [{ name = "f" }]
+[tables.key]
+fields = [
+  { name = "host", type = "string", width = 8 },
+  { name = "ts", type = "timestamp" },
+]
+
+[[kafka.topics]]
+topic = "lines"
+table = "telegraf:metrics"
+format = "line"
+
+[[kafka.topics]]
+topic = "disks"
+table = "telegraf:disk"
+format = "line"
+precision = "ms"
+"#,
+        )
+        .build();
+    let srv = sc.start();
+    const T0: u64 = 1_700_000_000_000_000_000;
+    const S: u64 = 1_000_000_000;
+    let mut lines = Vec::new();
+    for k in 0..12u64 {
+        for (h, host) in ["web-1", "web-2", "db-1"].iter().enumerate() {
+            for c in 0..2u64 {
+                let user = (k * 7 + h as u64 * 3 + c) % 50;
+                lines.push(format!(
+                    "cpu,cpu=cpu{c},host={host} usage_user={user}.5,usage_idle={} {}",
+                    100 - user,
+                    T0 + k * 10 * S + c * 1_000_000
+                ));
+            }
+            lines.push(format!(
+                "mem,cpu=all,host={host} used={}i,available_percent={}.25,active={} {}",
+                1024 + k * 10 + h as u64,
+                40 + k,
+                k % 2 == 0,
+                T0 + k * 10 * S
+            ));
+        }
+    }
+    let disks: Vec<String> = (0..8u64)
+        .map(|k| {
+            format!(
+                "disk,host=web-{},path=/var{} free={}i,used_percent={}.5 {}",
+                k % 2 + 1,
+                k % 3,
+                1000 - k,
+                60 + k,
+                T0 / 1_000_000 + k * 15_000
+            )
+        })
+        .collect();
+    let r = common::http::request(
+        &influx.addr,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        b"q=CREATE+DATABASE+telegraf",
+    )
+    .expect("create database");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for (path, body) in [
+        ("/write?db=telegraf", lines.join("\n")),
+        ("/write?db=telegraf&precision=ms", disks.join("\n")),
+    ] {
+        let r = common::http::request(&influx.addr, "POST", path, None, body.as_bytes())
+            .expect("influx write");
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", sc.bootstrap())
+        .create()
+        .expect("producer");
+    for (topic, body) in [("lines", &lines), ("disks", &disks)] {
+        for chunk in body.chunks(5) {
+            producer
+                .send(BaseRecord::<'_, (), str>::to(topic).payload(&chunk.join("\n")))
+                .map_err(|(e, _)| e)
+                .expect("produce");
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let messages = |n: usize| n.div_ceil(5) as i64;
+    let s = wait_for(&srv.addr, "every message handled and committed", |s| {
+        committed_total(s, "lines") == messages(lines.len())
+            && committed_total(s, "disks") == messages(disks.len())
+    });
+    assert_eq!(s["bad_messages"], 0, "{s}");
+
+    let ask = |addr: &str, q: &str| {
+        let form = serde_urlencoded::to_string([("db", "telegraf"), ("q", q)]).expect("form");
+        let r = common::http::request(
+            addr,
+            "POST",
+            "/query",
+            Some("application/x-www-form-urlencoded"),
+            form.as_bytes(),
+        )
+        .expect("query");
+        (r.status, r.json())
+    };
+    let t = |secs: u64| format!("{}", T0 + secs * S);
+    let statements = [
+        "SHOW MEASUREMENTS".to_string(),
+        "SHOW TAG KEYS".to_string(),
+        "SHOW TAG KEYS FROM cpu".to_string(),
+        "SHOW TAG VALUES WITH KEY = \"host\"".to_string(),
+        "SHOW TAG VALUES FROM cpu WITH KEY IN (\"host\", \"cpu\")".to_string(),
+        "SHOW FIELD KEYS".to_string(),
+        "SHOW SERIES".to_string(),
+        "SHOW SERIES FROM disk".to_string(),
+        "SELECT * FROM cpu WHERE host = 'web-1' AND cpu = 'cpu0'".to_string(),
+        // Raw rows of one series at a time: InfluxDB 1.6 orders rows of
+        // several series at one instant as its merge leaves them
+        // (docs/compatibility.md).
+        "SELECT * FROM mem WHERE host = 'web-2'".to_string(),
+        "SELECT * FROM disk".to_string(),
+        "SELECT mean(usage_user), max(usage_idle), count(usage_user) FROM cpu GROUP BY host".to_string(),
+        format!(
+            "SELECT mean(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(20s), host fill(none)",
+            t(0),
+            t(60)
+        ),
+        format!(
+            "SELECT sum(used) FROM mem WHERE time >= {} AND time < {} GROUP BY time(30s) fill(0)",
+            t(0),
+            t(120)
+        ),
+        "SELECT last(usage_user), first(usage_idle) FROM cpu GROUP BY *".to_string(),
+        "SELECT usage_user FROM cpu WHERE host =~ /web/ GROUP BY host ORDER BY time DESC LIMIT 3".to_string(),
+        "SELECT count(free), sum(used_percent) FROM disk GROUP BY path".to_string(),
+        "SELECT used, active FROM mem WHERE active = true AND host != 'db-1' GROUP BY host".to_string(),
+        "SELECT max(usage_user) FROM cpu WHERE usage_idle > 80 GROUP BY cpu".to_string(),
+        "SELECT spread(available_percent), mean(used) FROM mem WHERE cpu = 'all' GROUP BY host SLIMIT 2".to_string(),
+        "SELECT * FROM nothing".to_string(),
+    ];
+    for q in &statements {
+        let (a_status, a) = ask(&influx.addr, q);
+        let (b_status, b) = ask(&srv.addr, q);
+        assert_eq!((a_status, b_status), (200, 200), "{q}: {a} / {b}");
+        common::influx::assert_close(&a, &b, &format!("{q}: influx {a} halite {b}"));
+        assert!(
+            q.contains("nothing") || b["results"][0]["series"].is_array(),
+            "{q} answered nothing: {b}"
+        );
+    }
+    // The config's own `metrics` (declared keys only) is a database too.
+    let (_, databases) = ask(&srv.addr, "SHOW DATABASES");
+    assert_eq!(
+        databases["results"][0]["series"][0]["values"],
+        json!([["metrics"], ["telegraf"]]),
+        "{databases}"
+    );
+    // A declared key InfluxQL cannot read newest first says so.
+    let (status, events) = ask(&srv.addr, "SELECT * FROM events");
+    assert_eq!(status, 200, "{events}");
+    let error = events["results"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("telegraf:events") && error.contains("reversed_timestamp"),
+        "{events}"
+    );
+    server::stop(srv);
+}

@@ -25,6 +25,7 @@ use crate::ingest::{self, line_protocol::Precision};
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
 use crate::query::influx_select::{self, Cell, SeriesOut};
 use crate::query::influxql::{self, Statement};
+use crate::query::measurements::{self, Measurement};
 use crate::schema::Durability;
 use crate::series::Dictionary;
 
@@ -838,23 +839,16 @@ fn database<'a>(
     Ok(database_exists(s, db).then_some(db))
 }
 
-/// The measurements to list: one, or every measurement of the database
-/// (tables with series that still exist).
-fn measurements(
-    s: &AppState,
-    db: &str,
-    dictionary: &Dictionary,
-    from: Option<&str>,
-) -> Vec<String> {
-    dictionary
-        .tables()
-        .into_iter()
-        .filter(|t| from.is_none_or(|m| m == t))
-        .filter(|t| {
-            TableName::parse(&format!("{db}:{t}"))
-                .is_ok_and(|name| s.store.catalog().table(&name).is_ok())
-        })
-        .collect()
+/// The measurements to list: one, or every measurement of the database,
+/// whatever tables hold them.
+fn measurements(s: &AppState, db: &str, from: Option<&str>) -> Result<Vec<Measurement>, String> {
+    let d = dictionary_of(s, db)?;
+    match from {
+        Some(m) => Ok(measurements::measurement(&s.store, d.as_deref(), db, m)?
+            .into_iter()
+            .collect()),
+        None => measurements::measurements(&s.store, d.as_deref(), db),
+    }
 }
 
 /// A tag key or value in a series key, escaped as line protocol does.
@@ -948,15 +942,16 @@ fn select_json(out: Vec<SeriesOut>, format: CellFormat) -> Vec<Json> {
         .collect()
 }
 
-/// The dictionary of database `db`.
-fn dictionary_of(s: &AppState, db: &str) -> Result<Arc<Dictionary>, String> {
-    // A dictionary is a table of the namespace, made on first use;
-    // cluster mode keeps none yet (docs/compatibility.md).
+/// The dictionary of database `db`: `None` in cluster mode, which keeps
+/// none yet (docs/compatibility.md), and so reads only declared tables.
+fn dictionary_of(s: &AppState, db: &str) -> Result<Option<Arc<Dictionary>>, String> {
+    // A dictionary is a table of the namespace, made on first use.
     if s.topics.is_some() {
-        return Err("halite's cluster mode does not answer InfluxQL yet: ask a single node".into());
+        return Ok(None);
     }
     s.tag_sets
         .dictionary(&s.store, db)
+        .map(Some)
         .map_err(|e| e.to_string())
 }
 
@@ -970,17 +965,16 @@ fn per_measurement(
     db: Option<&str>,
     limit: Option<usize>,
     columns: &[&str],
-    rows: impl Fn(&Dictionary, &str) -> Vec<Vec<Json>>,
+    rows: impl Fn(&Measurement) -> Vec<Vec<Json>>,
 ) -> Result<Vec<Json>, String> {
     let Some(db) = database(s, on.as_deref(), db)? else {
         return Ok(Vec::new());
     };
-    let d = dictionary_of(s, db)?;
     let mut out = Vec::new();
-    for m in measurements(s, db, &d, from.as_deref()) {
-        let values = limited(rows(&d, &m), limit);
+    for m in measurements(s, db, from.as_deref())? {
+        let values = limited(rows(&m), limit);
         if !values.is_empty() {
-            out.push(one_series(Some(&m), columns, values));
+            out.push(one_series(Some(&m.name), columns, values));
         }
     }
     Ok(out)
@@ -1037,14 +1031,14 @@ fn select(
     let now = i64::try_from(s.clock.now_ms())
         .unwrap_or(i64::MAX)
         .saturating_mul(1_000_000);
-    influx_select::select(&s.store, &d, name, sel, now)
+    influx_select::select(&s.store, d.as_deref(), name, sel, now)
 }
 
 /// Whether SHOW DATABASES lists namespace `ns`: one InfluxQL can read (a
-/// table of open tag sets in it), or one with no tables yet (a `CREATE
-/// DATABASE` not written to). A namespace of declared-key tables only
-/// (the config's `metrics`), and `default` with nothing to read, are not
-/// databases a dashboard could chart.
+/// table of open tag sets in it, or a declared table it reads as series),
+/// or one with no tables yet (a `CREATE DATABASE` not written to). A
+/// namespace of tables it cannot read, and `default` with nothing to
+/// read, are not databases a dashboard could chart.
 fn is_database(ns: &str, tables: &[crate::catalog::TableDescriptor]) -> bool {
     let mut own = tables
         .iter()
@@ -1053,7 +1047,7 @@ fn is_database(ns: &str, tables: &[crate::catalog::TableDescriptor]) -> bool {
     if own.peek().is_none() {
         return ns != crate::catalog::DEFAULT_NAMESPACE;
     }
-    own.any(|t| t.key.is_open_tags())
+    measurements::holds_series_tables(tables, ns)
 }
 
 /// The series of a statement other than SELECT, as JSON.
@@ -1064,7 +1058,6 @@ fn run_other(
     db: Option<&str>,
     format: CellFormat,
 ) -> Result<Vec<Json>, String> {
-    let dictionary_of = |db: &str| dictionary_of(s, db);
     match st {
         Statement::CreateDatabase { name } => {
             if s.topics.is_some() {
@@ -1115,11 +1108,11 @@ fn run_other(
             let Some(db) = database(s, on.as_deref(), db)? else {
                 return Ok(Vec::new());
             };
-            let d = dictionary_of(db)?;
             let values = limited(
-                measurements(s, db, &d, None)
+                measurements(s, db, None)?
                     .into_iter()
-                    .map(|m| vec![json!(m)])
+                    .filter(|m| !m.series.is_empty())
+                    .map(|m| vec![json!(m.name)])
                     .collect(),
                 *limit,
             );
@@ -1129,9 +1122,9 @@ fn run_other(
             Ok(vec![one_series(Some("measurements"), &["name"], values)])
         }
         Statement::ShowTagKeys { on, from, limit } => {
-            per_measurement(s, on, from, db, *limit, &["tagKey"], |d, m| {
-                let keys: BTreeSet<String> = d
-                    .series_of(m)
+            per_measurement(s, on, from, db, *limit, &["tagKey"], |m| {
+                let keys: BTreeSet<String> = m
+                    .series
                     .iter()
                     .flat_map(|series| series.tags.keys().cloned())
                     .collect();
@@ -1143,9 +1136,9 @@ fn run_other(
             from,
             keys,
             limit,
-        } => per_measurement(s, on, from, db, *limit, &["key", "value"], |d, m| {
-            let pairs: BTreeSet<(String, String)> = d
-                .series_of(m)
+        } => per_measurement(s, on, from, db, *limit, &["key", "value"], |m| {
+            let pairs: BTreeSet<(String, String)> = m
+                .series
                 .iter()
                 .flat_map(|series| series.tags.iter())
                 .filter(|(k, _)| keys.contains(k))
@@ -1156,28 +1149,21 @@ fn run_other(
                 .map(|(k, v)| vec![json!(k), json!(v)])
                 .collect()
         }),
-        Statement::ShowFieldKeys { on, from, limit } => per_measurement(
-            s,
-            on,
-            from,
-            db,
-            *limit,
-            &["fieldKey", "fieldType"],
-            |d, m| {
-                d.fields_of(m)
-                    .into_iter()
+        Statement::ShowFieldKeys { on, from, limit } => {
+            per_measurement(s, on, from, db, *limit, &["fieldKey", "fieldType"], |m| {
+                m.fields
+                    .iter()
                     .map(|(f, t)| vec![json!(f), json!(t.name())])
                     .collect()
-            },
-        ),
+            })
+        }
         Statement::ShowSeries { on, from, limit } => {
             let Some(db) = database(s, on.as_deref(), db)? else {
                 return Ok(Vec::new());
             };
-            let d = dictionary_of(db)?;
             let mut keys = Vec::new();
-            for m in measurements(s, db, &d, from.as_deref()) {
-                for series in d.series_of(&m).iter() {
+            for m in measurements(s, db, from.as_deref())? {
+                for series in m.series.iter() {
                     let mut key = escape_tag(&series.metric).replace("\\=", "=");
                     for (k, v) in &series.tags {
                         key.push(',');

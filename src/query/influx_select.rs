@@ -1,13 +1,14 @@
-//! InfluxQL `SELECT` over a table of open tag sets: the series chosen
-//! from the namespace's dictionary by their tags, each series' points read
-//! by key range (one bucket, its times only), grouped and aggregated as
-//! InfluxDB 1.x does (docs/compatibility.md lists what is answered).
+//! InfluxQL `SELECT` over a measurement ([`super::measurements`]: a table
+//! of open tag sets, or declared-key tables read as series): the series
+//! chosen by their tags, each series' points read by key range (one
+//! bucket, its times only), grouped and aggregated as InfluxDB 1.x does
+//! (docs/compatibility.md lists what is answered).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::influx_reduce::{AnswerType, Func, Reducer, as_f64};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
-use crate::catalog::TableName;
+use super::measurements::SeriesTable;
 use crate::error::Error;
 use crate::key::KeySchema;
 use crate::region::read::columns::{ColumnRead, ColumnSink};
@@ -85,6 +86,7 @@ enum Gathered<'d> {
 /// A series a statement reads, and the index of its `GROUP BY` group.
 struct Member<'a> {
     series: &'a crate::series::NamedSeries,
+    table: &'a SeriesTable,
     group: usize,
 }
 
@@ -101,9 +103,10 @@ fn invalid(e: Error) -> String {
 }
 
 /// Runs `select` on database `db`; an error is the statement's error text.
+/// `dictionary`: the database's, where it keeps one (not in cluster mode).
 pub fn select(
     store: &Store,
-    dictionary: &Dictionary,
+    dictionary: Option<&Dictionary>,
     db: &str,
     s: &Select,
     now_ns: i64,
@@ -129,18 +132,10 @@ pub fn select(
     {
         return Err(format!("retention policy not found: {rp}"));
     }
-    let Ok(name) = TableName::parse(&format!("{db}:{}", s.from)) else {
+    let Some(mut measurement) = super::measurements::measurement(store, dictionary, db, &s.from)?
+    else {
         return Ok(Vec::new());
     };
-    let Ok(table) = store.table(&name) else {
-        return Ok(Vec::new());
-    };
-    let schema = table.desc.key.clone();
-    if !schema.is_open_tags() {
-        return Err(format!(
-            "table `{name}` has a declared key: query it through /api/v1/query"
-        ));
-    }
     let (lower, hi, rest) = split_time(s.condition.as_ref())?;
     let lo = lower.unwrap_or(0).max(0);
     let hi = hi.unwrap_or(if s.group_time.is_some() {
@@ -151,8 +146,8 @@ pub fn select(
     if lo > hi {
         return Ok(Vec::new());
     }
-    let fields = dictionary.fields_of(&s.from);
-    let series = dictionary.series_of(&s.from);
+    let fields = std::mem::take(&mut measurement.fields);
+    let series = measurement.series.clone();
     // Only a wildcard and `GROUP BY *` name every tag key of the
     // measurement: the list gathers them once, but a list is made anew
     // after each series added, and gathering them from thousands of
@@ -200,14 +195,14 @@ pub fn select(
             at.dedup();
             at
         });
-    let candidates: Vec<&crate::series::NamedSeries> = match &confined {
-        Some(at) => at.iter().map(|&i| &series[i]).collect::<Vec<_>>(),
-        None => series.iter().collect(),
+    let candidates: Vec<usize> = match confined {
+        Some(at) => at,
+        None => (0..series.len()).collect(),
     }
     .into_iter()
-    .filter(|series| {
+    .filter(|&i| {
         rest.as_ref()
-            .is_none_or(|e| may_hold(e, &series.tags, &fields, &regexes))
+            .is_none_or(|e| may_hold(e, &series[i].tags, &fields, &regexes))
     })
     .collect();
     // Groups by the GROUP BY tags' values (a missing tag is ""), the
@@ -226,15 +221,16 @@ pub fn select(
     };
     let group_keys: BTreeSet<Vec<String>> = candidates
         .iter()
-        .map(|series| group_key(&group_by, &series.tags))
+        .map(|&i| group_key(&group_by, &series[i].tags))
         .collect();
     let group_keys: Vec<Vec<String>> = group_keys.into_iter().collect();
     let members: Vec<Member> = candidates
         .iter()
-        .map(|series| Member {
-            series,
+        .map(|&i| Member {
+            series: &series[i],
+            table: measurement.table_of(i),
             group: group_keys
-                .binary_search(&group_key(&group_by, &series.tags))
+                .binary_search(&group_key(&group_by, &series[i].tags))
                 .unwrap_or_default(),
         })
         .collect();
@@ -279,7 +275,7 @@ pub fn select(
         // first, and the time before only for a series with too few in
         // it (where the older files are read).
         let recent_from = per_series
-            .and_then(|_| table.cell_time_range())
+            .and_then(|_| measurement.cell_time_range(store))
             .map(|(_, newest)| ns_of_ms(newest.saturating_sub(RECENT_MS)))
             .filter(|&from| from > lo && from <= hi);
         let parts = match recent_from {
@@ -293,7 +289,7 @@ pub fn select(
                     break;
                 }
                 let part = SeriesRange { lo, hi, ..range };
-                scan_series(store, &name, &schema, &m.series.key, &part, &mut |p| {
+                scan_series(store, m.table, &m.series.key, &part, &mut |p| {
                     if keep(&m.series.tags, p) {
                         points.push(p.clone());
                     }
@@ -339,7 +335,9 @@ pub fn select(
         let oldest_to = match newest_from {
             Some(_) => None,
             None => {
-                let oldest = table.cell_time_range().map(|(oldest, _)| ns_of_ms(oldest));
+                let oldest = measurement
+                    .cell_time_range(store)
+                    .map(|(oldest, _)| ns_of_ms(oldest));
                 oldest_buckets_to(s, lower.is_some(), lo, hi, oldest)
             }
         };
@@ -362,8 +360,7 @@ pub fn select(
                 let mut point = Point::default();
                 scan_series_cells(
                     store,
-                    &name,
-                    &schema,
+                    m.table,
                     &m.series.key,
                     range,
                     &columns,
@@ -373,15 +370,7 @@ pub fn select(
                     },
                 )?;
             } else {
-                scan_series_cells(
-                    store,
-                    &name,
-                    &schema,
-                    &m.series.key,
-                    range,
-                    &columns,
-                    &mut fold,
-                )?;
+                scan_series_cells(store, m.table, &m.series.key, range, &columns, &mut fold)?;
             }
             fold.finish();
             Ok(())
@@ -414,8 +403,7 @@ pub fn select(
                 let mut met = false;
                 scan_series_cells(
                     store,
-                    &name,
-                    &schema,
+                    m.table,
                     &m.series.key,
                     &SeriesRange {
                         points: Some(1),
@@ -744,26 +732,21 @@ impl<'n> SeriesRange<'n> {
 /// its answer keeps).
 fn scan_series<'n>(
     store: &Store,
-    table: &TableName,
-    schema: &KeySchema,
+    table: &SeriesTable,
     series: &[u8],
     range: &SeriesRange<'n>,
     visit: &mut dyn FnMut(&Point<'n>) -> bool,
 ) -> Result<(), String> {
     let names = range.columns();
     let mut point = Point::default();
-    scan_series_cells(
-        store,
-        table,
-        schema,
-        series,
-        range,
-        &names,
-        &mut |time: i64, cells: &[(u32, Value)]| {
-            point.set(time, cells, &names);
-            visit(&point)
-        },
-    )
+    scan_series_cells(store, table, series, range, &names, &mut |time: i64,
+                                                                 cells: &[(
+        u32,
+        Value,
+    )]| {
+        point.set(time, cells, &names);
+        visit(&point)
+    })
 }
 
 /// What sees a series' rows: each row's time and cells (column, value),
@@ -777,7 +760,7 @@ trait SeriesVisit {
     }
 
     /// Rows `rows` of `runs`, one series' points newest first, a row's
-    /// time `u64::MAX` less its key's tail (as [`key_time`]).
+    /// time `u64::MAX` less its key's tail (as [`SeriesTable::key_time`]).
     /// `scale`: nanoseconds a unit of the key's time is.
     fn run(&mut self, runs: &ColumnRuns, rows: std::ops::Range<usize>, scale: i64) -> bool {
         let mut cells = Vec::new();
@@ -795,7 +778,7 @@ impl<F: FnMut(i64, &[(u32, Value)]) -> bool> SeriesVisit for F {
     }
 }
 
-/// The time of row `row` of `runs` in nanoseconds (as [`key_time`] of
+/// The time of row `row` of `runs` in nanoseconds (as [`SeriesTable::key_time`] of
 /// its key), a unit of the key's time being `scale` of them.
 fn run_time(runs: &ColumnRuns, row: usize, scale: i64) -> i64 {
     tail_time(runs.tails()[row], scale)
@@ -817,16 +800,15 @@ fn ns_per_key_unit(schema: &KeySchema) -> i64 {
 
 /// A column read's rows as a series' times: what [`SeriesVisit`] sees.
 struct ByTime<'a> {
-    schema: &'a KeySchema,
+    table: &'a SeriesTable,
     visit: &'a mut dyn SeriesVisit,
-    key: Vec<u8>,
     /// Nanoseconds a unit of the key's time is.
     scale: i64,
 }
 
 impl ColumnSink for ByTime<'_> {
     fn row(&mut self, key: &[u8], cells: &[(u32, Value)]) -> bool {
-        let Some(time) = key_time(self.schema, key) else {
+        let Some(time) = self.table.key_time(key) else {
             return true;
         };
         self.visit
@@ -839,12 +821,9 @@ impl ColumnSink for ByTime<'_> {
 
     fn runs(&mut self, runs: &ColumnRuns) -> bool {
         for (head, rows) in runs.runs() {
-            // A run's keys are its head and 8 bytes of time: an
-            // open-tag-set key's shape is the head's.
-            self.key.clear();
-            self.key.extend_from_slice(head);
-            self.key.extend_from_slice(&[0; 8]);
-            if self.schema.tag_series(&self.key).is_none() {
+            // A run's keys are its head and 8 bytes of time: a series'
+            // key's shape is the head's.
+            if !self.table.is_series_head(head) {
                 continue;
             }
             if !self.visit.run(runs, rows, self.scale) {
@@ -860,8 +839,7 @@ impl ColumnSink for ByTime<'_> {
 /// `range.columns()`). For folds, which look at a call's column directly.
 fn scan_series_cells(
     store: &Store,
-    table: &TableName,
-    schema: &KeySchema,
+    table: &SeriesTable,
     series: &[u8],
     range: &SeriesRange<'_>,
     names: &[&str],
@@ -872,29 +850,28 @@ fn scan_series_cells(
     }
     // The statement's nanoseconds in the key's unit: the first unit at or
     // after the lower bound, the last at or before the upper.
-    let scale = ns_per_key_unit(schema);
+    let scale = ns_per_key_unit(&table.schema);
     let lo = range.lo / scale + i64::from(range.lo % scale != 0);
     let hi = range.hi / scale;
     if lo > hi {
         return Ok(());
     }
-    let mut scan = super::series_time_scan(schema, series, lo, hi);
+    let mut scan = table.scan(series, lo, hi);
     let read = match range.points {
         Some(n) => ColumnRead::FirstRows(n),
         None => ColumnRead::Fold,
     };
     scan.columns.columns = names
         .iter()
-        .map(|f| (FIELD_FAMILY.to_vec(), f.as_bytes().to_vec()))
+        .map(|f| (table.family.clone(), f.as_bytes().to_vec()))
         .collect();
     let mut sink = ByTime {
-        schema,
+        table,
         visit,
-        key: Vec::new(),
         scale,
     };
     store
-        .scan_columns(table, &scan, read, &mut sink)
+        .scan_columns(&table.name, &scan, read, &mut sink)
         .map_err(invalid)
 }
 
@@ -1085,14 +1062,6 @@ impl SeriesVisit for SeriesFold<'_> {
     }
 }
 
-/// The time of an open-tag-set key (`None`: not one), without taking its
-/// tags apart: the scan's prefix already chose the series.
-fn key_time(schema: &KeySchema, key: &[u8]) -> Option<u64> {
-    schema.tag_series(key)?;
-    let at = key.len().checked_sub(8)?;
-    Some(u64::MAX - u64::from_be_bytes(key[at..].try_into().ok()?))
-}
-
 /// Cell version `ms` as a statement's time, in nanoseconds.
 fn ns_of_ms(ms: u64) -> i64 {
     i64::try_from(ms).map_or(i64::MAX, |ms| ms.saturating_mul(1_000_000))
@@ -1101,9 +1070,6 @@ fn ns_of_ms(ms: u64) -> i64 {
 /// How far back from the table's newest point a raw `ORDER BY time DESC
 /// LIMIT n` looks first for each series' newest points (ms).
 const RECENT_MS: u64 = 3_600_000;
-
-/// The family of an open-tag-set table holding the fields.
-const FIELD_FAMILY: &[u8] = b"f";
 
 /// The fields a statement's columns and calls name; `None` for `*` (and
 /// for a statement naming no field, which reads them all).

@@ -12,6 +12,7 @@ use crate::codec::prefix_successor;
 use crate::error::{Error, Result};
 use crate::key::{FieldEncoding, FieldRef, FieldValue};
 use crate::region::read::Scan;
+use crate::series::FieldType;
 use crate::table::{Table, TableScanner};
 
 /// One series: the values of its identity fields (the leading key fields
@@ -21,8 +22,14 @@ use crate::table::{Table, TableScanner};
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeriesEntry {
     pub key: Vec<(String, FieldValue)>,
+    /// The bytes every key of the series starts with (salt and identity
+    /// fields), where it was first met.
+    pub prefix: Vec<u8>,
     pub newest_ms: Option<u64>,
     pub fields: Vec<String>,
+    /// The type of each of `fields` in that point (`None`: the cell is no
+    /// typed value, as the raw row API may write).
+    pub field_types: Vec<Option<FieldType>>,
 }
 
 #[derive(Debug, Default)]
@@ -105,13 +112,22 @@ pub fn list_series(table: &Arc<Table>, limit: usize) -> Result<SeriesListing> {
             Some(Ok(FieldRef::Uint(t))) => schema.time_unit.to_ms_floor(t),
             _ => None,
         };
-        let mut fields: Vec<String> = newest
+        // Cells come newest first per qualifier: the first of each is
+        // the one a read sees.
+        let mut fields: Vec<String> = Vec::new();
+        let mut field_types: Vec<Option<FieldType>> = Vec::new();
+        for c in newest
             .cells
             .iter()
             .filter(|c| family.is_none_or(|f| c.family.as_ref() == f))
-            .map(|c| String::from_utf8_lossy(&c.qualifier).into_owned())
-            .collect();
-        fields.dedup();
+        {
+            let name = String::from_utf8_lossy(&c.qualifier);
+            if fields.last().is_some_and(|l| *l == name) {
+                continue;
+            }
+            fields.push(name.into_owned());
+            field_types.push(crate::value::Value::decode(&c.value).map(|v| FieldType::of(&v)));
+        }
         let key: Vec<(String, FieldValue)> =
             decoded.fields.into_iter().take(identity_fields).collect();
         let values: Vec<FieldValue> = key.iter().map(|(_, v)| v.clone()).collect();
@@ -119,12 +135,18 @@ pub fn list_series(table: &Arc<Table>, limit: usize) -> Result<SeriesListing> {
             Some(&at) => {
                 let kept = &mut listing.series[at];
                 kept.newest_ms = kept.newest_ms.max(newest_ms);
-                for f in fields {
+                for (f, t) in fields.into_iter().zip(field_types) {
                     if !kept.fields.contains(&f) {
                         kept.fields.push(f);
+                        kept.field_types.push(t);
                     }
                 }
-                kept.fields.sort();
+                let mut both: Vec<(String, Option<FieldType>)> = std::mem::take(&mut kept.fields)
+                    .into_iter()
+                    .zip(std::mem::take(&mut kept.field_types))
+                    .collect();
+                both.sort_by(|a, b| a.0.cmp(&b.0));
+                (kept.fields, kept.field_types) = both.into_iter().unzip();
             }
             None if listing.series.len() == limit => {
                 listing.truncated = true;
@@ -134,8 +156,10 @@ pub fn list_series(table: &Arc<Table>, limit: usize) -> Result<SeriesListing> {
                 seen.insert(values, listing.series.len());
                 listing.series.push(SeriesEntry {
                     key,
+                    prefix: identity.to_vec(),
                     newest_ms,
                     fields,
+                    field_types,
                 });
             }
         }

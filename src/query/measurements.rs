@@ -1,0 +1,359 @@
+//! A database's measurements as InfluxQL sees them, whichever kind of
+//! table holds them (docs/compatibility.md, "Declared-key tables"):
+//!
+//! - a table of open tag sets `db:m` is measurement `m`, its series and
+//!   field types from the namespace's dictionary ([`crate::series`]);
+//! - a table of declared key fields is read as series too. Each identity
+//!   key field (those before the time) is a tag, but for `metric` (or
+//!   `measurement`), whose value is the measurement: what a Telegraf or
+//!   Kafka line wrote as its measurement. A table without such a field is
+//!   the one measurement of its own name. Its series are listed from the
+//!   table itself, one seek each ([`super::series_list`]), and a field's
+//!   type is the one its series' newest point holds.
+//!
+//! A declared table InfluxQL cannot read newest first (a key that does not
+//! end in a `reversed_timestamp` after the series fields) holds no
+//! measurement; asked by its own name, it answers why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::catalog::{TableDescriptor, TableName};
+use crate::key::{FieldEncoding, FieldValue, KeySchema};
+use crate::region::read::{Scan, TimeRange};
+use crate::series::{Dictionary, FieldType, NamedSeries, SeriesList};
+use crate::store::Store;
+
+/// A table a measurement's series are read from.
+#[derive(Clone)]
+pub struct SeriesTable {
+    pub name: TableName,
+    pub schema: KeySchema,
+    /// The family a point's fields are cells of.
+    pub family: Vec<u8>,
+}
+
+impl SeriesTable {
+    fn of(desc: &TableDescriptor) -> Option<SeriesTable> {
+        Some(SeriesTable {
+            name: desc.name.clone(),
+            schema: desc.key.clone(),
+            family: desc.families.first()?.name.as_bytes().to_vec(),
+        })
+    }
+
+    fn open_tags(&self) -> bool {
+        self.schema.is_open_tags()
+    }
+
+    /// The bytes every key of `series` (a [`NamedSeries::key`]) starts
+    /// with: an open tag set's salted; a declared series' key is its
+    /// prefix already.
+    fn prefix(&self, series: &[u8]) -> Vec<u8> {
+        if self.open_tags() {
+            self.schema.tag_series_prefix(series)
+        } else {
+            series.to_vec()
+        }
+    }
+
+    /// The time (in the key's unit) of `key`, a row of one of the table's
+    /// series; `None` when the key is of no series' shape (a row the raw
+    /// row API wrote).
+    pub fn key_time(&self, key: &[u8]) -> Option<u64> {
+        let shaped = if self.open_tags() {
+            self.schema.tag_series(key).is_some()
+        } else {
+            key.len() == self.schema.key_len()
+        };
+        let at = key.len().checked_sub(8).filter(|_| shaped)?;
+        Some(u64::MAX - u64::from_be_bytes(key[at..].try_into().ok()?))
+    }
+
+    /// Whether `head` (a key less its last 8 bytes of time) is of a
+    /// series' shape.
+    pub fn is_series_head(&self, head: &[u8]) -> bool {
+        if self.open_tags() {
+            let mut key = Vec::with_capacity(head.len() + 8);
+            key.extend_from_slice(head);
+            key.extend_from_slice(&[0; 8]);
+            self.schema.tag_series(&key).is_some()
+        } else {
+            head.len() + 8 == self.schema.key_len()
+        }
+    }
+
+    /// A scan of `series`' rows with key times in `[lo, hi]` (the key's
+    /// unit), newest first.
+    pub fn scan(&self, series: &[u8], lo: i64, hi: i64) -> Scan {
+        if self.open_tags() {
+            return super::series_time_scan(&self.schema, series, lo, hi);
+        }
+        // A declared table's rows may come from the raw row API, whose
+        // cell versions need not be the key's time: they do not bound
+        // the read.
+        let prefix = self.prefix(series);
+        let at = |t: i64| -> Vec<u8> {
+            let mut k = prefix.clone();
+            k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
+            k
+        };
+        Scan {
+            start: Some(at(hi)),
+            stop: (lo > 0).then(|| at(lo - 1)),
+            prefix: Some(prefix.clone()),
+            time_range: TimeRange::default(),
+            versions_are_key_times: false,
+            ..Scan::default()
+        }
+    }
+}
+
+/// One measurement of a database: its field types, its series (sorted by
+/// tags) and the tables they are in.
+pub struct Measurement {
+    pub name: String,
+    pub fields: BTreeMap<String, FieldType>,
+    pub series: Arc<SeriesList>,
+    tables: Vec<SeriesTable>,
+    /// Each series' table, by index into `tables` (empty: all in the
+    /// first).
+    table_of: Vec<u16>,
+}
+
+impl Measurement {
+    /// The table series `i` (of [`Self::series`]) is in.
+    pub fn table_of(&self, i: usize) -> &SeriesTable {
+        &self.tables[self.table_of.get(i).map_or(0, |&t| usize::from(t))]
+    }
+
+    /// The oldest and newest cell versions (ms) of the measurement's
+    /// tables; `None` when one's is not known.
+    pub fn cell_time_range(&self, store: &Store) -> Option<(u64, u64)> {
+        let mut range: Option<(u64, u64)> = None;
+        for t in &self.tables {
+            let (min, max) = store.table(&t.name).ok()?.cell_time_range()?;
+            range = Some(range.map_or((min, max), |(lo, hi)| (lo.min(min), hi.max(max))));
+        }
+        range
+    }
+}
+
+/// Why InfluxQL cannot read declared table `desc` as series, if it
+/// cannot.
+pub fn unreadable(desc: &TableDescriptor) -> Option<String> {
+    let schema = &desc.key;
+    if schema.is_open_tags() {
+        return None;
+    }
+    let ends_reversed = schema
+        .fields
+        .last()
+        .is_some_and(|f| matches!(f.encoding, FieldEncoding::ReversedTimestamp));
+    let why = if desc.families.is_empty() {
+        "it has no column family"
+    } else if schema.fields.len() < 2 || !schema.is_series_then_time() || !ends_reversed {
+        "InfluxQL reads a declared key of series fields followed by a `reversed_timestamp` \
+         (salted by the series, no md5_prefix): query this one through /api/v1/query"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "table `{}` cannot be read as series: {why}",
+        desc.name
+    ))
+}
+
+/// The key field of a declared table whose value is the measurement.
+fn measurement_field(schema: &KeySchema) -> Option<usize> {
+    let identity = schema.fields.len().saturating_sub(1);
+    schema.fields[..identity]
+        .iter()
+        .position(|f| f.name == "metric")
+        .or_else(|| {
+            schema.fields[..identity]
+                .iter()
+                .position(|f| f.name == "measurement")
+        })
+}
+
+fn tag_text(v: &FieldValue) -> String {
+    match v {
+        FieldValue::Str(s) => s.clone(),
+        FieldValue::Uint(n) => n.to_string(),
+    }
+}
+
+/// The declared tables of `db` InfluxQL reads, in name order.
+fn declared_tables(store: &Store, db: &str) -> Vec<TableDescriptor> {
+    let mut tables: Vec<TableDescriptor> = store
+        .catalog()
+        .tables(Some(db))
+        .into_iter()
+        .filter(|t| {
+            !t.key.is_open_tags() && !t.name.table.starts_with("__") && unreadable(t).is_none()
+        })
+        .collect();
+    tables.sort_by(|a, b| a.name.table.cmp(&b.name.table));
+    tables
+}
+
+/// The declared measurements of `db`: `only` one, else all. A table
+/// without a measurement field is listed only when its name is asked
+/// for (or all are).
+fn declared(
+    store: &Store,
+    db: &str,
+    only: Option<&str>,
+) -> Result<BTreeMap<String, Measurement>, String> {
+    let mut out: BTreeMap<String, Measurement> = BTreeMap::new();
+    let mut parts: BTreeMap<String, Vec<(NamedSeries, u16)>> = BTreeMap::new();
+    let mut tables: Vec<SeriesTable> = Vec::new();
+    let mut fields: BTreeMap<String, BTreeMap<String, FieldType>> = BTreeMap::new();
+    for desc in declared_tables(store, db) {
+        let by_field = measurement_field(&desc.key);
+        if by_field.is_none() && only.is_some_and(|m| m != desc.name.table) {
+            continue;
+        }
+        let Some(series_table) = SeriesTable::of(&desc) else {
+            continue;
+        };
+        let table = store.table(&desc.name).map_err(|e| e.to_string())?;
+        let listing =
+            super::series_list::list_series(&table, usize::MAX).map_err(|e| e.to_string())?;
+        let at = u16::try_from(tables.len()).map_err(|_| "too many tables".to_string())?;
+        let mut used = false;
+        for entry in listing.series {
+            let metric = match by_field {
+                Some(i) => entry
+                    .key
+                    .get(i)
+                    .map(|(_, v)| tag_text(v))
+                    .unwrap_or_default(),
+                None => desc.name.table.clone(),
+            };
+            if only.is_some_and(|m| m != metric) {
+                continue;
+            }
+            used = true;
+            let tags: BTreeMap<String, String> = entry
+                .key
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != by_field)
+                .map(|(_, (k, v))| (k.clone(), tag_text(v)))
+                .collect();
+            let types = fields.entry(metric.clone()).or_default();
+            for (f, t) in entry.fields.iter().zip(&entry.field_types) {
+                if let Some(t) = t {
+                    types.entry(f.clone()).or_insert(*t);
+                }
+            }
+            parts.entry(metric.clone()).or_default().push((
+                NamedSeries {
+                    key: entry.prefix,
+                    metric,
+                    tags,
+                },
+                at,
+            ));
+        }
+        if used {
+            tables.push(series_table);
+        }
+    }
+    for (name, mut series) in parts {
+        series.sort_by(|a, b| a.0.tags.cmp(&b.0.tags));
+        let used: BTreeSet<u16> = series.iter().map(|(_, t)| *t).collect();
+        // Each measurement keeps the tables it is in, renumbered.
+        let renumber: BTreeMap<u16, u16> = used
+            .iter()
+            .enumerate()
+            .map(|(new, &old)| (old, new as u16))
+            .collect();
+        let own: Vec<SeriesTable> = used
+            .iter()
+            .map(|&t| tables[usize::from(t)].clone())
+            .collect();
+        let table_of = series.iter().map(|(_, t)| renumber[t]).collect();
+        out.insert(
+            name.clone(),
+            Measurement {
+                fields: fields.remove(&name).unwrap_or_default(),
+                series: Arc::new(SeriesList::new(
+                    series.into_iter().map(|(s, _)| s).collect(),
+                )),
+                tables: own,
+                table_of,
+                name,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Measurement `m` of database `db` (`None`: there is none). An open
+/// table `db:m` answers it from `dictionary` (which cluster mode does not
+/// have: `None` then, and such tables are not made); otherwise the
+/// declared tables holding series of `m`.
+pub fn measurement(
+    store: &Store,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+    m: &str,
+) -> Result<Option<Measurement>, String> {
+    if let Ok(name) = TableName::parse(&format!("{db}:{m}"))
+        && let Ok(desc) = store.catalog().table(&name)
+    {
+        if let Some(why) = unreadable(&desc) {
+            return Err(why);
+        }
+        if desc.key.is_open_tags() {
+            let Some(dictionary) = dictionary else {
+                return Ok(None);
+            };
+            let Some(table) = SeriesTable::of(&desc) else {
+                return Ok(None);
+            };
+            return Ok(Some(Measurement {
+                name: m.to_string(),
+                fields: dictionary.fields_of(m),
+                series: dictionary.series_of(m),
+                tables: vec![table],
+                table_of: Vec::new(),
+            }));
+        }
+    }
+    Ok(declared(store, db, Some(m))?.remove(m))
+}
+
+/// Every measurement of database `db`, in name order: the open tables
+/// with series in `dictionary`, and the declared tables' measurements.
+pub fn measurements(
+    store: &Store,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+) -> Result<Vec<Measurement>, String> {
+    let mut all = declared(store, db, None)?;
+    if let Some(d) = dictionary {
+        for t in d.tables() {
+            if all.contains_key(&t) {
+                continue;
+            }
+            if let Some(m) = measurement(store, Some(d), db, &t)? {
+                all.insert(t, m);
+            }
+        }
+    }
+    Ok(all.into_values().collect())
+}
+
+/// Whether InfluxQL reads something of namespace `db`: a table of open
+/// tag sets or a declared table it reads as series.
+pub fn holds_series_tables(tables: &[TableDescriptor], db: &str) -> bool {
+    tables.iter().any(|t| {
+        t.name.namespace == db
+            && !t.name.table.starts_with("__")
+            && (t.key.is_open_tags() || unreadable(t).is_none())
+    })
+}
