@@ -492,6 +492,35 @@ fn http_writes_go_through_the_topic_and_every_node_reads_them() {
     for node in &nodes {
         assert_eq!(ingest_counter(node, "misrouted_points"), 0);
     }
+    // InfluxQL reads the declared table on every node, the other's
+    // regions too (issue #58): measurement `cpu` of database `metrics`.
+    for node in &nodes {
+        let influxql = |q: &str| {
+            let path = format!(
+                "/query?{}",
+                serde_urlencoded::to_string([("db", "metrics"), ("q", q)]).expect("form")
+            );
+            let r = request(&node.addr(), "GET", &path, None, b"").expect("query");
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()
+        };
+        let counted = influxql("SELECT count(usage_user) FROM cpu");
+        assert_eq!(
+            counted["results"][0]["series"][0]["values"][0][1],
+            serde_json::json!(points),
+            "node {}: {counted}",
+            node.name
+        );
+        let hosts_seen = influxql("SHOW TAG VALUES FROM cpu WITH KEY = \"host\"");
+        assert_eq!(
+            hosts_seen["results"][0]["series"][0]["values"]
+                .as_array()
+                .map(Vec::len),
+            Some(hosts as usize),
+            "node {}: {hosts_seen}",
+            node.name
+        );
+    }
 
     // `halite cluster` shows every partition's owner and epoch, and which
     // it holds itself.
