@@ -190,9 +190,10 @@ fn feed(
         format: Format::Line,
         rate: 0,
         by_bucket: None,
+        ending_now: true,
     })?;
     say!(
-        "produced {points} points ({hosts} hosts x 10 cpu fields) in {messages} messages to `{topic}` in {:.1}s",
+        "produced {points} points ({hosts} hosts x 10 cpu fields, every 10 s up to now) in {messages} messages to `{topic}` in {:.1}s",
         started.elapsed().as_secs_f64()
     );
     let status = wait("the points to be ingested", &|s| {
@@ -230,11 +231,20 @@ fn feed(
             a["values"]
         );
     }
-    let (influx_points, first_ms) = write_influx_demo(api, hosts, points)?;
+    // The same points through InfluxQL, as Grafana asks for them: the
+    // table's `metric` is the measurement, `host` a tag.
+    let statement = format!(
+        "SELECT max(usage_user), last(usage_user) FROM cpu WHERE host = '{}' AND time > now() - 1h",
+        tsbs::host_name(hosts / 2)
+    );
+    let path = format!(
+        "/query?{}",
+        serde_urlencoded::to_string([("db", "metrics"), ("q", statement.as_str())])?
+    );
+    let r = request(api, "GET", &path, None, b"")?;
     say!(
-        "\nwrote {influx_points} points of the same kind (with a region tag, the newest now, \
-         from {}) into the InfluxDB 1.x database `demo` through POST /write",
-        crate::query::influxql::format_rfc3339(first_ms as i64 * 1_000_000)
+        "\nInfluxQL (database `metrics`): {statement}\n  {}",
+        String::from_utf8_lossy(&r.body).trim_end()
     );
     say!("\nsee the data in your browser: http://{api}/ (halite's explorer)");
     say!(
@@ -244,83 +254,20 @@ fn feed(
          curl -s {api}/metrics | grep halite_kafka\n  \
          target/release/halite query --server {api} --table metrics:cpu --series metric=cpu,host={} --limit 3\n\
          the Kafka broker is {bootstrap}, topic `{topic}`; more points:\n  \
-         target/release/halite produce --brokers {bootstrap} --topic {topic} --points 100000\n\n\
+         target/release/halite produce --brokers {bootstrap} --topic {topic} --points 100000 --ending-now\n\n\
          Grafana: add an InfluxDB data source (query language InfluxQL) with URL \
-         http://{api} and database `demo`, or provision \
+         http://{api} and database `metrics`, or provision \
          grafana/provisioning/datasources/influxdb.yaml, and open the dashboard \
          grafana/dashboards/halite-explorer.json (grafana/README.md); the influx CLI:\n  \
-         influx -host {host} -port {port} -database demo -execute 'SHOW TAG VALUES WITH KEY = \"region\"'\n  \
-         curl -sG {api}/query --data-urlencode db=demo --data-urlencode \
-         \"q=SELECT mean(usage_user) FROM cpu WHERE time > now() - 1h GROUP BY time(10m), region\"\n\n\
+         influx -host {host} -port {port} -database metrics -execute 'SHOW TAG VALUES WITH KEY = \"host\"'\n  \
+         curl -sG {api}/query --data-urlencode db=metrics --data-urlencode \
+         \"q=SELECT mean(usage_user) FROM cpu WHERE time > now() - 1h GROUP BY time(10m), host\"\n\n\
          Ctrl-C stops the service cleanly (and the broker).",
         tsbs::host_name(0),
         host = api.rsplit_once(':').map_or(api, |(h, _)| h),
         port = api.rsplit_once(':').map_or("8086", |(_, p)| p),
     );
     Ok(())
-}
-
-/// Writes `points` points like the Kafka feed's (and a region tag) into
-/// the InfluxDB 1.x database `demo` through halite's `/write`, the newest
-/// stamped now, so Grafana's default time range shows them: (points
-/// written, the oldest's time in ms).
-fn write_influx_demo(
-    api: &str,
-    hosts: u64,
-    points: u64,
-) -> Result<(u64, u64), Box<dyn std::error::Error>> {
-    let create = request(api, "POST", "/query?q=CREATE%20DATABASE%20demo", None, b"")?;
-    if create.status != 200 {
-        return Err(format!(
-            "CREATE DATABASE demo answered {}: {}",
-            create.status,
-            String::from_utf8_lossy(&create.body)
-        )
-        .into());
-    }
-    let hosts = hosts.max(1);
-    let steps = (points / hosts).max(1);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as u64;
-    let first_ms = now_ms.saturating_sub((steps - 1) * tsbs::INTERVAL_MS);
-    let mut written = 0;
-    let mut body = String::new();
-    let mut lines = 0;
-    let send = |body: &mut String| -> Result<(), Box<dyn std::error::Error>> {
-        let r = request(
-            api,
-            "POST",
-            "/write?db=demo&precision=ms",
-            Some("text/plain"),
-            body.as_bytes(),
-        )?;
-        if r.status != 204 {
-            return Err(format!(
-                "POST /write answered {}: {}",
-                r.status,
-                String::from_utf8_lossy(&r.body)
-            )
-            .into());
-        }
-        body.clear();
-        Ok(())
-    };
-    for step in 0..steps {
-        for host in 0..hosts {
-            tsbs::cpu_line_tagged(host, step, first_ms + step * tsbs::INTERVAL_MS, &mut body);
-            lines += 1;
-            written += 1;
-            if lines == 5_000 {
-                send(&mut body)?;
-                lines = 0;
-            }
-        }
-    }
-    if !body.is_empty() {
-        send(&mut body)?;
-    }
-    Ok((written, first_ms))
 }
 
 /// One request to the demo's own server (plain HTTP on loopback), on a

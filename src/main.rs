@@ -389,6 +389,11 @@ enum Command {
         /// salt bucket in this table (`ns:table`, read from --server).
         #[arg(long)]
         by_bucket: Option<String>,
+        /// Stamp each host's newest point now (cpu data), so a
+        /// dashboard's default time range shows them; otherwise the same
+        /// times every run (from 2023-11-14T22:13:20Z).
+        #[arg(long)]
+        ending_now: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -810,6 +815,7 @@ fn main() -> ExitCode {
             format,
             rate,
             by_bucket,
+            ending_now,
             conn,
         } => {
             let format = match format.as_str() {
@@ -838,6 +844,7 @@ fn main() -> ExitCode {
                     format,
                     rate,
                     by_bucket: by_bucket?,
+                    ending_now,
                 };
                 let started = Instant::now();
                 let bar = progress_bar(points, "producing", ProgressUnit::Count("points"));

@@ -139,9 +139,14 @@ pub fn host_name(host: u64) -> String {
 /// Appends host `host`'s point at `step` as one line of Influx line
 /// protocol (measurement `cpu`, millisecond timestamp).
 pub fn cpu_line(host: u64, step: u64, out: &mut String) {
+    cpu_line_at(host, step, T0_MS + step * INTERVAL_MS, out);
+}
+
+/// Like [`cpu_line`], at time `ts_ms`.
+pub fn cpu_line_at(host: u64, step: u64, ts_ms: u64, out: &mut String) {
     use std::fmt::Write;
     let _ = write!(out, "cpu,host={}", host_name(host));
-    cpu_fields_at(host, step, T0_MS + step * INTERVAL_MS, out);
+    cpu_fields_at(host, step, ts_ms, out);
 }
 
 /// The region tag of generated data with open tag sets (four regions).
@@ -173,6 +178,11 @@ fn cpu_fields_at(host: u64, step: u64, ts_ms: u64, out: &mut String) {
 
 /// The same point as a JSON point (`ts` in ms).
 pub fn cpu_json(host: u64, step: u64) -> serde_json::Value {
+    cpu_json_at(host, step, T0_MS + step * INTERVAL_MS)
+}
+
+/// Like [`cpu_json`], at time `ts_ms`.
+pub fn cpu_json_at(host: u64, step: u64, ts_ms: u64) -> serde_json::Value {
     let fields: serde_json::Map<String, serde_json::Value> = CPU_FIELDS
         .iter()
         .enumerate()
@@ -181,7 +191,7 @@ pub fn cpu_json(host: u64, step: u64) -> serde_json::Value {
     serde_json::json!({
         "metric": "cpu",
         "tags": {"host": host_name(host)},
-        "ts": T0_MS + step * INTERVAL_MS,
+        "ts": ts_ms,
         "fields": fields,
     })
 }

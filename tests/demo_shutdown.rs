@@ -192,6 +192,21 @@ fn sigint_after_the_output_pipe_closed_stops_the_demo_cleanly() {
         lines.iter().any(|l| l.contains("see the data")),
         "{lines:?}"
     );
+    // The points came in through Kafka only, and InfluxQL reads them (the
+    // last hour of a host: 360 points, the newest stamped now).
+    let asked = lines
+        .iter()
+        .position(|l| l.starts_with("InfluxQL (database `metrics`)"))
+        .unwrap_or_else(|| panic!("no InfluxQL answer in {lines:?}"));
+    let answer: serde_json::Value =
+        serde_json::from_str(lines[asked + 1].trim()).expect("the answer is JSON");
+    let series = &answer["results"][0]["series"][0];
+    assert_eq!(series["name"], "cpu", "{answer}");
+    assert!(series["values"][0][1].is_number(), "{answer}");
+    assert!(
+        !lines.iter().any(|l| l.contains("/write")),
+        "the demo writes through Kafka only: {lines:?}"
+    );
     std::thread::sleep(Duration::from_millis(200));
     let brokers = children(pid);
     // SAFETY: signals the demo's own process group, as a terminal does.

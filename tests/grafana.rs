@@ -410,7 +410,7 @@ fn check_explorer_structure(d: &Json) {
             &[
                 "apiVersion: 1",
                 "type: influxdb",
-                "dbName: demo",
+                "dbName: metrics",
                 "url: http://127.0.0.1:8070",
             ][..],
         ),
@@ -481,8 +481,8 @@ fn every_explorer_query_answers_from_halite_as_from_influxdb() {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = free_port();
     let halite = server::spawn_ready(server::command(dir.path(), port, &[] as &[&str]), port);
-    // An hour of six hosts in four regions, every 10 s, as `make run`
-    // writes them.
+    // An hour of six hosts in four regions, every 10 s: the dashboard's
+    // tag variable has two tags to offer.
     const T0_MS: i64 = 1_700_000_000_000;
     let mut lines = String::new();
     for step in 0..360u64 {

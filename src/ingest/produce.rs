@@ -45,6 +45,10 @@ pub struct ProduceSpec {
     /// Send each message to the partition of its bucket in this table
     /// (cluster mode), instead of by the hash of its key.
     pub by_bucket: Option<TableDescriptor>,
+    /// Stamp each host's newest point now (the cpu data set), so a
+    /// dashboard's default time range shows them; otherwise step 0 is
+    /// [`tsbs::T0_MS`], the same points every run.
+    pub ending_now: bool,
 }
 
 /// The salt bucket the points of `payload` (timestamps in `precision`)
@@ -103,6 +107,11 @@ pub fn produce_with_progress(
             "the devops data set is line protocol: use --format line",
         ));
     }
+    if spec.dataset == Dataset::Devops && spec.ending_now {
+        return Err(ProduceError::Spec(
+            "the devops data set keeps TSBS's times: --ending-now is for --data cpu",
+        ));
+    }
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &spec.brokers)
         .set("linger.ms", "5")
@@ -129,6 +138,15 @@ pub fn produce_with_progress(
     let mut messages = 0u64;
     // One message holds consecutive steps of one host.
     let steps = spec.points.div_ceil(hosts);
+    let first_ms = if spec.ending_now {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(tsbs::T0_MS, |d| d.as_millis() as u64);
+        now_ms.saturating_sub(steps.saturating_sub(1) * tsbs::INTERVAL_MS)
+    } else {
+        tsbs::T0_MS
+    };
+    let time_of = |step: u64| first_ms + step * tsbs::INTERVAL_MS;
     let mut produced = 0u64;
     // A devops host's tags, made once: every line of it starts with them.
     let devops_prefixes: Vec<String> = match spec.dataset {
@@ -151,8 +169,12 @@ pub fn produce_with_progress(
                         step,
                         &mut payload,
                     ),
-                    (Dataset::Cpu, Format::Line) => tsbs::cpu_line(host, step, &mut payload),
-                    (Dataset::Cpu, Format::Json) => json.push(tsbs::cpu_json(host, step)),
+                    (Dataset::Cpu, Format::Line) => {
+                        tsbs::cpu_line_at(host, step, time_of(step), &mut payload)
+                    }
+                    (Dataset::Cpu, Format::Json) => {
+                        json.push(tsbs::cpu_json_at(host, step, time_of(step)))
+                    }
                     // Refused above.
                     (Dataset::Cpu, Format::RemoteWrite) => {}
                 }
