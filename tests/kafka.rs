@@ -638,7 +638,8 @@ fn influxql_at(addr: &str, q: &str) -> serde_json::Value {
 /// InfluxQL as the same lines written to InfluxDB 1.6 do (issue #58): a
 /// table's `metric` key field is the measurement (two in one table), a
 /// table without one is the measurement of its name, every other key
-/// field a tag, its cells the fields.
+/// field a tag, its cells the fields. Prometheus' remote read answers the
+/// same points as `<measurement>_<field>` metrics.
 #[test]
 fn kafka_lines_in_declared_tables_answer_influxql_as_influxdb_does() {
     let influx = common::influx::Influx::start();
@@ -821,6 +822,69 @@ precision = "ms"
         assert!(
             q.contains("nothing") || b["results"][0]["series"].is_array(),
             "{q} answered nothing: {b}"
+        );
+    }
+    // Remote read answers the same points, a metric a numeric field
+    // (`<measurement>_<field>`), the tags its labels, booleans 1 or 0.
+    {
+        use common::prometheus::{read_answer, read_request_between};
+        let read = |matchers: &[(&str, &str)]| {
+            let r = common::http::request_with(
+                &srv.addr,
+                "POST",
+                "/api/v1/read?db=telegraf",
+                &[
+                    ("Content-Type", "application/x-protobuf"),
+                    ("Content-Encoding", "snappy"),
+                ],
+                &read_request_between(matchers, T0 / 1_000_000, T0 / 1_000_000 + 3_600_000, None),
+            )
+            .expect("remote read");
+            assert_eq!(r.status, 200, "{}", r.text());
+            read_answer(&r.body)
+        };
+        let user = read(&[("__name__", "cpu_usage_user"), ("host", "web-2")]);
+        assert_eq!(user.len(), 2, "{user:?}");
+        for (c, series) in user.iter().enumerate() {
+            let labels: Vec<(&str, &str)> = series
+                .labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let cpu = format!("cpu{c}");
+            assert_eq!(
+                labels,
+                [
+                    ("__name__", "cpu_usage_user"),
+                    ("cpu", cpu.as_str()),
+                    ("host", "web-2")
+                ]
+            );
+            let want: Vec<(f64, i64)> = (0..12u64)
+                .map(|k| {
+                    let user = (k * 7 + 3 + c as u64) % 50;
+                    (
+                        user as f64 + 0.5,
+                        ((T0 + k * 10 * S) / 1_000_000 + c as u64) as i64,
+                    )
+                })
+                .collect();
+            assert_eq!(series.samples, want, "{labels:?}");
+        }
+        let active = read(&[("__name__", "mem_active"), ("host", "db-1")]);
+        assert_eq!(active.len(), 1, "{active:?}");
+        let values: Vec<f64> = active[0].samples.iter().map(|s| s.0).collect();
+        assert_eq!(
+            values,
+            (0..12)
+                .map(|k| f64::from(u8::from(k % 2 == 0)))
+                .collect::<Vec<_>>()
+        );
+        let free = read(&[("__name__", "disk_free")]);
+        assert_eq!(
+            free.iter().map(|s| s.samples.len()).sum::<usize>(),
+            8,
+            "{free:?}"
         );
     }
     // The config's own `metrics` (declared keys only) is a database too.

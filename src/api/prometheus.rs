@@ -25,6 +25,7 @@ use crate::error::{Error, ErrorKind};
 use crate::ingest::remote_write::{self, Series};
 use crate::ingest::{PointEncoder, RowsSink};
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
+use crate::query::measurements::{self, Measurement};
 use crate::query::prom_read::{self, MatchOp, Matcher};
 use crate::schema::Durability;
 
@@ -261,6 +262,37 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
     Ok(())
 }
 
+/// The measurements of `samples`' database other than the samples table
+/// itself, which remote read answers as it was written.
+fn measurements_of(s: &AppState, samples: &TableName) -> Result<Vec<Measurement>, Refusal> {
+    let internal = |e: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, e);
+    // Cluster mode keeps no dictionary yet: only declared tables then. A
+    // dictionary is made on first use: a read of a database with no open
+    // table makes none.
+    let open_tables = s
+        .store
+        .catalog()
+        .tables(Some(&samples.namespace))
+        .iter()
+        .any(|t| t.key.is_open_tags() && !t.name.table.starts_with("__"));
+    let dictionary = match s.topics {
+        Some(_) => None,
+        None if !open_tables => None,
+        None => Some(
+            s.tag_sets
+                .dictionary(&s.store, &samples.namespace)
+                .map_err(|e| internal(e.to_string()))?,
+        ),
+    };
+    Ok(
+        measurements::measurements(&s.store, dictionary.as_deref(), &samples.namespace)
+            .map_err(internal)?
+            .into_iter()
+            .filter(|m| !m.tables().iter().any(|t| t.name == *samples))
+            .collect(),
+    )
+}
+
 /// `POST /api/v1/read` and `/api/v1/prom/read?db=`: a snappy-compressed
 /// protobuf `ReadRequest`, answered with sampled `ReadResponse`.
 pub(super) async fn remote_read(
@@ -282,6 +314,8 @@ pub(super) async fn remote_read(
         let internal = |e: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, e);
         let mut response = Vec::new();
         let mut budget = state.prometheus.max_read_samples;
+        // Listed once for the request's queries, when one asks.
+        let mut measurements: Option<Vec<Measurement>> = None;
         for q in &queries {
             let series = match state.store.table(&name) {
                 Ok(_) => {
@@ -307,24 +341,16 @@ pub(super) async fn remote_read(
                 Err(Error::NotFound(_)) => Vec::new(),
                 Err(e) => return Err(store_refusal(&e)),
             };
-            // The database's InfluxDB measurements too, a metric a
-            // numeric field (`cpu_usage_user`).
+            // The database's InfluxDB-style measurements too (open tag
+            // sets, and declared keys such as Kafka's), a metric a numeric
+            // field (`cpu_usage_user`).
             let samples_read: usize = series.iter().map(|(_, s)| s.len()).sum();
-            let measurements: Vec<_> = state
-                .store
-                .catalog()
-                .tables(Some(&name.namespace))
-                .into_iter()
-                .filter(|t| {
-                    t.key.is_open_tags() && t.name != name && !t.name.table.starts_with("__")
-                })
-                .collect();
+            let measurements = match &measurements {
+                Some(m) => m,
+                None => measurements.insert(measurements_of(&state, &name)?),
+            };
             let mut series = series;
             if !measurements.is_empty() {
-                let dictionary = state
-                    .tag_sets
-                    .dictionary(&state.store, &name.namespace)
-                    .map_err(|e| internal(e.to_string()))?;
                 let wanted = prom_read::ReadRange {
                     start_ms: q.start_ms,
                     end_ms: q.end_ms,
@@ -332,8 +358,7 @@ pub(super) async fn remote_read(
                 };
                 let more = prom_read::read_measurements(
                     &state.store,
-                    &dictionary,
-                    &measurements,
+                    measurements,
                     &q.matchers,
                     wanted,
                     budget - samples_read,

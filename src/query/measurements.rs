@@ -122,6 +122,11 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// The tables its series are in.
+    pub fn tables(&self) -> &[SeriesTable] {
+        &self.tables
+    }
+
     /// The table series `i` (of [`Self::series`]) is in.
     pub fn table_of(&self, i: usize) -> &SeriesTable {
         &self.tables[self.table_of.get(i).map_or(0, |&t| usize::from(t))]

@@ -1,6 +1,8 @@
-//! Prometheus remote read over a table of open tag sets: label matchers
-//! choose series through the series dictionary (no point is read to
-//! choose them), the time range bounds each series' scan through its key.
+//! Prometheus remote read: over a samples table of open tag sets, label
+//! matchers choose series through the series dictionary (no point is read
+//! to choose them); over InfluxDB-style measurements (open tag sets or
+//! declared keys), each numeric field is a metric. The time range bounds
+//! each series' scan through its key.
 
 use crate::catalog::TableName;
 use crate::error::Error;
@@ -164,17 +166,16 @@ pub fn measurement_metric(measurement: &str, field: &str) -> String {
     format!("{measurement}_{field}")
 }
 
-/// The series of the InfluxDB measurements `tables` (tables of open tag
-/// sets other than the samples table) as remote read answers them: each
-/// numeric or boolean field of a measurement is a metric
+/// The series of InfluxDB-style `measurements` (of open tag sets or
+/// declared keys, [`super::measurements`]) as remote read answers them:
+/// each numeric or boolean field of a measurement is a metric
 /// ([`measurement_metric`]), its tags the labels; a boolean reads 1 or 0
 /// and a string field is left out (as VictoriaMetrics reads them). Times
 /// are cut to milliseconds; of two points of a series in one millisecond
 /// the newer stands. Samples count against `max_samples` as [`read`]'s.
 pub fn read_measurements(
     store: &Store,
-    dictionary: &Dictionary,
-    tables: &[crate::catalog::TableDescriptor],
+    measurements: &[super::measurements::Measurement],
     matchers: &[Matcher],
     range: ReadRange,
     max_samples: usize,
@@ -190,32 +191,32 @@ pub fn read_measurements(
     if range.end_ms < range.start_ms || range.end_ms < 0 {
         return Ok(out);
     }
-    for desc in tables {
-        let measurement = desc.name.table.as_str();
+    for m in measurements {
+        let measurement = m.name.as_str();
         // An exact metric name (every PromQL selector has one but
         // `{__name__=~…}`) chooses the measurement and field before any
         // series is looked at.
-        let fields: Vec<String> = dictionary
-            .fields_of(measurement)
-            .into_iter()
-            .filter(|(_, ty)| *ty != FieldType::String)
+        let fields: Vec<&String> = m
+            .fields
+            .iter()
+            .filter(|(_, ty)| **ty != FieldType::String)
             .map(|(name, _)| name)
             .filter(|field| exact.is_none_or(|n| n == measurement_metric(measurement, field)))
             .collect();
         if fields.is_empty() {
             continue;
         }
-        let schema = &desc.key;
-        let unit = schema.time_unit;
-        let lo = unit.from_ms_floor(range.start_ms.max(0) as u64);
-        // The last unit of the end's millisecond.
-        let hi = unit
-            .from_ms_floor((range.end_ms as u64).saturating_add(1))
-            .saturating_sub(1);
-        let (Ok(lo), Ok(hi)) = (i64::try_from(lo), i64::try_from(hi)) else {
-            continue;
-        };
-        for s in dictionary.series_of(measurement).iter() {
+        for (at, s) in m.series.iter().enumerate() {
+            let table = m.table_of(at);
+            let unit = table.schema.time_unit;
+            let lo = unit.from_ms_floor(range.start_ms.max(0) as u64);
+            // The last unit of the end's millisecond.
+            let hi = unit
+                .from_ms_floor((range.end_ms as u64).saturating_add(1))
+                .saturating_sub(1);
+            let (Ok(lo), Ok(hi)) = (i64::try_from(lo), i64::try_from(hi)) else {
+                continue;
+            };
             // The fields whose metric the matchers take for this series.
             let mut wanted: Vec<(usize, Vec<(String, String)>)> = Vec::new();
             for (i, field) in fields.iter().enumerate() {
@@ -233,20 +234,15 @@ pub fn read_measurements(
             if wanted.is_empty() {
                 continue;
             }
-            let mut scan = super::series_time_scan(schema, &s.key, lo, hi);
+            let mut scan = table.scan(&s.key, lo, hi);
             scan.columns.columns = wanted
                 .iter()
-                .map(|(i, _)| {
-                    (
-                        desc.families[0].name.as_bytes().to_vec(),
-                        fields[*i].as_bytes().to_vec(),
-                    )
-                })
+                .map(|(i, _)| (table.family.clone(), fields[*i].as_bytes().to_vec()))
                 .collect();
             let mut samples: Vec<Vec<(f64, i64)>> = vec![Vec::new(); wanted.len()];
-            let mut scanner = store.scanner(&desc.name, &scan)?;
+            let mut scanner = store.scanner(&table.name, &scan)?;
             while let Some(row) = scanner.next_row()? {
-                let Some(TagKey { time, .. }) = schema.decode_tag_key(&row.key) else {
+                let Some(time) = table.key_time(&row.key) else {
                     continue;
                 };
                 let Some(ms) = unit.to_ms_floor(time).and_then(|ms| i64::try_from(ms).ok()) else {

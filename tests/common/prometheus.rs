@@ -161,9 +161,30 @@ pub fn percent_encode(s: &str) -> String {
 /// A snappy `ReadRequest` of one query over all time with `Equal`
 /// matchers, and hints naming `func` when given.
 pub fn read_request(matchers: &[(&str, &str)], func: Option<&str>) -> Vec<u8> {
+    read_request_between(matchers, 0, (1 << 32) - 1, func)
+}
+
+/// [`read_request`] of the samples in `[start_ms, end_ms]`.
+pub fn read_request_between(
+    matchers: &[(&str, &str)],
+    start_ms: u64,
+    end_ms: u64,
+    func: Option<&str>,
+) -> Vec<u8> {
     use halite::ingest::remote_write::encode_message;
-    let mut query = vec![0x08, 0x00, 0x10]; // start 0, end 2^32 - 1 ms
-    query.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    let varint = |mut v: u64, out: &mut Vec<u8>| loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    };
+    let mut query = vec![0x08];
+    varint(start_ms, &mut query);
+    query.push(0x10);
+    varint(end_ms, &mut query);
     for (name, value) in matchers {
         let mut matcher = Vec::new();
         encode_message(2, name.as_bytes(), &mut matcher);
