@@ -521,7 +521,6 @@ fn http_writes_go_through_the_topic_and_every_node_reads_them() {
             node.name
         );
     }
-
     // `halite cluster` shows every partition's owner and epoch, and which
     // it holds itself.
     let owners = owners(&everyone).expect("owners");
@@ -568,6 +567,50 @@ fn http_writes_go_through_the_topic_and_every_node_reads_them() {
         .map(|n| ingest_counter(n, "misrouted_points"))
         .sum();
     assert!(misrouted > 0, "keyed by host, some points were misrouted");
+    // InfluxDB's /write into the declared table, through the topic, on
+    // either node; a measurement with no table is refused, naming why.
+    let lines = "cpu,host=host_0999 usage_user=1.5 1700000000000\n\
+                 cpu,host=host_0999 usage_user=2.5 1700000010000\n\
+                 newthing,host=a v=1 1700000000000";
+    let r = request(
+        &nodes[1].addr(),
+        "POST",
+        "/write?db=metrics&precision=ms",
+        None,
+        lines.as_bytes(),
+    )
+    .expect("influx write");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("partial write") && r.text().contains("metrics:newthing"),
+        "{}",
+        r.text()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let path = format!(
+            "/query?{}",
+            serde_urlencoded::to_string([
+                ("db", "metrics"),
+                (
+                    "q",
+                    "SELECT sum(usage_user) FROM cpu WHERE host = 'host_0999'"
+                )
+            ])
+            .expect("form")
+        );
+        let r = request(&nodes[0].addr(), "GET", &path, None, b"").expect("query");
+        assert_eq!(r.status, 200, "{}", r.text());
+        if r.json()["results"][0]["series"][0]["values"][0][1].as_f64() == Some(4.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the /write never arrived: {}",
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Every point of series `host` a node reads, as `(ts, usage_user)`.

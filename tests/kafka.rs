@@ -887,6 +887,26 @@ precision = "ms"
             "{free:?}"
         );
     }
+    // InfluxDB's /write takes the declared table too, as the topic does.
+    let r = common::http::request(
+        &srv.addr,
+        "POST",
+        "/write?db=telegraf&precision=ms",
+        None,
+        format!(
+            "disk,host=web-9,path=/x free=5i,used_percent=1.5 {}",
+            T0 / 1_000_000
+        )
+        .as_bytes(),
+    )
+    .expect("influx write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let (_, free) = ask(&srv.addr, "SELECT sum(free) FROM disk WHERE host = 'web-9'");
+    assert_eq!(
+        free["results"][0]["series"][0]["values"][0][1],
+        json!(5),
+        "{free}"
+    );
     // The config's own `metrics` (declared keys only) is a database too.
     let (_, databases) = ask(&srv.addr, "SHOW DATABASES");
     assert_eq!(

@@ -321,12 +321,6 @@ async fn write(
             format!("retention policy not found: {rp}"),
         );
     }
-    if s.topics.is_some() {
-        return influx_error(
-            StatusCode::NOT_IMPLEMENTED,
-            "halite's cluster mode does not take InfluxDB writes yet: write to a single node",
-        );
-    }
     let body = match body_text(&s, &headers, body) {
         Ok(b) => b,
         Err(r) => return r.into_response(),
@@ -401,7 +395,8 @@ fn write_body(
             None => groups.push((m, vec![trimmed])),
         }
     }
-    let dictionary = s.tag_sets.dictionary(&s.store, db).map_err(store_error)?;
+    // Made on first use, by the first measurement of open tag sets.
+    let mut dictionary: Option<Arc<Dictionary>> = None;
     let now = s.clock.now_ms();
     for (measurement, lines) in groups {
         let unparsed = |reason: &str| -> Vec<String> {
@@ -431,6 +426,15 @@ fn write_body(
         };
         let table = match s.store.table(&name) {
             Ok(t) => t,
+            // A cluster's nodes share no dictionary yet: they write the
+            // declared tables a measurement names, and make none.
+            Err(Error::NotFound(_)) if s.topics.is_some() => {
+                outcome.unparsed.extend(unparsed(&format!(
+                    "halite's cluster mode writes only the declared-key tables of its config \
+                     (no table `{name}`): write new measurements to a single node"
+                )));
+                continue;
+            }
             Err(Error::NotFound(_)) => {
                 match s.store.create_table(&measurement_table_request(s, &name)) {
                     Ok(_) | Err(Error::Conflict(_)) => {}
@@ -440,28 +444,41 @@ fn write_body(
             }
             Err(e) => return Err(store_error(e)),
         };
-        if !table.desc.key.is_open_tags() {
+        if table.desc.key.is_open_tags() && s.topics.is_some() {
             outcome.unparsed.extend(unparsed(&format!(
-                "table `{name}` has a declared key; write it through /api/v1/write"
+                "table `{name}` has open tag sets, which halite's cluster mode does not take yet: \
+                 write it on a single node"
             )));
             continue;
         }
+        // A declared-key table takes the lines as a Kafka topic into it
+        // does: the measurement its `metric` field, the tags its other
+        // key fields.
+        let dictionary = match (table.desc.key.is_open_tags(), &dictionary) {
+            (false, _) => None,
+            (true, Some(d)) => Some(d.clone()),
+            (true, None) => {
+                let d = s.tag_sets.dictionary(&s.store, db).map_err(store_error)?;
+                Some(dictionary.insert(d).clone())
+            }
+        };
         let joined = lines.join("\n");
         let how = ingest::LineWrite {
             max_value_size: s.store.max_value_size(),
             precision,
             ttl_ms: None,
             now_ms: now,
-            dictionary: Some((&dictionary, &s.store)),
+            dictionary: dictionary.as_deref().map(|d| (d, &*s.store)),
             piece_bytes: s.write_piece,
         };
-        let done =
-            ingest::write_lines(&*s.store, &table.desc, joined.as_bytes(), &how).map_err(|e| {
-                match e {
-                    ingest::WriteLinesError::Store(e) => store_error(e),
-                    other => refuse(StatusCode::BAD_REQUEST, other.to_string()),
-                }
-            })?;
+        let written = match &s.topics {
+            Some(topics) => ingest::write_lines(&**topics, &table.desc, joined.as_bytes(), &how),
+            None => ingest::write_lines(&*s.store, &table.desc, joined.as_bytes(), &how),
+        };
+        let done = written.map_err(|e| match e {
+            ingest::WriteLinesError::Store(e) => store_error(e),
+            other => refuse(StatusCode::BAD_REQUEST, other.to_string()),
+        })?;
         outcome.written += done.rows;
         for (number, reason) in done.rejected {
             let line = lines.get(number.wrapping_sub(1)).copied().unwrap_or("");
