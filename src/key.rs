@@ -627,10 +627,17 @@ impl KeySchema {
     /// The series part of an open-tag key: metric, tag count and tags,
     /// without salt or time; `None` when `key` is not such a key.
     pub fn tag_series<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        let head = key.get(..key.len().checked_sub(8)?)?;
+        self.is_tag_series_head(head)
+            .then(|| &head[self.prefix_len()..])
+    }
+
+    /// Whether `head` (an open-tag key less its 8 bytes of time) is of
+    /// the shape salt, metric, tag count, that many tags.
+    pub fn is_tag_series_head(&self, head: &[u8]) -> bool {
         let prefix = self.prefix_len();
-        let n = *key.get(prefix + UID_WIDTH)? as usize;
-        let end = prefix + UID_WIDTH + 1 + n * 2 * UID_WIDTH;
-        (key.len() == end + 8).then(|| &key[prefix..end])
+        head.get(prefix + UID_WIDTH)
+            .is_some_and(|&n| head.len() == prefix + UID_WIDTH + 1 + n as usize * 2 * UID_WIDTH)
     }
 
     /// Takes an open-tag key apart; `None` when it is not one.

@@ -290,12 +290,6 @@ pub fn series_time_scan(
     lo: i64,
     hi: i64,
 ) -> crate::region::read::Scan {
-    let prefix = schema.tag_series_prefix(series);
-    let at = |t: i64| -> Vec<u8> {
-        let mut k = prefix.clone();
-        k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
-        k
-    };
     let version_of = |t: i64| {
         u64::try_from(t)
             .ok()
@@ -304,14 +298,28 @@ pub fn series_time_scan(
     let oldest_version = version_of(lo).unwrap_or(0);
     let past_newest = version_of(hi).map_or(u64::MAX, |v| v.saturating_add(1));
     crate::region::read::Scan {
-        start: Some(at(hi)),
-        stop: (lo > 0).then(|| at(lo - 1)),
-        prefix: Some(prefix.clone()),
         time_range: crate::region::read::TimeRange {
             min: oldest_version,
             max: past_newest.max(oldest_version),
         },
         versions_are_key_times: true,
+        ..newest_first_scan(schema.tag_series_prefix(series), lo, hi)
+    }
+}
+
+/// A scan of the rows starting with `prefix` and ending in a reversed
+/// time in `[lo, hi]` (the key's unit), newest first: their key range
+/// alone, the cell versions not bounding it.
+pub fn newest_first_scan(prefix: Vec<u8>, lo: i64, hi: i64) -> crate::region::read::Scan {
+    let at = |t: i64| -> Vec<u8> {
+        let mut k = prefix.clone();
+        k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
+        k
+    };
+    crate::region::read::Scan {
+        start: Some(at(hi)),
+        stop: (lo > 0).then(|| at(lo - 1)),
+        prefix: Some(prefix.clone()),
         ..crate::region::read::Scan::default()
     }
 }

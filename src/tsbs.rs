@@ -154,8 +154,8 @@ pub fn region_of(host: u64) -> &'static str {
     ["eu-west", "eu-central", "us-east", "ap-south"][(host % 4) as usize]
 }
 
-/// Like [`cpu_line`], with a `region` tag too and the time `ts_ms`: the
-/// points `make run` writes through the InfluxDB protocol, ending now.
+/// Like [`cpu_line`], with a `region` tag too and the time `ts_ms`: a
+/// measurement of two tags, for tables of open tag sets.
 pub fn cpu_line_tagged(host: u64, step: u64, ts_ms: u64, out: &mut String) {
     use std::fmt::Write;
     let _ = write!(

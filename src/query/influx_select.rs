@@ -739,14 +739,11 @@ fn scan_series<'n>(
 ) -> Result<(), String> {
     let names = range.columns();
     let mut point = Point::default();
-    scan_series_cells(store, table, series, range, &names, &mut |time: i64,
-                                                                 cells: &[(
-        u32,
-        Value,
-    )]| {
+    let mut each_row = |time: i64, cells: &[(u32, Value)]| {
         point.set(time, cells, &names);
         visit(&point)
-    })
+    };
+    scan_series_cells(store, table, series, range, &names, &mut each_row)
 }
 
 /// What sees a series' rows: each row's time and cells (column, value),

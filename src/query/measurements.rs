@@ -15,12 +15,12 @@
 //! end in a `reversed_timestamp` after the series fields) holds no
 //! measurement; asked by its own name, it answers why.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::catalog::{TableDescriptor, TableName};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
-use crate::region::read::{Scan, TimeRange};
+use crate::region::read::Scan;
 use crate::series::{Dictionary, FieldType, NamedSeries, SeriesList};
 use crate::store::Store;
 
@@ -46,17 +46,6 @@ impl SeriesTable {
         self.schema.is_open_tags()
     }
 
-    /// The bytes every key of `series` (a [`NamedSeries::key`]) starts
-    /// with: an open tag set's salted; a declared series' key is its
-    /// prefix already.
-    fn prefix(&self, series: &[u8]) -> Vec<u8> {
-        if self.open_tags() {
-            self.schema.tag_series_prefix(series)
-        } else {
-            series.to_vec()
-        }
-    }
-
     /// The time (in the key's unit) of `key`, a row of one of the table's
     /// series; `None` when the key is of no series' shape (a row the raw
     /// row API wrote).
@@ -74,17 +63,15 @@ impl SeriesTable {
     /// series' shape.
     pub fn is_series_head(&self, head: &[u8]) -> bool {
         if self.open_tags() {
-            let mut key = Vec::with_capacity(head.len() + 8);
-            key.extend_from_slice(head);
-            key.extend_from_slice(&[0; 8]);
-            self.schema.tag_series(&key).is_some()
+            self.schema.is_tag_series_head(head)
         } else {
             head.len() + 8 == self.schema.key_len()
         }
     }
 
-    /// A scan of `series`' rows with key times in `[lo, hi]` (the key's
-    /// unit), newest first.
+    /// A scan of `series`' rows (a [`NamedSeries::key`]: an open tag
+    /// set's unsalted, a declared series' whole prefix) with key times in
+    /// `[lo, hi]` (the key's unit), newest first.
     pub fn scan(&self, series: &[u8], lo: i64, hi: i64) -> Scan {
         if self.open_tags() {
             return super::series_time_scan(&self.schema, series, lo, hi);
@@ -92,20 +79,7 @@ impl SeriesTable {
         // A declared table's rows may come from the raw row API, whose
         // cell versions need not be the key's time: they do not bound
         // the read.
-        let prefix = self.prefix(series);
-        let at = |t: i64| -> Vec<u8> {
-            let mut k = prefix.clone();
-            k.extend_from_slice(&(u64::MAX - t.max(0) as u64).to_be_bytes());
-            k
-        };
-        Scan {
-            start: Some(at(hi)),
-            stop: (lo > 0).then(|| at(lo - 1)),
-            prefix: Some(prefix.clone()),
-            time_range: TimeRange::default(),
-            versions_are_key_times: false,
-            ..Scan::default()
-        }
+        super::newest_first_scan(series.to_vec(), lo, hi)
     }
 }
 
@@ -211,10 +185,15 @@ fn declared(
     db: &str,
     only: Option<&str>,
 ) -> Result<BTreeMap<String, Measurement>, String> {
-    let mut out: BTreeMap<String, Measurement> = BTreeMap::new();
-    let mut parts: BTreeMap<String, Vec<(NamedSeries, u16)>> = BTreeMap::new();
-    let mut tables: Vec<SeriesTable> = Vec::new();
-    let mut fields: BTreeMap<String, BTreeMap<String, FieldType>> = BTreeMap::new();
+    /// A measurement's series as the tables are walked: the tables it is
+    /// in (the one being walked last), each series with its table's index.
+    #[derive(Default)]
+    struct Gathered {
+        tables: Vec<SeriesTable>,
+        series: Vec<(NamedSeries, u16)>,
+        fields: BTreeMap<String, FieldType>,
+    }
+    let mut gathered: BTreeMap<String, Gathered> = BTreeMap::new();
     for desc in declared_tables(store, db) {
         let by_field = measurement_field(&desc.key);
         if by_field.is_none() && only.is_some_and(|m| m != desc.name.table) {
@@ -226,8 +205,6 @@ fn declared(
         let table = store.table(&desc.name).map_err(|e| e.to_string())?;
         let listing =
             super::series_list::list_series(&table, usize::MAX).map_err(|e| e.to_string())?;
-        let at = u16::try_from(tables.len()).map_err(|_| "too many tables".to_string())?;
-        let mut used = false;
         for entry in listing.series {
             let metric = match by_field {
                 Some(i) => entry
@@ -240,7 +217,17 @@ fn declared(
             if only.is_some_and(|m| m != metric) {
                 continue;
             }
-            used = true;
+            let g = gathered.entry(metric.clone()).or_default();
+            if g.tables.last().is_none_or(|t| t.name != desc.name) {
+                g.tables.push(series_table.clone());
+            }
+            let at =
+                u16::try_from(g.tables.len() - 1).map_err(|_| "too many tables".to_string())?;
+            for (f, t) in entry.fields.iter().zip(&entry.field_types) {
+                if let Some(t) = t {
+                    g.fields.entry(f.clone()).or_insert(*t);
+                }
+            }
             let tags: BTreeMap<String, String> = entry
                 .key
                 .iter()
@@ -248,13 +235,7 @@ fn declared(
                 .filter(|(i, _)| Some(*i) != by_field)
                 .map(|(_, (k, v))| (k.clone(), tag_text(v)))
                 .collect();
-            let types = fields.entry(metric.clone()).or_default();
-            for (f, t) in entry.fields.iter().zip(&entry.field_types) {
-                if let Some(t) = t {
-                    types.entry(f.clone()).or_insert(*t);
-                }
-            }
-            parts.entry(metric.clone()).or_default().push((
+            g.series.push((
                 NamedSeries {
                     key: entry.prefix,
                     metric,
@@ -263,38 +244,40 @@ fn declared(
                 at,
             ));
         }
-        if used {
-            tables.push(series_table);
-        }
     }
-    for (name, mut series) in parts {
-        series.sort_by(|a, b| a.0.tags.cmp(&b.0.tags));
-        let used: BTreeSet<u16> = series.iter().map(|(_, t)| *t).collect();
-        // Each measurement keeps the tables it is in, renumbered.
-        let renumber: BTreeMap<u16, u16> = used
-            .iter()
-            .enumerate()
-            .map(|(new, &old)| (old, new as u16))
-            .collect();
-        let own: Vec<SeriesTable> = used
-            .iter()
-            .map(|&t| tables[usize::from(t)].clone())
-            .collect();
-        let table_of = series.iter().map(|(_, t)| renumber[t]).collect();
-        out.insert(
-            name.clone(),
-            Measurement {
-                fields: fields.remove(&name).unwrap_or_default(),
-                series: Arc::new(SeriesList::new(
-                    series.into_iter().map(|(s, _)| s).collect(),
-                )),
-                tables: own,
+    Ok(gathered
+        .into_iter()
+        .map(|(name, mut g)| {
+            g.series.sort_by(|a, b| a.0.tags.cmp(&b.0.tags));
+            let table_of = g.series.iter().map(|(_, t)| *t).collect();
+            let series = g.series.into_iter().map(|(s, _)| s).collect();
+            let m = Measurement {
+                name: name.clone(),
+                fields: g.fields,
+                series: Arc::new(SeriesList::new(series)),
+                tables: g.tables,
                 table_of,
-                name,
-            },
-        );
-    }
-    Ok(out)
+            };
+            (name, m)
+        })
+        .collect())
+}
+
+/// Measurement `m` of an open table `db:m`, from `dictionary`; `None`
+/// when there is no such table (or no dictionary, as in cluster mode).
+fn open_measurement(
+    dictionary: Option<&Dictionary>,
+    desc: &TableDescriptor,
+    m: &str,
+) -> Option<Measurement> {
+    let dictionary = dictionary?;
+    Some(Measurement {
+        name: m.to_string(),
+        fields: dictionary.fields_of(m),
+        series: dictionary.series_of(m),
+        tables: vec![SeriesTable::of(desc)?],
+        table_of: Vec::new(),
+    })
 }
 
 /// Measurement `m` of database `db` (`None`: there is none). An open
@@ -314,19 +297,7 @@ pub fn measurement(
             return Err(why);
         }
         if desc.key.is_open_tags() {
-            let Some(dictionary) = dictionary else {
-                return Ok(None);
-            };
-            let Some(table) = SeriesTable::of(&desc) else {
-                return Ok(None);
-            };
-            return Ok(Some(Measurement {
-                name: m.to_string(),
-                fields: dictionary.fields_of(m),
-                series: dictionary.series_of(m),
-                tables: vec![table],
-                table_of: Vec::new(),
-            }));
+            return Ok(open_measurement(dictionary, &desc, m));
         }
     }
     Ok(declared(store, db, Some(m))?.remove(m))
@@ -340,14 +311,15 @@ pub fn measurements(
     db: &str,
 ) -> Result<Vec<Measurement>, String> {
     let mut all = declared(store, db, None)?;
-    if let Some(d) = dictionary {
-        for t in d.tables() {
-            if all.contains_key(&t) {
-                continue;
-            }
-            if let Some(m) = measurement(store, Some(d), db, &t)? {
-                all.insert(t, m);
-            }
+    // An open table answers its measurement over declared ones, as
+    // [`measurement`] does.
+    for t in dictionary.map(Dictionary::tables).unwrap_or_default() {
+        let open = TableName::parse(&format!("{db}:{t}"))
+            .ok()
+            .and_then(|name| store.catalog().table(&name).ok())
+            .filter(|desc| desc.key.is_open_tags());
+        if let Some(m) = open.and_then(|desc| open_measurement(dictionary, &desc, &t)) {
+            all.insert(t, m);
         }
     }
     Ok(all.into_values().collect())
