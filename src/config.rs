@@ -147,6 +147,15 @@ impl InfluxConfig {
             ..FamilySpec::time_series("f")
         }
     }
+
+    /// How a database's measurement and samples tables are made.
+    pub fn template(&self) -> crate::ingest::databases::TableTemplate {
+        crate::ingest::databases::TableTemplate {
+            family: self.family(),
+            buckets: self.buckets,
+            series_limit: self.series_limit,
+        }
+    }
 }
 
 /// `[prometheus]`: remote write and remote read (`/api/v1/write`,

@@ -8,6 +8,7 @@
 //! time, every other field from the tag of that name. A tag that is not a key
 //! field is an error: silently dropping it would merge distinct series.
 
+pub mod databases;
 pub mod json;
 pub mod kafka;
 pub mod line_protocol;

@@ -576,3 +576,223 @@ fn a_request_that_is_not_http_is_told_why() {
     assert_eq!(r.status, 200);
     stop(srv);
 }
+
+/// Requests of a few bytes that asked for gigabytes, or killed a query
+/// thread for good (found by reading the code, issue #58's session): each
+/// is now refused with an error naming its limit, and the server answers
+/// the next request as before.
+/// - 500 functions over a million buckets (≈15 GB of answer), and the same
+///   statement repeated until the request's answers pass their bound;
+/// - an InfluxQL query of megabytes (the parser holds words a character);
+/// - a native aggregate of a hundred functions;
+/// - remote write of a series of 300 labels, and of a million and one
+///   empty series (48 bytes each read, two sent);
+/// - remote read of 101 queries;
+/// - a raw row delete whose key is too short for the table's fields: every
+///   aggregate over the table then panicked a query thread, and after as
+///   many queries as threads every query answered 503.
+#[test]
+fn small_requests_that_asked_for_gigabytes_are_refused_naming_the_limit() {
+    let sc = Scenario::new().build();
+    let mut srv = sc.start();
+    let addr = srv.addr.clone();
+    assert_eq!(influxql(&addr, "", "CREATE DATABASE d").status, 200);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    let lines: String = (0..20)
+        .map(|i| {
+            format!(
+                "cpu,host=h{} v={i} {}\n",
+                i % 4,
+                now_ns - i * 60_000_000_000
+            )
+        })
+        .collect();
+    let w = post(&addr, "/write?db=d", "text/plain", lines.as_bytes());
+    assert_eq!(w.status, 204, "{}", w.text());
+
+    let error_of = |r: &common::http::Response| -> String {
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["results"][0]["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error: {}", r.text()))
+            .to_string()
+    };
+    let calls = vec!["count(v)"; 500].join(", ");
+    let wide = format!("SELECT {calls} FROM cpu WHERE time > now() - 11d GROUP BY time(1s)");
+    let e = error_of(&influxql(&addr, "d", &wide));
+    assert!(e.contains("more than 5000000 values"), "{e}");
+    alive(&mut srv);
+    // Each statement alone is answered (1.9M values); six of them are not.
+    let one = "SELECT count(v) FROM cpu WHERE time > now() - 11d GROUP BY time(1s)";
+    let r = influxql(&addr, "d", one);
+    assert_eq!(r.status, 200);
+    let values = r.json()["results"][0]["series"][0]["values"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    assert!(values > 900_000, "{values} buckets");
+    let six = [one; 6].join("; ");
+    let r = influxql(&addr, "d", &six);
+    assert_eq!(r.status, 200);
+    let results = r.json()["results"].as_array().cloned().expect("results");
+    assert_eq!(results.len(), 6, "stops at the statement past the bound");
+    let e = results[5]["error"].as_str().unwrap_or_default().to_string();
+    assert!(e.contains("more than 10000000 values"), "{e}");
+    alive(&mut srv);
+    // Chunks of one row each: as many pieces as rows, in order.
+    let r = request_with(
+        &addr,
+        "GET",
+        &format!(
+            "/query?db=d&chunked=true&chunk_size=1&q={}",
+            serde_urlencoded::to_string([("x", "SELECT v FROM cpu WHERE host = 'h1'")])
+                .expect("q")
+                .trim_start_matches("x=")
+        ),
+        &[],
+        b"",
+    )
+    .expect("chunked");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pieces: Vec<serde_json::Value> = r
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(pieces.len(), 5, "{}", r.text());
+    assert!(
+        pieces[..4]
+            .iter()
+            .all(|p| p["results"][0]["partial"] == true)
+    );
+    assert!(pieces[4]["results"][0].get("partial").is_none());
+    let q = format!(
+        "SELECT v FROM cpu WHERE {}",
+        vec!["v = 1"; 200_000].join(" OR ")
+    );
+    let r = influxql(&addr, "d", &q);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("over halite's limit of 1048576"),
+        "{}",
+        r.text()
+    );
+    alive(&mut srv);
+
+    // The native API: a table whose key has a field after its time.
+    let table = json!({
+        "name": "d:k",
+        "families": [{"name": "f"}],
+        "key": {
+            "fields": [
+                {"name": "ts", "type": "reversed_timestamp"},
+                {"name": "host", "type": "string", "width": 8}
+            ],
+            "salt": {"buckets": 4}
+        }
+    });
+    let created = post(
+        &addr,
+        "/api/v1/tables",
+        "application/json",
+        table.to_string().as_bytes(),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let now_ms = now_ns / 1_000_000;
+    let rows: String = (0..8)
+        .map(|i| format!("m,host=h{i} v={i} {}\n", now_ms - i * 1000))
+        .collect();
+    let w = post(
+        &addr,
+        "/api/v1/write?table=d:k&precision=ms",
+        "text/plain",
+        rows.as_bytes(),
+    );
+    assert_eq!(w.status, 204, "{}", w.text());
+    let aggregate = |functions: serde_json::Value| {
+        post(
+            &addr,
+            "/api/v1/query",
+            "application/json",
+            json!({"table": "d:k", "start_ms": now_ms - 3_600_000, "end_ms": now_ms + 1,
+                   "aggregate": {"functions": functions}})
+            .to_string()
+            .as_bytes(),
+        )
+    };
+    let r = aggregate(json!(vec!["min"; 100]));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("at most 64"), "{}", r.text());
+    // A salt byte and a time, no host: a key no series has.
+    let short = format!("00{:016x}", u64::MAX - now_ms as u64);
+    let d = post(
+        &addr,
+        "/api/v1/tables/d:k/delete",
+        "application/json",
+        json!({ "row": short }).to_string().as_bytes(),
+    );
+    assert_eq!(d.status, 200, "{}", d.text());
+    for _ in 0..6 {
+        let r = aggregate(json!(["count"]));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let counted: f64 = r.json()["aggregates"]
+            .as_array()
+            .expect("aggregates")
+            .iter()
+            .map(|a| a["values"]["count"].as_f64().unwrap_or(0.0))
+            .sum();
+        assert_eq!(counted, 8.0, "{}", r.text());
+    }
+    alive(&mut srv);
+
+    // Prometheus' doors.
+    let labels: Vec<(String, String)> = std::iter::once(("__name__".to_string(), "up".to_string()))
+        .chain((0..299).map(|i| (format!("l{i}"), "x".to_string())))
+        .collect();
+    let wide = Series {
+        labels,
+        samples: vec![(1.0, now_ms)],
+    };
+    let r = remote_write(&addr, &encode_write_request(&[wide]));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("more than 256 labels"), "{}", r.text());
+    let empty_series = [0x0a, 0x00].repeat(1_000_001);
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&empty_series)
+        .expect("compress");
+    let r = remote_write(&addr, &body);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("more than 1000000 series"),
+        "{}",
+        r.text()
+    );
+    // ReadRequest { queries: [Query { start 0, end 1 }] × 101 }.
+    let queries = [0x0a, 0x04, 0x08, 0x00, 0x10, 0x01].repeat(101);
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&queries)
+        .expect("compress");
+    let r = request_with(
+        &addr,
+        "POST",
+        "/api/v1/read",
+        &[
+            ("Content-Type", "application/x-protobuf"),
+            ("Content-Encoding", "snappy"),
+        ],
+        &body,
+    )
+    .expect("remote read");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("more than 100 queries"), "{}", r.text());
+    let ok = remote_write(
+        &addr,
+        &encode_write_request(&[sample(&[("__name__", "up"), ("job", "j")], 1.0, now_ms)]),
+    );
+    assert_eq!(ok.status, 204, "{}", ok.text());
+    alive(&mut srv);
+    stop(srv);
+}

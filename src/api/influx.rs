@@ -19,14 +19,11 @@ use serde_json::{Value as Json, json};
 use super::auth::allow;
 use super::state::AppState;
 use crate::auth::{Caller, Scope};
-use crate::catalog::{CreateTable, TableName};
 use crate::error::Error;
-use crate::ingest::{self, line_protocol::Precision};
-use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
+use crate::ingest::{self, databases, line_protocol::Precision};
 use crate::query::influx_select::{self, Cell, SeriesOut};
 use crate::query::influxql::{self, Statement};
 use crate::query::measurements::{self, Measurement};
-use crate::schema::Durability;
 use crate::series::Dictionary;
 
 use super::msgpack;
@@ -240,48 +237,6 @@ fn body_text(
     Ok(Bytes::from(out))
 }
 
-/// The measurement of a line (before its first unescaped `,` or space).
-fn measurement_of(line: &str) -> String {
-    let mut out = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => {
-                if let Some(n) = chars.next() {
-                    out.push(n);
-                }
-            }
-            ',' | ' ' => break,
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn measurement_table_request(s: &AppState, name: &TableName) -> CreateTable {
-    CreateTable {
-        name: name.clone(),
-        families: vec![s.influx.family()],
-        key: KeySchema {
-            fields: Vec::new(),
-            salt: (s.influx.buckets >= 2).then(|| Salt {
-                buckets: s.influx.buckets,
-                width: if s.influx.buckets > 256 { 2 } else { 1 },
-                from: SaltFrom::Series,
-                epochs: Vec::new(),
-            }),
-            md5_prefix: 0,
-            time_unit: TimeUnit::Nanoseconds,
-            tags: Some(OpenTags {
-                series_limit: s.influx.series_limit,
-                ..OpenTags::default()
-            }),
-        },
-        durability: Durability::SyncWal,
-        split_points: Vec::new(),
-    }
-}
-
 /// What one write did, over its measurements.
 #[derive(Default)]
 struct Outcome {
@@ -382,27 +337,14 @@ fn write_body(
         )
     })?;
     let mut outcome = Outcome::default();
-    // Lines by measurement, in first-seen order.
-    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let m = measurement_of(trimmed);
-        match groups.iter_mut().find(|(name, _)| *name == m) {
-            Some((_, lines)) => lines.push(trimmed),
-            None => groups.push((m, vec![trimmed])),
-        }
-    }
     // Made on first use, by the first measurement of open tag sets.
     let mut dictionary: Option<Arc<Dictionary>> = None;
     let now = s.clock.now_ms();
-    for (measurement, lines) in groups {
+    for (measurement, lines) in databases::lines_by_measurement(text) {
         let unparsed = |reason: &str| -> Vec<String> {
             lines
                 .iter()
-                .map(|l| {
+                .map(|(_, l)| {
                     format!(
                         "unable to parse '{}': {reason}",
                         crate::codec::quote_prefix(l)
@@ -410,17 +352,10 @@ fn write_body(
                 })
                 .collect()
         };
-        if measurement.is_empty() {
-            outcome.unparsed.extend(unparsed("missing measurement"));
-            continue;
-        }
-        let name = match TableName::parse(&format!("{db}:{measurement}")) {
-            Ok(n) if !measurement.starts_with("__") => n,
-            _ => {
-                outcome.unparsed.extend(unparsed(
-                    "halite names a measurement's table after it: use letters, digits, '_', '-' and '.' \
-                     (not starting with \"__\")",
-                ));
+        let name = match databases::measurement_table(db, &measurement) {
+            Ok(n) => n,
+            Err(bad) => {
+                outcome.unparsed.extend(unparsed(&bad.to_string()));
                 continue;
             }
         };
@@ -436,11 +371,10 @@ fn write_body(
                 continue;
             }
             Err(Error::NotFound(_)) => {
-                match s.store.create_table(&measurement_table_request(s, &name)) {
-                    Ok(_) | Err(Error::Conflict(_)) => {}
-                    Err(e) => return Err(store_error(e)),
-                }
-                s.store.table(&name).map_err(store_error)?
+                databases::TableTemplate::table_or_make(&s.store, &name, || {
+                    s.influx.template().measurement_request(&name)
+                })
+                .map_err(store_error)?
             }
             Err(e) => return Err(store_error(e)),
         };
@@ -462,7 +396,7 @@ fn write_body(
                 Some(dictionary.insert(d).clone())
             }
         };
-        let joined = lines.join("\n");
+        let joined = lines.iter().map(|(_, l)| *l).collect::<Vec<_>>().join("\n");
         let how = ingest::LineWrite {
             max_value_size: s.store.max_value_size(),
             precision,
@@ -481,7 +415,7 @@ fn write_body(
         })?;
         outcome.written += done.rows;
         for (number, reason) in done.rejected {
-            let line = lines.get(number.wrapping_sub(1)).copied().unwrap_or("");
+            let line = lines.get(number.wrapping_sub(1)).map_or("", |(_, l)| *l);
             if reason.contains("series: points of new series are refused") {
                 outcome.over_limit.push(reason);
             } else if reason.starts_with("field type conflict")
@@ -499,6 +433,12 @@ fn write_body(
     }
     Ok(outcome)
 }
+
+/// Most bytes of InfluxQL one request carries.
+const MAX_QUERY_BYTES: usize = 1 << 20;
+/// Most values the answers of one request's statements hold together
+/// (each is bounded on its own too, in `query/influx_select.rs`).
+const MAX_REQUEST_CELLS: usize = 10_000_000;
 
 /// `GET|POST /query?q=&db=&epoch=`: `q` in the URL or a form body.
 pub(super) async fn query(
@@ -521,6 +461,17 @@ pub(super) async fn query(
     let Some(q) = p.get("q").filter(|q| !q.trim().is_empty()).cloned() else {
         return influx_error(StatusCode::BAD_REQUEST, "missing required parameter \"q\"");
     };
+    // The parser holds a few words per character: a query is text a
+    // person or a dashboard wrote, far below this.
+    if q.len() > MAX_QUERY_BYTES {
+        return influx_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the query is {} bytes, over halite's limit of {MAX_QUERY_BYTES}",
+                q.len()
+            ),
+        );
+    }
     let statements = match influxql::parse(&q) {
         Ok(st) => st,
         Err(e) => {
@@ -565,8 +516,22 @@ pub(super) async fn query(
             msgpack,
         };
         let mut results = Vec::new();
+        let mut answered = 0usize;
         for (i, st) in statements.iter().enumerate() {
-            let answer = run(&state, &caller, st, db.as_deref(), format);
+            let mut answer = run(&state, &caller, st, db.as_deref(), format);
+            // Each statement is bounded; their sum is too (a request can
+            // repeat a statement thousands of times).
+            if let Ok(Answer::Cells(series)) = &answer {
+                answered = series.iter().fold(answered, |n, s| {
+                    n.saturating_add(s.values.len().saturating_mul(s.columns.len()))
+                });
+                if answered > MAX_REQUEST_CELLS {
+                    answer = Err(format!(
+                        "the request's answers would hold more than {MAX_REQUEST_CELLS} values: \
+                         send its statements in several requests"
+                    ));
+                }
+            }
             let messages = (read_only && matches!(st, Statement::CreateDatabase { .. })).then(|| {
                 json!([{
                     "level": "warning",
@@ -796,23 +761,25 @@ fn chunked(results: Vec<Json>, size: usize) -> Vec<Json> {
             continue;
         };
         let mut pieces = Vec::new();
-        for s in series {
-            let values = s
-                .get("values")
-                .and_then(Json::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let n = values.chunks(size).len().max(1);
-            for (i, chunk) in values.chunks(size).enumerate() {
+        for mut s in series {
+            // Taken out once: each piece copies its own values and the
+            // series' few other members, not the whole series again.
+            let values = match s.get_mut("values") {
+                Some(Json::Array(values)) if !values.is_empty() => std::mem::take(values),
+                _ => {
+                    pieces.push(s);
+                    continue;
+                }
+            };
+            let n = values.len().div_ceil(size);
+            let mut values = values.into_iter();
+            for i in 0..n {
                 let mut piece = s.clone();
-                piece["values"] = Json::Array(chunk.to_vec());
+                piece["values"] = Json::Array(values.by_ref().take(size).collect());
                 if i + 1 < n {
                     piece["partial"] = json!(true);
                 }
                 pieces.push(piece);
-            }
-            if values.is_empty() {
-                pieces.push(s);
             }
         }
         let last = pieces.len().saturating_sub(1);

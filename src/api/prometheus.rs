@@ -20,19 +20,17 @@ use axum::response::{IntoResponse, Response};
 use super::auth::allow;
 use super::state::AppState;
 use crate::auth::{Caller, Scope};
-use crate::catalog::{CreateTable, TableName};
+use crate::catalog::TableName;
 use crate::error::{Error, ErrorKind};
+use crate::ingest::databases::TableTemplate;
 use crate::ingest::remote_write::{self, Series};
 use crate::ingest::{PointEncoder, RowsSink};
-use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
 use crate::query::measurements::{self, Measurement};
 use crate::query::prom_read::{self, MatchOp, Matcher};
-use crate::schema::Durability;
 
-/// The table of a database that holds its samples.
-pub const SAMPLES_TABLE: &str = "samples";
 /// The database samples go to without `?db=`.
 pub use super::state::PROMETHEUS_DB as DEFAULT_DB;
+pub use crate::ingest::databases::SAMPLES_TABLE;
 
 #[derive(serde::Deserialize, Default)]
 pub(super) struct PromParams {
@@ -115,30 +113,6 @@ fn samples_table(db: &str) -> Result<TableName, Refusal> {
     })
 }
 
-fn samples_table_request(s: &AppState, name: &TableName) -> CreateTable {
-    CreateTable {
-        name: name.clone(),
-        families: vec![s.influx.family()],
-        key: KeySchema {
-            fields: Vec::new(),
-            salt: (s.influx.buckets >= 2).then(|| Salt {
-                buckets: s.influx.buckets,
-                width: if s.influx.buckets > 256 { 2 } else { 1 },
-                from: SaltFrom::Series,
-                epochs: Vec::new(),
-            }),
-            md5_prefix: 0,
-            time_unit: TimeUnit::Milliseconds,
-            tags: Some(OpenTags {
-                series_limit: s.influx.series_limit,
-                ..OpenTags::default()
-            }),
-        },
-        durability: Durability::SyncWal,
-        split_points: Vec::new(),
-    }
-}
-
 /// `POST /api/v1/write` (protobuf) and `/api/v1/prom/write?db=`.
 pub(super) async fn remote_write(
     State(s): State<Arc<AppState>>,
@@ -203,17 +177,9 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
             Err(e) => return Err(store_refusal(&e)),
         }
     }
-    let table = match s.store.table(name) {
-        Ok(t) => t,
-        Err(Error::NotFound(_)) => {
-            match s.store.create_table(&samples_table_request(s, name)) {
-                Ok(_) | Err(Error::Conflict(_)) => {}
-                Err(e) => return Err(store_refusal(&e)),
-            }
-            s.store.table(name).map_err(|e| store_refusal(&e))?
-        }
-        Err(e) => return Err(store_refusal(&e)),
-    };
+    let table =
+        TableTemplate::table_or_make(&s.store, name, || s.influx.template().samples_request(name))
+            .map_err(|e| store_refusal(&e))?;
     if !table.desc.key.is_open_tags() {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
@@ -420,8 +386,14 @@ struct ReadQuery {
 /// LabelMatcher matchers = 3; ReadHints hints = 4; }`, `LabelMatcher {
 /// Type type = 1; string name = 2; string value = 3; }` (EQ, NEQ, RE,
 /// NRE), `ReadHints { int64 step_ms = 1; string func = 2; … }`.
+/// Most queries a remote read request, and matchers a query, may hold
+/// (Prometheus sends one query of a few matchers a request); each is a
+/// few bytes sent and a hundred read.
+const MAX_READ_QUERIES: usize = 100;
+const MAX_MATCHERS: usize = 1000;
+
 fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
-    use crate::ingest::remote_write::{MAX_DECOMPRESSED, fields};
+    use crate::ingest::remote_write::{MAX_DECOMPRESSED, field_iter, fields};
     let len = snap::raw::decompress_len(body)
         .map_err(|e| format!("the body is not snappy-compressed: {e}"))?;
     if len > MAX_DECOMPRESSED {
@@ -433,9 +405,15 @@ fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
         .decompress_vec(body)
         .map_err(|e| format!("the body is not snappy-compressed: {e}"))?;
     let mut out = Vec::new();
-    for (field, q) in fields(&raw)? {
+    for next in field_iter(&raw) {
+        let (field, q) = next?;
         if field != 1 {
             continue;
+        }
+        if out.len() == MAX_READ_QUERIES {
+            return Err(format!(
+                "the request holds more than {MAX_READ_QUERIES} queries: send fewer a request"
+            ));
         }
         let mut query = ReadQuery {
             start_ms: 0,
@@ -443,7 +421,8 @@ fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
             matchers: Vec::new(),
             labels_only: false,
         };
-        for (field, v) in fields(q.bytes())? {
+        for next in field_iter(q.bytes()) {
+            let (field, v) = next?;
             match field {
                 1 => query.start_ms = v.int() as i64,
                 2 => query.end_ms = v.int() as i64,
@@ -473,6 +452,9 @@ fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
                             3 => m.value = text()?,
                             _ => {}
                         }
+                    }
+                    if query.matchers.len() == MAX_MATCHERS {
+                        return Err(format!("a query holds more than {MAX_MATCHERS} matchers"));
                     }
                     query.matchers.push(m);
                 }

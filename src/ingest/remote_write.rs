@@ -36,6 +36,12 @@ pub enum RemoteWriteError {
     Protobuf(&'static str),
     #[error("a label name or value is not UTF-8")]
     NotUtf8,
+    #[error("the request holds more than {MAX_SERIES} series: send fewer a request")]
+    TooManySeries,
+    #[error("a series holds more than {MAX_LABELS_PER_SERIES} labels")]
+    TooManyLabels,
+    #[error("the request holds more than {MAX_LABELS} labels: send fewer series a request")]
+    TooManyLabelsInAll,
 }
 
 /// Decompresses and reads a remote-write body.
@@ -54,22 +60,46 @@ pub fn decode_write_request(body: &[u8]) -> Result<Vec<Series>, RemoteWriteError
 /// Reads the `TimeSeries` of a `WriteRequest` (field 1).
 pub fn decode_series_list(raw: &[u8]) -> Result<Vec<Series>, RemoteWriteError> {
     let mut out = Vec::new();
+    let mut labels = 0usize;
     let mut r = Reader::new(raw);
     while let Some((field, wire)) = r.key()? {
         match (field, wire) {
-            (1, LEN) => out.push(series(r.bytes()?)?),
+            (1, LEN) => {
+                if out.len() == MAX_SERIES {
+                    return Err(RemoteWriteError::TooManySeries);
+                }
+                let one = series(r.bytes()?, &mut labels)?;
+                out.push(one);
+            }
             _ => r.skip(wire)?,
         }
     }
     Ok(out)
 }
 
-fn series(raw: &[u8]) -> Result<Series, RemoteWriteError> {
+/// Most series, labels of a series, and labels in all, one request may
+/// hold. Each is two bytes at the least on the wire and tens of bytes
+/// read, so a body of empty ones would otherwise take gigabytes. A series
+/// has at most 255 tags besides `__name__` in any table of halite's.
+pub const MAX_SERIES: usize = 1_000_000;
+pub const MAX_LABELS_PER_SERIES: usize = 256;
+pub const MAX_LABELS: usize = 2_000_000;
+
+fn series(raw: &[u8], labels: &mut usize) -> Result<Series, RemoteWriteError> {
     let mut s = Series::default();
     let mut r = Reader::new(raw);
     while let Some((field, wire)) = r.key()? {
         match (field, wire) {
-            (1, LEN) => s.labels.push(label(r.bytes()?)?),
+            (1, LEN) => {
+                if s.labels.len() == MAX_LABELS_PER_SERIES {
+                    return Err(RemoteWriteError::TooManyLabels);
+                }
+                *labels += 1;
+                if *labels > MAX_LABELS {
+                    return Err(RemoteWriteError::TooManyLabelsInAll);
+                }
+                s.labels.push(label(r.bytes()?)?)
+            }
             (2, LEN) => s.samples.push(sample(r.bytes()?)?),
             _ => r.skip(wire)?,
         }
@@ -213,24 +243,38 @@ impl<'a> Wire<'a> {
 /// The fields of a message, in order (for messages read field by field,
 /// such as remote read's `ReadRequest`).
 pub fn fields(raw: &[u8]) -> Result<Vec<(u64, Wire<'_>)>, String> {
+    field_iter(raw).collect()
+}
+
+/// [`fields`] one at a time, for a reader that bounds how many it takes.
+pub fn field_iter(raw: &[u8]) -> impl Iterator<Item = Result<(u64, Wire<'_>), String>> {
     let mut r = Reader::new(raw);
-    let mut out = Vec::new();
-    while let Some((field, wire)) = r.key().map_err(|e| e.to_string())? {
-        let value = match wire {
-            VARINT => Wire::Int(r.varint().map_err(|e| e.to_string())?),
-            I64 => Wire::Int(r.fixed64().map_err(|e| e.to_string())?),
-            LEN => Wire::Bytes(r.bytes().map_err(|e| e.to_string())?),
-            I32 => {
-                let b = r.take(4).map_err(|e| e.to_string())?;
-                Wire::Int(u64::from(u32::from_le_bytes(
-                    b.try_into().unwrap_or_default(),
-                )))
-            }
-            _ => return Err("the body is not protobuf: an unknown wire type".into()),
-        };
-        out.push((field, value));
-    }
-    Ok(out)
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        let next = (|| {
+            let Some((field, wire)) = r.key().map_err(|e| e.to_string())? else {
+                return Ok(None);
+            };
+            let value = match wire {
+                VARINT => Wire::Int(r.varint().map_err(|e| e.to_string())?),
+                I64 => Wire::Int(r.fixed64().map_err(|e| e.to_string())?),
+                LEN => Wire::Bytes(r.bytes().map_err(|e| e.to_string())?),
+                I32 => {
+                    let b = r.take(4).map_err(|e| e.to_string())?;
+                    Wire::Int(u64::from(u32::from_le_bytes(
+                        b.try_into().unwrap_or_default(),
+                    )))
+                }
+                _ => return Err("the body is not protobuf: an unknown wire type".to_string()),
+            };
+            Ok(Some((field, value)))
+        })();
+        failed = next.is_err();
+        next.transpose()
+    })
 }
 
 fn put_varint(mut v: u64, out: &mut Vec<u8>) {

@@ -160,6 +160,11 @@ impl CellSink for BucketAgg<'_> {
         let Some(ts) = self.time.time_of(key).filter(|t| self.time.holds(*t)) else {
             return true;
         };
+        // The raw row API writes (and deletes) rows of any key: one too
+        // short for the schema's fields is of no series.
+        if self.identity.iter().any(|r| r.end > key.len()) {
+            return true;
+        }
         self.row = Some((ts, self.window.map(|w| ts - ts % w)));
         let same_series = self.current.as_ref().is_some_and(|acc| {
             let mut at = 0;
@@ -203,6 +208,9 @@ pub(super) type AggKey = (Vec<u8>, Vec<u8>, Option<u64>);
 /// lookup borrows the key bytes instead of allocating them.
 pub(super) type BucketPartials = BTreeMap<Vec<u8>, FieldPartials>;
 
+/// Most functions one aggregate computes.
+pub const MAX_FUNCTIONS: usize = 64;
+
 pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<AggregatePage> {
     let agg = q
         .aggregate
@@ -212,6 +220,14 @@ pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<Aggre
         return Err(Error::InvalidInput(
             "aggregate needs at least one function".into(),
         ));
+    }
+    // Each function is a value of every aggregate answered: a request of
+    // a few bytes a function must not ask for gigabytes.
+    if agg.functions.len() > MAX_FUNCTIONS {
+        return Err(Error::InvalidInput(format!(
+            "aggregate names {} functions; it takes at most {MAX_FUNCTIONS}",
+            agg.functions.len()
+        )));
     }
     if q.series_limit.is_some() {
         return Err(Error::InvalidInput(

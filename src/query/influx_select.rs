@@ -346,8 +346,12 @@ pub fn select(
             hi: oldest_to.unwrap_or(hi),
             ..range
         };
+        // Reducers held by the folds of every thread: a bucket a group
+        // has a value in holds one per call until the answer is made.
+        let folded = std::sync::atomic::AtomicUsize::new(0);
         // One series' rows in `range` folded into its group's state.
         let fold_series = |states: &mut Vec<GroupState>, m: &Member, range: &SeriesRange| {
+            let buckets_before = states[m.group].buckets.len();
             let mut fold = SeriesFold {
                 calls,
                 call_columns: &call_columns,
@@ -373,6 +377,14 @@ pub fn select(
                 scan_series_cells(store, m.table, &m.series.key, range, &columns, &mut fold)?;
             }
             fold.finish();
+            let opened = states[m.group].buckets.len().saturating_sub(buckets_before);
+            let held = folded.fetch_add(
+                opened.saturating_mul(calls.len()),
+                std::sync::atomic::Ordering::Relaxed,
+            ) + opened.saturating_mul(calls.len());
+            if held > MAX_FOLDED {
+                return Err(too_many_values(MAX_FOLDED));
+            }
             Ok(())
         };
         let merge = |groups: &mut Vec<GroupState>, parts: Vec<Vec<GroupState>>| {
@@ -527,6 +539,7 @@ pub fn select(
     // has a group per series.
     let (raw_fields, raw_names) = raw_columns(s, &fields, tag_keys, &group_by);
     let mut out = Vec::new();
+    let mut answered = 0usize;
     for (g, gathered) in gathered {
         let key = &group_keys[g];
         let (columns, mut rows) = match gathered {
@@ -546,6 +559,10 @@ pub fn select(
         });
         if rows.is_empty() {
             continue;
+        }
+        answered = answered.saturating_add(rows.len().saturating_mul(columns.len()));
+        if answered > MAX_ANSWER_CELLS {
+            return Err(too_many_values(MAX_ANSWER_CELLS));
         }
         if s.descending {
             rows.reverse();
@@ -1068,6 +1085,21 @@ fn ns_of_ms(ms: u64) -> i64 {
 /// LIMIT n` looks first for each series' newest points (ms).
 const RECENT_MS: u64 = 3_600_000;
 
+/// Most values (a row's time and each column) a statement answers, and
+/// most reducers its folds hold at once (a call's state in a bucket with
+/// a value, about 150 bytes each): one small statement must not take the
+/// memory of the whole machine, as InfluxDB's `max-select-buckets` and
+/// `max-select-point` guard (off by default there).
+const MAX_ANSWER_CELLS: usize = 5_000_000;
+const MAX_FOLDED: usize = 2_000_000;
+
+fn too_many_values(limit: usize) -> String {
+    format!(
+        "the statement's answer would hold more than {limit} values (buckets × functions × groups): \
+         narrow the time range, widen GROUP BY time(), or select fewer functions or groups"
+    )
+}
+
 /// The fields a statement's columns and calls name; `None` for `*` (and
 /// for a statement naming no field, which reads them all).
 fn selected_fields(
@@ -1577,7 +1609,12 @@ fn aggregate_rows(
                 .zip(last)
                 .and_then(|(first, last)| last.checked_sub(first))
                 .map(|span| span / every + 1);
+            // Every bucket is a row of a value per call, empty or not.
+            let cells = |n: i64| (n as usize).saturating_mul(calls.len() + 1);
             let (first, n) = match (first, n) {
+                (Some(_), Some(n)) if n <= 1_000_000 && cells(n) > MAX_ANSWER_CELLS => {
+                    return Err(too_many_values(MAX_ANSWER_CELLS));
+                }
                 (Some(first), Some(n)) if n <= 1_000_000 => (first, n),
                 (_, n) => {
                     let n = n.map_or("too many".to_string(), |n| n.to_string());

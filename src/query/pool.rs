@@ -24,7 +24,13 @@ impl QueryPool {
                     .name(format!("halite-query-{i}"))
                     .spawn(move || {
                         for job in rx {
-                            job();
+                            // A job that panics is a bug answered as a
+                            // failed query (its reply channel closes);
+                            // the thread stays for every later query.
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err()
+                            {
+                                tracing::error!("a query's scan panicked; its query failed");
+                            }
                         }
                     })
                     .expect("spawn query thread")

@@ -1,0 +1,181 @@
+//! A database's tables, made on their first point: a table of open tag
+//! sets per InfluxDB measurement (`<db>:<measurement>`) and one for
+//! Prometheus' samples (`<db>:samples`). Every door that writes into a
+//! database rather than into a named table (InfluxDB's `/write`, remote
+//! write, a Kafka topic mapped to a database) finds and makes its tables
+//! here, with the same settings and the same refusals.
+
+use std::sync::Arc;
+
+use crate::catalog::{CreateTable, TableName};
+use crate::error::Error;
+use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
+use crate::schema::{Durability, FamilySpec};
+use crate::store::Store;
+use crate::table::Table;
+
+/// The table of a database's Prometheus samples.
+pub const SAMPLES_TABLE: &str = "samples";
+
+/// How a database's tables are made (the config's `[influx]`).
+#[derive(Debug, Clone)]
+pub struct TableTemplate {
+    /// The one family a measurement's fields live in.
+    pub family: FamilySpec,
+    /// Salt buckets (and regions) of each table.
+    pub buckets: u32,
+    /// Most series a table holds; points of new series past it are refused.
+    pub series_limit: u64,
+}
+
+impl TableTemplate {
+    /// A measurement's table: nanoseconds, as InfluxDB keeps time.
+    pub fn measurement_request(&self, name: &TableName) -> CreateTable {
+        self.request(name, TimeUnit::Nanoseconds)
+    }
+
+    /// The samples table: milliseconds, as Prometheus keeps time.
+    pub fn samples_request(&self, name: &TableName) -> CreateTable {
+        self.request(name, TimeUnit::Milliseconds)
+    }
+
+    fn request(&self, name: &TableName, time_unit: TimeUnit) -> CreateTable {
+        CreateTable {
+            name: name.clone(),
+            families: vec![self.family.clone()],
+            key: KeySchema {
+                fields: Vec::new(),
+                salt: (self.buckets >= 2).then(|| Salt {
+                    buckets: self.buckets,
+                    width: if self.buckets > 256 { 2 } else { 1 },
+                    from: SaltFrom::Series,
+                    epochs: Vec::new(),
+                }),
+                md5_prefix: 0,
+                time_unit,
+                tags: Some(OpenTags {
+                    series_limit: self.series_limit,
+                    ..OpenTags::default()
+                }),
+            },
+            durability: Durability::SyncWal,
+            split_points: Vec::new(),
+        }
+    }
+
+    /// Table `name` of `store`, made from `request` when there is none
+    /// yet (a table another writer made meanwhile is the one taken).
+    pub fn table_or_make(
+        store: &Store,
+        name: &TableName,
+        request: impl FnOnce() -> CreateTable,
+    ) -> Result<Arc<Table>, Error> {
+        match store.table(name) {
+            Err(Error::NotFound(_)) => {
+                match store.create_table(&request()) {
+                    Ok(_) | Err(Error::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                store.table(name)
+            }
+            got => got,
+        }
+    }
+}
+
+/// Why a measurement names no table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadMeasurement {
+    #[error("missing measurement")]
+    Missing,
+    #[error(
+        "halite names a measurement's table after it: use letters, digits, '_', '-' and '.' \
+         (not starting with \"__\")"
+    )]
+    Unnameable,
+}
+
+/// The table measurement `measurement` of database `db` lives in.
+pub fn measurement_table(db: &str, measurement: &str) -> Result<TableName, BadMeasurement> {
+    if measurement.is_empty() {
+        return Err(BadMeasurement::Missing);
+    }
+    match TableName::parse(&format!("{db}:{measurement}")) {
+        Ok(n) if !measurement.starts_with("__") => Ok(n),
+        _ => Err(BadMeasurement::Unnameable),
+    }
+}
+
+/// The measurement of a line (before its first unescaped `,` or space).
+pub fn measurement_of(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+            }
+            ',' | ' ' => break,
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The lines of line protocol `text` (comments and blank lines left out)
+/// by measurement, in first-seen order, each with its line number in the
+/// text (from 1), in the text's order within each.
+pub fn lines_by_measurement(text: &str) -> Vec<(String, Vec<(usize, &str)>)> {
+    let mut groups: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let m = measurement_of(trimmed);
+        match index.get(&m) {
+            Some(&at) => groups[at].1.push((i + 1, trimmed)),
+            None => {
+                index.insert(m.clone(), groups.len());
+                groups.push((m, vec![(i + 1, trimmed)]));
+            }
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_group_by_their_measurement_with_their_numbers() {
+        let text = "cpu,host=a v=1 1\n\n# note\nmem v=2 2\ncpu\\,x,host=b v=3 3\ncpu v=4 4\n";
+        let groups = lines_by_measurement(text);
+        let names: Vec<&str> = groups.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(names, ["cpu", "mem", "cpu,x"]);
+        assert_eq!(groups[0].1, [(1, "cpu,host=a v=1 1"), (6, "cpu v=4 4")]);
+        assert_eq!(groups[1].1, [(4, "mem v=2 2")]);
+        assert_eq!(groups[2].1[0].0, 5);
+    }
+
+    #[test]
+    fn measurements_name_tables_or_say_why_not() {
+        assert_eq!(
+            measurement_table("telegraf", "cpu").unwrap().to_string(),
+            "telegraf:cpu"
+        );
+        assert_eq!(measurement_table("t", ""), Err(BadMeasurement::Missing));
+        assert_eq!(
+            measurement_table("t", "__tags"),
+            Err(BadMeasurement::Unnameable)
+        );
+        assert_eq!(
+            measurement_table("t", "a b/c"),
+            Err(BadMeasurement::Unnameable)
+        );
+    }
+}
