@@ -118,13 +118,17 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             clock.clone(),
             topics.clone(),
             tag_sets.clone(),
+            config.influx.template(),
         )?;
         tracing::info!(
             topics = %config
                 .kafka
                 .topics
                 .iter()
-                .map(|t| format!("{} -> {}", t.topic, t.table))
+                .map(|t| match &t.database {
+                    Some(db) => format!("{} -> database {db}", t.topic),
+                    None => format!("{} -> {}", t.topic, t.table),
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
             brokers = %config.kafka.brokers,

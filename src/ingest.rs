@@ -489,16 +489,13 @@ impl<'t> PointEncoder<'t> {
                 self.reserve(points.len());
                 let precision = precision.unwrap_or(Precision::Milliseconds);
                 for (i, point) in points.into_iter().enumerate() {
-                    self.point_number = i + 1;
-                    let outcome = point.and_then(JsonPoint::read).and_then(|jp| {
-                        self.point_ttl = jp.ttl_ms.or(self.write_ttl);
-                        jp.to_point().and_then(|p| self.add(&p, precision, now_ms))
-                    });
+                    let outcome = point
+                        .and_then(JsonPoint::read)
+                        .and_then(|jp| self.add_json_point(i + 1, &jp, precision, now_ms));
                     if let Err(e) = outcome {
                         errors.push((i + 1, e));
                     }
                 }
-                self.point_ttl = self.write_ttl;
             }
             Format::RemoteWrite => {
                 let series = remote_write::decode_write_request(body).map_err(|e| e.to_string())?;
@@ -567,6 +564,69 @@ impl<'t> PointEncoder<'t> {
         errors
     }
 
+    /// A new body's points follow: two of them that only the time digits
+    /// the table drops told apart are refused, as in [`Self::add_body`].
+    pub fn start_body(&mut self) {
+        self.seen = None;
+    }
+
+    /// Adds JSON point `point`, number `number` of its body.
+    pub fn add_json_point(
+        &mut self,
+        number: usize,
+        point: &JsonPoint,
+        precision: Precision,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        self.point_number = number;
+        self.point_ttl = point.ttl_ms.or(self.write_ttl);
+        let added = point
+            .to_point()
+            .and_then(|p| self.add(&p, precision, now_ms));
+        self.point_ttl = self.write_ttl;
+        added
+    }
+
+    /// Adds one line of line protocol, line `number` of its body.
+    pub fn add_line(
+        &mut self,
+        number: usize,
+        line: &str,
+        precision: Precision,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let mut parser = std::mem::take(&mut self.parser);
+        let added = self.add_parsed_line(&mut parser, number, line, precision, now_ms);
+        self.parser = parser;
+        added
+    }
+
+    fn add_parsed_line(
+        &mut self,
+        parser: &mut LineParser,
+        number: usize,
+        line: &str,
+        precision: Precision,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        self.point_number = number;
+        // A series met before needs only its fields parsed.
+        let known_end = match &self.series_keys {
+            Some(_) => line_protocol::series_end(line)
+                .filter(|&end| self.copy_known_series(Some(&line[..end]))),
+            None => None,
+        };
+        match known_end {
+            Some(end) => parser
+                .parse_after_series(line, end)
+                .and_then(|point| self.add_to_key(&point, precision, now_ms, true)),
+            // Not a kept series (looked for just now): encoded whole.
+            None => parser
+                .parse(line)
+                .and_then(|point| self.add_to_key(&point, precision, now_ms, false)),
+        }
+    }
+
     /// Adds every line of line protocol `text`; the bad ones come back with
     /// their line number and reason, in order.
     pub fn add_lines(
@@ -585,23 +645,7 @@ impl<'t> PointEncoder<'t> {
         // `add` borrows the encoder.
         let mut parser = std::mem::take(&mut self.parser);
         for (number, line) in line_protocol::lines(text) {
-            self.point_number = number;
-            // A series met before needs only its fields parsed.
-            let known_end = match &self.series_keys {
-                Some(_) => line_protocol::series_end(line)
-                    .filter(|&end| self.copy_known_series(Some(&line[..end]))),
-                None => None,
-            };
-            let outcome = match known_end {
-                Some(end) => parser
-                    .parse_after_series(line, end)
-                    .and_then(|point| self.add_to_key(&point, precision, now_ms, true)),
-                // Not a kept series (looked for just now): encoded whole.
-                None => parser
-                    .parse(line)
-                    .and_then(|point| self.add_to_key(&point, precision, now_ms, false)),
-            };
-            if let Err(e) = outcome {
+            if let Err(e) = self.add_parsed_line(&mut parser, number, line, precision, now_ms) {
                 errors.push((number, e));
             }
         }

@@ -355,6 +355,11 @@ fn split_table(b: &[u8]) -> Option<(&str, &[u8])> {
 }
 
 impl Dictionary {
+    /// The table the dictionary is kept in (`<namespace>:__tags`).
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
     fn open(store: &Store, namespace: &str) -> Result<Dictionary> {
         let req = tags_table_request(namespace)?;
         let table = req.name.clone();

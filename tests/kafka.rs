@@ -924,3 +924,257 @@ precision = "ms"
     );
     server::stop(srv);
 }
+
+/// A topic mapped to a database takes Telegraf's Kafka output as it is:
+/// messages of many measurements with any tags, each measurement into its
+/// table of open tag sets, made on its first point as `/write` makes it
+/// (issue #58; before, a topic fed one table, and such lines were
+/// dead-lettered). InfluxQL answers as InfluxDB 1.6 given the same lines;
+/// a JSON topic mapped to another database is read the same way; lines
+/// halite refuses (a measurement it cannot name a table after, a field of
+/// another type) are dead-lettered with the reason; after a restart the
+/// topic resumes where it was and every answer is the same.
+#[test]
+fn a_topic_mapped_to_a_database_answers_influxql_as_influxdb_does() {
+    let influx = common::influx::Influx::start();
+    let sc = Scenario::new()
+        .topic("telegraf", 3)
+        .topic("sensors", 1)
+        .topic("dead", 1)
+        .set("kafka.dead_letter_topic=\"dead\"")
+        .set("kafka.commit_interval=\"200ms\"")
+        .config_append(
+            r#"
+[[kafka.topics]]
+topic = "telegraf"
+database = "telegraf"
+format = "line"
+
+[[kafka.topics]]
+topic = "sensors"
+database = "sensors"
+format = "json"
+"#,
+        )
+        .build();
+    let mut srv = sc.start();
+    const T0: u64 = 1_700_000_000_000_000_000;
+    const S: u64 = 1_000_000_000;
+    // A message a host's interval: every measurement of its plugins.
+    let mut messages = Vec::new();
+    for k in 0..10u64 {
+        for (h, host) in ["web-1", "web-2", "db-1"].iter().enumerate() {
+            let t = T0 + k * 10 * S + h as u64;
+            let mut m = Vec::new();
+            for c in 0..2u64 {
+                m.push(format!(
+                    "cpu,cpu=cpu{c},host={host} usage_idle={}.5,usage_user={} {t}",
+                    90 - (k + c + h as u64) % 30,
+                    (k * 3 + c) % 11
+                ));
+            }
+            m.push(format!(
+                "system,host={host} load1={}.25,n_cpus=2i,uptime={}i {t}",
+                k % 4,
+                1000 + k * 10
+            ));
+            for iface in ["eth0", "lo"] {
+                m.push(format!(
+                    "net,host={host},interface={iface} bytes_recv={}i,bytes_sent={}i {t}",
+                    k * 1000 + h as u64,
+                    k * 700
+                ));
+            }
+            if h != 2 {
+                m.push(format!(
+                    "disk,device=sda1,fstype=ext4,host={host},mode=rw,path=/ free={}i,used_percent={}.5 {t}",
+                    5000 - k,
+                    40 + k
+                ));
+            }
+            messages.push(m.join("\n"));
+        }
+    }
+    let r = common::http::request(
+        &influx.addr,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        b"q=CREATE+DATABASE+telegraf",
+    )
+    .expect("create database");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = common::http::request(
+        &influx.addr,
+        "POST",
+        "/write?db=telegraf",
+        None,
+        messages.join("\n").as_bytes(),
+    )
+    .expect("influx write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let bad = [
+        format!("__private,host=web-1 v=1 {T0}"),
+        format!("system,host=web-1 load1=\"high\" {T0}"),
+    ];
+    let sensors: Vec<String> = (0..6u64)
+        .map(|k| {
+            json!([
+                {"metric": "temperature", "tags": {"room": format!("r{}", k % 2)},
+                 "ts": T0 / 1_000_000 + k * 1000, "fields": {"celsius": 20.0 + k as f64}},
+                {"metric": "humidity", "tags": {"room": "r0", "floor": "1"},
+                 "ts": T0 / 1_000_000 + k * 1000, "fields": {"percent": 40 + k}}
+            ])
+            .to_string()
+        })
+        .collect();
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", sc.bootstrap())
+        .create()
+        .expect("producer");
+    for (topic, payloads) in [
+        ("telegraf", messages.iter().chain(&bad).collect::<Vec<_>>()),
+        ("sensors", sensors.iter().collect()),
+    ] {
+        for p in payloads {
+            producer
+                .send(BaseRecord::<'_, (), str>::to(topic).payload(p.as_str()))
+                .map_err(|(e, _)| e)
+                .expect("produce");
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let expected = (messages.len() + bad.len()) as i64;
+    let s = wait_for(&srv.addr, "every message handled and committed", |s| {
+        committed_total(s, "telegraf") == expected
+            && committed_total(s, "sensors") == sensors.len() as i64
+    });
+    assert_eq!(s["bad_messages"], 2, "{s}");
+    let reasons = dead_letter_reasons(sc.bootstrap(), 2);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("names a measurement's table after it")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("field type conflict")),
+        "{reasons:?}"
+    );
+
+    let ask = |addr: &str, db: &str, q: &str| {
+        let form = serde_urlencoded::to_string([("db", db), ("q", q)]).expect("form");
+        let r = common::http::request(
+            addr,
+            "POST",
+            "/query",
+            Some("application/x-www-form-urlencoded"),
+            form.as_bytes(),
+        )
+        .expect("query");
+        (r.status, r.json())
+    };
+    let t = |secs: u64| format!("{}", T0 + secs * S);
+    let statements = [
+        "SHOW MEASUREMENTS".to_string(),
+        "SHOW TAG KEYS".to_string(),
+        "SHOW FIELD KEYS".to_string(),
+        "SHOW SERIES".to_string(),
+        "SHOW TAG VALUES WITH KEY = \"interface\"".to_string(),
+        "SELECT * FROM net WHERE host = 'web-2' AND interface = 'eth0'".to_string(),
+        "SELECT * FROM disk WHERE host = 'web-1'".to_string(),
+        format!(
+            "SELECT mean(usage_idle), max(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(20s), host fill(none)",
+            t(0),
+            t(100)
+        ),
+        "SELECT last(load1), sum(uptime) FROM system GROUP BY host".to_string(),
+        "SELECT sum(bytes_recv), count(bytes_sent) FROM net GROUP BY interface".to_string(),
+        "SELECT mean(used_percent) FROM disk GROUP BY *".to_string(),
+    ];
+    let answers = |addr: &str| -> Vec<serde_json::Value> {
+        statements
+            .iter()
+            .map(|q| {
+                let (status, a) = ask(addr, "telegraf", q);
+                assert_eq!(status, 200, "{q}: {a}");
+                assert!(
+                    a["results"][0]["series"].is_array(),
+                    "{q} answered nothing: {a}"
+                );
+                a
+            })
+            .collect()
+    };
+    let before = answers(&srv.addr);
+    for (q, (a, b)) in statements
+        .iter()
+        .zip(answers(&influx.addr).iter().zip(&before))
+    {
+        common::influx::assert_close(a, b, &format!("{q}: influx {a} halite {b}"));
+    }
+    let sensor_counts = |addr: &str| {
+        let (status, a) = ask(
+            addr,
+            "sensors",
+            "SELECT count(celsius) FROM temperature GROUP BY room",
+        );
+        assert_eq!(status, 200, "{a}");
+        let (status, b) = ask(addr, "sensors", "SELECT sum(percent) FROM humidity");
+        assert_eq!(status, 200, "{b}");
+        (
+            a["results"][0]["series"].clone(),
+            b["results"][0]["series"][0]["values"].clone(),
+        )
+    };
+    let (rooms, humidity) = sensor_counts(&srv.addr);
+    let counts: Vec<i64> = rooms
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|s| s["values"][0][1].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(counts, [3, 3], "{rooms}");
+    assert_eq!(humidity[0][1], json!(40 * 6 + 15), "{humidity}");
+
+    // Restarted: the same answers, nothing read twice.
+    server::stop(srv);
+    srv = sc.start();
+    wait_for(&srv.addr, "the partitions taken again", |s| {
+        committed_total(s, "telegraf") == expected
+    });
+    assert_eq!(answers(&srv.addr), before);
+    assert_eq!(sensor_counts(&srv.addr), (rooms, humidity));
+    server::stop(srv);
+}
+
+/// The reasons (`halite-error`) of the first `n` dead letters of `dead`.
+fn dead_letter_reasons(bootstrap: &str, n: usize) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "test-dead-letter-reasons")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("dead", 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let mut reasons = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reasons.len() < n && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("dead letter");
+            reasons.push(
+                m.headers()
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|x| x.key == "halite-error")
+                            .and_then(|x| x.value)
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                    })
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    reasons
+}

@@ -87,6 +87,40 @@ pub struct KafkaIngest {
     pub stats: Arc<IngestStats>,
 }
 
+/// The table a topic mapped to database `db` notes its positions in (its
+/// dictionary's), and the database whose measurements it writes; remote
+/// writes go to the one samples table, made now.
+fn database_route(
+    store: &Store,
+    tag_sets: &crate::series::TagSets,
+    template: &crate::ingest::databases::TableTemplate,
+    db: &str,
+    format: crate::ingest::Format,
+) -> Result<(TableName, Option<String>), String> {
+    if store.is_cluster() {
+        return Err(
+            "a topic mapped to a database makes a table of open tag sets per measurement, \
+             which cluster mode does not take yet: map it to a declared-key table"
+                .into(),
+        );
+    }
+    match store.catalog().create_namespace(db) {
+        Ok(()) | Err(crate::error::Error::Conflict(_)) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    if format == crate::ingest::Format::RemoteWrite {
+        let name = TableName::parse(&format!("{db}:{}", crate::ingest::databases::SAMPLES_TABLE))
+            .map_err(|e| e.to_string())?;
+        crate::ingest::databases::TableTemplate::table_or_make(store, &name, || {
+            template.samples_request(&name)
+        })
+        .map_err(|e| e.to_string())?;
+        return Ok((name, None));
+    }
+    let dictionary = tag_sets.dictionary(store, db).map_err(|e| e.to_string())?;
+    Ok((dictionary.table().clone(), Some(db.to_string())))
+}
+
 impl KafkaIngest {
     /// Joins the group and starts consuming. Tables must exist.
     pub fn start(
@@ -96,6 +130,7 @@ impl KafkaIngest {
         clock: Arc<dyn Clock>,
         topics: Option<Arc<topic_writer::TopicWriter>>,
         tag_sets: Arc<crate::series::TagSets>,
+        template: crate::ingest::databases::TableTemplate,
     ) -> Result<KafkaIngest, KafkaError> {
         let mut routes = HashMap::new();
         for t in &config.topics {
@@ -103,7 +138,20 @@ impl KafkaIngest {
                 topic: t.topic.clone(),
                 reason,
             };
-            let table = TableName::parse(&t.table).map_err(|e| bad(e.to_string()))?;
+            let (table, database) = match (t.table.is_empty(), &t.database) {
+                (false, None) => (
+                    TableName::parse(&t.table).map_err(|e| bad(e.to_string()))?,
+                    None,
+                ),
+                (true, Some(db)) => {
+                    database_route(&store, &tag_sets, &template, db, t.format).map_err(bad)?
+                }
+                _ => {
+                    return Err(bad(
+                        "give the topic a `table` or a `database`, one of them".into()
+                    ));
+                }
+            };
             let desc = store.catalog().table(&table).map_err(|e| {
                 bad(format!(
                     "{e}; create the table (or list it under [[tables]]) first"
@@ -112,7 +160,7 @@ impl KafkaIngest {
             // A cluster's nodes would each give the same names other
             // UIDs: until the dictionary is shared, such a table is fed
             // on one node (issue "One engine behind every door").
-            if desc.key.is_open_tags() && store.is_cluster() {
+            if desc.key.is_open_tags() && store.is_cluster() && database.is_none() {
                 return Err(bad(format!(
                     "table `{table}` has open tag sets, which cluster mode does not take yet: \
                      feed it on a single node, or map the topic to a table with a declared key"
@@ -131,6 +179,7 @@ impl KafkaIngest {
                 Arc::new(TopicRoute {
                     topic: t.topic.clone(),
                     table,
+                    database,
                     format: t.format,
                     precision,
                 }),
@@ -184,6 +233,7 @@ impl KafkaIngest {
             },
             cluster,
             tag_sets,
+            template,
         });
         let mut client = ClientConfig::new();
         client
@@ -200,21 +250,36 @@ impl KafkaIngest {
         }
         let mut recovered = HashMap::new();
         for route in routes.values() {
-            let positions =
-                store
-                    .source_positions(&route.table)
+            // Every table a batch wrote notes what was durable before it,
+            // whichever: a database's topic resumes at the furthest.
+            let tables = match &route.database {
+                Some(db) => store
+                    .catalog()
+                    .tables(Some(db))
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect(),
+                None => vec![route.table.clone()],
+            };
+            for table in tables {
+                let positions = store
+                    .source_positions(&table)
                     .map_err(|e| KafkaError::Topic {
                         topic: route.topic.clone(),
                         reason: e.to_string(),
                     })?;
-            for ((topic, partition), offset) in positions {
-                if topic != route.topic {
-                    continue;
-                }
-                let key = (topic, partition as i32);
-                stats.durable.lock().insert(key.clone(), offset as i64);
-                if config.resume_from_store {
-                    recovered.insert(key, offset as i64);
+                for ((topic, partition), offset) in positions {
+                    if topic != route.topic {
+                        continue;
+                    }
+                    let key = (topic, partition as i32);
+                    let mut durable = stats.durable.lock();
+                    let at = durable.entry(key.clone()).or_insert(offset as i64);
+                    *at = (*at).max(offset as i64);
+                    if config.resume_from_store {
+                        let at = recovered.entry(key).or_insert(offset as i64);
+                        *at = (*at).max(offset as i64);
+                    }
                 }
             }
         }

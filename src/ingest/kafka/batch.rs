@@ -57,15 +57,30 @@ impl Batch {
 
 pub(super) struct TopicRoute {
     pub(super) topic: String,
+    /// The table the points go to; of a topic mapped to a database, the
+    /// one its positions are noted in (the database's `__tags`).
     pub(super) table: TableName,
+    /// A topic mapped to a database: each measurement's table.
+    pub(super) database: Option<String>,
     pub(super) format: Format,
     pub(super) precision: Option<Precision>,
 }
 
+impl TopicRoute {
+    /// What metrics call the route's table (`<db>:*` for a database).
+    pub(super) fn table_label(&self) -> String {
+        match &self.database {
+            Some(db) => format!("{db}:*"),
+            None => self.table.to_string(),
+        }
+    }
+}
+
 /// A batch's rows and bad messages, decoded ahead of its turn.
 pub(super) struct Decoded {
-    pub(super) desc: crate::catalog::TableDescriptor,
-    pub(super) entries: crate::table::RoutedRows,
+    /// The rows of each table the batch writes (one, but for a topic
+    /// mapped to a database).
+    pub(super) tables: Vec<(crate::catalog::TableDescriptor, crate::table::RoutedRows)>,
     /// Bad messages by their index in the batch.
     pub(super) bad: Vec<(usize, BadMessage)>,
 }

@@ -16,7 +16,14 @@ pub struct TopicConfig {
     /// `namespace:table` the points go to: a table with a declared key,
     /// or one of open tag sets (then not in cluster mode yet), whose
     /// names the namespace's dictionary keeps, as the HTTP doors' do.
+    #[serde(default)]
     pub table: String,
+    /// Or the database (namespace) they go to, as InfluxDB's `/write?db=`
+    /// takes them: each measurement into its table of open tag sets, made
+    /// on its first point (remote writes into its `samples` table). Not in
+    /// cluster mode yet.
+    #[serde(default)]
+    pub database: Option<String>,
     #[serde(default)]
     pub format: Format,
     /// Timestamp precision of the messages: ns, us, ms or s; by default

@@ -50,6 +50,8 @@ pub(super) struct Shared {
     /// Every namespace's dictionary, the one the HTTP doors use: points
     /// of a table of open tag sets take their UIDs from it.
     pub(super) tag_sets: Arc<crate::series::TagSets>,
+    /// How a topic mapped to a database makes its measurements' tables.
+    pub(super) template: crate::ingest::databases::TableTemplate,
 }
 
 /// Cluster mode: each topic's partition count (a table's bucket `b`

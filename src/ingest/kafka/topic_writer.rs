@@ -64,6 +64,10 @@ impl TopicWriter {
         let producer = PolledProducer::create(&pc, Deliveries)?;
         let mut routes = HashMap::new();
         for t in &config.topics {
+            // Refused in cluster mode, by the consumer, saying why.
+            if t.database.is_some() {
+                continue;
+            }
             let table = TableName::parse(&t.table).map_err(|e| KafkaError::Topic {
                 topic: t.topic.clone(),
                 reason: e.to_string(),

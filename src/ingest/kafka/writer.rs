@@ -87,8 +87,9 @@ pub(super) struct Submitted {
     pub(super) last: i64,
     pub(super) messages: u64,
     pub(super) route: Arc<TopicRoute>,
-    /// `None` when there was nothing to write, or nothing could be.
-    pub(super) write: Option<(PendingBatch, Durability)>,
+    /// Each table's write (none when there was nothing to write, or
+    /// nothing could be).
+    pub(super) writes: Vec<(PendingBatch, Durability, crate::catalog::TableName)>,
     pub(super) points: u64,
     pub(super) cells: u64,
     /// Something already failed: the batch is `Failed` whatever comes.
@@ -106,7 +107,9 @@ pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
     } else {
         BatchState::Done
     };
-    if let Some((pending, durability)) = s.write {
+    // A database's topic writes tables that log their writes (its
+    // decoding refuses SKIP_WAL ones), so one wait covers them all.
+    for (pending, durability, table) in s.writes {
         match store.wait(pending) {
             Err(e) => {
                 tracing::error!(
@@ -121,17 +124,17 @@ pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
             Ok(()) => {
                 // A cluster's points are safe in the topic, and committed
                 // from the manifests: written is done.
-                if state == BatchState::Done && shared.cluster.is_none() {
+                if state != BatchState::Failed && shared.cluster.is_none() {
                     state = match durability {
-                        Durability::SyncWal => BatchState::Done,
+                        Durability::SyncWal => state,
                         Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
-                        Durability::SkipWal => match store.region_seqs(&route.table, false) {
+                        Durability::SkipWal => match store.region_seqs(&table, false) {
                             Ok(seqs) => BatchState::Written(Waiting::Flush {
-                                table: route.table.clone(),
+                                table: table.clone(),
                                 seqs,
                             }),
                             Err(e) => {
-                                tracing::error!(table = %route.table, error = %e, "reading sequence ids failed");
+                                tracing::error!(table = %table, error = %e, "reading sequence ids failed");
                                 BatchState::Failed
                             }
                         },
@@ -146,7 +149,7 @@ pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
         shared.stats.points.fetch_add(s.points, Ordering::Relaxed);
         let labels = [
             ("topic", route.topic.clone()),
-            ("table", route.table.to_string()),
+            ("table", route.table_label()),
         ];
         metrics::counter!("halite_kafka_points_total", &labels).increment(s.points);
         metrics::counter!("halite_kafka_cells_total", &labels).increment(s.cells);
@@ -218,6 +221,9 @@ pub(super) fn decode_ahead(
     clock: &dyn Clock,
 ) -> Option<Decoded> {
     let route = &batch.topic;
+    if let Some(db) = &route.database {
+        return decode_database(batch, db, store, shared, clock).ok();
+    }
     if route.format == Format::Json
         && batch
             .iter()
@@ -247,7 +253,10 @@ pub(super) fn decode_ahead(
         dictionary.as_deref()?.make_durable(store).ok()?;
     }
     let entries = encoder.finish();
-    Some(Decoded { desc, entries, bad })
+    Some(Decoded {
+        tables: vec![(desc, entries)],
+        bad,
+    })
 }
 
 /// The dictionary a table's points take their UIDs from: its namespace's,
@@ -329,7 +338,7 @@ pub(super) fn submit_batch(
         last: batch.last_offset().unwrap_or(0),
         messages: batch.messages.len() as u64,
         route: route.clone(),
-        write: None,
+        writes: Vec::new(),
         points: 0,
         cells: 0,
         failed: false,
@@ -343,7 +352,19 @@ pub(super) fn submit_batch(
         return submitted;
     }
     let mut bad: Vec<(i64, &[u8], BadMessage)> = Vec::new();
-    let (desc, mut entries) = match decoded {
+    let decoded = match (decoded, &route.database) {
+        (Some(d), _) => Some(d),
+        (None, Some(db)) => match decode_database(batch, db, store, shared, clock) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::error!(topic = %route.topic, error = %e, "cannot write the topic's batch");
+                submitted.failed = true;
+                return submitted;
+            }
+        },
+        (None, None) => None,
+    };
+    let tables = match decoded {
         Some(d) => {
             let payloads: Vec<(i64, &[u8])> = batch.iter().collect();
             bad.extend(
@@ -351,17 +372,41 @@ pub(super) fn submit_batch(
                     .into_iter()
                     .map(|(i, b)| (payloads[i].0, payloads[i].1, b)),
             );
-            (d.desc, d.entries)
+            d.tables
         }
         None => match decode_in_turn(batch, store, shared, clock, &mut submitted, &mut bad) {
-            Some(decoded) => decoded,
+            Some(decoded) => vec![decoded],
             None => return submitted,
         },
     };
+    for (desc, entries) in tables {
+        if !write_table(batch, &desc, entries, store, shared, &mut submitted) {
+            return submitted;
+        }
+    }
+    if bad.is_empty() {
+        return submitted;
+    }
+    dead_letter(batch, bad, shared, dead_letters, &mut submitted);
+    submitted
+}
+
+/// Hands one table's rows of a batch to the store (in cluster mode the
+/// rows of another partition's buckets on to it first); `false` when the
+/// batch is done with, failed or no longer this node's.
+fn write_table(
+    batch: &Batch,
+    desc: &crate::catalog::TableDescriptor,
+    mut entries: crate::table::RoutedRows,
+    store: &Store,
+    shared: &Shared,
+    submitted: &mut Submitted,
+) -> bool {
+    let route = &batch.topic;
     if shared.cluster.is_some() {
         match store.split_off_foreign_rows(&mut entries, &route.topic, batch.partition as u32) {
             // Fenced or revoked meanwhile: the partition's owner writes it.
-            None => return submitted,
+            None => return false,
             Some(foreign) if foreign.rows() == 0 => {}
             Some(foreign) => {
                 let misrouted = foreign.rows();
@@ -387,7 +432,7 @@ pub(super) fn submit_batch(
                     .ok_or_else(|| crate::error::Error::Internal("no forwarding producer".into()))
                     .and_then(|f| {
                         use crate::ingest::RowsSink;
-                        let pending = f.submit_rows(&desc, foreign)?;
+                        let pending = f.submit_rows(desc, foreign)?;
                         f.wait_rows(pending)
                     });
                 if let Err(e) = sent {
@@ -399,7 +444,7 @@ pub(super) fn submit_batch(
                         "sending points on to their bucket's partition failed; the batch is read again"
                     );
                     submitted.failed = true;
-                    return submitted;
+                    return false;
                 }
             }
         }
@@ -430,8 +475,10 @@ pub(super) fn submit_batch(
                     durable_below: durable_below as u64,
                 })
         };
-        match store.submit_encoded(&route.table, entries, origin) {
-            Ok(pending) => submitted.write = Some((pending, desc.durability)),
+        match store.submit_encoded(&desc.name, entries, origin) {
+            Ok(pending) => submitted
+                .writes
+                .push((pending, desc.durability, desc.name.clone())),
             Err(e) => {
                 tracing::error!(
                     topic = %route.topic,
@@ -441,13 +488,23 @@ pub(super) fn submit_batch(
                     "writing a batch failed; its partition's commits stop before it"
                 );
                 submitted.failed = true;
-                return submitted;
+                return false;
             }
         }
     }
-    if bad.is_empty() {
-        return submitted;
-    }
+    true
+}
+
+/// Counts, logs and dead-letters a batch's bad messages (a failure to
+/// send them fails the batch, which is read again).
+fn dead_letter(
+    batch: &Batch,
+    bad: Vec<(i64, &[u8], BadMessage)>,
+    shared: &Shared,
+    dead_letters: Option<&DeadLetters>,
+    submitted: &mut Submitted,
+) {
+    let route = &batch.topic;
     shared
         .stats
         .bad_messages
@@ -468,7 +525,7 @@ pub(super) fn submit_batch(
         );
     }
     let Some(dl) = dead_letters else {
-        return submitted; // counted and logged is all that is asked
+        return; // counted and logged is all that is asked
     };
     let mut sent = true;
     for (offset, payload, bad) in &bad {
@@ -484,7 +541,6 @@ pub(super) fn submit_batch(
     } else {
         submitted.failed = true;
     }
-    submitted
 }
 
 /// Decodes a batch in its turn, carrying out its delete messages as they
@@ -701,47 +757,245 @@ pub(super) fn decode_message(
             kind: "unreadable",
             reason,
         })?;
-    let what = match route.format {
+    if !errors.is_empty() {
+        return Err(bad_points(route.format, &errors));
+    }
+    // Line protocol without a single point is not a message we understand.
+    if route.format == Format::Line && encoder.rows() == rows_before {
+        return Err(no_points());
+    }
+    Ok(())
+}
+
+fn no_points() -> BadMessage {
+    BadMessage {
+        kind: "no_points",
+        reason: "message holds no points".into(),
+    }
+}
+
+/// A message some of whose points (by number, in order) were refused.
+fn bad_points(format: Format, errors: &[(usize, String)]) -> BadMessage {
+    let what = match format {
         Format::Line => "line",
         Format::Json => "point",
         Format::RemoteWrite => "series",
     };
-    if !errors.is_empty() {
-        // The first few say what is wrong; all of them could outgrow the
-        // log line and the dead letter's headers (a broker refuses a
-        // message past its size limit).
-        const SHOWN: usize = 5;
-        let mut reason = errors
-            .iter()
-            .take(SHOWN)
-            .map(|(n, reason)| {
-                let mut r = format!("{what} {n}: {reason}");
-                if r.len() > 300 {
-                    let cut = (0..=300)
-                        .rev()
-                        .find(|&i| r.is_char_boundary(i))
-                        .unwrap_or(0);
-                    r.truncate(cut);
-                    r.push('…');
-                }
-                r
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        if errors.len() > SHOWN {
-            reason.push_str(&format!("; and {} more", errors.len() - SHOWN));
+    // The first few say what is wrong; all of them could outgrow the
+    // log line and the dead letter's headers (a broker refuses a
+    // message past its size limit).
+    const SHOWN: usize = 5;
+    let mut reason = errors
+        .iter()
+        .take(SHOWN)
+        .map(|(n, reason)| {
+            let mut r = format!("{what} {n}: {reason}");
+            if r.len() > 300 {
+                let cut = (0..=300)
+                    .rev()
+                    .find(|&i| r.is_char_boundary(i))
+                    .unwrap_or(0);
+                r.truncate(cut);
+                r.push('…');
+            }
+            r
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if errors.len() > SHOWN {
+        reason.push_str(&format!("; and {} more", errors.len() - SHOWN));
+    }
+    BadMessage {
+        kind: "bad_point",
+        reason,
+    }
+}
+
+/// A point of a message of a database's topic.
+enum DatabasePoint<'b> {
+    Line(&'b str),
+    Json(crate::ingest::json::JsonPoint),
+}
+
+/// A message of a database's topic, read: its points by table, and what
+/// was refused before they reach a table's encoder.
+struct DatabaseMessage<'b> {
+    offset: i64,
+    /// Table (index into the batch's), number in the message, point.
+    points: Vec<(usize, usize, DatabasePoint<'b>)>,
+    refused: Vec<(usize, String)>,
+}
+
+/// Decodes a batch of a topic mapped to a database: each line (or JSON
+/// point) into its measurement's table (`ingest::databases`), made on its
+/// first point as InfluxDB's `/write` makes it, with the one dictionary
+/// of the database. `Err` when the batch cannot be written (it fails, and
+/// is read again).
+fn decode_database(
+    batch: &Batch,
+    db: &str,
+    store: &Store,
+    shared: &Shared,
+    clock: &dyn Clock,
+) -> crate::error::Result<Decoded> {
+    use crate::ingest::databases::{self, TableTemplate};
+    let route = &batch.topic;
+    let dictionary = shared.tag_sets.dictionary(store, db)?;
+    let now = clock.now_ms();
+    let line_precision = route.precision.unwrap_or_default();
+    let json_precision = route
+        .precision
+        .unwrap_or(crate::ingest::line_protocol::Precision::Milliseconds);
+    // Every point's table is found (or made) before any encoder borrows
+    // the tables.
+    let mut tables: Vec<Arc<crate::table::Table>> = Vec::new();
+    let mut table_of: std::collections::HashMap<String, Result<usize, String>> =
+        std::collections::HashMap::new();
+    let mut table_index = |measurement: &str| -> crate::error::Result<Result<usize, String>> {
+        if let Some(known) = table_of.get(measurement) {
+            return Ok(known.clone());
         }
-        return Err(BadMessage {
-            kind: "bad_point",
+        let found = match databases::measurement_table(db, measurement) {
+            Err(bad) => Err(bad.to_string()),
+            Ok(name) => {
+                let table = TableTemplate::table_or_make(store, &name, || {
+                    shared.template.measurement_request(&name)
+                })?;
+                if table.desc.durability == Durability::SkipWal {
+                    Err(format!(
+                        "table `{name}` is SKIP_WAL: a topic mapped to a database writes \
+                         tables that log their writes"
+                    ))
+                } else {
+                    tables.push(table);
+                    Ok(tables.len() - 1)
+                }
+            }
+        };
+        table_of.insert(measurement.to_string(), found.clone());
+        Ok(found)
+    };
+    let mut bad = Vec::new();
+    let mut messages = Vec::new();
+    for (i, (offset, payload)) in batch.iter().enumerate() {
+        let mut message = DatabaseMessage {
+            offset,
+            points: Vec::new(),
+            refused: Vec::new(),
+        };
+        let unreadable = |reason: String| BadMessage {
+            kind: "unreadable",
             reason,
-        });
+        };
+        match route.format {
+            Format::Line => {
+                let text = match std::str::from_utf8(payload) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        bad.push((i, unreadable(format!("line protocol must be UTF-8: {e}"))));
+                        continue;
+                    }
+                };
+                for (number, line) in crate::ingest::line_protocol::lines(text) {
+                    match table_index(&databases::measurement_of(line))? {
+                        Ok(t) => message.points.push((t, number, DatabasePoint::Line(line))),
+                        Err(reason) => message.refused.push((number, reason)),
+                    }
+                }
+            }
+            Format::Json => {
+                if delete_message(payload).is_some() {
+                    bad.push((
+                        i,
+                        BadMessage {
+                            kind: "bad_delete",
+                            reason: format!(
+                                "delete messages are carried out in a topic mapped to a table; \
+                                 this one is mapped to database `{db}`"
+                            ),
+                        },
+                    ));
+                    continue;
+                }
+                let points = match crate::ingest::json::points(payload) {
+                    Ok(p) => p,
+                    Err(reason) => {
+                        bad.push((i, unreadable(reason)));
+                        continue;
+                    }
+                };
+                for (k, point) in points.into_iter().enumerate() {
+                    let read = point.and_then(crate::ingest::json::JsonPoint::read);
+                    match read {
+                        Err(reason) => message.refused.push((k + 1, reason)),
+                        Ok(jp) => match table_index(&jp.metric)? {
+                            Ok(t) => message.points.push((t, k + 1, DatabasePoint::Json(jp))),
+                            Err(reason) => message.refused.push((k + 1, reason)),
+                        },
+                    }
+                }
+            }
+            // Mapped to the samples table when the route was made.
+            Format::RemoteWrite => {
+                return Err(crate::error::Error::Internal(
+                    "remote writes of a database's topic go to its samples table".into(),
+                ));
+            }
+        }
+        messages.push((i, message));
     }
-    // Line protocol without a single point is not a message we understand.
-    if route.format == Format::Line && encoder.rows() == rows_before {
-        return Err(BadMessage {
-            kind: "no_points",
-            reason: "message holds no points".into(),
-        });
+    let mut encoders = Vec::with_capacity(tables.len());
+    for t in &tables {
+        let mut encoder = PointEncoder::new(&t.desc, store.max_value_size())
+            .map_err(crate::error::Error::InvalidInput)?;
+        if t.desc.key.is_open_tags() {
+            encoder.set_dictionary(&dictionary);
+            encoder.one_measurement();
+        }
+        encoders.push(encoder);
     }
-    Ok(())
+    let stream = Uniquifiers::stream(&route.topic, batch.partition);
+    let mut started: Vec<Option<i64>> = vec![None; encoders.len()];
+    for (i, message) in messages {
+        let rows_before: usize = encoders.iter().map(PointEncoder::rows).sum();
+        let mut errors = message.refused;
+        for (t, number, point) in message.points {
+            let encoder = &mut encoders[t];
+            if started[t] != Some(message.offset) {
+                started[t] = Some(message.offset);
+                encoder.start_body();
+                encoder.set_uniquifiers(Uniquifiers::Message {
+                    stream,
+                    offset: message.offset,
+                });
+            }
+            let added = match &point {
+                DatabasePoint::Line(line) => encoder.add_line(number, line, line_precision, now),
+                DatabasePoint::Json(jp) => encoder.add_json_point(number, jp, json_precision, now),
+            };
+            if let Err(reason) = added {
+                errors.push((number, reason));
+            }
+        }
+        if !errors.is_empty() {
+            errors.sort_by_key(|(number, _)| *number);
+            bad.push((i, bad_points(route.format, &errors)));
+        } else if route.format == Format::Line
+            && encoders.iter().map(PointEncoder::rows).sum::<usize>() == rows_before
+        {
+            bad.push((i, no_points()));
+        }
+    }
+    // What the points use of the dictionary is durable before they are
+    // handed on.
+    if encoders.iter().any(PointEncoder::needs_durable_dictionary) {
+        dictionary.make_durable(store)?;
+    }
+    let tables = tables
+        .iter()
+        .zip(encoders)
+        .map(|(t, encoder)| (t.desc.clone(), encoder.finish()))
+        .filter(|(_, rows)| rows.rows() > 0)
+        .collect();
+    Ok(Decoded { tables, bad })
 }
