@@ -625,6 +625,22 @@ fn small_requests_that_asked_for_gigabytes_are_refused_naming_the_limit() {
     let e = error_of(&influxql(&addr, "d", &wide));
     assert!(e.contains("more than 5000000 values"), "{e}");
     alive(&mut srv);
+    // The same functions whose answer a LIMIT or fill(none) keeps small
+    // are answered.
+    for tail in ["LIMIT 10", "fill(none)"] {
+        let r = influxql(&addr, "d", &format!("{wide} {tail}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let answer = r.json();
+        assert!(
+            answer["results"][0].get("error").is_none(),
+            "{tail}: {answer}"
+        );
+        let rows = answer["results"][0]["series"][0]["values"]
+            .as_array()
+            .map(Vec::len);
+        let want = if tail == "LIMIT 10" { 10 } else { 20 };
+        assert_eq!(rows, Some(want), "{tail}");
+    }
     // Each statement alone is answered (1.9M values); six of them are not.
     let one = "SELECT count(v) FROM cpu WHERE time > now() - 11d GROUP BY time(1s)";
     let r = influxql(&addr, "d", one);

@@ -1143,6 +1143,10 @@ format = "json"
     wait_for(&srv.addr, "the partitions taken again", |s| {
         committed_total(s, "telegraf") == expected
     });
+    // Given time to read anything again, it read nothing.
+    std::thread::sleep(Duration::from_secs(2));
+    let s = wait_for(&srv.addr, "the status", |_| true);
+    assert_eq!(s["points"], 0, "read again after the restart: {s}");
     assert_eq!(answers(&srv.addr), before);
     assert_eq!(sensor_counts(&srv.addr), (rooms, humidity));
     server::stop(srv);

@@ -434,10 +434,19 @@ fn write_body(
     Ok(outcome)
 }
 
+/// Whether `st` is a SELECT of functions, whose answer can hold far more
+/// than was stored (a raw one holds what was).
+fn aggregates(st: &Statement) -> bool {
+    matches!(st, Statement::Select(select) if select
+        .fields
+        .iter()
+        .any(|f| matches!(f.expr, influxql::SelectExpr::Call { .. })))
+}
+
 /// Most bytes of InfluxQL one request carries.
 const MAX_QUERY_BYTES: usize = 1 << 20;
-/// Most values the answers of one request's statements hold together
-/// (each is bounded on its own too, in `query/influx_select.rs`).
+/// Most values the answers of one request's aggregate statements hold
+/// together (each is bounded on its own too, in `query/influx_select.rs`).
 const MAX_REQUEST_CELLS: usize = 10_000_000;
 
 /// `GET|POST /query?q=&db=&epoch=`: `q` in the URL or a form body.
@@ -521,7 +530,9 @@ pub(super) async fn query(
             let mut answer = run(&state, &caller, st, db.as_deref(), format);
             // Each statement is bounded; their sum is too (a request can
             // repeat a statement thousands of times).
-            if let Ok(Answer::Cells(series)) = &answer {
+            if let Ok(Answer::Cells(series)) = &answer
+                && aggregates(st)
+            {
                 answered = series.iter().fold(answered, |n, s| {
                     n.saturating_add(s.values.len().saturating_mul(s.columns.len()))
                 });

@@ -346,12 +346,11 @@ pub fn select(
             hi: oldest_to.unwrap_or(hi),
             ..range
         };
-        // Reducers held by the folds of every thread: a bucket a group
-        // has a value in holds one per call until the answer is made.
-        let folded = std::sync::atomic::AtomicUsize::new(0);
+        // Reducers the folds of every thread hold (a call's state in a
+        // bucket a group has a value in, until the answer is made).
+        let held = std::sync::atomic::AtomicUsize::new(0);
         // One series' rows in `range` folded into its group's state.
         let fold_series = |states: &mut Vec<GroupState>, m: &Member, range: &SeriesRange| {
-            let buckets_before = states[m.group].buckets.len();
             let mut fold = SeriesFold {
                 calls,
                 call_columns: &call_columns,
@@ -359,6 +358,8 @@ pub fn select(
                 lo,
                 group: &mut states[m.group],
                 open: None,
+                held: &held,
+                over: false,
             };
             if on_fields {
                 let mut point = Point::default();
@@ -376,13 +377,7 @@ pub fn select(
             } else {
                 scan_series_cells(store, m.table, &m.series.key, range, &columns, &mut fold)?;
             }
-            fold.finish();
-            let opened = states[m.group].buckets.len().saturating_sub(buckets_before);
-            let held = folded.fetch_add(
-                opened.saturating_mul(calls.len()),
-                std::sync::atomic::Ordering::Relaxed,
-            ) + opened.saturating_mul(calls.len());
-            if held > MAX_FOLDED {
+            if fold.finish() {
                 return Err(too_many_values(MAX_FOLDED));
             }
             Ok(())
@@ -392,7 +387,9 @@ pub fn select(
                 for (whole, part) in groups.iter_mut().zip(part) {
                     whole.any_point |= part.any_point;
                     for (b, reducers) in part.buckets {
-                        whole.fold(calls, b, reducers);
+                        if !whole.fold(calls, b, reducers) {
+                            held.fetch_sub(calls.len(), std::sync::atomic::Ordering::Relaxed);
+                        }
                     }
                 }
             }
@@ -542,6 +539,9 @@ pub fn select(
     let mut answered = 0usize;
     for (g, gathered) in gathered {
         let key = &group_keys[g];
+        // A raw answer holds what was stored; an aggregate's can be far
+        // more (every bucket, filled), and is what the bound is for.
+        let aggregated = matches!(gathered, Gathered::Aggregate(_));
         let (columns, mut rows) = match gathered {
             Gathered::Raw(members) => (raw_names.clone(), raw_rows(&members, &fields, &raw_fields)),
             Gathered::Aggregate(buckets) => {
@@ -560,10 +560,6 @@ pub fn select(
         if rows.is_empty() {
             continue;
         }
-        answered = answered.saturating_add(rows.len().saturating_mul(columns.len()));
-        if answered > MAX_ANSWER_CELLS {
-            return Err(too_many_values(MAX_ANSWER_CELLS));
-        }
         if s.descending {
             rows.reverse();
         }
@@ -574,6 +570,12 @@ pub fn select(
             .collect();
         if rows.is_empty() {
             continue;
+        }
+        if aggregated {
+            answered = answered.saturating_add(rows.len().saturating_mul(columns.len()));
+            if answered > MAX_ANSWER_CELLS {
+                return Err(too_many_values(MAX_ANSWER_CELLS));
+            }
         }
         out.push(SeriesOut {
             name: s.from.clone(),
@@ -901,6 +903,10 @@ struct SeriesFold<'a> {
     group: &'a mut GroupState,
     /// The bucket being folded and its reducers.
     open: Option<(i64, Vec<Reducer>)>,
+    /// Reducers every fold of the statement holds; past [`MAX_FOLDED`]
+    /// the fold stops (`over`), and the statement is an error.
+    held: &'a std::sync::atomic::AtomicUsize,
+    over: bool,
 }
 
 impl SeriesFold<'_> {
@@ -920,24 +926,39 @@ impl SeriesFold<'_> {
         match &self.open {
             Some((b, _)) if self.in_bucket(time, *b) => *b,
             _ => {
-                if let Some((b, reducers)) = self.open.take() {
-                    self.group.fold(self.calls, b, reducers);
-                }
+                self.close_open();
                 let b = match self.group_time {
                     Some((every, offset)) => bucket_of(time, every, offset),
                     None => self.lo,
                 };
-                self.open = Some((b, vec![Reducer::default(); self.calls.len()]));
+                let n = self.calls.len();
+                let now = self
+                    .held
+                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed)
+                    .saturating_add(n);
+                self.over |= now > MAX_FOLDED;
+                self.open = Some((b, vec![Reducer::default(); n]));
                 b
             }
         }
     }
 
-    /// Folds in the bucket left open.
-    fn finish(mut self) {
-        if let Some((b, reducers)) = self.open.take() {
-            self.group.fold(self.calls, b, reducers);
+    /// Folds the open bucket into the group; its reducers are no longer
+    /// held when they merged into a bucket the group had.
+    fn close_open(&mut self) {
+        if let Some((b, reducers)) = self.open.take()
+            && !self.group.fold(self.calls, b, reducers)
+        {
+            self.held
+                .fetch_sub(self.calls.len(), std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// Folds in the bucket left open; `true` when the fold stopped past
+    /// [`MAX_FOLDED`].
+    fn finish(mut self) -> bool {
+        self.close_open();
+        self.over
     }
 }
 
@@ -1026,7 +1047,7 @@ impl SeriesVisit for SeriesFold<'_> {
         if let Some((_, reducers)) = self.open.as_mut() {
             add_cells(reducers, calls, call_columns, time, cells);
         }
-        true
+        !self.over
     }
 
     fn takes_runs(&self) -> bool {
@@ -1071,6 +1092,9 @@ impl SeriesVisit for SeriesFold<'_> {
                 }
             }
             at = end;
+            if self.over {
+                return false;
+            }
         }
         true
     }
@@ -1085,11 +1109,13 @@ fn ns_of_ms(ms: u64) -> i64 {
 /// LIMIT n` looks first for each series' newest points (ms).
 const RECENT_MS: u64 = 3_600_000;
 
-/// Most values (a row's time and each column) a statement answers, and
-/// most reducers its folds hold at once (a call's state in a bucket with
-/// a value, about 150 bytes each): one small statement must not take the
-/// memory of the whole machine, as InfluxDB's `max-select-buckets` and
-/// `max-select-point` guard (off by default there).
+/// Most values (a row's time and each column) a statement's aggregates
+/// answer, and most reducers its folds hold at once (a call's state in a
+/// bucket, about 150 bytes each; a thread's fold of a group holds its own
+/// until they merge): one small statement must not take the memory of
+/// the whole machine, as InfluxDB's `max-select-buckets` and
+/// `max-select-point` guard (off by default there). A raw answer holds
+/// what was stored and is not bounded here.
 const MAX_ANSWER_CELLS: usize = 5_000_000;
 const MAX_FOLDED: usize = 2_000_000;
 
@@ -1565,18 +1591,22 @@ struct GroupState {
 impl GroupState {
     /// Folds in one bucket's reducers (a bucket where no call's field had
     /// a value is as if absent).
-    fn fold(&mut self, calls: &[(Call, String)], bucket: i64, reducers: Vec<Reducer>) {
+    /// `true` when the reducers are kept as the bucket's (not merged
+    /// into the ones it had, nor dropped as empty).
+    fn fold(&mut self, calls: &[(Call, String)], bucket: i64, reducers: Vec<Reducer>) -> bool {
         if reducers.iter().all(Reducer::is_empty) {
-            return;
+            return false;
         }
         match self.buckets.entry(bucket) {
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(reducers);
+                true
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
                 for ((whole, part), (call, _)) in o.get_mut().iter_mut().zip(reducers).zip(calls) {
                     whole.merge(call.func, part);
                 }
+                false
             }
         }
     }
@@ -1612,7 +1642,14 @@ fn aggregate_rows(
             // Every bucket is a row of a value per call, empty or not.
             let cells = |n: i64| (n as usize).saturating_mul(calls.len() + 1);
             let (first, n) = match (first, n) {
-                (Some(_), Some(n)) if n <= 1_000_000 && cells(n) > MAX_ANSWER_CELLS => {
+                // Every bucket is answered, empty ones too, unless a LIMIT
+                // bounds the answer or fill(none) drops them.
+                (Some(_), Some(n))
+                    if n <= 1_000_000
+                        && cells(n) > MAX_ANSWER_CELLS
+                        && s.fill != Fill::None
+                        && s.limit.is_none() =>
+                {
                     return Err(too_many_values(MAX_ANSWER_CELLS));
                 }
                 (Some(first), Some(n)) if n <= 1_000_000 => (first, n),

@@ -127,7 +127,13 @@ pub(super) fn finish_batch(s: Submitted, store: &Store, shared: &Shared) {
                 if state != BatchState::Failed && shared.cluster.is_none() {
                     state = match durability {
                         Durability::SyncWal => state,
-                        Durability::AsyncWal => BatchState::Written(Waiting::WalSync),
+                        // Never a weaker wait than an earlier table's.
+                        Durability::AsyncWal if state == BatchState::Done => {
+                            BatchState::Written(Waiting::WalSync)
+                        }
+                        Durability::AsyncWal => state,
+                        // At most one a batch: only a topic of one table
+                        // writes SKIP_WAL tables.
                         Durability::SkipWal => match store.region_seqs(&table, false) {
                             Ok(seqs) => BatchState::Written(Waiting::Flush {
                                 table: table.clone(),
