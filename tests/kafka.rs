@@ -565,32 +565,7 @@ format = "remote_write"
     );
 
     // The dead letters say why.
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", sc.bootstrap())
-        .set("group.id", "test-open-tag-dead-letters")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset("dead", 0, Offset::Beginning)
-        .expect("partition");
-    consumer.assign(&tpl).expect("assign");
-    let mut reasons = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while reasons.len() < 3 && Instant::now() < deadline {
-        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
-            let m = m.expect("dead letter");
-            let reason = m
-                .headers()
-                .and_then(|h| {
-                    h.iter()
-                        .find(|x| x.key == "halite-error")
-                        .and_then(|x| x.value)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                })
-                .unwrap_or_default();
-            reasons.push(reason);
-        }
-    }
+    let mut reasons = dead_letter_reasons(sc.bootstrap(), 3);
     reasons.sort();
     assert_eq!(reasons.len(), 3, "{reasons:?}");
     assert!(
@@ -605,7 +580,6 @@ format = "remote_write"
         reasons.iter().any(|r| r.contains("__name__")),
         "{reasons:?}"
     );
-    drop(consumer);
 
     // The names were durable before the points: a restart reads them.
     server::stop(srv);
@@ -619,18 +593,24 @@ format = "remote_write"
     server::stop(srv);
 }
 
-fn influxql_at(addr: &str, q: &str) -> serde_json::Value {
-    let form = serde_urlencoded::to_string([("q", q)]).expect("form");
+/// The status and answer of InfluxQL `q` over database `db`, as a form.
+fn influxql_in(addr: &str, db: &str, q: &str) -> (u16, serde_json::Value) {
+    let form = serde_urlencoded::to_string([("db", db), ("q", q)]).expect("form");
     let r = common::http::request(
         addr,
         "POST",
-        "/query?db=telegraf",
+        "/query",
         Some("application/x-www-form-urlencoded"),
         form.as_bytes(),
     )
     .expect("query");
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
+    (r.status, r.json())
+}
+
+fn influxql_at(addr: &str, q: &str) -> serde_json::Value {
+    let (status, answer) = influxql_in(addr, "telegraf", q);
+    assert_eq!(status, 200, "{answer}");
+    answer
 }
 
 /// Telegraf-style lines through Kafka into declared-key tables (the
@@ -767,18 +747,7 @@ precision = "ms"
     });
     assert_eq!(s["bad_messages"], 0, "{s}");
 
-    let ask = |addr: &str, q: &str| {
-        let form = serde_urlencoded::to_string([("db", "telegraf"), ("q", q)]).expect("form");
-        let r = common::http::request(
-            addr,
-            "POST",
-            "/query",
-            Some("application/x-www-form-urlencoded"),
-            form.as_bytes(),
-        )
-        .expect("query");
-        (r.status, r.json())
-    };
+    let ask = |addr: &str, q: &str| influxql_in(addr, "telegraf", q);
     let t = |secs: u64| format!("{}", T0 + secs * S);
     let statements = [
         "SHOW MEASUREMENTS".to_string(),
@@ -1062,18 +1031,6 @@ format = "json"
         "{reasons:?}"
     );
 
-    let ask = |addr: &str, db: &str, q: &str| {
-        let form = serde_urlencoded::to_string([("db", db), ("q", q)]).expect("form");
-        let r = common::http::request(
-            addr,
-            "POST",
-            "/query",
-            Some("application/x-www-form-urlencoded"),
-            form.as_bytes(),
-        )
-        .expect("query");
-        (r.status, r.json())
-    };
     let t = |secs: u64| format!("{}", T0 + secs * S);
     let statements = [
         "SHOW MEASUREMENTS".to_string(),
@@ -1096,7 +1053,7 @@ format = "json"
         statements
             .iter()
             .map(|q| {
-                let (status, a) = ask(addr, "telegraf", q);
+                let (status, a) = influxql_in(addr, "telegraf", q);
                 assert_eq!(status, 200, "{q}: {a}");
                 assert!(
                     a["results"][0]["series"].is_array(),
@@ -1114,13 +1071,13 @@ format = "json"
         common::influx::assert_close(a, b, &format!("{q}: influx {a} halite {b}"));
     }
     let sensor_counts = |addr: &str| {
-        let (status, a) = ask(
+        let (status, a) = influxql_in(
             addr,
             "sensors",
             "SELECT count(celsius) FROM temperature GROUP BY room",
         );
         assert_eq!(status, 200, "{a}");
-        let (status, b) = ask(addr, "sensors", "SELECT sum(percent) FROM humidity");
+        let (status, b) = influxql_in(addr, "sensors", "SELECT sum(percent) FROM humidity");
         assert_eq!(status, 200, "{b}");
         (
             a["results"][0]["series"].clone(),

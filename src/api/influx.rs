@@ -344,7 +344,7 @@ fn write_body(
         let unparsed = |reason: &str| -> Vec<String> {
             lines
                 .iter()
-                .map(|(_, l)| {
+                .map(|l| {
                     format!(
                         "unable to parse '{}': {reason}",
                         crate::codec::quote_prefix(l)
@@ -370,12 +370,10 @@ fn write_body(
                 )));
                 continue;
             }
-            Err(Error::NotFound(_)) => {
-                databases::TableTemplate::table_or_make(&s.store, &name, || {
-                    s.influx.template().measurement_request(&name)
-                })
-                .map_err(store_error)?
-            }
+            Err(Error::NotFound(_)) => databases::table_or_make(&s.store, &name, || {
+                s.influx.template().measurement_request(&name)
+            })
+            .map_err(store_error)?,
             Err(e) => return Err(store_error(e)),
         };
         if table.desc.key.is_open_tags() && s.topics.is_some() {
@@ -396,7 +394,7 @@ fn write_body(
                 Some(dictionary.insert(d).clone())
             }
         };
-        let joined = lines.iter().map(|(_, l)| *l).collect::<Vec<_>>().join("\n");
+        let joined = lines.join("\n");
         let how = ingest::LineWrite {
             max_value_size: s.store.max_value_size(),
             precision,
@@ -415,7 +413,7 @@ fn write_body(
         })?;
         outcome.written += done.rows;
         for (number, reason) in done.rejected {
-            let line = lines.get(number.wrapping_sub(1)).map_or("", |(_, l)| *l);
+            let line = lines.get(number.wrapping_sub(1)).copied().unwrap_or("");
             if reason.contains("series: points of new series are refused") {
                 outcome.over_limit.push(reason);
             } else if reason.starts_with("field type conflict")

@@ -22,7 +22,6 @@ use super::state::AppState;
 use crate::auth::{Caller, Scope};
 use crate::catalog::TableName;
 use crate::error::{Error, ErrorKind};
-use crate::ingest::databases::TableTemplate;
 use crate::ingest::remote_write::{self, Series};
 use crate::ingest::{PointEncoder, RowsSink};
 use crate::query::measurements::{self, Measurement};
@@ -177,9 +176,10 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
             Err(e) => return Err(store_refusal(&e)),
         }
     }
-    let table =
-        TableTemplate::table_or_make(&s.store, name, || s.influx.template().samples_request(name))
-            .map_err(|e| store_refusal(&e))?;
+    let table = crate::ingest::databases::table_or_make(&s.store, name, || {
+        s.influx.template().samples_request(name)
+    })
+    .map_err(|e| store_refusal(&e))?;
     if !table.desc.key.is_open_tags() {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
@@ -381,17 +381,17 @@ struct ReadQuery {
     labels_only: bool,
 }
 
-/// `ReadRequest { repeated Query queries = 1; … }`, `Query { int64
-/// start_timestamp_ms = 1; int64 end_timestamp_ms = 2; repeated
-/// LabelMatcher matchers = 3; ReadHints hints = 4; }`, `LabelMatcher {
-/// Type type = 1; string name = 2; string value = 3; }` (EQ, NEQ, RE,
-/// NRE), `ReadHints { int64 step_ms = 1; string func = 2; … }`.
 /// Most queries a remote read request, and matchers a query, may hold
 /// (Prometheus sends one query of a few matchers a request); each is a
 /// few bytes sent and a hundred read.
 const MAX_READ_QUERIES: usize = 100;
 const MAX_MATCHERS: usize = 1000;
 
+/// `ReadRequest { repeated Query queries = 1; … }`, `Query { int64
+/// start_timestamp_ms = 1; int64 end_timestamp_ms = 2; repeated
+/// LabelMatcher matchers = 3; ReadHints hints = 4; }`, `LabelMatcher {
+/// Type type = 1; string name = 2; string value = 3; }` (EQ, NEQ, RE,
+/// NRE), `ReadHints { int64 step_ms = 1; string func = 2; … }`.
 fn decode_read_request(body: &[u8]) -> Result<Vec<ReadQuery>, String> {
     use crate::ingest::remote_write::{MAX_DECOMPRESSED, field_iter, fields};
     let len = snap::raw::decompress_len(body)

@@ -5,6 +5,8 @@
 //! write, a Kafka topic mapped to a database) finds and makes its tables
 //! here, with the same settings and the same refusals.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::catalog::{CreateTable, TableName};
@@ -62,24 +64,24 @@ impl TableTemplate {
             split_points: Vec::new(),
         }
     }
+}
 
-    /// Table `name` of `store`, made from `request` when there is none
-    /// yet (a table another writer made meanwhile is the one taken).
-    pub fn table_or_make(
-        store: &Store,
-        name: &TableName,
-        request: impl FnOnce() -> CreateTable,
-    ) -> Result<Arc<Table>, Error> {
-        match store.table(name) {
-            Err(Error::NotFound(_)) => {
-                match store.create_table(&request()) {
-                    Ok(_) | Err(Error::Conflict(_)) => {}
-                    Err(e) => return Err(e),
-                }
-                store.table(name)
+/// Table `name` of `store`, made from `request` when there is none yet (a
+/// table another writer made meanwhile is the one taken).
+pub fn table_or_make(
+    store: &Store,
+    name: &TableName,
+    request: impl FnOnce() -> CreateTable,
+) -> Result<Arc<Table>, Error> {
+    match store.table(name) {
+        Err(Error::NotFound(_)) => {
+            match store.create_table(&request()) {
+                Ok(_) | Err(Error::Conflict(_)) => {}
+                Err(e) => return Err(e),
             }
-            got => got,
+            store.table(name)
         }
+        got => got,
     }
 }
 
@@ -106,8 +108,14 @@ pub fn measurement_table(db: &str, measurement: &str) -> Result<TableName, BadMe
     }
 }
 
-/// The measurement of a line (before its first unescaped `,` or space).
-pub fn measurement_of(line: &str) -> String {
+/// The measurement of a line (before its first unescaped `,` or space),
+/// borrowed from the line unless it has escapes: a Kafka message is
+/// usually one line, and its measurement is looked up, not kept.
+pub fn measurement_of(line: &str) -> Cow<'_, str> {
+    let end = line.find([',', ' ', '\\']).unwrap_or(line.len());
+    if line.as_bytes().get(end) != Some(&b'\\') {
+        return Cow::Borrowed(&line[..end]);
+    }
     let mut out = String::new();
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
@@ -121,26 +129,26 @@ pub fn measurement_of(line: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The lines of line protocol `text` (comments and blank lines left out)
-/// by measurement, in first-seen order, each with its line number in the
-/// text (from 1), in the text's order within each.
-pub fn lines_by_measurement(text: &str) -> Vec<(String, Vec<(usize, &str)>)> {
-    let mut groups: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (i, line) in text.lines().enumerate() {
+/// by measurement, in first-seen order, in the text's order within each.
+pub fn lines_by_measurement(text: &str) -> Vec<(String, Vec<&str>)> {
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for line in text.lines() {
         let trimmed = line.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
         let m = measurement_of(trimmed);
-        match index.get(&m) {
-            Some(&at) => groups[at].1.push((i + 1, trimmed)),
+        match index.get(m.as_ref()) {
+            Some(&at) => groups[at].1.push(trimmed),
             None => {
+                let m = m.into_owned();
                 index.insert(m.clone(), groups.len());
-                groups.push((m, vec![(i + 1, trimmed)]));
+                groups.push((m, vec![trimmed]));
             }
         }
     }
@@ -152,14 +160,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_group_by_their_measurement_with_their_numbers() {
+    fn lines_group_by_their_measurement() {
         let text = "cpu,host=a v=1 1\n\n# note\nmem v=2 2\ncpu\\,x,host=b v=3 3\ncpu v=4 4\n";
         let groups = lines_by_measurement(text);
         let names: Vec<&str> = groups.iter().map(|(m, _)| m.as_str()).collect();
         assert_eq!(names, ["cpu", "mem", "cpu,x"]);
-        assert_eq!(groups[0].1, [(1, "cpu,host=a v=1 1"), (6, "cpu v=4 4")]);
-        assert_eq!(groups[1].1, [(4, "mem v=2 2")]);
-        assert_eq!(groups[2].1[0].0, 5);
+        assert_eq!(groups[0].1, ["cpu,host=a v=1 1", "cpu v=4 4"]);
+        assert_eq!(groups[1].1, ["mem v=2 2"]);
+        assert_eq!(groups[2].1, ["cpu\\,x,host=b v=3 3"]);
+        assert!(matches!(
+            measurement_of("cpu,host=a v=1"),
+            Cow::Borrowed("cpu")
+        ));
+        assert!(matches!(measurement_of("mem v=1"), Cow::Borrowed("mem")));
+        assert_eq!(measurement_of("a\\ b,c=d v=1"), "a b");
     }
 
     #[test]

@@ -111,10 +111,8 @@ fn database_route(
     if format == crate::ingest::Format::RemoteWrite {
         let name = TableName::parse(&format!("{db}:{}", crate::ingest::databases::SAMPLES_TABLE))
             .map_err(|e| e.to_string())?;
-        crate::ingest::databases::TableTemplate::table_or_make(store, &name, || {
-            template.samples_request(&name)
-        })
-        .map_err(|e| e.to_string())?;
+        crate::ingest::databases::table_or_make(store, &name, || template.samples_request(&name))
+            .map_err(|e| e.to_string())?;
         return Ok((name, None));
     }
     let dictionary = tag_sets.dictionary(store, db).map_err(|e| e.to_string())?;

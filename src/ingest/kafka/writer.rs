@@ -844,7 +844,7 @@ fn decode_database(
     shared: &Shared,
     clock: &dyn Clock,
 ) -> crate::error::Result<Decoded> {
-    use crate::ingest::databases::{self, TableTemplate};
+    use crate::ingest::databases;
     let route = &batch.topic;
     let dictionary = shared.tag_sets.dictionary(store, db)?;
     let now = clock.now_ms();
@@ -864,7 +864,7 @@ fn decode_database(
         let found = match databases::measurement_table(db, measurement) {
             Err(bad) => Err(bad.to_string()),
             Ok(name) => {
-                let table = TableTemplate::table_or_make(store, &name, || {
+                let table = databases::table_or_make(store, &name, || {
                     shared.template.measurement_request(&name)
                 })?;
                 if table.desc.durability == Durability::SkipWal {
@@ -997,6 +997,9 @@ fn decode_database(
     if encoders.iter().any(PointEncoder::needs_durable_dictionary) {
         dictionary.make_durable(store)?;
     }
+    // Unreadable messages were found as they were read, the others as
+    // they were encoded: dead-lettered in offset order all the same.
+    bad.sort_by_key(|(i, _)| *i);
     let tables = tables
         .iter()
         .zip(encoders)
