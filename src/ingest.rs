@@ -1123,7 +1123,19 @@ impl<'t> PointEncoder<'t> {
                 continue;
             };
             let row_key = crate::cell::row_of(&first.key).to_vec();
-            if row_key.len() != table.key.key_len() {
+            // Open tag sets: the sender's node gave the names their UIDs
+            // in the shared dictionary (cluster mode), and recorded the
+            // series, before it sent them.
+            if table.key.is_open_tags() {
+                if table.key.tag_series(&row_key).is_none() {
+                    return Err(format!(
+                        "row {i}: a key of {} bytes that is no series of open tags and a time \
+                         (table `{}`)",
+                        row_key.len(),
+                        table.name
+                    ));
+                }
+            } else if row_key.len() != table.key.key_len() {
                 return Err(format!(
                     "row {i}: a key of {} bytes, where table `{}` has keys of {}",
                     row_key.len(),

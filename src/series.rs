@@ -11,6 +11,12 @@
 //! before it submits the points. A UID assigned in memory and lost in a
 //! crash was used by no durable point, so handing it out again is safe.
 //! `docs/row-keys.md` ("Open tag sets") has the layouts.
+//!
+//! In cluster mode the entries live on the object store every node shares
+//! instead (`series/shared.rs`): a UID is derived from its name and
+//! claimed there, so every node gives a name the same UID.
+
+pub mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -50,6 +56,20 @@ pub fn max_field_name_len(table: &str) -> usize {
 /// A name too long for the dictionary to hold. Checked before anything
 /// is recorded: a refused point leaves no entry behind, which would make
 /// every later write of something new fail with it.
+/// Why a name got no UID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameRefused {
+    #[error(transparent)]
+    TooLong(#[from] NameTooLong),
+    /// Cluster mode: every candidate UID of the name holds another name.
+    #[error(
+        "{what} `{}` found another name at each of its {} candidate UIDs in the shared dictionary",
+        quote_prefix(name),
+        shared::MAX_PROBES
+    )]
+    NoUid { what: &'static str, name: String },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{what} `{}` is {len} bytes, over the limit of {max}",
@@ -153,7 +173,7 @@ impl TagSets {
         // A dictionary whose table was dropped (with its namespace's
         // tables) is read again from a new one.
         if let Some(d) = namespaces.get(namespace)
-            && store.table(&d.table).is_ok()
+            && (d.shared.is_some() || store.table(&d.table).is_ok())
         {
             return Ok(d.clone());
         }
@@ -171,6 +191,8 @@ impl TagSets {
 /// One namespace's UIDs, field types and series.
 pub struct Dictionary {
     table: TableName,
+    /// In cluster mode: where the entries are kept instead of `table`.
+    shared: Option<shared::SharedEntries>,
     state: RwLock<State>,
     /// Something was assigned that is not durable yet.
     dirty: AtomicBool,
@@ -313,6 +335,7 @@ impl std::ops::Deref for SeriesList {
 }
 
 /// What resolving a point's series found.
+#[derive(Debug, PartialEq, Eq)]
 pub enum SeriesOutcome {
     Known,
     /// New to the table (or not durable yet): make_durable before writing.
@@ -355,6 +378,11 @@ fn split_table(b: &[u8]) -> Option<(&str, &[u8])> {
 }
 
 impl Dictionary {
+    /// Whether the dictionary is a cluster's, on the object store.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
     /// The table the dictionary is kept in (`<namespace>:__tags`).
     pub fn table(&self) -> &TableName {
         &self.table
@@ -363,6 +391,9 @@ impl Dictionary {
     fn open(store: &Store, namespace: &str) -> Result<Dictionary> {
         let req = tags_table_request(namespace)?;
         let table = req.name.clone();
+        if let Some(objects) = store.objects() {
+            return Ok(Dictionary::shared(objects.clone(), table));
+        }
         if store.table(&table).is_err() {
             match store.create_table(&req) {
                 Ok(_) | Err(Error::Conflict(_)) => {}
@@ -382,22 +413,42 @@ impl Dictionary {
         }
         Ok(Dictionary {
             table,
+            shared: None,
             state: RwLock::new(state),
             dirty: AtomicBool::new(false),
             persist: Mutex::new(()),
         })
     }
 
+    /// A cluster's dictionary of the namespace of `table`: read from the
+    /// object store as it is met (a cold node needs none of it before its
+    /// first write).
+    fn shared(objects: Arc<crate::objects::Objects>, table: TableName) -> Dictionary {
+        Dictionary {
+            shared: Some(shared::SharedEntries::new(objects, &table.namespace)),
+            table,
+            state: RwLock::new(State {
+                next: [1; 4],
+                ..State::default()
+            }),
+            dirty: AtomicBool::new(false),
+            persist: Mutex::new(()),
+        }
+    }
+
     /// The UID of `name`, assigned (in memory) when new; `true` with it
     /// when it is not durable yet. The caller has checked the name's
     /// length ([`MAX_NAME_LEN`]).
-    fn uid(&self, kind: UidKind, name: &str) -> (u32, bool) {
+    fn uid(&self, kind: UidKind, name: &str) -> std::result::Result<(u32, bool), NameRefused> {
         if let Some(a) = self.state.read().uids[kind as usize].get(name) {
-            return (a.uid, !a.durable);
+            return Ok((a.uid, !a.durable));
+        }
+        if let Some(shared) = &self.shared {
+            return self.shared_uid(shared, kind, name);
         }
         let mut state = self.state.write();
         if let Some(a) = state.uids[kind as usize].get(name) {
-            return (a.uid, !a.durable);
+            return Ok((a.uid, !a.durable));
         }
         let uid = state.next[kind as usize];
         state.next[kind as usize] += 1;
@@ -410,7 +461,58 @@ impl Dictionary {
         );
         state.names.insert((kind, uid), name.into());
         self.dirty.store(true, Ordering::Release);
-        (uid, true)
+        Ok((uid, true))
+    }
+
+    /// [`Dictionary::uid`] in cluster mode: claimed on the object store
+    /// now, so it is durable when returned. When the store cannot be
+    /// reached the first candidate no other name is known to hold is
+    /// taken as not durable yet: make_durable claims it, and fails the
+    /// write should it turn out another's.
+    fn shared_uid(
+        &self,
+        shared: &shared::SharedEntries,
+        kind: UidKind,
+        name: &str,
+    ) -> std::result::Result<(u32, bool), NameRefused> {
+        let held_by_another = |uid: u32| {
+            self.state
+                .read()
+                .names
+                .get(&(kind, uid))
+                .is_some_and(|n| &**n != name)
+        };
+        let learn = |uid: u32, held: String| self.state.write().learn(kind, uid, held.into());
+        let (uid, durable) = match shared.claim_uid(kind, name, held_by_another, learn) {
+            Ok(shared::UidClaim::Uid(uid)) => (uid, true),
+            Ok(shared::UidClaim::Exhausted) => {
+                return Err(NameRefused::NoUid {
+                    what: kind.noun(),
+                    name: name.to_string(),
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming a UID on the object store failed; the write waits for it");
+                let uid = (0..shared::MAX_PROBES)
+                    .map(|p| shared::candidate(kind, name, p))
+                    .find(|&u| !held_by_another(u))
+                    .ok_or_else(|| NameRefused::NoUid {
+                        what: kind.noun(),
+                        name: name.to_string(),
+                    })?;
+                (uid, false)
+            }
+        };
+        let mut state = self.state.write();
+        if let Some(a) = state.uids[kind as usize].get(name) {
+            return Ok((a.uid, !a.durable));
+        }
+        state.uids[kind as usize].insert(name.into(), Assigned { uid, durable });
+        state.names.insert((kind, uid), name.into());
+        if !durable {
+            self.dirty.store(true, Ordering::Release);
+        }
+        Ok((uid, !durable))
     }
 
     /// The UIDs of `names()` in order, each with whether it is new (as
@@ -422,7 +524,7 @@ impl Dictionary {
         &self,
         names: impl Fn() -> I,
         out: &mut Vec<(u32, bool)>,
-    ) -> std::result::Result<(), NameTooLong>
+    ) -> std::result::Result<(), NameRefused>
     where
         I: Iterator<Item = (UidKind, &'n str)>,
     {
@@ -441,15 +543,21 @@ impl Dictionary {
             .find(|(_, name)| name.len() > MAX_NAME_LEN)
         {
             out.clear();
-            return Err(NameTooLong {
+            return Err(NameRefused::TooLong(NameTooLong {
                 what: kind.noun(),
                 name: name.to_string(),
                 len: name.len(),
                 max: MAX_NAME_LEN,
-            });
+            }));
         }
         for (kind, name) in names().skip(out.len()) {
-            out.push(self.uid(kind, name));
+            match self.uid(kind, name) {
+                Ok(uid) => out.push(uid),
+                Err(e) => {
+                    out.clear();
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -522,13 +630,75 @@ impl Dictionary {
         state.written_count += usize::from(added);
     }
 
-    /// The name of a UID.
+    /// The name of a UID (in cluster mode read from the object store
+    /// when this node has not met it).
     pub fn name(&self, kind: UidKind, uid: u32) -> Option<String> {
-        self.state
-            .read()
-            .names
-            .get(&(kind, uid))
-            .map(|n| n.to_string())
+        if let Some(n) = self.state.read().names.get(&(kind, uid)) {
+            return Some(n.to_string());
+        }
+        let held = self.shared.as_ref()?.name(kind, uid).ok()??;
+        self.state.write().learn(kind, uid, held.as_str().into());
+        Some(held)
+    }
+
+    /// Cluster mode: learns the series and fields of `table` every node
+    /// recorded (and the names they use) from the object store, so the
+    /// listings below hold them all. Nothing to do on a single node.
+    pub fn refresh(&self, table: &str) -> Result<()> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let series = shared.series(table, |s| {
+            self.state
+                .read()
+                .series
+                .get(table)
+                .is_some_and(|t| t.contains_key(s))
+        })?;
+        let fields = shared.fields(table, |f| {
+            self.state
+                .read()
+                .fields
+                .get(table)
+                .is_some_and(|t| t.contains_key(f))
+        })?;
+        let mut unnamed = BTreeSet::new();
+        {
+            let state = self.state.read();
+            for s in &series {
+                let Some((metric, tags)) = decode_tag_series(s) else {
+                    continue;
+                };
+                let uids = std::iter::once((UidKind::Metric, metric)).chain(
+                    tags.into_iter()
+                        .flat_map(|(k, v)| [(UidKind::TagKey, k), (UidKind::TagValue, v)]),
+                );
+                unnamed.extend(uids.filter(|u| !state.names.contains_key(u)));
+            }
+        }
+        let mut named = Vec::with_capacity(unnamed.len());
+        for (kind, uid) in unnamed {
+            if let Some(name) = shared.name(kind, uid)? {
+                named.push((kind, uid, name));
+            }
+        }
+        let mut state = self.state.write();
+        for (kind, uid, name) in named {
+            state.learn(kind, uid, name.into());
+        }
+        let of_table = state.series.entry(table.into()).or_default();
+        let mut added = 0;
+        for s in series {
+            if decode_tag_series(&s).is_some() && of_table.insert(s.into(), true).is_none() {
+                added += 1;
+            }
+        }
+        state.series_added += added;
+        let of_table = state.fields.entry(table.into()).or_default();
+        for (field, ty) in fields {
+            of_table.entry(field.into()).or_insert((ty, true));
+        }
+        Ok(())
     }
 
     /// Checks the types of a point's `fields` against the table's and
@@ -589,6 +759,38 @@ impl Dictionary {
                 return Err(conflict(field, other, ty));
             }
         }
+        // Cluster mode: the first type any node claimed is the field's.
+        let mut claimed = Vec::new();
+        if let Some(shared) = &self.shared {
+            for (field, ty) in fields.clone() {
+                let known = self
+                    .state
+                    .read()
+                    .fields
+                    .get(table)
+                    .is_some_and(|f| f.contains_key(field));
+                if known {
+                    continue;
+                }
+                match shared.claim_field(table, field, ty) {
+                    Ok(had) => {
+                        claimed.push(field);
+                        if had != ty {
+                            self.state
+                                .write()
+                                .fields
+                                .entry(table.into())
+                                .or_default()
+                                .insert(field.into(), (had, true));
+                            return Err(conflict(field, ty, had));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming a field's type on the object store failed; the write waits for it");
+                    }
+                }
+            }
+        }
         let mut state = self.state.write();
         let of_table = state.fields.entry(table.into()).or_default();
         // Checked again: another writer may have recorded one meanwhile.
@@ -602,8 +804,11 @@ impl Dictionary {
         let mut undurable = false;
         for (field, ty) in fields {
             let (had, durable) = *of_table.entry(field.into()).or_insert_with(|| {
-                self.dirty.store(true, Ordering::Release);
-                (ty, false)
+                let durable = claimed.contains(&field);
+                if !durable {
+                    self.dirty.store(true, Ordering::Release);
+                }
+                (ty, durable)
             });
             // Refused before the lock; kept so no path records half a point.
             if had != ty {
@@ -657,6 +862,11 @@ impl Dictionary {
     /// synced write, then marks it durable. Points that used any of it may
     /// be submitted once this returned Ok.
     pub fn make_durable(&self, store: &Store) -> Result<()> {
+        self.make_durable_with(|rows| store.write(&self.table, rows, None))
+    }
+
+    /// [`Dictionary::make_durable`], the `__tags` rows written by `write`.
+    fn make_durable_with(&self, write: impl FnOnce(Vec<RowMutation>) -> Result<()>) -> Result<()> {
         // Under the lock even when nothing looks pending: a write of what
         // the caller used may be under way in another thread, and the
         // caller's points must wait for it.
@@ -727,10 +937,14 @@ impl Dictionary {
                 }
             }
         }
-        if rows.is_empty() {
+        if let Some(shared) = &self.shared {
+            if let Err(e) = self.claim_pending(shared, &uids, &fields, &series) {
+                self.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+        } else if rows.is_empty() {
             return Ok(());
-        }
-        if let Err(e) = store.write(&self.table, rows, None) {
+        } else if let Err(e) = write(rows) {
             self.dirty.store(true, Ordering::Release);
             return Err(e);
         }
@@ -749,6 +963,77 @@ impl Dictionary {
             if let Some(d) = state.series.get_mut(&table).and_then(|t| t.get_mut(&s)) {
                 *d = true;
             }
+        }
+        Ok(())
+    }
+
+    /// make_durable in cluster mode: what was assigned while the object
+    /// store could not be reached is claimed now (a UID or type another
+    /// node claimed first is taken as it is there, and the write that
+    /// used the one assigned here fails: its points are encoded again
+    /// when it is tried again), and new series are recorded.
+    fn claim_pending(
+        &self,
+        shared: &shared::SharedEntries,
+        uids: &[(UidKind, Box<str>)],
+        fields: &[(Box<str>, Box<str>)],
+        series: &[(Box<str>, Box<[u8]>)],
+    ) -> Result<()> {
+        let taken_meanwhile = |what: &str| {
+            Err(Error::Unavailable(format!(
+                "{what} another node claimed first in the shared dictionary while the object \
+                 store could not be reached here; try the write again"
+            )))
+        };
+        for (kind, name) in uids {
+            let Some(assigned) = self.state.read().uids[*kind as usize].get(name).copied() else {
+                continue;
+            };
+            let claim = shared.claim_uid(
+                *kind,
+                name,
+                |uid| {
+                    self.state
+                        .read()
+                        .names
+                        .get(&(*kind, uid))
+                        .is_some_and(|n| n != name)
+                },
+                |uid, held| self.state.write().learn(*kind, uid, held.into()),
+            )?;
+            if claim != shared::UidClaim::Uid(assigned.uid) {
+                self.state.write().forget_uid(*kind, name, assigned.uid);
+                return taken_meanwhile(&format!(
+                    "the UID of {} `{}` was",
+                    kind.noun(),
+                    quote_prefix(name)
+                ));
+            }
+        }
+        for (table, field) in fields {
+            let Some((ty, _)) = self
+                .state
+                .read()
+                .fields
+                .get(table)
+                .and_then(|f| f.get(field))
+                .copied()
+            else {
+                continue;
+            };
+            let had = shared.claim_field(table, field, ty)?;
+            if had != ty {
+                if let Some(f) = self.state.write().fields.get_mut(table) {
+                    f.insert(field.clone(), (had, true));
+                }
+                return taken_meanwhile(&format!(
+                    "the type of field `{}` was",
+                    quote_prefix(field)
+                ));
+            }
+        }
+        for (table, s) in series {
+            shared.record_series(table, s)?;
         }
         Ok(())
     }
@@ -863,6 +1148,36 @@ impl State {
         out
     }
 
+    /// Forgets that `name` was assigned `uid` (another node claimed it
+    /// first), with the series not durable yet that use it.
+    fn forget_uid(&mut self, kind: UidKind, name: &str, uid: u32) {
+        self.uids[kind as usize].remove(name);
+        if self.names.get(&(kind, uid)).is_some_and(|n| &**n == name) {
+            self.names.remove(&(kind, uid));
+        }
+        let uses = |s: &[u8]| {
+            decode_tag_series(s).is_some_and(|(metric, tags)| match kind {
+                UidKind::Metric => metric == uid,
+                UidKind::TagKey => tags.iter().any(|t| t.0 == uid),
+                UidKind::TagValue => tags.iter().any(|t| t.1 == uid),
+            })
+        };
+        for of_table in self.series.values_mut() {
+            of_table.retain(|s, durable| *durable || !uses(s));
+        }
+        self.series_added += 1;
+    }
+
+    /// That `uid` names `name` (read from the shared dictionary). A name
+    /// assigned another UID while the store could not be reached keeps
+    /// it: make_durable finds the difference and fails that write.
+    fn learn(&mut self, kind: UidKind, uid: u32, name: Box<str>) {
+        self.uids[kind as usize]
+            .entry(name.clone())
+            .or_insert(Assigned { uid, durable: true });
+        self.names.insert((kind, uid), name);
+    }
+
     fn load_row(&mut self, key: &[u8], value: &[u8]) {
         match key.split_first() {
             Some((b'u', rest)) => {
@@ -933,6 +1248,152 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    fn two_nodes() -> (Dictionary, Dictionary, Arc<crate::objects::Objects>) {
+        let objects = Arc::new(
+            crate::objects::Objects::with_store(
+                Arc::new(object_store::memory::InMemory::new()),
+                "",
+                "memory",
+            )
+            .expect("objects"),
+        );
+        let table = TableName::parse("db:__tags").expect("name");
+        (
+            Dictionary::shared(objects.clone(), table.clone()),
+            Dictionary::shared(objects.clone(), table),
+            objects,
+        )
+    }
+
+    fn uids(d: &Dictionary, names: &[(UidKind, &str)]) -> Vec<(u32, bool)> {
+        let mut out = Vec::new();
+        d.uids_into(|| names.iter().copied(), &mut out)
+            .expect("uids");
+        out
+    }
+
+    #[test]
+    fn nodes_sharing_a_dictionary_give_every_name_one_uid() {
+        let (a, b, objects) = two_nodes();
+        let names = [
+            (UidKind::Metric, "cpu"),
+            (UidKind::TagKey, "host"),
+            (UidKind::TagValue, "a"),
+            (UidKind::TagValue, "b"),
+        ];
+        let on_a = uids(&a, &names);
+        // Claimed on the store as they were assigned: durable at once.
+        assert!(on_a.iter().all(|(_, new)| !new), "{on_a:?}");
+        assert_eq!(uids(&b, &names), on_a);
+        // A collision: the first candidate of `x` already names `y`.
+        let taken = shared::candidate(UidKind::TagValue, "x", 0);
+        objects
+            .create(
+                &format!("dict/db/uid/3/{taken:08x}"),
+                bytes::Bytes::from_static(b"y"),
+            )
+            .expect("plant");
+        let x = uids(&a, &[(UidKind::TagValue, "x")])[0].0;
+        assert_eq!(x, shared::candidate(UidKind::TagValue, "x", 1));
+        assert_eq!(uids(&b, &[(UidKind::TagValue, "x")])[0].0, x);
+        assert_eq!(b.name(UidKind::TagValue, taken).as_deref(), Some("y"));
+        // A cold node finds the same.
+        let cold = Dictionary::shared(objects, TableName::parse("db:__tags").unwrap());
+        assert_eq!(
+            cold.name(UidKind::TagValue, on_a[2].0).as_deref(),
+            Some("a")
+        );
+        assert_eq!(uids(&cold, &names), on_a);
+    }
+
+    #[test]
+    fn a_field_keeps_the_first_type_any_node_gave_it() {
+        let (a, b, _) = two_nodes();
+        let float = [("usage", FieldType::Float)];
+        assert_eq!(a.fields("cpu", "cpu", float.iter().copied()), Ok(false));
+        let err = b
+            .fields("cpu", "cpu", [("usage", FieldType::Integer)].into_iter())
+            .expect_err("a conflict across nodes");
+        assert!(err.starts_with("field type conflict"), "{err}");
+        assert!(err.contains("already exists as type float"), "{err}");
+        assert_eq!(b.fields("cpu", "cpu", float.iter().copied()), Ok(false));
+    }
+
+    #[test]
+    fn a_node_lists_the_series_and_fields_another_recorded() {
+        let (a, b, _) = two_nodes();
+        let names = [
+            (UidKind::Metric, "cpu"),
+            (UidKind::TagKey, "host"),
+            (UidKind::TagValue, "h1"),
+        ];
+        let u = uids(&a, &names);
+        let mut series = u[0].0.to_be_bytes().to_vec();
+        series.push(1);
+        series.extend_from_slice(&u[1].0.to_be_bytes());
+        series.extend_from_slice(&u[2].0.to_be_bytes());
+        assert_eq!(a.series("cpu", &series, 10), SeriesOutcome::Pending);
+        a.fields("cpu", "cpu", [("usage", FieldType::Float)].into_iter())
+            .expect("fields");
+        a.make_durable_with(|_| unreachable!("no __tags table in cluster mode"))
+            .expect("durable");
+        assert!(b.series_of("cpu").is_empty());
+        b.refresh("cpu").expect("refresh");
+        let listed = b.series_of("cpu");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].metric, "cpu");
+        assert_eq!(listed[0].tags.get("host").map(String::as_str), Some("h1"));
+        assert_eq!(
+            b.fields_of("cpu").into_iter().collect::<Vec<_>>(),
+            [("usage".to_string(), FieldType::Float)]
+        );
+    }
+
+    #[test]
+    fn a_uid_assigned_while_the_store_was_away_and_claimed_by_another_fails_the_write() {
+        let (a, b, objects) = two_nodes();
+        // `a` could not reach the store: it took the first candidate.
+        let first = shared::candidate(UidKind::TagValue, "z", 0);
+        {
+            let mut state = a.state.write();
+            state.uids[UidKind::TagValue as usize].insert(
+                "z".into(),
+                Assigned {
+                    uid: first,
+                    durable: false,
+                },
+            );
+            state.names.insert((UidKind::TagValue, first), "z".into());
+            let mut series = 7u32.to_be_bytes().to_vec();
+            series.push(1);
+            series.extend_from_slice(&8u32.to_be_bytes());
+            series.extend_from_slice(&first.to_be_bytes());
+            state
+                .series
+                .entry("cpu".into())
+                .or_default()
+                .insert(series.into(), false);
+        }
+        a.dirty.store(true, Ordering::Release);
+        // Meanwhile another node claimed that candidate for another name.
+        objects
+            .create(
+                &format!("dict/db/uid/3/{first:08x}"),
+                bytes::Bytes::from_static(b"other"),
+            )
+            .expect("plant");
+        let err = a
+            .make_durable_with(|_| unreachable!())
+            .expect_err("the write must fail");
+        assert!(matches!(err, Error::Unavailable(_)), "{err}");
+        // The series that used it is gone, and `z` gets its own UID now.
+        assert!(a.series_of("cpu").is_empty());
+        let z = uids(&a, &[(UidKind::TagValue, "z")])[0];
+        assert_eq!(z, (shared::candidate(UidKind::TagValue, "z", 1), false));
+        a.make_durable_with(|_| unreachable!()).expect("durable");
+        assert_eq!(uids(&b, &[(UidKind::TagValue, "z")])[0].0, z.0);
     }
 
     #[test]

@@ -80,8 +80,9 @@ pub struct StoreOptions {
 pub struct PendingBatch {
     name: TableName,
     origin: Option<SourcePosition>,
-    /// The layout the rows were routed by.
-    table: Arc<Table>,
+    /// The layout the rows were routed by (`None`: a cluster's position
+    /// record of a shard, which reaches its regions whatever their table).
+    table: Option<Arc<Table>>,
     replies: Vec<Receiver<Submitted>>,
     /// Rows refused by closed regions are routed again until then.
     deadline: std::time::Instant,
@@ -298,6 +299,11 @@ impl Store {
                 let ids: Vec<u64> = desc.regions.iter().map(|r| r.id).collect();
                 self.make_region_dirs(&ids)
             })?;
+        // In a cluster the shards held here that feed it take its regions.
+        if let Some(cluster) = &self.cluster {
+            self.relayout_table(cluster, desc.clone())?;
+            return Ok(desc);
+        }
         let table = self.open_table(desc.clone())?;
         self.tables
             .write()
@@ -569,7 +575,7 @@ impl Store {
         Ok(PendingBatch {
             name: name.clone(),
             origin,
-            table,
+            table: Some(table),
             replies,
             deadline: std::time::Instant::now() + LAYOUT_CHANGE_WAIT,
         })
@@ -588,7 +594,7 @@ impl Store {
         Ok(PendingBatch {
             name: name.clone(),
             origin,
-            table,
+            table: Some(table),
             replies,
             deadline: std::time::Instant::now() + LAYOUT_CHANGE_WAIT,
         })
@@ -604,24 +610,26 @@ impl Store {
         name: &TableName,
         origin: SourcePosition,
     ) -> Result<PendingBatch> {
-        let table = self.table(name)?;
         // In cluster mode every region of the shard keeps its own
-        // position (a new owner replays from the lowest); a single node's
-        // store reads them all at start, so one region holds it.
-        let regions = if self.is_cluster() {
-            self.regions_for_position(&origin.stream, origin.shard)
-                .into_iter()
-                .filter(|r| table.regions.iter().any(|h| h.id() == r.id()))
-                .collect()
+        // position (a new owner replays from the lowest): all the tables
+        // its partition feeds (a database's topic feeds many, and names
+        // its dictionary's table, which a cluster does not have). A
+        // single node's store reads them all at start, so one region of
+        // the table holds it.
+        let (regions, durability, table) = if self.is_cluster() {
+            let regions = self.regions_for_position(&origin.stream, origin.shard);
+            (regions, Durability::SyncWal, None)
         } else {
-            vec![
+            let table = self.table(name)?;
+            let regions = vec![
                 table
                     .regions
                     .first()
                     .and_then(RegionHandle::local)
                     .ok_or(Error::Closed)?
                     .clone(),
-            ]
+            ];
+            (regions, table.desc.durability, Some(table))
         };
         let mut replies = Vec::with_capacity(regions.len());
         for region in regions {
@@ -633,7 +641,7 @@ impl Store {
                 .send(WriteJob {
                     region,
                     rows: Rows::Entries(EntryBatch::new()),
-                    durability: table.desc.durability,
+                    durability,
                     origin: Some(origin.clone()),
                     reply,
                 })
@@ -656,10 +664,11 @@ impl Store {
         let PendingBatch {
             name,
             origin,
-            mut table,
+            table,
             mut replies,
             deadline,
         } = pending;
+        let mut table = table;
         loop {
             let refused = Store::collect_replies(replies)?;
             if refused.is_empty() {
@@ -668,11 +677,16 @@ impl Store {
             if self.closing.load(Ordering::SeqCst) || std::time::Instant::now() > deadline {
                 return Err(Error::Closed);
             }
+            let Some(routed_by) = &table else {
+                return Err(Error::Closed);
+            };
             // The split publishes its daughters within milliseconds.
-            if Arc::ptr_eq(&table, &self.table(&name)?) {
+            if Arc::ptr_eq(routed_by, &self.table(&name)?) {
                 std::thread::sleep(Duration::from_millis(2));
             }
-            table = self.table(&name)?;
+            let now = self.table(&name)?;
+            table = Some(now.clone());
+            let table = now;
             let refused = refused
                 .into_iter()
                 .map(|rows| match rows {

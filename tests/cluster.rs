@@ -90,12 +90,17 @@ fn cluster_status(addr: &str) -> Option<Json> {
 /// Which live node holds each partition, when every partition is held
 /// by exactly one of `nodes` (none fenced) and its lease names it.
 fn owners(nodes: &[&Node]) -> Option<BTreeMap<u32, String>> {
+    owners_of(nodes, TOPIC, PARTITIONS)
+}
+
+/// [`owners`] of `topic`'s `partitions` partitions.
+fn owners_of(nodes: &[&Node], topic: &str, partitions: u32) -> Option<BTreeMap<u32, String>> {
     let mut held: BTreeMap<u32, String> = BTreeMap::new();
     let mut leases = BTreeMap::new();
     for node in nodes {
         let s = cluster_status(&node.addr())?;
         for h in s["held"].as_array()? {
-            if h["topic"] != TOPIC || h["fenced"] == true {
+            if h["topic"] != topic || h["fenced"] == true {
                 continue;
             }
             let p = h["partition"].as_u64()? as u32;
@@ -107,9 +112,9 @@ fn owners(nodes: &[&Node]) -> Option<BTreeMap<u32, String>> {
             leases.insert(l["shard"].as_str()?.to_string(), l["owner"].clone());
         }
     }
-    let all = (0..PARTITIONS).all(|p| {
+    let all = (0..partitions).all(|p| {
         held.get(&p)
-            .is_some_and(|n| leases.get(&format!("{TOPIC}/{p}")) == Some(&Json::from(n.as_str())))
+            .is_some_and(|n| leases.get(&format!("{topic}/{p}")) == Some(&Json::from(n.as_str())))
     });
     all.then_some(held)
 }
@@ -1008,4 +1013,254 @@ fn a_cluster_over_https_with_tokens_reads_every_point_from_every_node() {
     for (_, server) in nodes {
         common::server::stop(server);
     }
+}
+
+/// InfluxQL over `db` on `addr`: the status and the answer.
+fn influxql_in(addr: &str, db: &str, q: &str) -> (u16, Json) {
+    let form = serde_urlencoded::to_string([("db", db), ("q", q)]).expect("form");
+    let r = request(
+        addr,
+        "POST",
+        "/query",
+        Some("application/x-www-form-urlencoded"),
+        form.as_bytes(),
+    )
+    .expect("query");
+    (r.status, r.json())
+}
+
+/// Waits until every node of `nodes` answers `q` over `db` as `expected`.
+fn wait_for_answer(nodes: &[&Node], db: &str, q: &str, expected: &Json, within: Duration) {
+    let deadline = Instant::now() + within;
+    for node in nodes {
+        loop {
+            let (status, answer) = influxql_in(&node.addr(), db, q);
+            if status == 200 && answer == *expected {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {}: {q} answered {status} {answer}, not {expected}",
+                node.name
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// A database in cluster mode (issue #58): Telegraf's lines of many
+/// measurements and tags reach a two-node cluster half through a topic
+/// mapped to the database (Telegraf's Kafka output, partitions chosen
+/// by the producer) and half through InfluxDB's `/write` on either node,
+/// after a `CREATE DATABASE` on one. Each measurement's table of open
+/// tag sets is made by whichever node meets it first, in the shared
+/// catalog; the names get the same UIDs on both nodes from the shared
+/// dictionary on the object store. Every node answers the dashboard's
+/// statements as InfluxDB 1.6 given the same lines, again after one node
+/// is killed (its partitions replayed by the other), and again from the
+/// killed node restarted cold.
+#[test]
+fn a_database_in_a_cluster_answers_influxql_as_influxdb_does_from_every_node() {
+    const T0: u64 = 1_700_000_000_000_000_000;
+    const DB_PARTITIONS: u32 = 4;
+    let influx = common::influx::Influx::start();
+    let s3 = S3::start(&["halite"]);
+    let sc = cluster_builder(&s3)
+        .topic("telegraf", DB_PARTITIONS)
+        .topic("prom", 2)
+        .config_append(
+            r#"
+[[kafka.topics]]
+topic = "telegraf"
+database = "telegraf"
+format = "line"
+
+[[kafka.topics]]
+topic = "prom"
+database = "prom"
+format = "remote_write"
+"#,
+        )
+        .build();
+    let mut nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .map(|n| Node {
+            name: n.to_string(),
+            port: free_port(),
+            server: None,
+        })
+        .collect();
+    for node in &mut nodes {
+        start(&sc, node);
+    }
+    let wait_for_every_partition = |nodes: &[&Node], what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while owners_of(nodes, "telegraf", DB_PARTITIONS).is_none()
+            || owners_of(nodes, "prom", 2).is_none()
+            || owners(nodes).is_none()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: partitions not all owned"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for_every_partition(&nodes.iter().collect::<Vec<_>>(), "at start");
+
+    let messages = common::influx::telegraf_messages(T0, 10);
+    for addr in [&influx.addr, &nodes[0].addr()] {
+        let (status, answer) = influxql_in(addr, "", "CREATE DATABASE telegraf");
+        assert_eq!(status, 200, "{addr}: {answer}");
+    }
+    let r = request(
+        &influx.addr,
+        "POST",
+        "/write?db=telegraf",
+        None,
+        messages.join("\n").as_bytes(),
+    )
+    .expect("influx write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    let (by_kafka, by_http) = messages.split_at(messages.len() / 2);
+    common::kafka::produce_payloads(sc.bootstrap(), "telegraf", by_kafka);
+    for (i, body) in by_http.chunks(3).enumerate() {
+        let r = request(
+            &nodes[i % 2].addr(),
+            "POST",
+            "/write?db=telegraf",
+            None,
+            body.join("\n").as_bytes(),
+        )
+        .expect("write");
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+
+    // Prometheus' remote write on one node, into database `prom`.
+    let t_ms = (T0 / 1_000_000) as i64;
+    let samples: Vec<halite::ingest::remote_write::Series> = (0..6)
+        .map(|i| halite::ingest::remote_write::Series {
+            labels: vec![
+                ("__name__".into(), "load".into()),
+                ("instance".into(), format!("i{}", i % 3)),
+            ],
+            samples: vec![(i as f64 + 0.5, t_ms + i * 1000)],
+        })
+        .collect();
+    let r = common::http::request_with(
+        &nodes[1].addr(),
+        "POST",
+        "/api/v1/prom/write?db=prom",
+        &[
+            ("Content-Type", "application/x-protobuf"),
+            ("Content-Encoding", "snappy"),
+        ],
+        &halite::ingest::remote_write::encode_write_request(&samples),
+    )
+    .expect("remote write");
+    assert_eq!(r.status, 204, "{}", r.text());
+    // Remote read of both databases on a node: the samples as written,
+    // and the Telegraf points as `<measurement>_<field>` metrics.
+    let remote_read = |addr: &str, db: &str, matchers: &[(&str, &str)]| {
+        use common::prometheus::{read_answer, read_request_between};
+        let r = common::http::request_with(
+            addr,
+            "POST",
+            &format!("/api/v1/read?db={db}"),
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "snappy"),
+            ],
+            &read_request_between(matchers, t_ms as u64, t_ms as u64 + 3_600_000, None),
+        )
+        .expect("remote read");
+        assert_eq!(r.status, 200, "{}", r.text());
+        read_answer(&r.body)
+    };
+    let read_back = |nodes: &[&Node], when: &str| {
+        for node in nodes {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let got = remote_read(&node.addr(), "prom", &[("__name__", "load")]);
+                let points: Vec<(f64, i64)> = got.iter().flat_map(|s| s.samples.clone()).collect();
+                if got.len() == 3 && points.len() == 6 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{when}, node {}: remote read gave {got:?}",
+                    node.name
+                );
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            let user = remote_read(
+                &node.addr(),
+                "telegraf",
+                &[("__name__", "cpu_usage_user"), ("host", "web-2")],
+            );
+            assert_eq!(user.len(), 2, "{when}, node {}: {user:?}", node.name);
+            assert!(user.iter().all(|s| s.samples.len() == 10), "{user:?}");
+        }
+    };
+
+    let statements = common::influx::telegraf_statements(T0);
+    let expected: Vec<Json> = statements
+        .iter()
+        .map(|q| influxql_in(&influx.addr, "telegraf", q).1)
+        .collect();
+    // Every point has arrived on every node once the counts agree.
+    let counted = "SELECT count(usage_idle) FROM cpu";
+    let all = influxql_in(&influx.addr, "telegraf", counted).1;
+    let check = |nodes: &[&Node], when: &str| {
+        wait_for_answer(nodes, "telegraf", counted, &all, Duration::from_secs(60));
+        wait_for_answer(
+            nodes,
+            "telegraf",
+            "SELECT count(free) FROM disk",
+            &influxql_in(&influx.addr, "telegraf", "SELECT count(free) FROM disk").1,
+            Duration::from_secs(30),
+        );
+        for node in nodes {
+            for (q, want) in statements.iter().zip(&expected) {
+                let (status, got) = influxql_in(&node.addr(), "telegraf", q);
+                assert_eq!(status, 200, "{when}, node {}: {q}: {got}", node.name);
+                common::influx::assert_close(
+                    want,
+                    &got,
+                    &format!(
+                        "{when}, node {}: {q}: influx {want} halite {got}",
+                        node.name
+                    ),
+                );
+            }
+        }
+    };
+    check(&nodes.iter().collect::<Vec<_>>(), "written");
+    read_back(&nodes.iter().collect::<Vec<_>>(), "written");
+    // The producer chose the partitions: most lines' buckets were another
+    // partition's, and their consumers sent them on.
+    let misrouted: u64 = nodes
+        .iter()
+        .map(|n| ingest_counter(n, "misrouted_points"))
+        .sum();
+    assert!(misrouted > 0, "no line went on to its bucket's partition");
+
+    nodes[1]
+        .server
+        .as_mut()
+        .expect("b runs")
+        .child
+        .kill()
+        .expect("kill -9");
+    let _ = nodes[1].server.take().map(|mut s| s.child.wait());
+    wait_for_every_partition(&[&nodes[0]], "after the kill");
+    check(&[&nodes[0]], "after b was killed");
+    read_back(&[&nodes[0]], "after b was killed");
+    // Back with an empty disk: it reads what it needs from the store.
+    let cold = sc.dir().join("b");
+    let _ = std::fs::remove_dir_all(&cold);
+    start(&sc, &mut nodes[1]);
+    wait_for_every_partition(&nodes.iter().collect::<Vec<_>>(), "after b came back");
+    check(&nodes.iter().collect::<Vec<_>>(), "b back cold");
+    read_back(&nodes.iter().collect::<Vec<_>>(), "b back cold");
 }

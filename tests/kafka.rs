@@ -928,42 +928,7 @@ format = "json"
         .build();
     let mut srv = sc.start();
     const T0: u64 = 1_700_000_000_000_000_000;
-    const S: u64 = 1_000_000_000;
-    // A message a host's interval: every measurement of its plugins.
-    let mut messages = Vec::new();
-    for k in 0..10u64 {
-        for (h, host) in ["web-1", "web-2", "db-1"].iter().enumerate() {
-            let t = T0 + k * 10 * S + h as u64;
-            let mut m = Vec::new();
-            for c in 0..2u64 {
-                m.push(format!(
-                    "cpu,cpu=cpu{c},host={host} usage_idle={}.5,usage_user={} {t}",
-                    90 - (k + c + h as u64) % 30,
-                    (k * 3 + c) % 11
-                ));
-            }
-            m.push(format!(
-                "system,host={host} load1={}.25,n_cpus=2i,uptime={}i {t}",
-                k % 4,
-                1000 + k * 10
-            ));
-            for iface in ["eth0", "lo"] {
-                m.push(format!(
-                    "net,host={host},interface={iface} bytes_recv={}i,bytes_sent={}i {t}",
-                    k * 1000 + h as u64,
-                    k * 700
-                ));
-            }
-            if h != 2 {
-                m.push(format!(
-                    "disk,device=sda1,fstype=ext4,host={host},mode=rw,path=/ free={}i,used_percent={}.5 {t}",
-                    5000 - k,
-                    40 + k
-                ));
-            }
-            messages.push(m.join("\n"));
-        }
-    }
+    let messages = common::influx::telegraf_messages(T0, 10);
     let r = common::http::request(
         &influx.addr,
         "POST",
@@ -1031,24 +996,7 @@ format = "json"
         "{reasons:?}"
     );
 
-    let t = |secs: u64| format!("{}", T0 + secs * S);
-    let statements = [
-        "SHOW MEASUREMENTS".to_string(),
-        "SHOW TAG KEYS".to_string(),
-        "SHOW FIELD KEYS".to_string(),
-        "SHOW SERIES".to_string(),
-        "SHOW TAG VALUES WITH KEY = \"interface\"".to_string(),
-        "SELECT * FROM net WHERE host = 'web-2' AND interface = 'eth0'".to_string(),
-        "SELECT * FROM disk WHERE host = 'web-1'".to_string(),
-        format!(
-            "SELECT mean(usage_idle), max(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(20s), host fill(none)",
-            t(0),
-            t(100)
-        ),
-        "SELECT last(load1), sum(uptime) FROM system GROUP BY host".to_string(),
-        "SELECT sum(bytes_recv), count(bytes_sent) FROM net GROUP BY interface".to_string(),
-        "SELECT mean(used_percent) FROM disk GROUP BY *".to_string(),
-    ];
+    let statements = common::influx::telegraf_statements(T0);
     let answers = |addr: &str| -> Vec<serde_json::Value> {
         statements
             .iter()

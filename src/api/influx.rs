@@ -359,14 +359,16 @@ fn write_body(
                 continue;
             }
         };
-        let table = match s.store.table(&name) {
+        // In cluster mode a database's tables of open tag sets travel
+        // through the topic mapped to the database, whose partitions
+        // carry their buckets: without one, only declared tables.
+        let no_topic = s.topics.as_ref().is_some_and(|t| !t.has_database(db));
+        let table = match databases::existing_table(&s.store, &name) {
             Ok(t) => t,
-            // A cluster's nodes share no dictionary yet: they write the
-            // declared tables a measurement names, and make none.
-            Err(Error::NotFound(_)) if s.topics.is_some() => {
+            Err(Error::NotFound(_)) if no_topic => {
                 outcome.unparsed.extend(unparsed(&format!(
-                    "halite's cluster mode writes only the declared-key tables of its config \
-                     (no table `{name}`): write new measurements to a single node"
+                    "no table `{name}`, and in cluster mode a measurement's table is made only \
+                     in a database mapped to a topic ([[kafka.topics]] database = \"{db}\")"
                 )));
                 continue;
             }
@@ -376,10 +378,10 @@ fn write_body(
             .map_err(store_error)?,
             Err(e) => return Err(store_error(e)),
         };
-        if table.desc.key.is_open_tags() && s.topics.is_some() {
+        if table.desc.key.is_open_tags() && no_topic {
             outcome.unparsed.extend(unparsed(&format!(
-                "table `{name}` has open tag sets, which halite's cluster mode does not take yet: \
-                 write it on a single node"
+                "table `{name}` has open tag sets: in cluster mode they are written through the \
+                 topic mapped to their database ([[kafka.topics]] database = \"{db}\")"
             )));
             continue;
         }
@@ -935,13 +937,9 @@ fn select_json(out: Vec<SeriesOut>, format: CellFormat) -> Vec<Json> {
         .collect()
 }
 
-/// The dictionary of database `db`: `None` in cluster mode, which keeps
-/// none yet (docs/compatibility.md), and so reads only declared tables.
+/// The dictionary of database `db` (a table of the namespace made on
+/// first use; a cluster's is on the object store).
 fn dictionary_of(s: &AppState, db: &str) -> Result<Option<Arc<Dictionary>>, String> {
-    // A dictionary is a table of the namespace, made on first use.
-    if s.topics.is_some() {
-        return Ok(None);
-    }
     s.tag_sets
         .dictionary(&s.store, db)
         .map(Some)
@@ -1052,15 +1050,10 @@ fn run_other(
     format: CellFormat,
 ) -> Result<Vec<Json>, String> {
     match st {
-        Statement::CreateDatabase { name } => {
-            if s.topics.is_some() {
-                return Err("halite's cluster mode does not take InfluxDB databases yet".into());
-            }
-            match s.store.catalog().create_namespace(name) {
-                Ok(()) | Err(Error::Conflict(_)) => Ok(Vec::new()),
-                Err(e) => Err(e.to_string()),
-            }
-        }
+        Statement::CreateDatabase { name } => match s.store.catalog().create_namespace(name) {
+            Ok(()) | Err(Error::Conflict(_)) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        },
         Statement::ShowDatabases => {
             let catalog = s.store.catalog();
             let tables = catalog.tables(None);

@@ -128,10 +128,19 @@ pub(super) async fn remote_write(
     if let Err(refused) = allow(&caller, Scope::Write, Some(&name.namespace)) {
         return super::ApiError::from(refused).into_response();
     }
-    if s.topics.is_some() {
+    // In cluster mode the samples travel through the topic mapped to
+    // their database, whose partitions carry their buckets.
+    if let Some(topics) = &s.topics
+        && !topics.carries(&name)
+    {
         return refuse(
             StatusCode::NOT_IMPLEMENTED,
-            "halite's cluster mode does not take Prometheus remote write yet: write to a single node",
+            format!(
+                "in cluster mode Prometheus samples are written through a topic mapped to \
+                 their database, and `{}` has none: add [[kafka.topics]] database = \"{}\" \
+                 (format \"remote_write\" or \"line\")",
+                name.namespace, name.namespace
+            ),
         )
         .into_response();
     }
@@ -207,11 +216,16 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
     }
     let rows = encoder.finish();
     if rows.rows() > 0 {
-        let pending = s
-            .store
-            .submit_rows(&table.desc, rows)
-            .map_err(|e| store_refusal(&e))?;
-        s.store.wait_rows(pending).map_err(|e| store_refusal(&e))?;
+        let sent = match &s.topics {
+            Some(topics) => topics
+                .submit_rows(&table.desc, rows)
+                .and_then(|pending| topics.wait_rows(pending)),
+            None => s
+                .store
+                .submit_rows(&table.desc, rows)
+                .and_then(|pending| s.store.wait_rows(pending)),
+        };
+        sent.map_err(|e| store_refusal(&e))?;
     }
     if over_limit > 0 {
         return Err(refuse(
@@ -232,19 +246,17 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
 /// itself, which remote read answers as it was written.
 fn measurements_of(s: &AppState, samples: &TableName) -> Result<Vec<Measurement>, Refusal> {
     let internal = |e: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, e);
-    // Cluster mode keeps no dictionary yet: only declared tables then. A
-    // dictionary is made on first use: a read of a database with no open
-    // table makes none.
+    // A dictionary is made on first use: a read of a database with no
+    // open table makes none.
     let open_tables = s
         .store
         .catalog()
         .tables(Some(&samples.namespace))
         .iter()
         .any(|t| t.key.is_open_tags() && !t.name.table.starts_with("__"));
-    let dictionary = match s.topics {
-        Some(_) => None,
-        None if !open_tables => None,
-        None => Some(
+    let dictionary = match open_tables {
+        false => None,
+        true => Some(
             s.tag_sets
                 .dictionary(&s.store, &samples.namespace)
                 .map_err(|e| internal(e.to_string()))?,

@@ -836,6 +836,7 @@ pub(super) async fn list_series(
         let tag_sets = s.tag_sets.clone();
         return blocking(move || -> crate::error::Result<Json<Json_>> {
             let dictionary = tag_sets.dictionary(&store, &name.namespace)?;
+            dictionary.refresh(&name.table)?;
             let all = dictionary.series_of(&name.table);
             let fields: Vec<String> = dictionary.fields_of(&name.table).into_keys().collect();
             let series: Vec<Json_> = all

@@ -145,17 +145,18 @@ pub(super) async fn write(
     let max_value_size = s.store.max_value_size();
     let piece_bytes = s.write_piece;
     let dictionary = match (&s.topics, desc.key.is_open_tags()) {
-        (Some(_), true) => {
+        (Some(topics), true) if !topics.carries(&name) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "unsupported",
                 format!(
-                    "table `{name}` has open tag sets, which cluster mode does not take yet; \
-                     write it on a single node"
+                    "table `{name}` has open tag sets: in cluster mode they are written through \
+                     the topic mapped to their database ([[kafka.topics]] database = \"{}\")",
+                    name.namespace
                 ),
             ));
         }
-        (None, true) => {
+        (_, true) => {
             let (store, tag_sets, ns) =
                 (s.store.clone(), s.tag_sets.clone(), name.namespace.clone());
             Some(blocking(move || tag_sets.dictionary(&store, &ns)).await?)

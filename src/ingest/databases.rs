@@ -73,12 +73,28 @@ pub fn table_or_make(
     name: &TableName,
     request: impl FnOnce() -> CreateTable,
 ) -> Result<Arc<Table>, Error> {
-    match store.table(name) {
+    match existing_table(store, name) {
         Err(Error::NotFound(_)) => {
             match store.create_table(&request()) {
-                Ok(_) | Err(Error::Conflict(_)) => {}
+                Ok(_) => {}
+                // Another node of a cluster made it first: the catalog
+                // was read again, and a refresh opens it here.
+                Err(Error::Conflict(_)) if store.is_cluster() => store.refresh_catalog()?,
+                Err(Error::Conflict(_)) => {}
                 Err(e) => return Err(e),
             }
+            store.table(name)
+        }
+        got => got,
+    }
+}
+
+/// Table `name`; in cluster mode one another node made since the last
+/// catalog refresh is opened first.
+pub fn existing_table(store: &Store, name: &TableName) -> Result<Arc<Table>, Error> {
+    match store.table(name) {
+        Err(Error::NotFound(_)) if store.is_cluster() => {
+            store.refresh_catalog()?;
             store.table(name)
         }
         got => got,

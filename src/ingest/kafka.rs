@@ -55,6 +55,7 @@ use crate::catalog::TableName;
 use crate::clock::Clock;
 use crate::ingest::line_protocol::Precision;
 use crate::store::Store;
+use crate::store::cluster::ShardFeeds;
 
 use batch::{Batch, TopicRoute};
 use dead_letter::DeadLetters;
@@ -97,13 +98,6 @@ fn database_route(
     db: &str,
     format: crate::ingest::Format,
 ) -> Result<(TableName, Option<String>), String> {
-    if store.is_cluster() {
-        return Err(
-            "a topic mapped to a database makes a table of open tag sets per measurement, \
-             which cluster mode does not take yet: map it to a declared-key table"
-                .into(),
-        );
-    }
     match store.catalog().create_namespace(db) {
         Ok(()) | Err(crate::error::Error::Conflict(_)) => {}
         Err(e) => return Err(e.to_string()),
@@ -150,19 +144,25 @@ impl KafkaIngest {
                     ));
                 }
             };
-            let desc = store.catalog().table(&table).map_err(|e| {
-                bad(format!(
-                    "{e}; create the table (or list it under [[tables]]) first"
-                ))
-            })?;
-            // A cluster's nodes would each give the same names other
-            // UIDs: until the dictionary is shared, such a table is fed
-            // on one node (issue "One engine behind every door").
-            if desc.key.is_open_tags() && store.is_cluster() && database.is_none() {
-                return Err(bad(format!(
-                    "table `{table}` has open tag sets, which cluster mode does not take yet: \
-                     feed it on a single node, or map the topic to a table with a declared key"
-                )));
+            // A database's tables are made as their measurements arrive
+            // (its dictionary's own table is not, in cluster mode).
+            if t.database.is_none() {
+                let desc = store.catalog().table(&table).map_err(|e| {
+                    bad(format!(
+                        "{e}; create the table (or list it under [[tables]]) first"
+                    ))
+                })?;
+                // A table topic's open tag sets would take rows messages
+                // (HTTP writes in cluster mode) as one table's, which a
+                // database's topic carries as named rows: map the topic
+                // to the database instead.
+                if desc.key.is_open_tags() && store.is_cluster() {
+                    return Err(bad(format!(
+                        "table `{table}` has open tag sets: in cluster mode map the topic to its \
+                         database (`database = \"{}\"`), whose tables its partitions carry",
+                        table.namespace
+                    )));
+                }
             }
             let precision = t
                 .precision
@@ -184,7 +184,7 @@ impl KafkaIngest {
             );
         }
         let cluster = if store.is_cluster() {
-            let mut tables: HashMap<String, Vec<TableName>> = HashMap::new();
+            let mut tables: HashMap<String, ShardFeeds> = HashMap::new();
             let mut fed_by: HashMap<TableName, String> = HashMap::new();
             for route in routes.values() {
                 if let Some(other) = fed_by.insert(route.table.clone(), route.topic.clone()) {
@@ -197,10 +197,11 @@ impl KafkaIngest {
                         ),
                     });
                 }
-                tables
-                    .entry(route.topic.clone())
-                    .or_default()
-                    .push(route.table.clone());
+                let feeds = match &route.database {
+                    Some(db) => ShardFeeds::Database(db.clone()),
+                    None => ShardFeeds::Tables(vec![route.table.clone()]),
+                };
+                tables.insert(route.topic.clone(), feeds);
             }
             Some(shared::ClusterRoutes {
                 tables,
@@ -873,11 +874,15 @@ impl ConsumerLoop {
             ready.retain(|b| b.topic.topic != *topic || b.partition != partition);
             self.shared.store.release_shard(topic, partition as u32);
             let partitions = routes.partitions.lock().get(topic).copied().unwrap_or(1);
-            let tables = routes.tables.get(topic).cloned().unwrap_or_default();
+            let feeds = routes
+                .tables
+                .get(topic)
+                .cloned()
+                .unwrap_or(ShardFeeds::Tables(Vec::new()));
             match self
                 .shared
                 .store
-                .take_shard(topic, partition as u32, partitions, &tables)
+                .take_shard(topic, partition as u32, partitions, &feeds)
             {
                 Ok(start) => {
                     routes.next_incarnation(&key);

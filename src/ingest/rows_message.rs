@@ -9,6 +9,16 @@
 //!
 //! The keys were made once, by the node that took the write (uniquifiers
 //! included), so replaying the message writes the same cells again.
+//!
+//! A topic mapped to a database carries the rows of many tables: there a
+//! rows message names its table.
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 8 | magic `\0HALROWT` |
+//! | 1 | n, the table's name's length |
+//! | n | the table's name within the database (`cpu`, `samples`) |
+//! | rest | a WAL edits record, as above |
 
 use crate::cell::{Entry, EntryBatch};
 use crate::region::wal::record::{decode_edits, encode_edits};
@@ -22,9 +32,48 @@ pub fn encode_rows_message(rows: &EntryBatch) -> Vec<u8> {
     out
 }
 
+pub const TABLE_ROWS_MAGIC: &[u8; 8] = b"\0HALROWT";
+
 /// Whether a message carries encoded rows (not points to decode).
 pub fn is_rows_message(payload: &[u8]) -> bool {
     payload.starts_with(ROWS_MAGIC)
+}
+
+/// The message carrying `rows` of table `table` of a database (a name
+/// of at most 255 bytes, as every table's is).
+pub fn encode_table_rows_message(table: &str, rows: &EntryBatch) -> Vec<u8> {
+    let mut out = TABLE_ROWS_MAGIC.to_vec();
+    out.push(table.len() as u8);
+    out.extend_from_slice(table.as_bytes());
+    out.extend_from_slice(&encode_edits(0, 0, None, rows));
+    out
+}
+
+/// Whether a message carries encoded rows of a named table.
+pub fn is_table_rows_message(payload: &[u8]) -> bool {
+    payload.starts_with(TABLE_ROWS_MAGIC)
+}
+
+/// The table and rows of a named rows message.
+pub fn decode_table_rows_message(payload: &[u8]) -> Result<(&str, Vec<Vec<Entry>>), String> {
+    let body = payload
+        .strip_prefix(TABLE_ROWS_MAGIC.as_slice())
+        .ok_or("not a rows message")?;
+    let n = *body.first().ok_or("rows message cut before its table")? as usize;
+    let table = body
+        .get(1..1 + n)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .ok_or("rows message cut in its table, or the table is not UTF-8")?;
+    let at = 8 + 1 + n;
+    decode_edits(&body[1 + n..])
+        .map(|e| (table, e.rows))
+        .map_err(|e| {
+            format!(
+                "rows message unreadable at byte {}: {}",
+                e.offset + at,
+                e.what
+            )
+        })
 }
 
 /// The rows of a rows message, each a list of entries of one row.
@@ -64,6 +113,16 @@ mod tests {
         assert_eq!(rows[1][0].value, b"3");
         for cut in 8..msg.len() {
             assert!(decode_rows_message(&msg[..cut]).is_err(), "cut at {cut}");
+        }
+        let named = encode_table_rows_message("cpu", &b);
+        assert!(is_table_rows_message(&named) && !is_rows_message(&named));
+        let (table, rows) = decode_table_rows_message(&named).expect("decode");
+        assert_eq!((table, rows.len()), ("cpu", 2));
+        for cut in 8..named.len() {
+            assert!(
+                decode_table_rows_message(&named[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
     }
 }

@@ -103,7 +103,7 @@ fn invalid(e: Error) -> String {
 }
 
 /// Runs `select` on database `db`; an error is the statement's error text.
-/// `dictionary`: the database's, where it keeps one (not in cluster mode).
+/// `dictionary`: the database's, where it has one.
 pub fn select(
     store: &Store,
     dictionary: Option<&Dictionary>,

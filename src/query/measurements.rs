@@ -263,27 +263,33 @@ fn declared(
         .collect())
 }
 
-/// Measurement `m` of an open table `db:m`, from `dictionary`; `None`
-/// when there is no such table (or no dictionary, as in cluster mode).
+/// Measurement `m` of an open table `db:m`, from `dictionary` (in
+/// cluster mode refreshed from the object store first: every node's
+/// series); `None` when there is no such table (or no dictionary).
 fn open_measurement(
     dictionary: Option<&Dictionary>,
     desc: &TableDescriptor,
     m: &str,
-) -> Option<Measurement> {
-    let dictionary = dictionary?;
-    Some(Measurement {
+) -> Result<Option<Measurement>, String> {
+    let Some(dictionary) = dictionary else {
+        return Ok(None);
+    };
+    dictionary.refresh(m).map_err(|e| e.to_string())?;
+    let Some(table) = SeriesTable::of(desc) else {
+        return Ok(None);
+    };
+    Ok(Some(Measurement {
         name: m.to_string(),
         fields: dictionary.fields_of(m),
         series: dictionary.series_of(m),
-        tables: vec![SeriesTable::of(desc)?],
+        tables: vec![table],
         table_of: Vec::new(),
-    })
+    }))
 }
 
 /// Measurement `m` of database `db` (`None`: there is none). An open
-/// table `db:m` answers it from `dictionary` (which cluster mode does not
-/// have: `None` then, and such tables are not made); otherwise the
-/// declared tables holding series of `m`.
+/// table `db:m` answers it from `dictionary`; otherwise the declared
+/// tables holding series of `m`.
 pub fn measurement(
     store: &Store,
     dictionary: Option<&Dictionary>,
@@ -297,7 +303,7 @@ pub fn measurement(
             return Err(why);
         }
         if desc.key.is_open_tags() {
-            return Ok(open_measurement(dictionary, &desc, m));
+            return open_measurement(dictionary, &desc, m);
         }
     }
     Ok(declared(store, db, Some(m))?.remove(m))
@@ -313,12 +319,30 @@ pub fn measurements(
     let mut all = declared(store, db, None)?;
     // An open table answers its measurement over declared ones, as
     // [`measurement`] does.
-    for t in dictionary.map(Dictionary::tables).unwrap_or_default() {
+    // In cluster mode another node may have written any open table of
+    // the database: each is asked (those with no series yet answer none).
+    let open_tables = match dictionary {
+        Some(d) if d.is_shared() => store
+            .catalog()
+            .tables(Some(db))
+            .into_iter()
+            .filter(|desc| desc.key.is_open_tags() && !desc.name.table.starts_with("__"))
+            .map(|desc| desc.name.table)
+            .collect(),
+        Some(d) => d.tables(),
+        None => Default::default(),
+    };
+    for t in open_tables {
         let open = TableName::parse(&format!("{db}:{t}"))
             .ok()
             .and_then(|name| store.catalog().table(&name).ok())
             .filter(|desc| desc.key.is_open_tags());
-        if let Some(m) = open.and_then(|desc| open_measurement(dictionary, &desc, &t)) {
+        let Some(desc) = open else {
+            continue;
+        };
+        if let Some(m) = open_measurement(dictionary, &desc, &t)?
+            && !m.series.is_empty()
+        {
             all.insert(t, m);
         }
     }

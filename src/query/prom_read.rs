@@ -78,6 +78,8 @@ pub fn read(
         .iter()
         .find(|m| m.op == MatchOp::Equal && m.name == "__name__")
         .map(|m| m.value.as_str());
+    // In cluster mode: every node's series of the table.
+    dictionary.refresh(&table.table)?;
     for s in dictionary.series_of_metric(&table.table, metric) {
         let mut labels: Vec<(String, String)> = std::iter::once(("__name__".to_string(), s.metric))
             .chain(s.tags)

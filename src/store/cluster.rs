@@ -48,14 +48,40 @@ pub struct ClusterStorage {
     pub files: Arc<FileCache>,
 }
 
+/// The tables a shard's partition feeds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardFeeds {
+    /// These tables (a topic mapped to a table).
+    Tables(Vec<TableName>),
+    /// Every table of open tag sets of a database, those made later too
+    /// (a topic mapped to a database: a measurement's table is made on
+    /// its first point).
+    Database(String),
+}
+
+impl ShardFeeds {
+    /// Whether the shard's partition feeds table `desc`.
+    pub fn feeds(&self, desc: &TableDescriptor) -> bool {
+        match self {
+            ShardFeeds::Tables(names) => names.contains(&desc.name),
+            ShardFeeds::Database(db) => {
+                desc.name.namespace == *db
+                    && desc.key.is_open_tags()
+                    && desc.name.table != crate::series::TAGS_TABLE
+            }
+        }
+    }
+}
+
 /// A shard this node owns.
 struct HeldShard {
     owner: Arc<OwnedShard>,
     /// The shard's regions: their table and id.
     regions: Vec<(TableName, u64)>,
     /// The tables the shard feeds, and its stream's shard count: which
-    /// buckets it carries (a region a salt epoch adds joins it).
-    tables: Vec<TableName>,
+    /// buckets it carries (a region a salt epoch adds joins it, and a
+    /// table made later of a database it feeds).
+    feeds: ShardFeeds,
     partitions: u32,
     since: Instant,
 }
@@ -251,11 +277,14 @@ impl Store {
                         first_error.get_or_insert(e);
                     }
                 }
+                // A table made since: its regions are taken by the shards
+                // held here that feed it, read as other nodes' otherwise.
                 None => {
-                    let table = cluster.unowned_table(desc, &self.cache, &self.clock);
-                    self.tables
-                        .write()
-                        .insert(table.desc.name.clone(), Arc::new(table));
+                    let name = desc.name.clone();
+                    if let Err(e) = self.relayout_table(cluster, desc) {
+                        tracing::warn!(table = %name, error = %e, "opening a new table failed; the next refresh tries again");
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
         }
@@ -263,7 +292,7 @@ impl Store {
     }
 
     /// Takes partition `shard` of topic `stream` (of `partitions`), which
-    /// feeds `tables`: its lease at the next epoch, then each of its
+    /// feeds `feeds`: its lease at the next epoch, then each of its
     /// regions adopted from the object store and opened here. Returns
     /// where consuming the partition must start for nothing to be lost.
     pub fn take_shard(
@@ -271,7 +300,7 @@ impl Store {
         stream: &str,
         shard: u32,
         partitions: u32,
-        tables: &[TableName],
+        feeds: &ShardFeeds,
     ) -> Result<ShardStart> {
         let Some(cluster) = &self.cluster else {
             return Err(Error::InvalidInput(
@@ -295,14 +324,26 @@ impl Store {
         let mut held = HeldShard {
             owner: owner.clone(),
             regions: Vec::new(),
-            tables: tables.to_vec(),
+            feeds: feeds.clone(),
             partitions,
             since: Instant::now(),
+        };
+        // A database's tables open here so far; one the catalog names and
+        // this node has not opened yet is taken as it opens.
+        let tables: Vec<TableName> = match feeds {
+            ShardFeeds::Tables(names) => names.clone(),
+            ShardFeeds::Database(_) => self
+                .tables
+                .read()
+                .values()
+                .filter(|t| feeds.feeds(&t.desc))
+                .map(|t| t.desc.name.clone())
+                .collect(),
         };
         let mut from: Option<Option<u64>> = None;
         let mut opened = Vec::new();
         let outcome = (|| -> Result<()> {
-            for table_name in tables {
+            for table_name in &tables {
                 let table = self.table(table_name)?;
                 let mut regions = table.regions.clone();
                 for i in regions_of_shard(&table.desc, shard, partitions) {
@@ -389,18 +430,22 @@ impl Store {
         )
     }
 
-    /// A table whose layout changed in the shared catalog (a salt epoch
-    /// added regions for new buckets): the regions it had keep their
-    /// handles; a new one is adopted by the shard held here that carries
-    /// its bucket (and starts at the position the shard has published:
-    /// no message before it was salted into it), or read as another
-    /// node's. Called under the DDL lock.
+    /// A table new here, or whose layout changed in the shared catalog
+    /// (a salt epoch added regions for new buckets): the regions it had
+    /// keep their handles; a new one is adopted by the shard held here
+    /// that carries its bucket (and starts at the position the shard has
+    /// published: no message before it was salted into it, or written
+    /// before the table was made), or read as another node's. Called
+    /// under the DDL lock.
     pub(super) fn relayout_table(&self, cluster: &Cluster, desc: TableDescriptor) -> Result<()> {
-        let old = self.table(&desc.name)?;
+        let old = self.table(&desc.name).ok();
         let mut regions = Vec::with_capacity(desc.regions.len());
         let mut joined: Vec<(SourceShard, u64)> = Vec::new();
         for (i, info) in desc.regions.iter().enumerate() {
-            if let Some(h) = old.regions.iter().find(|h| h.id() == info.id) {
+            if let Some(h) = old
+                .as_ref()
+                .and_then(|old| old.regions.iter().find(|h| h.id() == info.id))
+            {
                 regions.push(h.clone());
                 continue;
             }
@@ -410,7 +455,7 @@ impl Store {
                 .lock()
                 .iter()
                 .find(|(key, h)| {
-                    h.tables.contains(&desc.name)
+                    h.feeds.feeds(&desc)
                         && !h.owner.is_fenced()
                         && partition_of_bucket(bucket, h.partitions) == key.1
                 })

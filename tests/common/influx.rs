@@ -136,3 +136,68 @@ pub fn without_long_partial(mut answer: Json) -> Json {
     }
     answer
 }
+
+/// Telegraf's messages of `intervals` 10 s intervals from `t0` (ns), one
+/// message a host's interval holding every measurement its plugins sent
+/// (cpu, system, net, disk), as Telegraf's Kafka output batches them.
+pub fn telegraf_messages(t0: u64, intervals: u64) -> Vec<String> {
+    const S: u64 = 1_000_000_000;
+    let mut messages = Vec::new();
+    for k in 0..intervals {
+        for (h, host) in ["web-1", "web-2", "db-1"].iter().enumerate() {
+            let t = t0 + k * 10 * S + h as u64;
+            let mut m = Vec::new();
+            for c in 0..2u64 {
+                m.push(format!(
+                    "cpu,cpu=cpu{c},host={host} usage_idle={}.5,usage_user={} {t}",
+                    90 - (k + c + h as u64) % 30,
+                    (k * 3 + c) % 11
+                ));
+            }
+            m.push(format!(
+                "system,host={host} load1={}.25,n_cpus=2i,uptime={}i {t}",
+                k % 4,
+                1000 + k * 10
+            ));
+            for iface in ["eth0", "lo"] {
+                m.push(format!(
+                    "net,host={host},interface={iface} bytes_recv={}i,bytes_sent={}i {t}",
+                    k * 1000 + h as u64,
+                    k * 700
+                ));
+            }
+            if h != 2 {
+                m.push(format!(
+                    "disk,device=sda1,fstype=ext4,host={host},mode=rw,path=/ free={}i,used_percent={}.5 {t}",
+                    5000 - k,
+                    40 + k
+                ));
+            }
+            messages.push(m.join("\n"));
+        }
+    }
+    messages
+}
+
+/// What a Telegraf dashboard and its variables ask of
+/// [`telegraf_messages`]' points (`t0` as there, 100 s of them).
+pub fn telegraf_statements(t0: u64) -> Vec<String> {
+    let t = |secs: u64| format!("{}", t0 + secs * 1_000_000_000);
+    vec![
+        "SHOW MEASUREMENTS".to_string(),
+        "SHOW TAG KEYS".to_string(),
+        "SHOW FIELD KEYS".to_string(),
+        "SHOW SERIES".to_string(),
+        "SHOW TAG VALUES WITH KEY = \"interface\"".to_string(),
+        "SELECT * FROM net WHERE host = 'web-2' AND interface = 'eth0'".to_string(),
+        "SELECT * FROM disk WHERE host = 'web-1'".to_string(),
+        format!(
+            "SELECT mean(usage_idle), max(usage_user) FROM cpu WHERE time >= {} AND time < {} GROUP BY time(20s), host fill(none)",
+            t(0),
+            t(100)
+        ),
+        "SELECT last(load1), sum(uptime) FROM system GROUP BY host".to_string(),
+        "SELECT sum(bytes_recv), count(bytes_sent) FROM net GROUP BY interface".to_string(),
+        "SELECT mean(used_percent) FROM disk GROUP BY *".to_string(),
+    ]
+}

@@ -366,3 +366,21 @@ pub fn assert_cpu_oracle_in(
     }
     got
 }
+
+/// Sends each payload to `topic` as a message without a key (the
+/// producer picks the partitions, as Telegraf's Kafka output does), and
+/// waits until the brokers have them all.
+pub fn produce_payloads(bootstrap: &str, topic: &str, payloads: &[String]) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("producer");
+    for p in payloads {
+        producer
+            .send(BaseRecord::<'_, (), str>::to(topic).payload(p.as_str()))
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}

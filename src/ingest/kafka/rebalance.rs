@@ -268,7 +268,11 @@ impl IngestContext {
         let mut gave_up = false;
         for (topic, partition) in assigned {
             let partitions = routes.partitions.lock().get(&topic).copied().unwrap_or(1);
-            let tables = routes.tables.get(&topic).cloned().unwrap_or_default();
+            let feeds = routes
+                .tables
+                .get(&topic)
+                .cloned()
+                .unwrap_or(crate::store::cluster::ShardFeeds::Tables(Vec::new()));
             let mut pause = Duration::from_millis(100);
             let start = loop {
                 if gave_up {
@@ -276,7 +280,7 @@ impl IngestContext {
                 }
                 match shared
                     .store
-                    .take_shard(&topic, partition as u32, partitions, &tables)
+                    .take_shard(&topic, partition as u32, partitions, &feeds)
                 {
                     Ok(start) => break Some(start),
                     Err(e) if Instant::now() < deadline => {

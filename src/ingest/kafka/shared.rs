@@ -59,7 +59,7 @@ pub(super) struct Shared {
 #[derive(Debug, Default)]
 pub(super) struct ClusterRoutes {
     pub(super) partitions: Mutex<HashMap<String, u32>>,
-    pub(super) tables: HashMap<String, Vec<TableName>>,
+    pub(super) tables: HashMap<String, crate::store::cluster::ShardFeeds>,
     /// Per partition, the offset last committed (the published position).
     pub(super) committed: Mutex<HashMap<PartitionKey, i64>>,
     /// Per partition, how many times this node took it (or let it go):

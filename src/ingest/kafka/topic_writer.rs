@@ -19,7 +19,7 @@ use crate::catalog::{TableDescriptor, TableName};
 use crate::cell::EntryBatch;
 use crate::error::Error;
 use crate::ingest::RowsSink;
-use crate::ingest::rows_message::encode_rows_message;
+use crate::ingest::rows_message::{encode_rows_message, encode_table_rows_message};
 use crate::store::cluster::partition_of_bucket;
 use crate::table::RoutedRows;
 
@@ -48,6 +48,10 @@ pub struct TopicWriter {
     producer: PolledProducer<Deliveries>,
     /// Per table: its topic and the topic's partition count.
     routes: HashMap<TableName, (String, u32)>,
+    /// Per database mapped to a topic: the topic and its partition count
+    /// (it carries the rows of every table of open tag sets of the
+    /// database, each message naming its table).
+    databases: HashMap<String, (String, u32)>,
 }
 
 /// Messages sent and not yet acknowledged.
@@ -63,15 +67,8 @@ impl TopicWriter {
         pc.set("acks", "all");
         let producer = PolledProducer::create(&pc, Deliveries)?;
         let mut routes = HashMap::new();
+        let mut databases = HashMap::new();
         for t in &config.topics {
-            // Refused in cluster mode, by the consumer, saying why.
-            if t.database.is_some() {
-                continue;
-            }
-            let table = TableName::parse(&t.table).map_err(|e| KafkaError::Topic {
-                topic: t.topic.clone(),
-                reason: e.to_string(),
-            })?;
             let md = producer
                 .client()
                 .fetch_metadata(Some(&t.topic), Duration::from_secs(10))?;
@@ -86,20 +83,64 @@ impl TopicWriter {
                     reason: "the topic has no partitions (create it first)".into(),
                 });
             }
+            // A database's topic of remote writes feeds its samples
+            // table alone; one of lines or JSON every table of the
+            // database, its rows messages naming theirs.
+            match &t.database {
+                Some(db) if t.format == crate::ingest::Format::RemoteWrite => {
+                    let samples = TableName::parse(&format!(
+                        "{db}:{}",
+                        crate::ingest::databases::SAMPLES_TABLE
+                    ))
+                    .map_err(|e| KafkaError::Topic {
+                        topic: t.topic.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    routes.insert(samples, (t.topic.clone(), partitions));
+                    continue;
+                }
+                Some(db) => {
+                    databases.insert(db.clone(), (t.topic.clone(), partitions));
+                    continue;
+                }
+                None => {}
+            }
+            let table = TableName::parse(&t.table).map_err(|e| KafkaError::Topic {
+                topic: t.topic.clone(),
+                reason: e.to_string(),
+            })?;
             routes.insert(table, (t.topic.clone(), partitions));
         }
-        Ok(TopicWriter { producer, routes })
+        Ok(TopicWriter {
+            producer,
+            routes,
+            databases,
+        })
+    }
+
+    /// Whether database `db` has a topic of lines or JSON (its
+    /// measurements' tables can be written in cluster mode).
+    pub fn has_database(&self, db: &str) -> bool {
+        self.databases.contains_key(db)
+    }
+
+    /// Whether `table` has a topic: its own, or its database's.
+    pub fn carries(&self, table: &TableName) -> bool {
+        self.routes.contains_key(table) || self.has_database(&table.namespace)
     }
 
     fn send(
         &self,
-        topic: &str,
+        (topic, named): (&str, Option<&str>),
         partition: u32,
         bucket: u32,
         rows: &EntryBatch,
         replies: &mut Vec<Receiver<Result<(), String>>>,
     ) -> Result<(), Error> {
-        let payload = encode_rows_message(rows);
+        let payload = match named {
+            Some(table) => encode_table_rows_message(table, rows),
+            None => encode_rows_message(rows),
+        };
         let key = bucket.to_string();
         let (tx, rx) = bounded(1);
         let record = BaseRecord::with_opaque_to(topic, Box::new(tx))
@@ -124,13 +165,25 @@ impl RowsSink for TopicWriter {
         table: &TableDescriptor,
         rows: RoutedRows,
     ) -> Result<PendingTopicWrite, Error> {
-        let (topic, partitions) = self.routes.get(&table.name).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "table `{}` has no topic under [kafka] topics: in cluster mode a write goes \
-                 through its table's topic",
-                table.name
-            ))
-        })?;
+        let database = || {
+            self.databases
+                .get(&table.name.namespace)
+                .filter(|_| table.key.is_open_tags())
+                .map(|(topic, p)| ((topic.as_str(), Some(table.name.table.as_str())), p))
+        };
+        let (to, partitions) = self
+            .routes
+            .get(&table.name)
+            .map(|(topic, p)| ((topic.as_str(), None), p))
+            .or_else(database)
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "table `{}` has no topic under [kafka] topics: in cluster mode a write goes \
+                     through its table's topic (or, for a table of open tag sets, its \
+                     database's: `database = \"{}\"`)",
+                    table.name, table.name.namespace
+                ))
+            })?;
         // Rows by bucket, from the buckets of the regions they were split by.
         let mut by_bucket: BTreeMap<u32, EntryBatch> = BTreeMap::new();
         for (id, batch) in rows.region_ids.iter().zip(&rows.batches) {
@@ -155,12 +208,12 @@ impl RowsSink for TopicWriter {
             for i in 0..batch.rows() {
                 piece.push_row_from(&batch, i);
                 if piece.bytes() >= MESSAGE_BYTES {
-                    self.send(topic, partition, bucket, &piece, &mut replies)?;
+                    self.send(to, partition, bucket, &piece, &mut replies)?;
                     piece = EntryBatch::new();
                 }
             }
             if !piece.is_empty() {
-                self.send(topic, partition, bucket, &piece, &mut replies)?;
+                self.send(to, partition, bucket, &piece, &mut replies)?;
             }
         }
         Ok(PendingTopicWrite { replies })

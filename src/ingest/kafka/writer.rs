@@ -248,7 +248,7 @@ pub(super) fn decode_ahead(
     let mut bad = Vec::new();
     for (i, (offset, payload)) in batch.iter().enumerate() {
         encoder.set_uniquifiers(Uniquifiers::Message { stream, offset });
-        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now, store.is_cluster()) {
             bad.push((i, reason));
         }
     }
@@ -679,7 +679,7 @@ pub(super) fn decode_in_turn<'b>(
             continue;
         }
         encoder.set_uniquifiers(Uniquifiers::Message { stream, offset });
-        if let Err(reason) = decode_message(&mut encoder, route, payload, now) {
+        if let Err(reason) = decode_message(&mut encoder, route, payload, now, store.is_cluster()) {
             bad.push((offset, payload, reason));
         }
     }
@@ -734,11 +734,14 @@ pub(super) fn decode_message(
     route: &TopicRoute,
     payload: &[u8],
     now: u64,
+    shared_dictionary: bool,
 ) -> Result<(), BadMessage> {
     if crate::ingest::rows_message::is_rows_message(payload) {
         // Rows carry their UIDs as the node that made them had them: a
-        // table of open tag sets takes points, whose names it looks up.
-        if encoder.has_open_tags() {
+        // table of open tag sets takes points, whose names it looks up,
+        // but where every node's UIDs are the same (a cluster's shared
+        // dictionary: a remote write into a database's samples topic).
+        if encoder.has_open_tags() && !shared_dictionary {
             return Err(BadMessage {
                 kind: "bad_rows",
                 reason: format!(
@@ -821,6 +824,8 @@ fn bad_points(format: Format, errors: &[(usize, String)]) -> BadMessage {
 enum DatabasePoint<'b> {
     Line(&'b str),
     Json(crate::ingest::json::JsonPoint),
+    /// Rows an HTTP write on another node of a cluster encoded.
+    Rows(Vec<Vec<crate::cell::Entry>>),
 }
 
 /// A message of a database's topic, read: its points by table, and what
@@ -857,16 +862,30 @@ fn decode_database(
     let mut tables: Vec<Arc<crate::table::Table>> = Vec::new();
     let mut table_of: std::collections::HashMap<String, Result<usize, String>> =
         std::collections::HashMap::new();
-    let mut table_index = |measurement: &str| -> crate::error::Result<Result<usize, String>> {
+    // A measurement's table is made on its first point; a rows message
+    // (an HTTP write another node of a cluster passed on) names a table
+    // that node made, which a catalog refresh finds.
+    let mut table_index = |measurement: &str,
+                           rows: bool|
+     -> crate::error::Result<Result<usize, String>> {
         if let Some(known) = table_of.get(measurement) {
             return Ok(known.clone());
         }
-        let found = match databases::measurement_table(db, measurement) {
-            Err(bad) => Err(bad.to_string()),
+        let name = match rows {
+            false => databases::measurement_table(db, measurement).map_err(|bad| bad.to_string()),
+            true => crate::catalog::TableName::parse(&format!("{db}:{measurement}"))
+                .map_err(|e| e.to_string()),
+        };
+        let found = match name {
+            Err(bad) => Err(bad),
             Ok(name) => {
-                let table = databases::table_or_make(store, &name, || {
-                    shared.template.measurement_request(&name)
-                })?;
+                let table = if rows {
+                    databases::existing_table(store, &name)?
+                } else {
+                    databases::table_or_make(store, &name, || {
+                        shared.template.measurement_request(&name)
+                    })?
+                };
                 if table.desc.durability == Durability::SkipWal {
                     Err(format!(
                         "table `{name}` is SKIP_WAL: a topic mapped to a database writes \
@@ -893,6 +912,23 @@ fn decode_database(
             kind: "unreadable",
             reason,
         };
+        if crate::ingest::rows_message::is_table_rows_message(payload) {
+            match crate::ingest::rows_message::decode_table_rows_message(payload) {
+                Err(reason) => bad.push((
+                    i,
+                    BadMessage {
+                        kind: "bad_rows",
+                        reason,
+                    },
+                )),
+                Ok((table, rows)) => match table_index(table, true)? {
+                    Ok(t) => message.points.push((t, 1, DatabasePoint::Rows(rows))),
+                    Err(reason) => message.refused.push((1, reason)),
+                },
+            }
+            messages.push((i, message));
+            continue;
+        }
         match route.format {
             Format::Line => {
                 let text = match std::str::from_utf8(payload) {
@@ -903,7 +939,7 @@ fn decode_database(
                     }
                 };
                 for (number, line) in crate::ingest::line_protocol::lines(text) {
-                    match table_index(&databases::measurement_of(line))? {
+                    match table_index(&databases::measurement_of(line), false)? {
                         Ok(t) => message.points.push((t, number, DatabasePoint::Line(line))),
                         Err(reason) => message.refused.push((number, reason)),
                     }
@@ -934,7 +970,7 @@ fn decode_database(
                     let read = point.and_then(crate::ingest::json::JsonPoint::read);
                     match read {
                         Err(reason) => message.refused.push((k + 1, reason)),
-                        Ok(jp) => match table_index(&jp.metric)? {
+                        Ok(jp) => match table_index(&jp.metric, false)? {
                             Ok(t) => message.points.push((t, k + 1, DatabasePoint::Json(jp))),
                             Err(reason) => message.refused.push((k + 1, reason)),
                         },
@@ -975,9 +1011,10 @@ fn decode_database(
                     offset: message.offset,
                 });
             }
-            let added = match &point {
+            let added = match point {
                 DatabasePoint::Line(line) => encoder.add_line(number, line, line_precision, now),
-                DatabasePoint::Json(jp) => encoder.add_json_point(number, jp, json_precision, now),
+                DatabasePoint::Json(jp) => encoder.add_json_point(number, &jp, json_precision, now),
+                DatabasePoint::Rows(rows) => encoder.add_encoded_rows(rows),
             };
             if let Err(reason) = added {
                 errors.push((number, reason));
