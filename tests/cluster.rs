@@ -1108,33 +1108,40 @@ format = "remote_write"
     };
     wait_for_every_partition(&nodes.iter().collect::<Vec<_>>(), "at start");
 
-    let messages = common::influx::telegraf_messages(T0, 10);
     for addr in [&influx.addr, &nodes[0].addr()] {
         let (status, answer) = influxql_in(addr, "", "CREATE DATABASE telegraf");
         assert_eq!(status, 200, "{addr}: {answer}");
     }
-    let r = request(
-        &influx.addr,
-        "POST",
-        "/write?db=telegraf",
-        None,
-        messages.join("\n").as_bytes(),
-    )
-    .expect("influx write");
-    assert_eq!(r.status, 204, "{}", r.text());
-    let (by_kafka, by_http) = messages.split_at(messages.len() / 2);
-    common::kafka::produce_payloads(sc.bootstrap(), "telegraf", by_kafka);
-    for (i, body) in by_http.chunks(3).enumerate() {
+    // The oracle gets every line; the cluster half through the topic (the
+    // producer picking partitions) and half through `/write` on a node.
+    let write_all = |messages: &[String], via: &[&Node]| {
         let r = request(
-            &nodes[i % 2].addr(),
+            &influx.addr,
             "POST",
             "/write?db=telegraf",
             None,
-            body.join("\n").as_bytes(),
+            messages.join("\n").as_bytes(),
         )
-        .expect("write");
+        .expect("influx write");
         assert_eq!(r.status, 204, "{}", r.text());
-    }
+        let (by_kafka, by_http) = messages.split_at(messages.len() / 2);
+        common::kafka::produce_payloads(sc.bootstrap(), "telegraf", by_kafka);
+        for (i, body) in by_http.chunks(3).enumerate() {
+            let r = request(
+                &via[i % via.len()].addr(),
+                "POST",
+                "/write?db=telegraf",
+                None,
+                body.join("\n").as_bytes(),
+            )
+            .expect("write");
+            assert_eq!(r.status, 204, "{}", r.text());
+        }
+    };
+    write_all(
+        &common::influx::telegraf_messages(T0, 10),
+        &nodes.iter().collect::<Vec<_>>(),
+    );
 
     // Prometheus' remote write on one node, into database `prom`.
     let t_ms = (T0 / 1_000_000) as i64;
@@ -1177,7 +1184,7 @@ format = "remote_write"
         assert_eq!(r.status, 200, "{}", r.text());
         read_answer(&r.body)
     };
-    let read_back = |nodes: &[&Node], when: &str| {
+    let read_back = |nodes: &[&Node], when: &str, per_series: usize| {
         for node in nodes {
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
@@ -1199,19 +1206,23 @@ format = "remote_write"
                 &[("__name__", "cpu_usage_user"), ("host", "web-2")],
             );
             assert_eq!(user.len(), 2, "{when}, node {}: {user:?}", node.name);
-            assert!(user.iter().all(|s| s.samples.len() == 10), "{user:?}");
+            assert!(
+                user.iter().all(|s| s.samples.len() == per_series),
+                "{when}, node {}: {user:?}",
+                node.name
+            );
         }
     };
 
     let statements = common::influx::telegraf_statements(T0);
-    let expected: Vec<Json> = statements
-        .iter()
-        .map(|q| influxql_in(&influx.addr, "telegraf", q).1)
-        .collect();
-    // Every point has arrived on every node once the counts agree.
     let counted = "SELECT count(usage_idle) FROM cpu";
-    let all = influxql_in(&influx.addr, "telegraf", counted).1;
     let check = |nodes: &[&Node], when: &str| {
+        let expected: Vec<Json> = statements
+            .iter()
+            .map(|q| influxql_in(&influx.addr, "telegraf", q).1)
+            .collect();
+        // Every point has arrived on every node once the counts agree.
+        let all = influxql_in(&influx.addr, "telegraf", counted).1;
         wait_for_answer(nodes, "telegraf", counted, &all, Duration::from_secs(60));
         wait_for_answer(
             nodes,
@@ -1236,7 +1247,7 @@ format = "remote_write"
         }
     };
     check(&nodes.iter().collect::<Vec<_>>(), "written");
-    read_back(&nodes.iter().collect::<Vec<_>>(), "written");
+    read_back(&nodes.iter().collect::<Vec<_>>(), "written", 10);
     // The producer chose the partitions: most lines' buckets were another
     // partition's, and their consumers sent them on.
     let misrouted: u64 = nodes
@@ -1245,6 +1256,12 @@ format = "remote_write"
         .sum();
     assert!(misrouted > 0, "no line went on to its bucket's partition");
 
+    // Ten more intervals, and b killed as soon as they are acknowledged:
+    // what b had not published is replayed by a from the topic.
+    write_all(
+        &common::influx::telegraf_messages(T0 + 100 * 1_000_000_000, 10),
+        &nodes.iter().collect::<Vec<_>>(),
+    );
     nodes[1]
         .server
         .as_mut()
@@ -1255,12 +1272,12 @@ format = "remote_write"
     let _ = nodes[1].server.take().map(|mut s| s.child.wait());
     wait_for_every_partition(&[&nodes[0]], "after the kill");
     check(&[&nodes[0]], "after b was killed");
-    read_back(&[&nodes[0]], "after b was killed");
+    read_back(&[&nodes[0]], "after b was killed", 20);
     // Back with an empty disk: it reads what it needs from the store.
     let cold = sc.dir().join("b");
     let _ = std::fs::remove_dir_all(&cold);
     start(&sc, &mut nodes[1]);
     wait_for_every_partition(&nodes.iter().collect::<Vec<_>>(), "after b came back");
     check(&nodes.iter().collect::<Vec<_>>(), "b back cold");
-    read_back(&nodes.iter().collect::<Vec<_>>(), "b back cold");
+    read_back(&nodes.iter().collect::<Vec<_>>(), "b back cold", 20);
 }
