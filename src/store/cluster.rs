@@ -328,8 +328,14 @@ impl Store {
             partitions,
             since: Instant::now(),
         };
-        // A database's tables open here so far; one the catalog names and
-        // this node has not opened yet is taken as it opens.
+        // A database's tables, every one the shared catalog names: one
+        // another node made that this node had not opened yet would be
+        // left out of the start position, and its rows between its own
+        // published position and the others' never replayed.
+        if let ShardFeeds::Database(_) = feeds {
+            self.catalog.refresh()?;
+            self.open_catalog_changes(cluster)?;
+        }
         let tables: Vec<TableName> = match feeds {
             ShardFeeds::Tables(names) => names.clone(),
             ShardFeeds::Database(_) => self
