@@ -174,6 +174,7 @@ impl TagSets {
         // tables) is read again from a new one.
         if let Some(d) = namespaces.get(namespace)
             && (d.shared.is_some() || store.table(&d.table).is_ok())
+            && !d.broken.load(Ordering::Acquire)
         {
             return Ok(d.clone());
         }
@@ -198,6 +199,11 @@ pub struct Dictionary {
     dirty: AtomicBool,
     /// One make_durable at a time.
     persist: Mutex<()>,
+    /// Cluster mode: a UID taken while the object store could not be
+    /// reached was another name's there. Writes may have encoded points
+    /// with it: every make_durable fails, and [`TagSets::dictionary`]
+    /// opens the namespace's dictionary anew.
+    broken: AtomicBool,
 }
 
 #[derive(Default)]
@@ -417,6 +423,7 @@ impl Dictionary {
             state: RwLock::new(state),
             dirty: AtomicBool::new(false),
             persist: Mutex::new(()),
+            broken: AtomicBool::new(false),
         })
     }
 
@@ -433,6 +440,7 @@ impl Dictionary {
             }),
             dirty: AtomicBool::new(false),
             persist: Mutex::new(()),
+            broken: AtomicBool::new(false),
         }
     }
 
@@ -475,13 +483,7 @@ impl Dictionary {
         kind: UidKind,
         name: &str,
     ) -> std::result::Result<(u32, bool), NameRefused> {
-        let held_by_another = |uid: u32| {
-            self.state
-                .read()
-                .names
-                .get(&(kind, uid))
-                .is_some_and(|n| &**n != name)
-        };
+        let held_by_another = |uid: u32| self.state.read().claimed_by_another(kind, uid, name);
         let learn = |uid: u32, held: String| self.state.write().learn(kind, uid, held.into());
         let (uid, durable) = match shared.claim_uid(kind, name, held_by_another, learn) {
             Ok(shared::UidClaim::Uid(uid)) => (uid, true),
@@ -871,6 +873,13 @@ impl Dictionary {
         // the caller used may be under way in another thread, and the
         // caller's points must wait for it.
         let _one = self.persist.lock();
+        if self.broken.load(Ordering::Acquire) {
+            return Err(Error::Unavailable(format!(
+                "the shared dictionary of namespace `{}` gave a UID another node holds while the \
+                 object store could not be reached; try the write again",
+                self.table.namespace
+            )));
+        }
         if !self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -992,17 +1001,14 @@ impl Dictionary {
             let claim = shared.claim_uid(
                 *kind,
                 name,
-                |uid| {
-                    self.state
-                        .read()
-                        .names
-                        .get(&(*kind, uid))
-                        .is_some_and(|n| n != name)
-                },
+                |uid| self.state.read().claimed_by_another(*kind, uid, name),
                 |uid, held| self.state.write().learn(*kind, uid, held.into()),
             )?;
             if claim != shared::UidClaim::Uid(assigned.uid) {
-                self.state.write().forget_uid(*kind, name, assigned.uid);
+                // Points of other writes may be encoded with it already:
+                // this dictionary fails every write from now on, and the
+                // namespace's next write opens a new one from the store.
+                self.broken.store(true, Ordering::Release);
                 return taken_meanwhile(&format!(
                     "the UID of {} `{}` was",
                     kind.noun(),
@@ -1148,24 +1154,17 @@ impl State {
         out
     }
 
-    /// Forgets that `name` was assigned `uid` (another node claimed it
-    /// first), with the series not durable yet that use it.
-    fn forget_uid(&mut self, kind: UidKind, name: &str, uid: u32) {
-        self.uids[kind as usize].remove(name);
-        if self.names.get(&(kind, uid)).is_some_and(|n| &**n == name) {
-            self.names.remove(&(kind, uid));
-        }
-        let uses = |s: &[u8]| {
-            decode_tag_series(s).is_some_and(|(metric, tags)| match kind {
-                UidKind::Metric => metric == uid,
-                UidKind::TagKey => tags.iter().any(|t| t.0 == uid),
-                UidKind::TagValue => tags.iter().any(|t| t.1 == uid),
-            })
-        };
-        for of_table in self.series.values_mut() {
-            of_table.retain(|s, durable| *durable || !uses(s));
-        }
-        self.series_added += 1;
+    /// Whether the store holds `uid` of `kind` for another name than
+    /// `name`, as far as this node knows: only claimed UIDs count (one
+    /// taken while the store could not be reached may be free there, and
+    /// skipping it would give `name` another UID than other nodes give).
+    fn claimed_by_another(&self, kind: UidKind, uid: u32, name: &str) -> bool {
+        self.names.get(&(kind, uid)).is_some_and(|n| {
+            &**n != name
+                && self.uids[kind as usize]
+                    .get(n)
+                    .is_some_and(|a| a.durable && a.uid == uid)
+        })
     }
 
     /// That `uid` names `name` (read from the shared dictionary). A name
@@ -1388,12 +1387,67 @@ mod tests {
             .make_durable_with(|_| unreachable!())
             .expect_err("the write must fail");
         assert!(matches!(err, Error::Unavailable(_)), "{err}");
-        // The series that used it is gone, and `z` gets its own UID now.
-        assert!(a.series_of("cpu").is_empty());
-        let z = uids(&a, &[(UidKind::TagValue, "z")])[0];
+        // Other writes may hold points encoded with it: every later one
+        // through this dictionary fails too.
+        assert!(a.make_durable_with(|_| unreachable!()).is_err());
+        // Opened anew (as TagSets does), `z` gets its UID from the store,
+        // the one every node gives it.
+        let fresh = Dictionary::shared(objects, TableName::parse("db:__tags").unwrap());
+        let z = uids(&fresh, &[(UidKind::TagValue, "z")])[0];
         assert_eq!(z, (shared::candidate(UidKind::TagValue, "z", 1), false));
-        a.make_durable_with(|_| unreachable!()).expect("durable");
         assert_eq!(uids(&b, &[(UidKind::TagValue, "z")])[0].0, z.0);
+    }
+
+    #[test]
+    fn a_namespace_and_a_measurement_named_dot_dot_keep_their_entries() {
+        // `.` and `..` are valid names, and no object name's part.
+        let objects = Arc::new(
+            crate::objects::Objects::with_store(
+                Arc::new(object_store::memory::InMemory::new()),
+                "",
+                "memory",
+            )
+            .expect("objects"),
+        );
+        let table = TableName::parse("..:__tags").expect("name");
+        let (a, b) = (
+            Dictionary::shared(objects.clone(), table.clone()),
+            Dictionary::shared(objects, table),
+        );
+        let u = uids(&a, &[(UidKind::Metric, ".."), (UidKind::TagKey, ".")]);
+        assert!(u.iter().all(|(_, new)| !new), "{u:?}");
+        let mut series = u[0].0.to_be_bytes().to_vec();
+        series.push(0);
+        assert_eq!(a.series("..", &series, 10), SeriesOutcome::Pending);
+        a.fields("..", "..", [(".", FieldType::Float)].into_iter())
+            .expect("fields");
+        a.make_durable_with(|_| unreachable!()).expect("durable");
+        b.refresh("..").expect("refresh");
+        assert_eq!(b.series_of("..").len(), 1);
+        assert_eq!(b.series_of("..")[0].metric, "..");
+        assert_eq!(b.fields_of("..").len(), 1);
+    }
+
+    #[test]
+    fn a_uid_taken_while_the_store_was_away_does_not_move_other_names() {
+        let (a, b, _) = two_nodes();
+        // `a` took `y`'s first candidate for `x` while the store was
+        // away; `y` itself is claimed at its first candidate all the same.
+        let first = shared::candidate(UidKind::TagValue, "y", 0);
+        {
+            let mut state = a.state.write();
+            state.uids[UidKind::TagValue as usize].insert(
+                "x".into(),
+                Assigned {
+                    uid: first,
+                    durable: false,
+                },
+            );
+            state.names.insert((UidKind::TagValue, first), "x".into());
+        }
+        let y = uids(&a, &[(UidKind::TagValue, "y")])[0].0;
+        assert_eq!(y, first);
+        assert_eq!(uids(&b, &[(UidKind::TagValue, "y")])[0].0, first);
     }
 
     #[test]

@@ -977,14 +977,46 @@ format = "json"
                 .expect("produce");
         }
     }
+    // Rows a cluster's node encoded, its UIDs the cluster's: a single
+    // node, which counts its own, dead-letters them.
+    let mut rows = halite::cell::EntryBatch::new();
+    let mut key = vec![0u8];
+    for uid in [1u32, 1, 1] {
+        key.extend_from_slice(&uid.to_be_bytes());
+        if key.len() == 5 {
+            key.push(1);
+        }
+    }
+    key.extend_from_slice(&(u64::MAX - T0).to_be_bytes());
+    rows.push(
+        &key,
+        b"f",
+        b"usage_idle",
+        T0,
+        halite::cell::CellKind::Put,
+        None,
+        &1.5f64.to_be_bytes(),
+    );
+    rows.end_row();
+    let named = halite::ingest::rows_message::encode_table_rows_message("cpu", &rows);
+    producer
+        .send(BaseRecord::<'_, (), [u8]>::to("telegraf").payload(&named))
+        .map_err(|(e, _)| e)
+        .expect("produce");
     producer.flush(Duration::from_secs(30)).expect("flush");
-    let expected = (messages.len() + bad.len()) as i64;
+    let expected = (messages.len() + bad.len() + 1) as i64;
     let s = wait_for(&srv.addr, "every message handled and committed", |s| {
         committed_total(s, "telegraf") == expected
             && committed_total(s, "sensors") == sensors.len() as i64
     });
-    assert_eq!(s["bad_messages"], 2, "{s}");
-    let reasons = dead_letter_reasons(sc.bootstrap(), 2);
+    assert_eq!(s["bad_messages"], 3, "{s}");
+    let reasons = dead_letter_reasons(sc.bootstrap(), 3);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("a rows message of a cluster's node")),
+        "{reasons:?}"
+    );
     assert!(
         reasons
             .iter()

@@ -79,7 +79,7 @@ pub fn table_or_make(
                 Ok(_) => {}
                 // Another node of a cluster made it first: the catalog
                 // was read again, and a refresh opens it here.
-                Err(Error::Conflict(_)) if store.is_cluster() => store.refresh_catalog()?,
+                Err(Error::Conflict(_)) if store.is_cluster() => refresh_for(store, name),
                 Err(Error::Conflict(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -94,10 +94,18 @@ pub fn table_or_make(
 pub fn existing_table(store: &Store, name: &TableName) -> Result<Arc<Table>, Error> {
     match store.table(name) {
         Err(Error::NotFound(_)) if store.is_cluster() => {
-            store.refresh_catalog()?;
+            refresh_for(store, name);
             store.table(name)
         }
         got => got,
+    }
+}
+
+/// Reads the shared catalog again for `name`; another table's trouble
+/// opening is logged, not this one's error (the refresh opens the rest).
+fn refresh_for(store: &Store, name: &TableName) {
+    if let Err(e) = store.refresh_catalog() {
+        tracing::warn!(table = %name, error = %e, "reading the shared catalog again failed");
     }
 }
 

@@ -184,6 +184,23 @@ impl KafkaIngest {
             );
         }
         let cluster = if store.is_cluster() {
+            // Two topics of one database would both own its samples table
+            // (a database's topic of lines owns every table of it).
+            let mut of_database: HashMap<&str, &str> = HashMap::new();
+            for t in &config.topics {
+                if let Some(db) = &t.database
+                    && let Some(other) = of_database.insert(db, &t.topic)
+                {
+                    return Err(KafkaError::Topic {
+                        topic: t.topic.clone(),
+                        reason: format!(
+                            "database `{db}` is mapped to topic `{other}` too; in cluster mode a \
+                             database has one topic, whose partitions carry every table of it \
+                             (remote writes over HTTP travel in a topic of lines too)"
+                        ),
+                    });
+                }
+            }
             let mut tables: HashMap<String, ShardFeeds> = HashMap::new();
             let mut fed_by: HashMap<TableName, String> = HashMap::new();
             for route in routes.values() {

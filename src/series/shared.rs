@@ -13,7 +13,8 @@
 //! series is recorded once as `series/<table>/<series>` so any node lists
 //! every node's series.
 //!
-//! Below `dict/<namespace>/`:
+//! Below `dict/<namespace>/` (a namespace or table named `.` or `..` is
+//! `=2e` or `=2e2e` there, a part no object name may be):
 //!
 //! | object | holds |
 //! |---|---|
@@ -60,6 +61,17 @@ pub fn candidate(kind: UidKind, name: &str, probe: u32) -> u32 {
     h.max(1)
 }
 
+/// A namespace or table name as a part of an object's name: as it is,
+/// but for `.` and `..` (valid names, which no object name may hold as a
+/// part), which are `=` and their hex (no name starts with `=`).
+fn name_part(name: &str) -> String {
+    if name == "." || name == ".." {
+        format!("={}", to_hex(name.as_bytes()))
+    } else {
+        name.to_string()
+    }
+}
+
 fn part_of(bytes: &[u8]) -> String {
     if bytes.len() <= LONGEST_IN_NAME {
         to_hex(bytes)
@@ -75,7 +87,7 @@ impl SharedEntries {
     pub fn new(objects: Arc<Objects>, namespace: &str) -> SharedEntries {
         SharedEntries {
             objects,
-            prefix: format!("dict/{namespace}"),
+            prefix: format!("dict/{}", name_part(namespace)),
         }
     }
 
@@ -136,7 +148,7 @@ impl SharedEntries {
     }
 
     fn field_dir(&self, table: &str) -> String {
-        format!("{}/field/{table}", self.prefix)
+        format!("{}/field/{}", self.prefix, name_part(table))
     }
 
     /// The type field `field` of `table` has: `ty` when this claim was
@@ -193,7 +205,7 @@ impl SharedEntries {
     }
 
     fn series_dir(&self, table: &str) -> String {
-        format!("{}/series/{table}", self.prefix)
+        format!("{}/series/{}", self.prefix, name_part(table))
     }
 
     /// Records `series` of `table` (idempotent).

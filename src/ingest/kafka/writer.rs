@@ -880,7 +880,19 @@ fn decode_database(
             Err(bad) => Err(bad),
             Ok(name) => {
                 let table = if rows {
-                    databases::existing_table(store, &name)?
+                    // Named by another node, which made it: a table the
+                    // catalog lacks is a bad message, not a batch to
+                    // read again.
+                    match databases::existing_table(store, &name) {
+                        Err(crate::error::Error::NotFound(_)) => {
+                            let refused = Err(format!(
+                                "a rows message for table `{name}`, which the catalog does not hold"
+                            ));
+                            table_of.insert(measurement.to_string(), refused.clone());
+                            return Ok(refused);
+                        }
+                        got => got?,
+                    }
                 } else {
                     databases::table_or_make(store, &name, || {
                         shared.template.measurement_request(&name)
@@ -913,20 +925,32 @@ fn decode_database(
             reason,
         };
         if crate::ingest::rows_message::is_table_rows_message(payload) {
-            match crate::ingest::rows_message::decode_table_rows_message(payload) {
-                Err(reason) => bad.push((
+            let bad_rows = |reason: String| BadMessage {
+                kind: "bad_rows",
+                reason,
+            };
+            // Their UIDs are a cluster's shared dictionary's: a single
+            // node counts its own.
+            if !store.is_cluster() {
+                bad.push((
                     i,
-                    BadMessage {
-                        kind: "bad_rows",
-                        reason,
-                    },
-                )),
-                Ok((table, rows)) => match table_index(table, true)? {
-                    Ok(t) => message.points.push((t, 1, DatabasePoint::Rows(rows))),
-                    Err(reason) => message.refused.push((1, reason)),
-                },
+                    bad_rows(format!(
+                        "a rows message of a cluster's node, whose UIDs are the cluster's: \
+                         this node keeps database `{db}`'s dictionary itself; send it points"
+                    )),
+                ));
+                continue;
             }
-            messages.push((i, message));
+            match crate::ingest::rows_message::decode_table_rows_message(payload) {
+                Err(reason) => bad.push((i, bad_rows(reason))),
+                Ok((table, rows)) => {
+                    match table_index(table, true)? {
+                        Ok(t) => message.points.push((t, 1, DatabasePoint::Rows(rows))),
+                        Err(reason) => message.refused.push((1, reason)),
+                    }
+                    messages.push((i, message));
+                }
+            }
             continue;
         }
         match route.format {
