@@ -1249,15 +1249,19 @@ mod tests {
         }
     }
 
-    fn two_nodes() -> (Dictionary, Dictionary, Arc<crate::objects::Objects>) {
-        let objects = Arc::new(
+    fn memory_objects() -> Arc<crate::objects::Objects> {
+        Arc::new(
             crate::objects::Objects::with_store(
                 Arc::new(object_store::memory::InMemory::new()),
                 "",
                 "memory",
             )
             .expect("objects"),
-        );
+        )
+    }
+
+    fn two_nodes() -> (Dictionary, Dictionary, Arc<crate::objects::Objects>) {
+        let objects = memory_objects();
         let table = TableName::parse("db:__tags").expect("name");
         (
             Dictionary::shared(objects.clone(), table.clone()),
@@ -1401,14 +1405,7 @@ mod tests {
     #[test]
     fn a_namespace_and_a_measurement_named_dot_dot_keep_their_entries() {
         // `.` and `..` are valid names, and no object name's part.
-        let objects = Arc::new(
-            crate::objects::Objects::with_store(
-                Arc::new(object_store::memory::InMemory::new()),
-                "",
-                "memory",
-            )
-            .expect("objects"),
-        );
+        let objects = memory_objects();
         let table = TableName::parse("..:__tags").expect("name");
         let (a, b) = (
             Dictionary::shared(objects.clone(), table.clone()),

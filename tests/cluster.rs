@@ -82,6 +82,22 @@ fn start(sc: &Scenario, node: &mut Node) {
     panic!("node {} did not start", node.name);
 }
 
+/// Nodes of these names, each started as [`start`] starts one.
+fn start_nodes(sc: &Scenario, names: &[&str]) -> Vec<Node> {
+    let mut nodes: Vec<Node> = names
+        .iter()
+        .map(|n| Node {
+            name: n.to_string(),
+            port: free_port(),
+            server: None,
+        })
+        .collect();
+    for node in &mut nodes {
+        start(sc, node);
+    }
+    nodes
+}
+
 fn cluster_status(addr: &str) -> Option<Json> {
     let r = request(addr, "GET", "/api/v1/cluster", None, b"").ok()?;
     (r.status == 200).then(|| serde_json::from_slice(&r.body).ok())?
@@ -184,17 +200,7 @@ fn ingested(addr: &str) -> u64 {
 fn three_nodes_survive_five_kills_and_every_point_is_read_once_from_every_node() {
     let s3 = S3::start(&["halite"]);
     let mut sc = cluster_scenario(&s3);
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|n| Node {
-            name: n.to_string(),
-            port: free_port(),
-            server: None,
-        })
-        .collect();
-    for node in &mut nodes {
-        start(&sc, node);
-    }
+    let mut nodes = start_nodes(&sc, &["a", "b", "c"]);
     let everyone: Vec<&Node> = nodes.iter().collect();
     wait_for_owners(&everyone, Duration::from_secs(60), "at start");
 
@@ -458,17 +464,7 @@ fn metric_sum(node: &Node, name: &str) -> f64 {
 fn http_writes_go_through_the_topic_and_every_node_reads_them() {
     let s3 = S3::start(&["halite"]);
     let sc = cluster_scenario(&s3);
-    let mut nodes: Vec<Node> = ["a", "b"]
-        .iter()
-        .map(|n| Node {
-            name: n.to_string(),
-            port: free_port(),
-            server: None,
-        })
-        .collect();
-    for node in &mut nodes {
-        start(&sc, node);
-    }
+    let nodes = start_nodes(&sc, &["a", "b"]);
     let everyone: Vec<&Node> = nodes.iter().collect();
     wait_for_owners(&everyone, Duration::from_secs(60), "at start");
 
@@ -646,17 +642,7 @@ fn series_points(addr: &str, host: &str) -> Vec<(u64, f64)> {
 fn a_salt_epoch_in_a_cluster_gives_new_buckets_to_their_partitions_and_every_node_reads_them() {
     let s3 = S3::start(&["halite"]);
     let sc = cluster_scenario(&s3);
-    let mut nodes: Vec<Node> = ["a", "b"]
-        .iter()
-        .map(|n| Node {
-            name: n.to_string(),
-            port: free_port(),
-            server: None,
-        })
-        .collect();
-    for node in &mut nodes {
-        start(&sc, node);
-    }
+    let mut nodes = start_nodes(&sc, &["a", "b"]);
     let everyone: Vec<&Node> = nodes.iter().collect();
     wait_for_owners(&everyone, Duration::from_secs(60), "at start");
 
@@ -1082,17 +1068,7 @@ format = "remote_write"
 "#,
         )
         .build();
-    let mut nodes: Vec<Node> = ["a", "b"]
-        .iter()
-        .map(|n| Node {
-            name: n.to_string(),
-            port: free_port(),
-            server: None,
-        })
-        .collect();
-    for node in &mut nodes {
-        start(&sc, node);
-    }
+    let mut nodes = start_nodes(&sc, &["a", "b"]);
     let wait_for_every_partition = |nodes: &[&Node], what: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
         while owners_of(nodes, "telegraf", DB_PARTITIONS).is_none()

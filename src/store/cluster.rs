@@ -64,10 +64,12 @@ impl ShardFeeds {
     pub fn feeds(&self, desc: &TableDescriptor) -> bool {
         match self {
             ShardFeeds::Tables(names) => names.contains(&desc.name),
+            // Names starting with `__` are halite's own (a single node's
+            // dictionary table).
             ShardFeeds::Database(db) => {
                 desc.name.namespace == *db
                     && desc.key.is_open_tags()
-                    && desc.name.table != crate::series::TAGS_TABLE
+                    && !desc.name.table.starts_with("__")
             }
         }
     }
