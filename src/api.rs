@@ -39,6 +39,7 @@ mod internal;
 mod json;
 pub mod listen;
 mod msgpack;
+mod prom_api;
 mod prometheus;
 mod read;
 mod state;
@@ -148,6 +149,31 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/prom/write", post(prometheus::remote_write))
         .route("/api/v1/prom/read", post(prometheus::remote_read))
         .route("/api/v1/query", post(query))
+        .route(
+            "/prometheus/api/v1/query",
+            get(prom_api::query).post(prom_api::query),
+        )
+        .route(
+            "/prometheus/api/v1/query_range",
+            get(prom_api::query_range).post(prom_api::query_range),
+        )
+        .route(
+            "/prometheus/api/v1/series",
+            get(prom_api::series).post(prom_api::series),
+        )
+        .route(
+            "/prometheus/api/v1/labels",
+            get(prom_api::labels).post(prom_api::labels),
+        )
+        .route(
+            "/prometheus/api/v1/label/{name}/values",
+            get(prom_api::label_values),
+        )
+        .route(
+            "/prometheus/api/v1/status/buildinfo",
+            get(prom_api::buildinfo),
+        )
+        .route("/prometheus/api/v1/metadata", get(prom_api::metadata))
         .route("/api/v1/ingest", get(ingest_status))
         .route("/api/v1/cluster", get(cluster_status))
         .route(

@@ -81,6 +81,7 @@ pub mod ingest;
 pub mod key;
 pub mod objects;
 pub mod ownership;
+pub mod prom;
 pub mod query;
 pub mod region;
 pub mod schema;

@@ -119,7 +119,14 @@ fn route_need(method: &Method, route: &str) -> Option<Option<(Scope, Ns)>> {
     use Scope::{Admin, Read, Write};
     let get = method == Method::GET || method == Method::HEAD;
     let need = match route {
-        "/healthz" | "/readyz" | "/ping" | "/" | "/ui" | "/ui/" | "/ui/{file}" => {
+        "/healthz"
+        | "/readyz"
+        | "/ping"
+        | "/"
+        | "/ui"
+        | "/ui/"
+        | "/ui/{file}"
+        | "/prometheus/api/v1/status/buildinfo" => {
             return Some(None);
         }
         "/metrics" => (Read, Ns::Global),
@@ -140,6 +147,12 @@ fn route_need(method: &Method, route: &str) -> Option<Option<(Scope, Ns)>> {
         "/api/v1/prom/write" => (Write, Ns::PromDb),
         "/api/v1/read" | "/api/v1/prom/read" => (Read, Ns::PromDb),
         "/api/v1/query" => (Read, Ns::Handler),
+        "/prometheus/api/v1/query"
+        | "/prometheus/api/v1/query_range"
+        | "/prometheus/api/v1/series"
+        | "/prometheus/api/v1/labels"
+        | "/prometheus/api/v1/label/{name}/values"
+        | "/prometheus/api/v1/metadata" => (Read, Ns::PromDb),
         "/api/v1/ingest" | "/api/v1/cluster" => (Read, Ns::Global),
         "/api/v1/tokens" | "/api/v1/tokens/{id}" => (Admin, Ns::Global),
         "/internal/v1/regions/{id}/tail" => (Admin, Ns::Global),

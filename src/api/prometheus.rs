@@ -24,7 +24,6 @@ use crate::catalog::TableName;
 use crate::error::{Error, ErrorKind};
 use crate::ingest::remote_write::{self, Series};
 use crate::ingest::{PointEncoder, RowsSink};
-use crate::query::measurements::{self, Measurement};
 use crate::query::prom_read::{self, MatchOp, Matcher};
 
 /// The database samples go to without `?db=`.
@@ -71,6 +70,7 @@ fn read_refusal(s: &AppState, e: prom_read::ReadError) -> Refusal {
             ),
         ),
         prom_read::ReadError::BadRegex(..) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        prom_read::ReadError::Listing(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
         prom_read::ReadError::Store(e) => store_refusal(&e),
     }
 }
@@ -242,35 +242,6 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
     Ok(())
 }
 
-/// The measurements of `samples`' database other than the samples table
-/// itself, which remote read answers as it was written.
-fn measurements_of(s: &AppState, samples: &TableName) -> Result<Vec<Measurement>, Refusal> {
-    let internal = |e: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, e);
-    // A dictionary is made on first use: a read of a database with no
-    // open table makes none.
-    let open_tables = s
-        .store
-        .catalog()
-        .tables(Some(&samples.namespace))
-        .iter()
-        .any(|t| t.key.is_open_tags() && !t.name.table.starts_with("__"));
-    let dictionary = match open_tables {
-        false => None,
-        true => Some(
-            s.tag_sets
-                .dictionary(&s.store, &samples.namespace)
-                .map_err(|e| internal(e.to_string()))?,
-        ),
-    };
-    Ok(
-        measurements::measurements(&s.store, dictionary.as_deref(), &samples.namespace)
-            .map_err(internal)?
-            .into_iter()
-            .filter(|m| !m.tables().iter().any(|t| t.name == *samples))
-            .collect(),
-    )
-}
-
 /// `POST /api/v1/read` and `/api/v1/prom/read?db=`: a snappy-compressed
 /// protobuf `ReadRequest`, answered with sampled `ReadResponse`.
 pub(super) async fn remote_read(
@@ -292,59 +263,16 @@ pub(super) async fn remote_read(
         let internal = |e: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, e);
         let mut response = Vec::new();
         let mut budget = state.prometheus.max_read_samples;
-        // Listed once for the request's queries, when one asks.
-        let mut measurements: Option<Vec<Measurement>> = None;
+        let mut reader = prom_read::DatabaseReader::new(&state.store, &state.tag_sets, name);
         for q in &queries {
-            let series = match state.store.table(&name) {
-                Ok(_) => {
-                    let dictionary = state
-                        .tag_sets
-                        .dictionary(&state.store, &name.namespace)
-                        .map_err(|e| internal(e.to_string()))?;
-                    let wanted = prom_read::ReadRange {
-                        start_ms: q.start_ms,
-                        end_ms: q.end_ms,
-                        labels_only: q.labels_only,
-                    };
-                    prom_read::read(
-                        &state.store,
-                        &dictionary,
-                        &name,
-                        &q.matchers,
-                        wanted,
-                        budget,
-                    )
-                    .map_err(|e| read_refusal(&state, e))?
-                }
-                Err(Error::NotFound(_)) => Vec::new(),
-                Err(e) => return Err(store_refusal(&e)),
+            let wanted = prom_read::ReadRange {
+                start_ms: q.start_ms,
+                end_ms: q.end_ms,
+                labels_only: q.labels_only,
             };
-            // The database's InfluxDB-style measurements too (open tag
-            // sets, and declared keys such as Kafka's), a metric a numeric
-            // field (`cpu_usage_user`).
-            let samples_read: usize = series.iter().map(|(_, s)| s.len()).sum();
-            let measurements = match &measurements {
-                Some(m) => m,
-                None => measurements.insert(measurements_of(&state, &name)?),
-            };
-            let mut series = series;
-            if !measurements.is_empty() {
-                let wanted = prom_read::ReadRange {
-                    start_ms: q.start_ms,
-                    end_ms: q.end_ms,
-                    labels_only: q.labels_only,
-                };
-                let more = prom_read::read_measurements(
-                    &state.store,
-                    measurements,
-                    &q.matchers,
-                    wanted,
-                    budget - samples_read,
-                )
+            let series = reader
+                .read(&q.matchers, wanted, budget)
                 .map_err(|e| read_refusal(&state, e))?;
-                series.extend(more);
-                series.sort_by(|a, b| a.0.cmp(&b.0));
-            }
             budget -= series
                 .iter()
                 .map(|(_, samples)| samples.len())

@@ -49,6 +49,9 @@ pub enum ReadError {
     /// Past the samples the read was allowed (the budget it was given).
     #[error("the read would answer more than {0} samples")]
     TooManySamples(usize),
+    /// The database's measurements could not be listed.
+    #[error("cannot list the measurements: {0}")]
+    Listing(String),
     #[error(transparent)]
     Store(#[from] Error),
 }
@@ -293,4 +296,99 @@ pub fn read_measurements(
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// A database read as Prometheus reads it: its samples table as written
+/// and every other measurement as `<measurement>_<field>` metrics. The
+/// measurements are listed once, on the first read that needs them, so
+/// the several selectors of one PromQL query or remote read request
+/// share the listing.
+pub struct DatabaseReader<'s> {
+    store: &'s Store,
+    tag_sets: &'s crate::series::TagSets,
+    samples: TableName,
+    measurements: Option<Vec<super::measurements::Measurement>>,
+}
+
+impl<'s> DatabaseReader<'s> {
+    pub fn new(
+        store: &'s Store,
+        tag_sets: &'s crate::series::TagSets,
+        samples: TableName,
+    ) -> DatabaseReader<'s> {
+        DatabaseReader {
+            store,
+            tag_sets,
+            samples,
+            measurements: None,
+        }
+    }
+
+    /// The database's series every matcher accepts with their samples in
+    /// the range, sorted by labels; at most `max_samples` samples in all.
+    pub fn read(
+        &mut self,
+        matchers: &[Matcher],
+        range: ReadRange,
+        max_samples: usize,
+    ) -> Result<Vec<PromSeries>, ReadError> {
+        let mut series = match self.store.table(&self.samples) {
+            Ok(_) => {
+                let dictionary = self
+                    .tag_sets
+                    .dictionary(self.store, &self.samples.namespace)?;
+                read(
+                    self.store,
+                    &dictionary,
+                    &self.samples,
+                    matchers,
+                    range,
+                    max_samples,
+                )?
+            }
+            Err(Error::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let read_so_far: usize = series.iter().map(|(_, s)| s.len()).sum();
+        if self.measurements.is_none() {
+            self.measurements = Some(self.list_measurements()?);
+        }
+        let measurements = self.measurements.as_deref().unwrap_or_default();
+        if !measurements.is_empty() {
+            let more = read_measurements(
+                self.store,
+                measurements,
+                matchers,
+                range,
+                max_samples - read_so_far,
+            )?;
+            series.extend(more);
+            series.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        Ok(series)
+    }
+
+    /// The database's measurements other than the samples table itself.
+    fn list_measurements(&self) -> Result<Vec<super::measurements::Measurement>, ReadError> {
+        let namespace = &self.samples.namespace;
+        // A dictionary is made on first use: a read of a database with no
+        // open table makes none.
+        let open_tables = self
+            .store
+            .catalog()
+            .tables(Some(namespace))
+            .iter()
+            .any(|t| t.key.is_open_tags() && !t.name.table.starts_with("__"));
+        let dictionary = match open_tables {
+            false => None,
+            true => Some(self.tag_sets.dictionary(self.store, namespace)?),
+        };
+        Ok(
+            super::measurements::measurements(self.store, dictionary.as_deref(), namespace)
+                .map_err(ReadError::Listing)?
+                .into_iter()
+                .filter(|m| !m.tables().iter().any(|t| t.name == self.samples))
+                .collect(),
+        )
+    }
 }

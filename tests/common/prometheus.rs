@@ -51,6 +51,12 @@ impl Prometheus {
 
     /// A Prometheus with `config` (YAML), its TSDB under `dir`.
     pub fn with_config(dir: &Path, config: &str) -> Prometheus {
+        Prometheus::with_args(dir, config, &[])
+    }
+
+    /// [`Prometheus::with_config`] with more flags, such as
+    /// `--web.enable-remote-write-receiver`.
+    pub fn with_args(dir: &Path, config: &str, args: &[&str]) -> Prometheus {
         std::fs::create_dir_all(dir).expect("prometheus dir");
         let file = dir.join("prometheus.yml");
         std::fs::write(&file, config).expect("prometheus config");
@@ -62,6 +68,7 @@ impl Prometheus {
                 dir.join("tsdb").display()
             ))
             .arg(format!("--web.listen-address={addr}"))
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
