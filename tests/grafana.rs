@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::http::{free_port, request};
 use common::influx::{Influx, assert_close};
 use common::kafka::{Load, wait_for_group_commit};
-use common::prometheus::{Prometheus, percent_encode};
+use common::prometheus::{PromApi, Prometheus, percent_encode};
 use common::scenario::Scenario;
 use common::server;
 use serde_json::{Value as Json, json};
@@ -420,7 +420,7 @@ fn check_explorer_structure(d: &Json) {
                 "apiVersion: 1",
                 "type: prometheus",
                 "uid: halite-promql",
-                "url: http://127.0.0.1:9091",
+                "url: http://127.0.0.1:8070/prometheus",
             ][..],
         ),
         (
@@ -642,7 +642,7 @@ fn interpolate_promql(
 /// The values a `label_values(selector, label)` variable lists, asked as
 /// Grafana asks a Prometheus without the labels-match API: the series of
 /// the selector over the dashboard's range.
-fn label_values(p: &Prometheus, query: &str, from: f64, to: f64) -> Vec<String> {
+fn label_values(p: &PromApi, query: &str, from: f64, to: f64) -> Vec<String> {
     let inner = query
         .strip_prefix("label_values(")
         .and_then(|q| q.strip_suffix(')'))
@@ -667,7 +667,7 @@ fn label_values(p: &Prometheus, query: &str, from: f64, to: f64) -> Vec<String> 
 /// A `query_result(expr)` variable: each series of the instant answer as
 /// Grafana writes it (`name{k="v",…} value ms`), then the variable's
 /// regex, every match of a global one.
-fn query_result_values(p: &Prometheus, query: &str, regex: &str, at: f64) -> Vec<String> {
+fn query_result_values(p: &PromApi, query: &str, regex: &str, at: f64) -> Vec<String> {
     let expr = query
         .strip_prefix("query_result(")
         .and_then(|q| q.strip_suffix(')'))
@@ -709,7 +709,8 @@ fn query_result_values(p: &Prometheus, query: &str, regex: &str, at: f64) -> Vec
 /// `configs/prometheus-reader.yml` does for `grafana/provisioning`'s
 /// `halite-promql` data source. Every variable and panel query, as
 /// Grafana sends it, answers through the reader as through the writer's
-/// own TSDB, with data.
+/// own TSDB, with data, and so does halite's own PromQL (`/prometheus`,
+/// the provisioned data source's URL).
 #[test]
 fn every_explorer_promql_query_answers_through_halite_as_from_prometheus() {
     use std::sync::Arc;
@@ -738,6 +739,11 @@ fn every_explorer_promql_query_answers_through_halite_as_from_prometheus() {
         .expect("configs/prometheus-reader.yml")
         .replace("127.0.0.1:8070", &halite.addr);
     let reader = Prometheus::with_config(&dir.path().join("reader"), &reader_config);
+    let direct = PromApi {
+        addr: halite.addr.clone(),
+        prefix: "/prometheus".into(),
+    };
+    let (writer_api, reader_api) = (writer.api(), reader.api());
     std::thread::sleep(Duration::from_secs(16));
     // Grafana's range ends here (every sample before it has been sent:
     // batches go each second); 12 s of it, a 2 s interval.
@@ -759,10 +765,11 @@ fn every_explorer_promql_query_answers_through_halite_as_from_prometheus() {
             .unwrap_or_else(|| panic!("no ${name}"))
             .clone()
     };
-    let both_lists = |f: &dyn Fn(&Prometheus) -> Vec<String>, what: &str| {
-        let (a, b) = (f(&writer), f(&reader));
+    let both_lists = |f: &dyn Fn(&PromApi) -> Vec<String>, what: &str| {
+        let (a, b, c) = (f(&writer_api), f(&reader_api), f(&direct));
         assert!(!a.is_empty(), "{what}: the writer lists nothing");
-        assert_eq!(a, b, "{what}");
+        assert_eq!(a, b, "{what}: through the reader");
+        assert_eq!(a, c, "{what}: halite's own PromQL");
         a
     };
     let metric_query = var("metric")["query"].as_str().expect("query").to_string();
@@ -821,8 +828,12 @@ fn every_explorer_promql_query_answers_through_halite_as_from_prometheus() {
                     range_s,
                     interval_s,
                 );
-                let (a, b) = if t["instant"] == true {
-                    (writer.query_at(&expr, to), reader.query_at(&expr, to))
+                let (a, b, c) = if t["instant"] == true {
+                    (
+                        writer.query_at(&expr, to),
+                        reader.query_at(&expr, to),
+                        direct.query_at(&expr, to),
+                    )
                 } else {
                     // Grafana aligns the range to the step.
                     let step = interval_s as f64;
@@ -830,22 +841,25 @@ fn every_explorer_promql_query_answers_through_halite_as_from_prometheus() {
                     (
                         writer.query_range(&expr, start, end, step),
                         reader.query_range(&expr, start, end, step),
+                        direct.query_range(&expr, start, end, step),
                     )
                 };
                 let at = format!("{title}: {expr}");
                 assert_eq!(a["status"], "success", "{at}: {a}");
                 assert_eq!(b["status"], "success", "{at}: {b}");
+                assert_eq!(c["status"], "success", "{at}: halite's own PromQL: {c}");
                 let sorted = |j: &Json| {
                     let mut r = j["data"]["result"].as_array().cloned().unwrap_or_default();
                     r.sort_by_key(|x| x["metric"].to_string());
                     Json::Array(r)
                 };
-                let (a, b) = (sorted(&a), sorted(&b));
+                let (a, b, c) = (sorted(&a), sorted(&b), sorted(&c));
                 assert!(
                     a.as_array().is_some_and(|r| !r.is_empty()),
                     "{at}: the writer has no answer"
                 );
                 assert_close(&a, &b, &at);
+                assert_close(&a, &c, &format!("{at} (halite's own PromQL)"));
                 compared += 1;
             }
         }

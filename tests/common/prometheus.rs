@@ -86,6 +86,14 @@ impl Prometheus {
         self.get(&format!("/api/v1/query?query={}", percent_encode(expr)))
     }
 
+    /// Its HTTP query API, as [`PromApi`] asks any server's.
+    pub fn api(&self) -> PromApi {
+        PromApi {
+            addr: self.addr.clone(),
+            prefix: String::new(),
+        }
+    }
+
     /// An instant query evaluated at `time` (seconds since the epoch).
     pub fn query_at(&self, expr: &str, time: f64) -> Json {
         self.get(&format!(
@@ -114,6 +122,39 @@ impl Prometheus {
         request(&self.addr, "GET", "/metrics", None, b"")
             .expect("prometheus metrics")
             .text()
+    }
+}
+
+/// Prometheus' HTTP query API at `addr` under `prefix`: a real
+/// Prometheus' (no prefix) or halite's own (`/prometheus`).
+pub struct PromApi {
+    pub addr: String,
+    pub prefix: String,
+}
+
+impl PromApi {
+    /// An instant query evaluated at `time` (seconds since the epoch).
+    pub fn query_at(&self, expr: &str, time: f64) -> Json {
+        self.get(&format!(
+            "/api/v1/query?query={}&time={time:.3}",
+            percent_encode(expr)
+        ))
+    }
+
+    /// A range query, as Grafana's panels send it.
+    pub fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Json {
+        self.get(&format!(
+            "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step}",
+            percent_encode(expr)
+        ))
+    }
+
+    /// `GET prefix + path`, its JSON answer (status 200).
+    pub fn get(&self, path: &str) -> Json {
+        let path = format!("{}{path}", self.prefix);
+        let r = request(&self.addr, "GET", &path, None, b"").expect("prometheus api");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        serde_json::from_slice(&r.body).expect("json")
     }
 }
 
