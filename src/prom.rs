@@ -16,6 +16,7 @@
 pub mod answers;
 pub mod engine;
 mod functions;
+mod value;
 
 pub use engine::{Engine, EvalError, QueryRange, Source, Value};
 

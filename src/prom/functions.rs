@@ -4,7 +4,7 @@
 
 use promql_parser::parser::Expr;
 
-use super::engine::{
+use super::value::{
     EvalError, Labels, METRIC_NAME, RangeValue, Series, Value, drop_name, quantile,
     valid_label_name,
 };
@@ -359,7 +359,7 @@ pub fn call(name: &str, mut args: Vec<Value>, ctx: &CallContext) -> Result<Value
                     set_label(&mut s.labels, &dst, &out);
                 }
             }
-            super::engine::check_unique(&v)?;
+            super::value::check_unique(&v)?;
             Ok(Value::Vector(v))
         }
         "label_join" => {
@@ -389,7 +389,7 @@ pub fn call(name: &str, mut args: Vec<Value>, ctx: &CallContext) -> Result<Value
                     .join(&sep);
                 set_label(&mut s.labels, &dst, &joined);
             }
-            super::engine::check_unique(&v)?;
+            super::value::check_unique(&v)?;
             Ok(Value::Vector(v))
         }
         "histogram_quantile" => {
