@@ -122,6 +122,23 @@ fn parse_expr(p: &Params) -> Result<promql_parser::parser::Expr, EvalError> {
     crate::prom::parse(text).map_err(|e| bad_data(format!("invalid parameter \"query\": {e}")))
 }
 
+/// `expr` over the database `p` names, at every step of `range`.
+fn evaluate(
+    s: &AppState,
+    p: &Params,
+    expr: &promql_parser::parser::Expr,
+    range: QueryRange,
+) -> Result<crate::prom::Value, EvalError> {
+    let mut reader = DatabaseReader::new(&s.store, &s.tag_sets, samples_table(p)?);
+    let mut engine = Engine::new(
+        &mut reader,
+        range,
+        s.prometheus.max_read_samples,
+        timeout(p)?,
+    );
+    engine.evaluate(expr, range)
+}
+
 /// `GET|POST /prometheus/api/v1/query`.
 pub(super) async fn query(
     State(s): State<Arc<AppState>>,
@@ -141,14 +158,7 @@ pub(super) async fn query(
             end_ms: time,
             step_ms: 1,
         };
-        let mut reader = DatabaseReader::new(&s.store, &s.tag_sets, samples_table(&p)?);
-        let mut engine = Engine::new(
-            &mut reader,
-            range,
-            s.prometheus.max_read_samples,
-            timeout(&p)?,
-        );
-        let value = engine.evaluate(&expr, range)?;
+        let value = evaluate(&s, &p, &expr, range)?;
         Ok(answers::success(answers::instant_data(value, time)))
     };
     answer(blocking(run).await)
@@ -176,14 +186,7 @@ pub(super) async fn query_range(
             end_ms: end,
             step_ms: step,
         };
-        let mut reader = DatabaseReader::new(&s.store, &s.tag_sets, samples_table(&p)?);
-        let mut engine = Engine::new(
-            &mut reader,
-            range,
-            s.prometheus.max_read_samples,
-            timeout(&p)?,
-        );
-        let value = engine.evaluate(&expr, range)?;
+        let value = evaluate(&s, &p, &expr, range)?;
         Ok(answers::success(answers::range_data(value, range)?))
     };
     answer(blocking(run).await)

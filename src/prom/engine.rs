@@ -584,19 +584,12 @@ fn vector_scalar(
     Ok(Value::Vector(v))
 }
 
-/// The labels that decide which series of two vectors match.
+/// The labels that decide which series of two vectors match: those of
+/// `on`/`ignoring` as [`group_labels`] keeps them, all but the name
+/// without either.
 fn signature(labels: &Labels, matching: Option<&LabelModifier>) -> Vec<(String, String)> {
     match matching {
-        Some(LabelModifier::Include(on)) => labels
-            .iter()
-            .filter(|(k, _)| on.labels.iter().any(|l| l == k))
-            .cloned()
-            .collect(),
-        Some(LabelModifier::Exclude(ignoring)) => labels
-            .iter()
-            .filter(|(k, _)| k != METRIC_NAME && !ignoring.labels.iter().any(|l| l == k))
-            .cloned()
-            .collect(),
+        Some(_) => group_labels(labels, matching),
         None => labels
             .iter()
             .filter(|(k, _)| k != METRIC_NAME)
@@ -826,7 +819,7 @@ pub fn format_labels(labels: &[(String, String)]) -> String {
 }
 
 /// The labels a series keeps in its group under `by`/`without`.
-fn group_labels(labels: &Labels, modifier: &Option<LabelModifier>) -> Labels {
+fn group_labels(labels: &Labels, modifier: Option<&LabelModifier>) -> Labels {
     match modifier {
         Some(LabelModifier::Include(by)) => labels
             .iter()
@@ -884,7 +877,7 @@ fn aggregate(
     let mut groups: HashMap<Labels, usize> = HashMap::new();
     let mut members: Vec<(Labels, Vec<usize>)> = Vec::new();
     for (i, s) in input.iter().enumerate() {
-        let g = group_labels(&s.labels, modifier);
+        let g = group_labels(&s.labels, modifier.as_ref());
         let at = *groups.entry(g.clone()).or_insert_with(|| {
             members.push((g, Vec::new()));
             members.len() - 1
@@ -902,7 +895,9 @@ fn aggregate(
                 continue;
             }
             *point = Some(match op.id() {
-                token::T_SUM => kahan_sum(&values),
+                // Prometheus 2.42 sums plainly (no compensation): so do we, so
+                // that answers agree to the last bit.
+                token::T_SUM => values.iter().sum(),
                 token::T_AVG => avg(&values),
                 token::T_COUNT => values.len() as f64,
                 token::T_GROUP => 1.0,
@@ -928,12 +923,6 @@ fn aggregate(
         }
     }
     Ok(Value::Vector(out))
-}
-
-fn kahan_sum(values: &[f64]) -> f64 {
-    // Prometheus 2.42 sums plainly (no compensation); so do we, so that
-    // answers agree to the last bit.
-    values.iter().sum()
 }
 
 /// Prometheus' running mean, which avoids overflowing the sum.
@@ -977,7 +966,7 @@ fn topk(
     let mut groups: HashMap<Labels, Vec<usize>> = HashMap::new();
     for (i, s) in input.iter().enumerate() {
         groups
-            .entry(group_labels(&s.labels, modifier))
+            .entry(group_labels(&s.labels, modifier.as_ref()))
             .or_default()
             .push(i);
     }
@@ -1032,7 +1021,7 @@ fn count_values(
     let mut out: HashMap<Labels, Vec<Option<f64>>> = HashMap::new();
     let mut order = Vec::new();
     for s in &input {
-        let mut g = group_labels(&s.labels, modifier);
+        let mut g = group_labels(&s.labels, modifier.as_ref());
         g.retain(|(k, _)| k != label);
         for (step, p) in s.points.iter().enumerate() {
             let Some(v) = p else { continue };

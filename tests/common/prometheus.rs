@@ -96,25 +96,17 @@ impl Prometheus {
 
     /// An instant query evaluated at `time` (seconds since the epoch).
     pub fn query_at(&self, expr: &str, time: f64) -> Json {
-        self.get(&format!(
-            "/api/v1/query?query={}&time={time:.3}",
-            percent_encode(expr)
-        ))
+        self.api().query_at(expr, time)
     }
 
     /// A range query, as Grafana's panels send it.
     pub fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Json {
-        self.get(&format!(
-            "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step}",
-            percent_encode(expr)
-        ))
+        self.api().query_range(expr, start, end, step)
     }
 
     /// `GET path` of Prometheus' HTTP API, its JSON answer (status 200).
     pub fn get(&self, path: &str) -> Json {
-        let r = request(&self.addr, "GET", path, None, b"").expect("prometheus query");
-        assert_eq!(r.status, 200, "{path}: {}", r.text());
-        serde_json::from_slice(&r.body).expect("json")
+        self.api().get(path)
     }
 
     /// Prometheus' own metrics, as text.
