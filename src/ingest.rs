@@ -13,6 +13,7 @@ pub mod json;
 pub mod kafka;
 pub mod line_protocol;
 pub mod produce;
+pub mod refusal;
 pub mod remote_write;
 pub mod rows_message;
 
@@ -25,11 +26,12 @@ use crate::catalog::TableDescriptor;
 use crate::cell::{CellKind, EntryBatch, KeyRef, MAX_QUALIFIER_LEN};
 use crate::codec::{bytes_equal, compare_bytes, quote_prefix};
 use crate::key::{FieldEncoding, FieldRef, KeyField, OpenTags};
-use crate::series::{Dictionary, FieldType, SeriesOutcome, UidKind};
+use crate::series::{Dictionary, FieldType, FieldsRefused, SeriesOutcome, UidKind};
 use crate::table::RoutedRows;
 use crate::value::Value;
 use json::JsonPoint;
 use line_protocol::{LineParser, ParsedLine, Point, Precision};
+use refusal::{PointRefusal, Refusals};
 
 /// What the encoder reads of a point, whichever decoder made it.
 pub trait PointFields {
@@ -189,9 +191,6 @@ pub struct PointEncoder<'t> {
     /// The points added used a UID, field type or series that is not
     /// durable yet: [`Dictionary::make_durable`] before submitting them.
     undurable: bool,
-    /// Points refused because their new series would pass the table's
-    /// series limit.
-    series_refused: usize,
     /// The tag UIDs of the point being added (reused).
     tag_uids: Vec<(u32, u32)>,
     /// A point's measurement and tag UIDs as the dictionary answered
@@ -377,7 +376,6 @@ impl<'t> PointEncoder<'t> {
             dictionary: None,
             one_measurement: false,
             undurable: false,
-            series_refused: 0,
             tag_uids: Vec::new(),
             uids: Vec::new(),
             non_finite: false,
@@ -419,11 +417,6 @@ impl<'t> PointEncoder<'t> {
     /// points are submitted.
     pub fn needs_durable_dictionary(&self) -> bool {
         self.undurable
-    }
-
-    /// Points refused for the table's series limit.
-    pub fn series_refused(&self) -> usize {
-        self.series_refused
     }
 
     /// A cell TTL in milliseconds for the points added next (a JSON point's
@@ -471,8 +464,8 @@ impl<'t> PointEncoder<'t> {
         body: &[u8],
         precision: Option<Precision>,
         now_ms: u64,
-    ) -> Result<Vec<(usize, String)>, String> {
-        let mut errors = Vec::new();
+    ) -> Result<Refusals, String> {
+        let mut errors = Refusals::default();
         // A body (an HTTP write, a Kafka message) is checked on its own
         // for points that only cut time digits told apart.
         self.seen = None;
@@ -491,9 +484,10 @@ impl<'t> PointEncoder<'t> {
                 for (i, point) in points.into_iter().enumerate() {
                     let outcome = point
                         .and_then(JsonPoint::read)
+                        .map_err(PointRefusal::from)
                         .and_then(|jp| self.add_json_point(i + 1, &jp, precision, now_ms));
                     if let Err(e) = outcome {
-                        errors.push((i + 1, e));
+                        errors.push(i + 1, e);
                     }
                 }
             }
@@ -509,13 +503,9 @@ impl<'t> PointEncoder<'t> {
     /// them: a series needs `__name__`, a label named twice makes no
     /// series, and NaN (staleness markers) and infinities are values. The
     /// refused come back with their series' number (from 1) and why.
-    pub fn add_remote_write(
-        &mut self,
-        series: &[remote_write::Series],
-        now_ms: u64,
-    ) -> Vec<(usize, String)> {
+    pub fn add_remote_write(&mut self, series: &[remote_write::Series], now_ms: u64) -> Refusals {
         self.allow_non_finite();
-        let mut errors = Vec::new();
+        let mut errors = Refusals::default();
         for (i, one) in series.iter().enumerate() {
             self.point_number = i + 1;
             let Some(metric) = one
@@ -525,10 +515,10 @@ impl<'t> PointEncoder<'t> {
                 .map(|(_, v)| v.as_str())
                 .filter(|m| !m.is_empty())
             else {
-                errors.push((
+                errors.push(
                     i + 1,
                     "a series has no `__name__` label: every sample needs its metric name".into(),
-                ));
+                );
                 continue;
             };
             // As Prometheus' TSDB: a label named twice (`__name__` too)
@@ -540,13 +530,14 @@ impl<'t> PointEncoder<'t> {
                 .find(|(at, (k, _))| one.labels[at + 1..].iter().any(|(other, _)| other == k))
                 .map(|(_, label)| label)
             {
-                errors.push((
+                errors.push(
                     i + 1,
                     format!(
                         "label name {:?} is not unique: invalid sample",
                         quote_prefix(twice)
-                    ),
-                ));
+                    )
+                    .into(),
+                );
                 continue;
             }
             for &(value, timestamp_ms) in &one.samples {
@@ -557,7 +548,7 @@ impl<'t> PointEncoder<'t> {
                     timestamp_ms,
                 };
                 if let Err(reason) = self.add(&point, Precision::Milliseconds, now_ms) {
-                    errors.push((i + 1, reason));
+                    errors.push(i + 1, reason);
                 }
             }
         }
@@ -577,11 +568,12 @@ impl<'t> PointEncoder<'t> {
         point: &JsonPoint,
         precision: Precision,
         now_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         self.point_number = number;
         self.point_ttl = point.ttl_ms.or(self.write_ttl);
         let added = point
             .to_point()
+            .map_err(PointRefusal::from)
             .and_then(|p| self.add(&p, precision, now_ms));
         self.point_ttl = self.write_ttl;
         added
@@ -594,7 +586,7 @@ impl<'t> PointEncoder<'t> {
         line: &str,
         precision: Precision,
         now_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         let mut parser = std::mem::take(&mut self.parser);
         let added = self.add_parsed_line(&mut parser, number, line, precision, now_ms);
         self.parser = parser;
@@ -608,7 +600,7 @@ impl<'t> PointEncoder<'t> {
         line: &str,
         precision: Precision,
         now_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         self.point_number = number;
         // A series met before needs only its fields parsed.
         let known_end = match &self.series_keys {
@@ -619,34 +611,33 @@ impl<'t> PointEncoder<'t> {
         match known_end {
             Some(end) => parser
                 .parse_after_series(line, end)
+                .map_err(PointRefusal::from)
                 .and_then(|point| self.add_to_key(&point, precision, now_ms, true)),
             // Not a kept series (looked for just now): encoded whole.
             None => parser
                 .parse(line)
+                .map_err(PointRefusal::from)
                 .and_then(|point| self.add_to_key(&point, precision, now_ms, false)),
         }
     }
 
     /// Adds every line of line protocol `text`; the bad ones come back with
     /// their line number and reason, in order.
-    pub fn add_lines(
-        &mut self,
-        text: &str,
-        precision: Precision,
-        now_ms: u64,
-    ) -> Vec<(usize, String)> {
-        let mut errors = Vec::new();
+    pub fn add_lines(&mut self, text: &str, precision: Precision, now_ms: u64) -> Refusals {
+        let mut errors = Refusals::default();
         // A body of many lines (an HTTP write) is sized at once; a Kafka
-        // message, one line, was sized with its batch.
+        // message, one line, was sized with its batch. Lines too short
+        // to be points (a body of blank or bad ones) get no room.
         if text.len() > 4096 {
-            self.reserve(memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1);
+            let lines = memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1;
+            self.reserve(lines.min(text.len() / MIN_SIZED_LINE + 1));
         }
         // The parser's buffers serve every line; it is taken out while
         // `add` borrows the encoder.
         let mut parser = std::mem::take(&mut self.parser);
         for (number, line) in line_protocol::lines(text) {
             if let Err(e) = self.add_parsed_line(&mut parser, number, line, precision, now_ms) {
-                errors.push((number, e));
+                errors.push(number, e);
             }
         }
         self.parser = parser;
@@ -688,7 +679,7 @@ impl<'t> PointEncoder<'t> {
         point: &impl PointFields,
         precision: Precision,
         now_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         let known = self.copy_known_series(point.series_text());
         self.add_to_key(point, precision, now_ms, known)
     }
@@ -717,7 +708,7 @@ impl<'t> PointEncoder<'t> {
         precision: Precision,
         now_ms: u64,
         known: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         let table = self.table;
         let unit = table.key.time_unit;
         let (time, exact) = match point.timestamp() {
@@ -750,14 +741,15 @@ impl<'t> PointEncoder<'t> {
             let (name, value) = point.field(i);
             match value {
                 Value::Float(v) if !v.is_finite() && !self.non_finite => {
-                    return Err(format!("field `{name}` is not a finite number"));
+                    return Err(format!("field `{name}` is not a finite number").into());
                 }
                 Value::Str(v) if v.len() >= self.max_value_size => {
                     return Err(format!(
                         "field `{name}` is {} bytes, over the limit of {} bytes per value",
                         v.len(),
                         self.max_value_size
-                    ));
+                    )
+                    .into());
                 }
                 _ => {}
             }
@@ -772,7 +764,8 @@ impl<'t> PointEncoder<'t> {
                 return Err(format!(
                     "a field name is {} bytes, over the limit of {max_name}",
                     name.len()
-                ));
+                )
+                .into());
             }
         }
         if let Some(open) = &table.key.tags {
@@ -820,7 +813,7 @@ impl<'t> PointEncoder<'t> {
                          it would replace that point; keep both by creating the table with a finer time_unit",
                         table.name,
                         unit.name()
-                    ));
+                    ).into());
                 }
                 _ => {
                     seen.insert(self.key.clone(), (number, exact));
@@ -882,13 +875,13 @@ impl<'t> PointEncoder<'t> {
         point: &impl PointFields,
         open: &OpenTags,
         time: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         let table = self.table;
         let Some(dictionary) = self.dictionary else {
             return Err(format!(
                 "table `{}` has open tag sets: write it through /write?db={} (InfluxDB line protocol)",
                 table.name, table.name.namespace
-            ));
+            ).into());
         };
         let measurement = point.measurement();
         let table_name = table.name.table.as_str();
@@ -898,15 +891,16 @@ impl<'t> PointEncoder<'t> {
                  only (InfluxQL reads it as that measurement): send it to its own table",
                 quote_prefix(measurement),
                 table.name
-            ));
+            )
+            .into());
         }
         for i in 0..point.field_count() {
             let (name, _) = point.field(i);
             if name == "time" {
-                return Err(format!(
+                return Err(PointRefusal::conflict(format!(
                     "invalid field name: input field \"time\" on measurement \"{}\" is invalid",
                     quote_prefix(measurement)
-                ));
+                )));
             }
         }
         let text = point.series_text();
@@ -927,7 +921,12 @@ impl<'t> PointEncoder<'t> {
             let (name, value) = point.field(i);
             (name, FieldType::of(value))
         });
-        self.undurable |= dictionary.fields(table_name, measurement, fields)?;
+        self.undurable |= dictionary.fields(table_name, measurement, fields).map_err(
+            |refused| match refused {
+                FieldsRefused::TypeConflict(reason) => PointRefusal::conflict(reason),
+                too_long => too_long.to_string().into(),
+            },
+        )?;
         Ok(())
     }
 
@@ -941,22 +940,23 @@ impl<'t> PointEncoder<'t> {
         time: u64,
         dictionary: &Dictionary,
         text: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PointRefusal> {
         let table = self.table;
         let measurement = point.measurement();
         let table_name = table.name.table.as_str();
         for (count, (k, _)) in point.tags().enumerate() {
             if k == "time" {
-                return Err(format!(
+                return Err(PointRefusal::conflict(format!(
                     "invalid tag key: input tag \"time\" on measurement \"{}\" is invalid",
                     quote_prefix(measurement)
-                ));
+                )));
             }
             if count == open.max_tags {
                 return Err(format!(
                     "a point has more than {} tags, the most table `{}` allows",
                     open.max_tags, table.name
-                ));
+                )
+                .into());
             }
         }
         // What refuses a point is checked before the dictionary records
@@ -965,9 +965,9 @@ impl<'t> PointEncoder<'t> {
             .tags()
             .fold(measurement.len(), |n, (k, v)| n + k.len() + v.len() + 2);
         if key_len > MAX_SERIES_KEY_LEN {
-            return Err(format!(
-                "max key length exceeded: {key_len} > {MAX_SERIES_KEY_LEN}"
-            ));
+            return Err(
+                format!("max key length exceeded: {key_len} > {MAX_SERIES_KEY_LEN}").into(),
+            );
         }
         if has_duplicate_tag_keys(point) {
             return Err("duplicate tags".into());
@@ -1017,16 +1017,15 @@ impl<'t> PointEncoder<'t> {
 
     /// Counts a point of a new series refused at the table's limit, and
     /// says so.
-    fn over_limit(&mut self, open: &OpenTags) -> String {
+    fn over_limit(&mut self, open: &OpenTags) -> PointRefusal {
         let table = self.table;
-        self.series_refused += 1;
         metrics::counter!("halite_series_refused_total", "table" => table.name.to_string())
             .increment(1);
-        format!(
+        PointRefusal::series_limit(format!(
             "table `{}` holds its limit of {} series: points of new series are refused \
              (raise the table's series_limit, or drop series)",
             table.name, open.series_limit
-        )
+        ))
     }
 
     /// The uniquifier of a point that carries none.
@@ -1256,14 +1255,16 @@ pub enum Format {
     RemoteWrite,
 }
 
-/// What [`write_lines`] did: rows written, and the bad lines (number in
-/// the whole text, reason) in order.
+/// Bytes a line of a large body is taken to have at the least when its
+/// rows are sized (a point with a tag and a field and its time has more).
+const MIN_SIZED_LINE: usize = 32;
+
+/// What [`write_lines`] did: rows written, and the bad lines (numbered in
+/// the whole text).
 #[derive(Debug, Default)]
 pub struct LinesWritten {
     pub rows: usize,
-    pub rejected: Vec<(usize, String)>,
-    /// Of the rejected, points of new series past the table's limit.
-    pub series_refused: usize,
+    pub rejected: Refusals,
 }
 
 /// Where a write's encoded rows go: a single node's store (its regions'
@@ -1343,17 +1344,12 @@ pub fn write_lines<S: RowsSink>(
         }
         let errors = encoder.add_lines(piece, precision, now_ms);
         seen = encoder.take_seen();
-        out.series_refused += encoder.series_refused();
         if encoder.needs_durable_dictionary()
             && let Some((d, store)) = dictionary
         {
             d.make_durable(store).map_err(WriteLinesError::Store)?;
         }
-        out.rejected.extend(
-            errors
-                .into_iter()
-                .map(|(line, reason)| (line + lines_before, reason)),
-        );
+        out.rejected.append(errors, lines_before);
         lines_before += memchr::memchr_iter(b'\n', piece.as_bytes()).count();
         let rows = encoder.finish();
         if rows.rows() > 0 {
@@ -1452,7 +1448,7 @@ mod tests {
         // The line protocol parser refuses NaN itself; the encoder checks again
         // for every other decoder.
         points[1].fields[0].1 = Value::Float(f64::NAN);
-        let outcomes: Vec<Result<(), String>> = points
+        let outcomes: Vec<Result<(), PointRefusal>> = points
             .iter()
             .map(|p| enc.add(p, Precision::Milliseconds, 0))
             .collect();
@@ -1464,7 +1460,7 @@ mod tests {
             (4, "over the limit"),
         ] {
             let e = outcomes[i].as_ref().expect_err("bad point accepted");
-            assert!(e.contains(needle), "line {i}: {e}");
+            assert!(e.reason.contains(needle), "line {i}: {e}");
         }
         let batch = enc.finish().into_batch();
         assert_eq!(batch.rows(), 2);
@@ -1535,7 +1531,7 @@ mod tests {
             "cpu,host=hH,dc=dH v=1 1000",
         ];
         // Each line's outcome and row key through an encoder of its own.
-        type Alone = (Result<(), String>, Option<Vec<u8>>);
+        type Alone = (Result<(), PointRefusal>, Option<Vec<u8>>);
         let alone: Vec<Alone> = lines
             .iter()
             .map(|l| {
@@ -1547,7 +1543,7 @@ mod tests {
             .collect();
         let mut enc = PointEncoder::new(&t, 64).expect("encoder");
         let mut parser = LineParser::default();
-        let together: Vec<Result<(), String>> = lines
+        let together: Vec<Result<(), PointRefusal>> = lines
             .iter()
             .map(|l| {
                 let point = parser.parse(l).expect("parses");
@@ -1568,8 +1564,8 @@ mod tests {
         // refused as InfluxDB refuses them (the first was the key's).
         let refused = together.iter().filter(|o| o.is_err()).count();
         assert_eq!(refused, 6, "{together:?}");
-        assert_eq!(together[8], Err("duplicate tags".to_string()));
-        assert_eq!(together[9], Err("duplicate tags".to_string()));
+        assert_eq!(together[8], Err("duplicate tags".into()));
+        assert_eq!(together[9], Err("duplicate tags".into()));
     }
 
     /// A series met again (in the same body, or in the thread's next
@@ -1635,12 +1631,16 @@ mod tests {
                     )
                     .expect("body");
                 assert_eq!(refused.len(), 2, "{refused:?}");
+                let refused = refused.first(2);
                 assert_eq!(refused[0].0, 5);
-                assert!(refused[0].1.contains("not a key field"), "{refused:?}");
+                assert!(
+                    refused[0].1.reason.contains("not a key field"),
+                    "{refused:?}"
+                );
                 // A bad value of a known series is refused as any other.
                 assert_eq!(refused[1].0, 10);
                 let alone = parse_line("cpu,host=h1,dc=d1 v=oops 8500").expect_err("refused");
-                assert_eq!(refused[1].1, alone);
+                assert_eq!(refused[1].1.reason, alone);
                 let batch = enc.finish().into_batch();
                 assert_eq!(batch.rows(), expected.len());
                 for (row, (metric, host, ts, v)) in expected.iter().enumerate() {

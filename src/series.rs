@@ -82,6 +82,16 @@ pub struct NameTooLong {
     pub max: usize,
 }
 
+/// Why a point's fields cannot be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldsRefused {
+    /// InfluxDB's field type conflict, in its words.
+    #[error("{0}")]
+    TypeConflict(String),
+    #[error(transparent)]
+    NameTooLong(#[from] NameTooLong),
+}
+
 /// What a UID names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UidKind {
@@ -712,15 +722,15 @@ impl Dictionary {
         table: &str,
         measurement: &str,
         fields: impl Iterator<Item = (&'f str, FieldType)> + Clone,
-    ) -> std::result::Result<bool, String> {
+    ) -> std::result::Result<bool, FieldsRefused> {
         let conflict = |field: &str, ty: FieldType, had: FieldType| {
-            format!(
+            FieldsRefused::TypeConflict(format!(
                 "field type conflict: input field \"{}\" on measurement \"{}\" is type {}, already exists as type {}",
                 quote_prefix(field),
                 quote_prefix(measurement),
                 ty.name(),
                 had.name()
-            )
+            ))
         };
         {
             let state = self.state.read();
@@ -747,7 +757,7 @@ impl Dictionary {
                 len: field.len(),
                 max,
             }
-            .to_string());
+            .into());
         }
         // One name twice in a point with two types, one of them new, is
         // refused before either is recorded (when both are known, one
@@ -1319,6 +1329,7 @@ mod tests {
         let err = b
             .fields("cpu", "cpu", [("usage", FieldType::Integer)].into_iter())
             .expect_err("a conflict across nodes");
+        let err = err.to_string();
         assert!(err.starts_with("field type conflict"), "{err}");
         assert!(err.contains("already exists as type float"), "{err}");
         assert_eq!(b.fields("cpu", "cpu", float.iter().copied()), Ok(false));

@@ -812,3 +812,160 @@ fn small_requests_that_asked_for_gigabytes_are_refused_naming_the_limit() {
     alive(&mut srv);
     stop(srv);
 }
+
+/// The server's resident memory at its peak since the last reset, in MiB
+/// (Linux's `VmHWM`).
+fn peak_mib(srv: &common::server::Server) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", srv.child.id())).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb / 1024)
+        .expect("VmHWM")
+}
+
+/// Sets the peak back to what the server holds now (writing 5 to
+/// `clear_refs`, Linux 4.0 on).
+fn reset_peak(srv: &common::server::Server) {
+    std::fs::write(format!("/proc/{}/clear_refs", srv.child.id()), "5").expect("clear_refs");
+}
+
+/// How far above what it held the server's memory rose while answering
+/// `ask`, in MiB, and the answer.
+fn memory_for(
+    srv: &common::server::Server,
+    ask: impl FnOnce() -> common::http::Response,
+) -> (u64, common::http::Response) {
+    reset_peak(srv);
+    let before = peak_mib(srv);
+    let answer = ask();
+    (peak_mib(srv).saturating_sub(before), answer)
+}
+
+/// Requests of a few kilobytes that each took gigabytes (by reading, then
+/// measured): a GROUP BY time(1s) of 500 functions over 11 days with
+/// LIMIT 10 made every one of its 950,400 rows (11 GB, 53 s) to answer
+/// ten; a 24 KB gzipped write of 12.5M bad lines kept a reason per line
+/// (2.9 GB) to list a hundred; a 3 MB remote write of 31M empty samples
+/// read them all (half a gigabyte) before counting them. Each server is
+/// fresh, so the memory a request takes is its own. The answers are the
+/// same as before.
+#[test]
+fn small_requests_take_little_memory() {
+    const MAX_MIB: u64 = 300;
+    let mut took: Vec<(&str, u64)> = Vec::new();
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+
+    let sc = Scenario::new().build();
+    let mut srv = sc.start();
+    assert_eq!(influxql(&srv.addr, "", "CREATE DATABASE d").status, 200);
+    let lines: String = (0..20)
+        .map(|i| {
+            format!(
+                "cpu,host=h{} v={i} {}\n",
+                i % 4,
+                now_ns - i * 60_000_000_000
+            )
+        })
+        .collect();
+    let w = post(&srv.addr, "/write?db=d", "text/plain", lines.as_bytes());
+    assert_eq!(w.status, 204, "{}", w.text());
+    let calls = vec!["count(v)"; 500].join(", ");
+    let q = format!("SELECT {calls} FROM cpu WHERE time > now() - 11d GROUP BY time(1s) LIMIT 10");
+    let (mib, r) = memory_for(&srv, || influxql(&srv.addr, "d", &q));
+    eprintln!("GROUP BY time(1s) LIMIT 10: {mib} MiB");
+    took.push(("GROUP BY time LIMIT 10", mib));
+    let answer = r.json();
+    let rows = answer["results"][0]["series"][0]["values"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(rows.len(), 10, "{}", &r.text()[..500.min(r.text().len())]);
+    assert_eq!(rows[0].as_array().map(Vec::len), Some(501));
+    alive(&mut srv);
+    stop(srv);
+
+    let sc = Scenario::new().build();
+    let mut srv = sc.start();
+    assert_eq!(influxql(&srv.addr, "", "CREATE DATABASE d").status, 200);
+    let bad = {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        for _ in 0..12_500 {
+            gz.write_all(&b"x\n".repeat(1000)).expect("gzip");
+        }
+        gz.finish().expect("gzip")
+    };
+    assert!(bad.len() < 100_000, "{} bytes", bad.len());
+    let (mib, r) = memory_for(&srv, || {
+        request_with(
+            &srv.addr,
+            "POST",
+            "/write?db=d",
+            &[("Content-Encoding", "gzip")],
+            &bad,
+        )
+        .expect("write")
+    });
+    eprintln!("12.5M bad lines: {mib} MiB");
+    took.push(("12.5M bad lines", mib));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("… and 12499900 more"),
+        "{}",
+        &r.text()[..300]
+    );
+    // Good lines among bad ones are still written.
+    let mixed = format!("x\ncpu,host=a v=1 {now_ns}\nx\n");
+    let r = post(&srv.addr, "/write?db=d", "text/plain", mixed.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        hosts_of(&influxql(&srv.addr, "d", "SELECT * FROM cpu")),
+        ["a"]
+    );
+    alive(&mut srv);
+    stop(srv);
+
+    let sc = Scenario::new().build();
+    let mut srv = sc.start();
+    // One series of 31M samples, each its field number and a zero length.
+    let empty_samples = 31 << 20;
+    let mut series = Vec::with_capacity(2 * empty_samples + 8);
+    for _ in 0..empty_samples {
+        series.extend_from_slice(&[0x12, 0x00]);
+    }
+    let mut raw = vec![0x0a];
+    let mut len = series.len() as u64;
+    while len >= 0x80 {
+        raw.push((len as u8) | 0x80);
+        len >>= 7;
+    }
+    raw.push(len as u8);
+    raw.extend_from_slice(&series);
+    drop(series);
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&raw)
+        .expect("snappy");
+    drop(raw);
+    let (mib, r) = memory_for(&srv, || remote_write(&srv.addr, &body));
+    eprintln!("31M empty samples: {mib} MiB");
+    took.push(("31M empty samples", mib));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("more than 1000000 samples (prometheus.max_samples_per_request)"),
+        "{}",
+        r.text()
+    );
+    alive(&mut srv);
+    stop(srv);
+    assert!(
+        took.iter().all(|&(_, mib)| mib < MAX_MIB),
+        "over {MAX_MIB} MiB: {took:?}"
+    );
+}

@@ -740,6 +740,28 @@ fn select_statements_answer_as_influxdb_does() {
             "SELECT max(v), mean(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(linear)",
             minute + 420
         ),
+        // Under a LIMIT only the answer's buckets are made; fill(linear)
+        // still draws its line through the values beyond them.
+        format!(
+            "SELECT max(v), mean(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(linear) LIMIT 3",
+            minute + 420
+        ),
+        format!(
+            "SELECT max(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(linear) LIMIT 2 OFFSET 2",
+            minute + 420
+        ),
+        format!(
+            "SELECT max(v), mean(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(linear) ORDER BY time DESC LIMIT 3",
+            minute + 420
+        ),
+        format!(
+            "SELECT max(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(none) LIMIT 1 OFFSET 1",
+            minute + 420
+        ),
+        format!(
+            "SELECT max(v) FROM lin WHERE time >= {minute}s AND time < {}s GROUP BY time(1m) fill(previous) ORDER BY time DESC LIMIT 4 OFFSET 1",
+            minute + 420
+        ),
         // Bounds before 1970: nothing is stored there, and an aggregate's
         // time is its lower bound, written as InfluxDB writes it.
         "SELECT usage_user FROM cpu WHERE host = 'host_1' AND time >= '1960-01-01T00:00:00Z' LIMIT 2"

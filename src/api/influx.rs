@@ -20,7 +20,9 @@ use super::auth::allow;
 use super::state::AppState;
 use crate::auth::{Caller, Scope};
 use crate::error::Error;
-use crate::ingest::{self, databases, line_protocol::Precision};
+use crate::ingest::line_protocol::{self, Precision};
+use crate::ingest::refusal::RefusalKind;
+use crate::ingest::{self, databases};
 use crate::query::influx_select::{self, Cell, SeriesOut};
 use crate::query::influxql::{self, Statement};
 use crate::query::measurements::{self, Measurement};
@@ -242,10 +244,33 @@ fn body_text(
 struct Outcome {
     written: usize,
     /// Lines that could not be read: `unable to parse '…': reason`.
-    unparsed: Vec<String>,
+    unparsed: Listed,
     /// Points refused for what they hold (a field type conflict …).
-    refused: Vec<String>,
-    over_limit: Vec<String>,
+    refused: Listed,
+    over_limit: Listed,
+}
+
+/// Reasons of one kind: all counted, the first [`super::error::MAX_LISTED`]
+/// kept (an answer lists no more), so a body of millions of bad lines
+/// costs counts, not a string per line.
+#[derive(Default)]
+struct Listed {
+    first: Vec<String>,
+    count: usize,
+}
+
+impl Listed {
+    fn push(&mut self, reason: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.first.len() < super::error::MAX_LISTED {
+            self.first.push(reason());
+        }
+    }
+
+    /// Counts `n` more whose reasons were not kept.
+    fn count_more(&mut self, n: usize) {
+        self.count += n;
+    }
 }
 
 async fn write(
@@ -286,38 +311,40 @@ async fn write(
         Ok(o) => o,
         Err(r) => return r.into_response(),
     };
-    if !outcome.over_limit.is_empty() {
+    if let Some(first) = outcome.over_limit.first.first() {
         return influx_error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "partial write: {} dropped={}",
-                outcome.over_limit[0],
-                outcome.over_limit.len()
+                "partial write: {first} dropped={}",
+                outcome.over_limit.count
             ),
         );
     }
-    let mut reasons = outcome.unparsed.clone();
-    reasons.extend(outcome.refused.iter().cloned());
-    if reasons.is_empty() {
+    if outcome.unparsed.count + outcome.refused.count == 0 {
         return influx(StatusCode::NO_CONTENT, None);
     }
-    let joined = joined_reasons(&reasons);
-    if outcome.written == 0 && outcome.refused.is_empty() {
+    let joined = joined_reasons(&[&outcome.unparsed, &outcome.refused]);
+    if outcome.written == 0 && outcome.refused.count == 0 {
         return influx_error(StatusCode::BAD_REQUEST, joined);
     }
     influx_error(
         StatusCode::BAD_REQUEST,
-        format!("partial write: {joined} dropped={}", outcome.refused.len()),
+        format!("partial write: {joined} dropped={}", outcome.refused.count),
     )
 }
 
-/// The first [`super::error::MAX_LISTED`] reasons a write was refused,
-/// a line each, and how many more there were.
-fn joined_reasons(reasons: &[String]) -> String {
-    let listed = reasons.len().min(super::error::MAX_LISTED);
-    let mut joined = reasons[..listed].join("\n");
-    if reasons.len() > listed {
-        joined.push_str(&format!("\n… and {} more", reasons.len() - listed));
+/// The first [`super::error::MAX_LISTED`] reasons a write was refused, of
+/// `kinds` in their order, a line each, and how many more there were.
+fn joined_reasons(kinds: &[&Listed]) -> String {
+    let listed: Vec<&str> = kinds
+        .iter()
+        .flat_map(|kind| kind.first.iter().map(String::as_str))
+        .take(super::error::MAX_LISTED)
+        .collect();
+    let mut joined = listed.join("\n");
+    let all: usize = kinds.iter().map(|kind| kind.count).sum();
+    if all > listed.len() {
+        joined.push_str(&format!("\n… and {} more", all - listed.len()));
     }
     joined
 }
@@ -340,22 +367,23 @@ fn write_body(
     // Made on first use, by the first measurement of open tag sets.
     let mut dictionary: Option<Arc<Dictionary>> = None;
     let now = s.clock.now_ms();
-    for (measurement, lines) in databases::lines_by_measurement(text) {
-        let unparsed = |reason: &str| -> Vec<String> {
-            lines
-                .iter()
-                .map(|l| {
+    for group in databases::lines_by_measurement(text) {
+        let measurement = &group.measurement;
+        let text = group.text();
+        let unparsed = |outcome: &mut Outcome, reason: &str| {
+            for (_, l) in line_protocol::lines(&text) {
+                outcome.unparsed.push(|| {
                     format!(
                         "unable to parse '{}': {reason}",
                         crate::codec::quote_prefix(l)
                     )
-                })
-                .collect()
+                });
+            }
         };
-        let name = match databases::measurement_table(db, &measurement) {
+        let name = match databases::measurement_table(db, measurement) {
             Ok(n) => n,
             Err(bad) => {
-                outcome.unparsed.extend(unparsed(&bad.to_string()));
+                unparsed(&mut outcome, &bad.to_string());
                 continue;
             }
         };
@@ -366,10 +394,13 @@ fn write_body(
         let table = match databases::existing_table(&s.store, &name) {
             Ok(t) => t,
             Err(Error::NotFound(_)) if no_topic => {
-                outcome.unparsed.extend(unparsed(&format!(
-                    "no table `{name}`, and in cluster mode a measurement's table is made only \
-                     in a database mapped to a topic ([[kafka.topics]] database = \"{db}\")"
-                )));
+                unparsed(
+                    &mut outcome,
+                    &format!(
+                        "no table `{name}`, and in cluster mode a measurement's table is made only \
+                         in a database mapped to a topic ([[kafka.topics]] database = \"{db}\")"
+                    ),
+                );
                 continue;
             }
             Err(Error::NotFound(_)) => databases::table_or_make(&s.store, &name, || {
@@ -379,10 +410,13 @@ fn write_body(
             Err(e) => return Err(store_error(e)),
         };
         if table.desc.key.is_open_tags() && no_topic {
-            outcome.unparsed.extend(unparsed(&format!(
-                "table `{name}` has open tag sets: in cluster mode they are written through the \
-                 topic mapped to their database ([[kafka.topics]] database = \"{db}\")"
-            )));
+            unparsed(
+                &mut outcome,
+                &format!(
+                    "table `{name}` has open tag sets: in cluster mode they are written through \
+                     the topic mapped to their database ([[kafka.topics]] database = \"{db}\")"
+                ),
+            );
             continue;
         }
         // A declared-key table takes the lines as a Kafka topic into it
@@ -396,7 +430,6 @@ fn write_body(
                 Some(dictionary.insert(d).clone())
             }
         };
-        let joined = lines.join("\n");
         let how = ingest::LineWrite {
             max_value_size: s.store.max_value_size(),
             precision,
@@ -406,30 +439,51 @@ fn write_body(
             piece_bytes: s.write_piece,
         };
         let written = match &s.topics {
-            Some(topics) => ingest::write_lines(&**topics, &table.desc, joined.as_bytes(), &how),
-            None => ingest::write_lines(&*s.store, &table.desc, joined.as_bytes(), &how),
+            Some(topics) => ingest::write_lines(&**topics, &table.desc, text.as_bytes(), &how),
+            None => ingest::write_lines(&*s.store, &table.desc, text.as_bytes(), &how),
         };
         let done = written.map_err(|e| match e {
             ingest::WriteLinesError::Store(e) => store_error(e),
             other => refuse(StatusCode::BAD_REQUEST, other.to_string()),
         })?;
         outcome.written += done.rows;
-        for (number, reason) in done.rejected {
-            let line = lines.get(number.wrapping_sub(1)).copied().unwrap_or("");
-            if reason.contains("series: points of new series are refused") {
-                outcome.over_limit.push(reason);
-            } else if reason.starts_with("field type conflict")
-                || reason.starts_with("invalid tag key")
-                || reason.starts_with("invalid field name")
-            {
-                outcome.refused.push(reason);
-            } else {
-                outcome.unparsed.push(format!(
-                    "unable to parse '{}': {reason}",
-                    crate::codec::quote_prefix(line)
-                ));
+        let rejected = &done.rejected;
+        for (kind, listed) in [
+            (RefusalKind::SeriesLimit, &mut outcome.over_limit),
+            (RefusalKind::Conflict, &mut outcome.refused),
+        ] {
+            let mut kept = 0;
+            for (_, refusal) in rejected.of_kind(kind) {
+                kept += 1;
+                listed.push(|| refusal.reason.clone());
             }
+            listed.count_more(rejected.count(kind) - kept);
         }
+        // The text of each line whose reason is kept, in one pass.
+        let wanted: std::collections::BTreeMap<usize, &str> = {
+            let numbers: std::collections::BTreeSet<usize> = rejected
+                .of_kind(RefusalKind::Invalid)
+                .map(|(number, _)| *number)
+                .collect();
+            line_protocol::lines(&text)
+                .filter(|(number, _)| numbers.contains(number))
+                .collect()
+        };
+        let mut kept = 0;
+        for (number, refusal) in rejected.of_kind(RefusalKind::Invalid) {
+            kept += 1;
+            let line = wanted.get(number).copied().unwrap_or("");
+            outcome.unparsed.push(|| {
+                format!(
+                    "unable to parse '{}': {}",
+                    crate::codec::quote_prefix(line),
+                    refusal.reason
+                )
+            });
+        }
+        outcome
+            .unparsed
+            .count_more(rejected.count(RefusalKind::Invalid) - kept);
     }
     Ok(outcome)
 }

@@ -22,6 +22,7 @@ use super::state::AppState;
 use crate::auth::{Caller, Scope};
 use crate::catalog::TableName;
 use crate::error::{Error, ErrorKind};
+use crate::ingest::refusal::RefusalKind;
 use crate::ingest::remote_write::{self, Series};
 use crate::ingest::{PointEncoder, RowsSink};
 use crate::query::prom_read::{self, MatchOp, Matcher};
@@ -144,28 +145,28 @@ pub(super) async fn remote_write(
         )
         .into_response();
     }
-    let series = match remote_write::decode_write_request(&body) {
-        Ok(series) => series,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()).into_response(),
-    };
-    let samples: usize = series.iter().map(|one| one.samples.len()).sum();
-    let limit = s.prometheus.max_samples_per_request;
-    if samples > limit {
-        // Retrying cannot help, so 400: Prometheus drops the batch and
-        // logs this, which names the setting on either side to change.
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "the request holds {samples} samples, over the limit of {limit} \
-                 (prometheus.max_samples_per_request): lower the sender's \
-                 queue_config.max_samples_per_send or raise the limit"
-            ),
-        )
-        .into_response();
-    }
-
     let state = s.clone();
-    let done = tokio::task::spawn_blocking(move || write_series(&state, &name, &series)).await;
+    let done = tokio::task::spawn_blocking(move || {
+        let limit = state.prometheus.max_samples_per_request;
+        let series = match remote_write::decode_write_request_within(&body, limit) {
+            Ok(series) => series,
+            // Retrying cannot help, so 400: Prometheus drops the batch and
+            // logs this, which names the setting on either side to change.
+            Err(remote_write::RemoteWriteError::TooManySamples(limit)) => {
+                return Err(refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "the request holds more than {limit} samples \
+                         (prometheus.max_samples_per_request): lower the sender's \
+                         queue_config.max_samples_per_send or raise the limit"
+                    ),
+                ));
+            }
+            Err(e) => return Err(refuse(StatusCode::BAD_REQUEST, e.to_string())),
+        };
+        write_series(&state, &name, &series)
+    })
+    .await;
     match done {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(r)) => r.into_response(),
@@ -203,12 +204,9 @@ fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(),
         .map_err(|e| refuse(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     encoder.set_dictionary(&dictionary);
     let now = s.clock.now_ms();
-    let refused = encoder
-        .add_remote_write(series, now)
-        .into_iter()
-        .next()
-        .map(|(_, reason)| reason);
-    let over_limit = encoder.series_refused();
+    let refusals = encoder.add_remote_write(series, now);
+    let over_limit = refusals.count(RefusalKind::SeriesLimit);
+    let refused = refusals.first(1).first().map(|(_, r)| r.reason.clone());
     if encoder.needs_durable_dictionary() {
         dictionary
             .make_durable(&s.store)

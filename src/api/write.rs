@@ -225,20 +225,19 @@ pub(super) async fn write(
     if errors.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
+    let listed = errors.first(super::error::MAX_LISTED);
+    let (first_line, first) = listed[0];
     let mut err = ApiError::bad(format!(
-        "{} point(s) rejected, {written} written; first: line {}: {}",
+        "{} point(s) rejected, {written} written; first: line {first_line}: {first}",
         errors.len(),
-        errors[0].0,
-        errors[0].1
     ));
     err.code = "partial_write";
     err.extra = Some(json!({
         "written": written,
         "rejected_count": errors.len(),
-        "rejected": errors
+        "rejected": listed
             .iter()
-            .take(super::error::MAX_LISTED)
-            .map(|(l, r)| json!({ "line": l, "reason": r }))
+            .map(|(l, r)| json!({ "line": l, "reason": r.reason }))
             .collect::<Vec<_>>(),
     }));
     Err(err)

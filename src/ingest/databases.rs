@@ -156,27 +156,82 @@ pub fn measurement_of(line: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The lines of line protocol `text` (comments and blank lines left out)
-/// by measurement, in first-seen order, in the text's order within each.
-pub fn lines_by_measurement(text: &str) -> Vec<(String, Vec<&str>)> {
-    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+/// The lines of one measurement in a body of line protocol: runs of the
+/// body's text, each of whole lines (with the blank and comment lines
+/// among them), in the body's order.
+pub struct MeasurementLines<'t> {
+    pub measurement: String,
+    body: &'t str,
+    runs: Vec<std::ops::Range<usize>>,
+}
+
+impl<'t> MeasurementLines<'t> {
+    /// The lines as one text: borrowed from the body when they are one
+    /// run of it (a body of one measurement, the common case), so neither
+    /// a copy of the body nor a list of its lines is made.
+    pub fn text(&self) -> Cow<'t, str> {
+        if let [run] = self.runs.as_slice() {
+            return Cow::Borrowed(&self.body[run.clone()]);
+        }
+        let mut joined = String::with_capacity(self.runs.iter().map(|r| r.len() + 1).sum());
+        for run in &self.runs {
+            joined.push_str(&self.body[run.clone()]);
+            if !joined.ends_with('\n') {
+                joined.push('\n');
+            }
+        }
+        Cow::Owned(joined)
+    }
+}
+
+/// The lines of line protocol `text` by measurement, in first-seen order,
+/// in the text's order within each; a line's number in its measurement's
+/// [`MeasurementLines::text`] is as [`super::line_protocol::lines`] counts.
+pub fn lines_by_measurement(text: &str) -> Vec<MeasurementLines<'_>> {
+    let mut groups: Vec<MeasurementLines<'_>> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
-    for line in text.lines() {
+    // The group whose run the text's current line extends.
+    let mut current: Option<usize> = None;
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let at = start;
+        start += line.len();
         let trimmed = line.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
+            if let Some(g) = current {
+                extend_run(&mut groups[g], at, start);
+            }
             continue;
         }
         let m = measurement_of(trimmed);
-        match index.get(m.as_ref()) {
-            Some(&at) => groups[at].1.push(trimmed),
+        let g = match index.get(m.as_ref()) {
+            Some(&g) => g,
             None => {
                 let m = m.into_owned();
                 index.insert(m.clone(), groups.len());
-                groups.push((m, vec![trimmed]));
+                groups.push(MeasurementLines {
+                    measurement: m,
+                    body: text,
+                    runs: Vec::new(),
+                });
+                groups.len() - 1
             }
+        };
+        if current == Some(g) {
+            extend_run(&mut groups[g], at, start);
+        } else {
+            groups[g].runs.push(at..start);
+            current = Some(g);
         }
     }
     groups
+}
+
+fn extend_run(group: &mut MeasurementLines<'_>, at: usize, end: usize) {
+    match group.runs.last_mut() {
+        Some(run) if run.end == at => run.end = end,
+        _ => group.runs.push(at..end),
+    }
 }
 
 #[cfg(test)]
@@ -187,11 +242,19 @@ mod tests {
     fn lines_group_by_their_measurement() {
         let text = "cpu,host=a v=1 1\n\n# note\nmem v=2 2\ncpu\\,x,host=b v=3 3\ncpu v=4 4\n";
         let groups = lines_by_measurement(text);
-        let names: Vec<&str> = groups.iter().map(|(m, _)| m.as_str()).collect();
+        let names: Vec<&str> = groups.iter().map(|g| g.measurement.as_str()).collect();
         assert_eq!(names, ["cpu", "mem", "cpu,x"]);
-        assert_eq!(groups[0].1, ["cpu,host=a v=1 1", "cpu v=4 4"]);
-        assert_eq!(groups[1].1, ["mem v=2 2"]);
-        assert_eq!(groups[2].1, ["cpu\\,x,host=b v=3 3"]);
+        let lines = |g: &MeasurementLines<'_>| -> Vec<String> {
+            super::super::line_protocol::lines(&g.text())
+                .map(|(_, l)| l.to_string())
+                .collect()
+        };
+        assert_eq!(lines(&groups[0]), ["cpu,host=a v=1 1", "cpu v=4 4"]);
+        assert_eq!(lines(&groups[1]), ["mem v=2 2"]);
+        assert_eq!(lines(&groups[2]), ["cpu\\,x,host=b v=3 3"]);
+        // One measurement's lines are the body itself, not a copy.
+        let one = "cpu v=1 1\n\ncpu v=2 2";
+        assert!(matches!(lines_by_measurement(one)[0].text(), Cow::Borrowed(t) if t == one));
         assert!(matches!(
             measurement_of("cpu,host=a v=1"),
             Cow::Borrowed("cpu")

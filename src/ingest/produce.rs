@@ -62,7 +62,7 @@ pub fn bucket_of_message(
 ) -> Result<u32, String> {
     let mut encoder = PointEncoder::new(table, usize::MAX)?;
     let errors = encoder.add_body(format, payload, Some(precision), 0)?;
-    if let Some((line, why)) = errors.first() {
+    if let Some((line, why)) = errors.first(1).first() {
         return Err(format!("point {line}: {why}"));
     }
     let rows = encoder.finish();

@@ -42,10 +42,25 @@ pub enum RemoteWriteError {
     TooManyLabels,
     #[error("the request holds more than {MAX_LABELS} labels: send fewer series a request")]
     TooManyLabelsInAll,
+    /// More samples than the reader was allowed (its limit).
+    #[error("the request holds more than {0} samples")]
+    TooManySamples(usize),
 }
 
-/// Decompresses and reads a remote-write body.
+/// Decompresses and reads a remote-write body of at most [`MAX_SAMPLES`]
+/// samples.
 pub fn decode_write_request(body: &[u8]) -> Result<Vec<Series>, RemoteWriteError> {
+    decode_write_request_within(body, MAX_SAMPLES)
+}
+
+/// Decompresses and reads a remote-write body, refusing it as soon as it
+/// holds more than `max_samples` samples: a sample is two bytes at the
+/// least on the wire and sixteen read, so 64 MiB of empty ones (a 3 MB
+/// snappy body) once took half a gigabyte before any limit was checked.
+pub fn decode_write_request_within(
+    body: &[u8],
+    max_samples: usize,
+) -> Result<Vec<Series>, RemoteWriteError> {
     let len =
         snap::raw::decompress_len(body).map_err(|e| RemoteWriteError::Snappy(e.to_string()))?;
     if len > MAX_DECOMPRESSED {
@@ -54,13 +69,22 @@ pub fn decode_write_request(body: &[u8]) -> Result<Vec<Series>, RemoteWriteError
     let raw = snap::raw::Decoder::new()
         .decompress_vec(body)
         .map_err(|e| RemoteWriteError::Snappy(e.to_string()))?;
-    decode_series_list(&raw)
+    series_list(&raw, max_samples)
 }
 
-/// Reads the `TimeSeries` of a `WriteRequest` (field 1).
+/// Reads the `TimeSeries` of a `WriteRequest` (field 1), of at most
+/// [`MAX_SAMPLES`] samples.
 pub fn decode_series_list(raw: &[u8]) -> Result<Vec<Series>, RemoteWriteError> {
+    series_list(raw, MAX_SAMPLES)
+}
+
+fn series_list(raw: &[u8], max_samples: usize) -> Result<Vec<Series>, RemoteWriteError> {
     let mut out = Vec::new();
-    let mut labels = 0usize;
+    let mut counts = Counts {
+        labels: 0,
+        samples: 0,
+        max_samples,
+    };
     let mut r = Reader::new(raw);
     while let Some((field, wire)) = r.key()? {
         match (field, wire) {
@@ -68,13 +92,20 @@ pub fn decode_series_list(raw: &[u8]) -> Result<Vec<Series>, RemoteWriteError> {
                 if out.len() == MAX_SERIES {
                     return Err(RemoteWriteError::TooManySeries);
                 }
-                let one = series(r.bytes()?, &mut labels)?;
+                let one = series(r.bytes()?, &mut counts)?;
                 out.push(one);
             }
             _ => r.skip(wire)?,
         }
     }
     Ok(out)
+}
+
+/// What the series read so far hold, against the bounds.
+struct Counts {
+    labels: usize,
+    samples: usize,
+    max_samples: usize,
 }
 
 /// Most series, labels of a series, and labels in all, one request may
@@ -84,8 +115,11 @@ pub fn decode_series_list(raw: &[u8]) -> Result<Vec<Series>, RemoteWriteError> {
 pub const MAX_SERIES: usize = 1_000_000;
 pub const MAX_LABELS_PER_SERIES: usize = 256;
 pub const MAX_LABELS: usize = 2_000_000;
+/// Most samples a request may hold where no lower limit is set (a Kafka
+/// message): 64 MiB of them read.
+pub const MAX_SAMPLES: usize = 4_000_000;
 
-fn series(raw: &[u8], labels: &mut usize) -> Result<Series, RemoteWriteError> {
+fn series(raw: &[u8], counts: &mut Counts) -> Result<Series, RemoteWriteError> {
     let mut s = Series::default();
     let mut r = Reader::new(raw);
     while let Some((field, wire)) = r.key()? {
@@ -94,13 +128,19 @@ fn series(raw: &[u8], labels: &mut usize) -> Result<Series, RemoteWriteError> {
                 if s.labels.len() == MAX_LABELS_PER_SERIES {
                     return Err(RemoteWriteError::TooManyLabels);
                 }
-                *labels += 1;
-                if *labels > MAX_LABELS {
+                counts.labels += 1;
+                if counts.labels > MAX_LABELS {
                     return Err(RemoteWriteError::TooManyLabelsInAll);
                 }
                 s.labels.push(label(r.bytes()?)?)
             }
-            (2, LEN) => s.samples.push(sample(r.bytes()?)?),
+            (2, LEN) => {
+                counts.samples += 1;
+                if counts.samples > counts.max_samples {
+                    return Err(RemoteWriteError::TooManySamples(counts.max_samples));
+                }
+                s.samples.push(sample(r.bytes()?)?)
+            }
             _ => r.skip(wire)?,
         }
     }

@@ -1629,8 +1629,10 @@ fn aggregate_rows(
         return Ok((Vec::new(), Vec::new()));
     };
     let selector_time = s.group_time.is_none() && calls.len() == 1 && calls[0].0.func.selects();
-    // Each bucket as the fold keyed it, and the time it is answered at.
-    let buckets: Vec<(i64, i64)> = match s.group_time {
+    // Each bucket as the fold keyed it, the time it is answered at, and
+    // whether the answer shows it (a row outside a LIMIT's window is made
+    // only for fill(linear) to draw its line through, then dropped).
+    let buckets: Vec<(i64, i64, bool)> = match s.group_time {
         Some((every, offset)) => {
             let first = checked_bucket_of(lower.unwrap_or(first_bucket), every, offset);
             let last = checked_bucket_of(hi, every, offset);
@@ -1639,40 +1641,63 @@ fn aggregate_rows(
                 .zip(last)
                 .and_then(|(first, last)| last.checked_sub(first))
                 .map(|span| span / every + 1);
-            // Every bucket is a row of a value per call, empty or not.
-            let cells = |n: i64| (n as usize).saturating_mul(calls.len() + 1);
-            let (first, n) = match (first, n) {
-                // Every bucket is answered, empty ones too, unless a LIMIT
-                // bounds the answer or fill(none) drops them.
-                (Some(_), Some(n))
-                    if n <= 1_000_000
-                        && cells(n) > MAX_ANSWER_CELLS
-                        && s.fill != Fill::None
-                        && s.limit.is_none() =>
-                {
-                    return Err(too_many_values(MAX_ANSWER_CELLS));
-                }
-                (Some(first), Some(n)) if n <= 1_000_000 => (first, n),
-                (_, n) => {
+            let (first, last, n) = match (first, last, n) {
+                (Some(first), Some(last), Some(n)) if n <= 1_000_000 => (first, last, n),
+                (_, _, n) => {
                     let n = n.map_or("too many".to_string(), |n| n.to_string());
                     return Err(format!(
                         "GROUP BY time gives {n} buckets over the time range: narrow the range or widen the interval"
                     ));
                 }
             };
-            (0..n)
-                .map(|i| {
-                    let b = first + i * every;
-                    (b, b)
-                })
-                .collect()
+            if s.fill == Fill::None {
+                // Only buckets with values are answered: those the fold
+                // made, however many the range holds.
+                by_bucket
+                    .range(first..=last)
+                    .map(|(&b, _)| (b, b, true))
+                    .collect()
+            } else {
+                // Every bucket is a row, empty or not; under a LIMIT only
+                // the OFFSET + n at the answer's start are shown. Making
+                // rows for the rest took gigabytes for `LIMIT 10`.
+                let shown = window_buckets(s).map_or(n, |w| w.min(n));
+                let (from, to) = if s.descending {
+                    (n - shown, n)
+                } else {
+                    (0, shown)
+                };
+                let cells = (shown as usize).saturating_mul(calls.len() + 1);
+                if cells > MAX_ANSWER_CELLS {
+                    return Err(too_many_values(MAX_ANSWER_CELLS));
+                }
+                let at = |i: i64| first + i * every;
+                let mut buckets: Vec<(i64, i64, bool)> = Vec::new();
+                let outside = |range: (std::ops::Bound<i64>, std::ops::Bound<i64>)| {
+                    by_bucket
+                        .range(range)
+                        .map(|(&b, _)| (b, b, false))
+                        .collect::<Vec<_>>()
+                };
+                use std::ops::Bound::{Excluded, Included};
+                let linear = s.fill == Fill::Linear;
+                if linear {
+                    buckets.extend(outside((Included(first), Excluded(at(from)))));
+                }
+                buckets.extend((from..to).map(|i| (at(i), at(i), true)));
+                if linear && to < n {
+                    buckets.extend(outside((Included(at(to)), Included(last))));
+                }
+                buckets
+            }
         }
         // One bucket: read from 1970 at the earliest, answered at the
         // lower bound as written (before 1970 too, as InfluxDB does).
-        None => vec![(first_bucket, lo)],
+        None => vec![(first_bucket, lo, true)],
     };
+    let mut shown: Vec<bool> = Vec::with_capacity(buckets.len());
     let mut rows: Vec<Vec<Cell>> = Vec::new();
-    for (key, b) in buckets {
+    for (key, b, show) in buckets {
         let mut reducers = by_bucket.remove(&key);
         let mut row = vec![Cell::Time(b)];
         let mut any = false;
@@ -1697,6 +1722,7 @@ fn aggregate_rows(
             continue;
         }
         rows.push(row);
+        shown.push(show);
     }
     // Filled in the order answered, as InfluxDB's fill iterator does:
     // under ORDER BY time DESC, fill(previous) takes the newer bucket's
@@ -1716,6 +1742,10 @@ fn aggregate_rows(
     );
     if s.descending {
         rows.reverse();
+    }
+    if shown.contains(&false) {
+        let mut shown = shown.into_iter();
+        rows.retain(|_| shown.next().unwrap_or(true));
     }
     let mut columns = vec![s.time_column.clone()];
     columns.extend(unique(calls.iter().map(|(_, name)| name.clone()).collect()));

@@ -14,6 +14,7 @@ use super::deletes::{DeleteFailure, delete_message};
 use super::offsets::{BatchState, PartitionKey, Waiting};
 use super::shared::Shared;
 use crate::clock::Clock;
+use crate::ingest::refusal::Refusals;
 use crate::ingest::{Format, PointEncoder, Uniquifiers};
 use crate::region::wal::record::SourcePosition;
 use crate::schema::Durability;
@@ -784,7 +785,7 @@ fn no_points() -> BadMessage {
 }
 
 /// A message some of whose points (by number, in order) were refused.
-fn bad_points(format: Format, errors: &[(usize, String)]) -> BadMessage {
+fn bad_points(format: Format, errors: &Refusals) -> BadMessage {
     let what = match format {
         Format::Line => "line",
         Format::Json => "point",
@@ -795,8 +796,8 @@ fn bad_points(format: Format, errors: &[(usize, String)]) -> BadMessage {
     // message past its size limit).
     const SHOWN: usize = 5;
     let mut reason = errors
-        .iter()
-        .take(SHOWN)
+        .first(SHOWN)
+        .into_iter()
         .map(|(n, reason)| {
             let mut r = format!("{what} {n}: {reason}");
             if r.len() > 300 {
@@ -834,7 +835,7 @@ struct DatabaseMessage<'b> {
     offset: i64,
     /// Table (index into the batch's), number in the message, point.
     points: Vec<(usize, usize, DatabasePoint<'b>)>,
-    refused: Vec<(usize, String)>,
+    refused: Refusals,
 }
 
 /// Decodes a batch of a topic mapped to a database: each line (or JSON
@@ -918,7 +919,7 @@ fn decode_database(
         let mut message = DatabaseMessage {
             offset,
             points: Vec::new(),
-            refused: Vec::new(),
+            refused: Refusals::default(),
         };
         let unreadable = |reason: String| BadMessage {
             kind: "unreadable",
@@ -946,7 +947,7 @@ fn decode_database(
                 Ok((table, rows)) => {
                     match table_index(table, true)? {
                         Ok(t) => message.points.push((t, 1, DatabasePoint::Rows(rows))),
-                        Err(reason) => message.refused.push((1, reason)),
+                        Err(reason) => message.refused.push(1, reason.into()),
                     }
                     messages.push((i, message));
                 }
@@ -965,7 +966,7 @@ fn decode_database(
                 for (number, line) in crate::ingest::line_protocol::lines(text) {
                     match table_index(&databases::measurement_of(line), false)? {
                         Ok(t) => message.points.push((t, number, DatabasePoint::Line(line))),
-                        Err(reason) => message.refused.push((number, reason)),
+                        Err(reason) => message.refused.push(number, reason.into()),
                     }
                 }
             }
@@ -993,10 +994,10 @@ fn decode_database(
                 for (k, point) in points.into_iter().enumerate() {
                     let read = point.and_then(crate::ingest::json::JsonPoint::read);
                     match read {
-                        Err(reason) => message.refused.push((k + 1, reason)),
+                        Err(reason) => message.refused.push(k + 1, reason.into()),
                         Ok(jp) => match table_index(&jp.metric, false)? {
                             Ok(t) => message.points.push((t, k + 1, DatabasePoint::Json(jp))),
-                            Err(reason) => message.refused.push((k + 1, reason)),
+                            Err(reason) => message.refused.push(k + 1, reason.into()),
                         },
                     }
                 }
@@ -1038,14 +1039,13 @@ fn decode_database(
             let added = match point {
                 DatabasePoint::Line(line) => encoder.add_line(number, line, line_precision, now),
                 DatabasePoint::Json(jp) => encoder.add_json_point(number, &jp, json_precision, now),
-                DatabasePoint::Rows(rows) => encoder.add_encoded_rows(rows),
+                DatabasePoint::Rows(rows) => encoder.add_encoded_rows(rows).map_err(Into::into),
             };
             if let Err(reason) = added {
-                errors.push((number, reason));
+                errors.push(number, reason);
             }
         }
         if !errors.is_empty() {
-            errors.sort_by_key(|(number, _)| *number);
             bad.push((i, bad_points(route.format, &errors)));
         } else if route.format == Format::Line
             && encoders.iter().map(PointEncoder::rows).sum::<usize>() == rows_before
