@@ -86,6 +86,28 @@ fn hosts_of(r: &common::http::Response) -> Vec<String> {
     hosts
 }
 
+/// Database `d` with 20 points of `cpu`, a minute apart up to now, of
+/// hosts `h0`…`h3`; the time of the newest (ns).
+fn twenty_cpu_points(addr: &str) -> i64 {
+    assert_eq!(influxql(addr, "", "CREATE DATABASE d").status, 200);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    let lines: String = (0..20)
+        .map(|i| {
+            format!(
+                "cpu,host=h{} v={i} {}\n",
+                i % 4,
+                now_ns - i * 60_000_000_000
+            )
+        })
+        .collect();
+    let w = post(addr, "/write?db=d", "text/plain", lines.as_bytes());
+    assert_eq!(w.status, 204, "{}", w.text());
+    now_ns
+}
+
 /// Parentheses thousands deep, unbalanced ones, and chains of thousands
 /// of ANDs and ORs (a dashboard variable expanded into ORs): the server
 /// used to abort on each (`stack overflow`, every connection lost). Deep
@@ -596,22 +618,7 @@ fn small_requests_that_asked_for_gigabytes_are_refused_naming_the_limit() {
     let sc = Scenario::new().build();
     let mut srv = sc.start();
     let addr = srv.addr.clone();
-    assert_eq!(influxql(&addr, "", "CREATE DATABASE d").status, 200);
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64;
-    let lines: String = (0..20)
-        .map(|i| {
-            format!(
-                "cpu,host=h{} v={i} {}\n",
-                i % 4,
-                now_ns - i * 60_000_000_000
-            )
-        })
-        .collect();
-    let w = post(&addr, "/write?db=d", "text/plain", lines.as_bytes());
-    assert_eq!(w.status, 204, "{}", w.text());
+    let now_ns = twenty_cpu_points(&addr);
 
     let error_of = |r: &common::http::Response| -> String {
         assert_eq!(r.status, 200, "{}", r.text());
@@ -856,25 +863,9 @@ fn memory_for(
 fn small_requests_take_little_memory() {
     const MAX_MIB: u64 = 300;
     let mut took: Vec<(&str, u64)> = Vec::new();
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64;
-
     let sc = Scenario::new().build();
     let mut srv = sc.start();
-    assert_eq!(influxql(&srv.addr, "", "CREATE DATABASE d").status, 200);
-    let lines: String = (0..20)
-        .map(|i| {
-            format!(
-                "cpu,host=h{} v={i} {}\n",
-                i % 4,
-                now_ns - i * 60_000_000_000
-            )
-        })
-        .collect();
-    let w = post(&srv.addr, "/write?db=d", "text/plain", lines.as_bytes());
-    assert_eq!(w.status, 204, "{}", w.text());
+    let now_ns = twenty_cpu_points(&srv.addr);
     let calls = vec!["count(v)"; 500].join(", ");
     let q = format!("SELECT {calls} FROM cpu WHERE time > now() - 11d GROUP BY time(1s) LIMIT 10");
     let (mib, r) = memory_for(&srv, || influxql(&srv.addr, "d", &q));

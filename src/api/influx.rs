@@ -452,12 +452,10 @@ fn write_body(
             (RefusalKind::SeriesLimit, &mut outcome.over_limit),
             (RefusalKind::Conflict, &mut outcome.refused),
         ] {
-            let mut kept = 0;
             for (_, refusal) in rejected.of_kind(kind) {
-                kept += 1;
                 listed.push(|| refusal.reason.clone());
             }
-            listed.count_more(rejected.count(kind) - kept);
+            listed.count_more(rejected.count(kind) - rejected.of_kind(kind).count());
         }
         // The text of each line whose reason is kept, in one pass.
         let wanted: std::collections::BTreeMap<usize, &str> = {
@@ -469,9 +467,7 @@ fn write_body(
                 .filter(|(number, _)| numbers.contains(number))
                 .collect()
         };
-        let mut kept = 0;
         for (number, refusal) in rejected.of_kind(RefusalKind::Invalid) {
-            kept += 1;
             let line = wanted.get(number).copied().unwrap_or("");
             outcome.unparsed.push(|| {
                 format!(
@@ -481,9 +477,10 @@ fn write_body(
                 )
             });
         }
+        let invalid = RefusalKind::Invalid;
         outcome
             .unparsed
-            .count_more(rejected.count(RefusalKind::Invalid) - kept);
+            .count_more(rejected.count(invalid) - rejected.of_kind(invalid).count());
     }
     Ok(outcome)
 }

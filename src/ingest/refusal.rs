@@ -95,11 +95,6 @@ impl Refusals {
         }
     }
 
-    /// Counts `n` more refusals of `kind` whose reason is not kept.
-    pub fn count_more(&mut self, kind: RefusalKind, n: usize) {
-        self.counts[kind.index()] += n;
-    }
-
     /// Adds `other`'s, their numbers moved on by `base` (a later piece of
     /// one body).
     pub fn append(&mut self, other: Refusals, base: usize) {

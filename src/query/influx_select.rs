@@ -1629,10 +1629,12 @@ fn aggregate_rows(
         return Ok((Vec::new(), Vec::new()));
     };
     let selector_time = s.group_time.is_none() && calls.len() == 1 && calls[0].0.func.selects();
-    // Each bucket as the fold keyed it, the time it is answered at, and
-    // whether the answer shows it (a row outside a LIMIT's window is made
-    // only for fill(linear) to draw its line through, then dropped).
-    let buckets: Vec<(i64, i64, bool)> = match s.group_time {
+    // Each bucket as the fold keyed it, and the time it is answered at.
+    // Of the rows they make, those at `answered` are shown: the others,
+    // beyond a LIMIT's window, are made only for fill(linear) to draw its
+    // line through (every bucket makes a row unless fill(none)).
+    let mut answered: Option<std::ops::Range<usize>> = None;
+    let buckets: Vec<(i64, i64)> = match s.group_time {
         Some((every, offset)) => {
             let first = checked_bucket_of(lower.unwrap_or(first_bucket), every, offset);
             let last = checked_bucket_of(hi, every, offset);
@@ -1655,7 +1657,7 @@ fn aggregate_rows(
                 // made, however many the range holds.
                 by_bucket
                     .range(first..=last)
-                    .map(|(&b, _)| (b, b, true))
+                    .map(|(&b, _)| (b, b))
                     .collect()
             } else {
                 // Every bucket is a row, empty or not; under a LIMIT only
@@ -1672,32 +1674,27 @@ fn aggregate_rows(
                     return Err(too_many_values(MAX_ANSWER_CELLS));
                 }
                 let at = |i: i64| first + i * every;
-                let mut buckets: Vec<(i64, i64, bool)> = Vec::new();
-                let outside = |range: (std::ops::Bound<i64>, std::ops::Bound<i64>)| {
-                    by_bucket
-                        .range(range)
-                        .map(|(&b, _)| (b, b, false))
-                        .collect::<Vec<_>>()
-                };
-                use std::ops::Bound::{Excluded, Included};
+                let valued = |(&b, _): (&i64, _)| (b, b);
                 let linear = s.fill == Fill::Linear;
+                let mut buckets: Vec<(i64, i64)> = Vec::new();
                 if linear {
-                    buckets.extend(outside((Included(first), Excluded(at(from)))));
+                    buckets.extend(by_bucket.range(first..at(from)).map(valued));
                 }
-                buckets.extend((from..to).map(|i| (at(i), at(i), true)));
+                let before = buckets.len();
+                buckets.extend((from..to).map(|i| (at(i), at(i))));
+                answered = Some(before..buckets.len());
                 if linear && to < n {
-                    buckets.extend(outside((Included(at(to)), Included(last))));
+                    buckets.extend(by_bucket.range(at(to)..=last).map(valued));
                 }
                 buckets
             }
         }
         // One bucket: read from 1970 at the earliest, answered at the
         // lower bound as written (before 1970 too, as InfluxDB does).
-        None => vec![(first_bucket, lo, true)],
+        None => vec![(first_bucket, lo)],
     };
-    let mut shown: Vec<bool> = Vec::with_capacity(buckets.len());
     let mut rows: Vec<Vec<Cell>> = Vec::new();
-    for (key, b, show) in buckets {
+    for (key, b) in buckets {
         let mut reducers = by_bucket.remove(&key);
         let mut row = vec![Cell::Time(b)];
         let mut any = false;
@@ -1722,7 +1719,6 @@ fn aggregate_rows(
             continue;
         }
         rows.push(row);
-        shown.push(show);
     }
     // Filled in the order answered, as InfluxDB's fill iterator does:
     // under ORDER BY time DESC, fill(previous) takes the newer bucket's
@@ -1743,9 +1739,9 @@ fn aggregate_rows(
     if s.descending {
         rows.reverse();
     }
-    if shown.contains(&false) {
-        let mut shown = shown.into_iter();
-        rows.retain(|_| shown.next().unwrap_or(true));
+    if let Some(answered) = answered {
+        rows.truncate(answered.end);
+        rows.drain(..answered.start);
     }
     let mut columns = vec![s.time_column.clone()];
     columns.extend(unique(calls.iter().map(|(_, name)| name.clone()).collect()));
