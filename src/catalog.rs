@@ -320,21 +320,35 @@ impl Catalog {
     /// shared catalog that another node changed since it was read is read
     /// again and `change` applied to that.
     fn update<T>(&self, mut change: impl FnMut(&mut CatalogData) -> Result<T>) -> Result<T> {
+        self.update_unless_same(|d| change(d).map(Some))
+            .map(|out| out.expect("every change is stored"))
+    }
+
+    /// [`Catalog::update`], where `change` answering `None` leaves the
+    /// catalog as it was, unwritten.
+    fn update_unless_same<T>(
+        &self,
+        mut change: impl FnMut(&mut CatalogData) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
         let mut data = self.data.lock();
         let (objects, version) = match &self.backing {
             Backing::Dir(dir) => {
                 let mut next = data.clone();
-                let out = change(&mut next)?;
+                let Some(out) = change(&mut next)? else {
+                    return Ok(None);
+                };
                 store(dir, &next)?;
                 *data = next;
-                return Ok(out);
+                return Ok(Some(out));
             }
             Backing::Objects { objects, version } => (objects, version),
         };
         let mut held = version.lock();
         for _ in 0..ATTEMPTS {
             let mut next = data.clone();
-            let out = change(&mut next)?;
+            let Some(out) = change(&mut next)? else {
+                return Ok(None);
+            };
             let bytes = encode(&next)?;
             let written = match held.as_ref() {
                 Some(v) => objects.replace(CATALOG_OBJECT, bytes, v),
@@ -344,7 +358,7 @@ impl Catalog {
                 Ok(v) => {
                     *held = Some(v);
                     *data = next;
-                    return Ok(out);
+                    return Ok(Some(out));
                 }
                 Err(ObjectError::Lost { .. }) => {
                     if let Some((fresh, v)) = load_object(objects)? {
@@ -440,18 +454,93 @@ impl Catalog {
     /// Creates a table, pre-split into one region per salt bucket plus the
     /// extra split points.
     pub fn create_table(&self, req: &CreateTable, now_ms: u64) -> Result<TableDescriptor> {
-        self.create_table_with(req, now_ms, |_| Ok(()))
+        self.create_tables_with(std::slice::from_ref(req), now_ms, None, |_| Ok(()))?
+            .pop()
+            .ok_or_else(|| Error::Conflict(format!("table exists. table=`{}`", req.name)))
     }
 
-    /// [`Catalog::create_table`], with `prepare` run on the new descriptor
-    /// before the catalog names it (the store makes the regions'
-    /// directories there, so a region the catalog names always has one).
-    pub fn create_table_with(
+    /// Creates the tables of `reqs` the catalog does not hold yet (those
+    /// `limit` leaves room for), in one change of the catalog (one rewrite, where a table at a time rewrote
+    /// it per table: a write naming a thousand new measurements rewrote a
+    /// growing catalog a thousand times). Answers the tables made, in
+    /// `reqs`' order; one already there is left out, and a request named
+    /// twice is made once. `prepare` runs on the new descriptors before
+    /// the catalog names them (the store makes the regions' directories
+    /// there, so a region the catalog names always has one).
+    pub fn create_tables_with(
         &self,
-        req: &CreateTable,
+        reqs: &[CreateTable],
         now_ms: u64,
-        mut prepare: impl FnMut(&TableDescriptor) -> Result<()>,
-    ) -> Result<TableDescriptor> {
+        limit: Option<TableLimit<'_>>,
+        mut prepare: impl FnMut(&[TableDescriptor]) -> Result<()>,
+    ) -> Result<Vec<TableDescriptor>> {
+        let mut checked = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            checked.push((req, Self::checked_layout(req)?));
+        }
+        let made = self.update_unless_same(|d| {
+            let mut made: Vec<TableDescriptor> = Vec::new();
+            // Counted here, against the catalog being changed: writers
+            // making tables at once (or nodes of a cluster, whose change
+            // is applied again to the catalog another one stored) cannot
+            // pass the limit together.
+            let mut held: BTreeMap<String, usize> = BTreeMap::new();
+            for (req, (families, splits)) in &checked {
+                let key = req.name.to_string();
+                if d.tables.contains_key(&key) || made.iter().any(|t| t.name == req.name) {
+                    continue;
+                }
+                if let Some(limit) = limit {
+                    let ns = &req.name.namespace;
+                    let held = held.entry(ns.clone()).or_insert_with(|| {
+                        d.tables
+                            .values()
+                            .filter(|t| &t.name.namespace == ns && (limit.counted)(&t.name.table))
+                            .count()
+                    });
+                    if *held >= limit.most {
+                        continue;
+                    }
+                    *held += 1;
+                }
+                let mut starts = vec![Vec::new()];
+                starts.extend(splits.iter().cloned());
+                let mut regions = Vec::with_capacity(starts.len());
+                for (i, start) in starts.iter().enumerate() {
+                    regions.push(RegionInfo {
+                        id: d.next_region_id,
+                        start: start.clone(),
+                        end: starts.get(i + 1).cloned().unwrap_or_default(),
+                    });
+                    d.next_region_id += 1;
+                }
+                made.push(TableDescriptor {
+                    name: req.name.clone(),
+                    families: families.clone(),
+                    key: req.key.clone(),
+                    durability: req.durability,
+                    regions,
+                    created_ms: now_ms,
+                });
+            }
+            if made.is_empty() {
+                return Ok(None);
+            }
+            prepare(&made)?;
+            for t in &made {
+                // A table's namespace comes with it, whether the table is
+                // created from the config or through the API.
+                d.namespaces.insert(t.name.namespace.clone());
+                d.tables.insert(t.name.to_string(), t.clone());
+            }
+            Ok(Some(made))
+        })?;
+        Ok(made.unwrap_or_default())
+    }
+
+    /// A table request's families (with their prefix lengths) and split
+    /// points, checked.
+    fn checked_layout(req: &CreateTable) -> Result<(Vec<FamilySpec>, BTreeSet<Vec<u8>>)> {
         if req.families.is_empty() {
             return Err(Error::InvalidInput(format!(
                 "table `{}` needs at least one column family",
@@ -480,37 +569,12 @@ impl Catalog {
                 splits.insert(key);
             }
         }
-        self.update(|d| {
-            // A table's namespace comes with it, whether the table is
-            // created from the config or through the API.
-            d.namespaces.insert(req.name.namespace.clone());
-            let key = req.name.to_string();
-            if d.tables.contains_key(&key) {
-                return Err(Error::Conflict(format!("table exists. table=`{key}`")));
-            }
-            let mut starts = vec![Vec::new()];
-            starts.extend(splits.iter().cloned());
-            let mut regions = Vec::with_capacity(starts.len());
-            for (i, start) in starts.iter().enumerate() {
-                regions.push(RegionInfo {
-                    id: d.next_region_id,
-                    start: start.clone(),
-                    end: starts.get(i + 1).cloned().unwrap_or_default(),
-                });
-                d.next_region_id += 1;
-            }
-            let t = TableDescriptor {
-                name: req.name.clone(),
-                families: families.clone(),
-                key: req.key.clone(),
-                durability: req.durability,
-                regions,
-                created_ms: now_ms,
-            };
-            prepare(&t)?;
-            d.tables.insert(key, t.clone());
-            Ok(t)
-        })
+        Ok((families, splits))
+    }
+
+    /// Whether the catalog names table `name`.
+    pub fn holds(&self, name: &TableName) -> bool {
+        self.data.lock().tables.contains_key(&name.to_string())
     }
 
     pub fn table(&self, name: &TableName) -> Result<TableDescriptor> {
@@ -765,6 +829,14 @@ fn store(dir: &Path, data: &CatalogData) -> Result<()> {
         .map_err(|e| Error::InvalidInput(format!("catalog does not serialise: {e}")))?;
     crate::fsutil::replace_atomically(dir, CATALOG_FILE, &crate::fsutil::seal(MAGIC, &body))
         .map_err(|e| Error::io(dir.join(CATALOG_FILE), "replace catalog", e))
+}
+
+/// Most tables a namespace holds, of those whose names `counted` takes:
+/// a table past it is not made.
+#[derive(Clone, Copy)]
+pub struct TableLimit<'a> {
+    pub most: usize,
+    pub counted: &'a dyn Fn(&str) -> bool,
 }
 
 /// Families with a ROWPREFIX bloom and no prefix length get the key

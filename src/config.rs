@@ -110,6 +110,10 @@ pub struct InfluxConfig {
     /// Most series a measurement's table holds (default 1,000,000); a
     /// write of new series past it is answered 503.
     pub series_limit: u64,
+    /// Most tables a database holds for writes to make a new
+    /// measurement's (default 2,000); lines of a new measurement past it
+    /// are refused, naming the setting.
+    pub max_measurements: usize,
     /// The compaction policy of a measurement's family (default
     /// `TIME_WINDOW`: files by time window, a closed window merged once and
     /// then left alone, as InfluxDB's shards by time; `RATIO` otherwise).
@@ -128,6 +132,7 @@ impl Default for InfluxConfig {
         InfluxConfig {
             buckets: 4,
             series_limit: 1_000_000,
+            max_measurements: 2_000,
             compaction: CompactionStrategy::TimeWindow,
             time_window: 86_400,
             bloom: BloomType::None,
@@ -154,6 +159,7 @@ impl InfluxConfig {
             family: self.family(),
             buckets: self.buckets,
             series_limit: self.series_limit,
+            max_measurements: self.max_measurements,
         }
     }
 }

@@ -280,35 +280,55 @@ impl Store {
     }
 
     pub fn create_table(&self, req: &CreateTable) -> Result<TableDescriptor> {
+        self.create_tables(std::slice::from_ref(req), None)?
+            .pop()
+            .ok_or_else(|| Error::Conflict(format!("table exists. table=`{}`", req.name)))
+    }
+
+    /// Creates the tables of `reqs` not there yet (as many as `limit`
+    /// leaves room for), in one change of the catalog, and opens them;
+    /// answers the tables made, in `reqs`' order (one already there, or
+    /// past the limit, is left out).
+    pub fn create_tables(
+        &self,
+        reqs: &[CreateTable],
+        limit: Option<crate::catalog::TableLimit<'_>>,
+    ) -> Result<Vec<TableDescriptor>> {
         let _ddl = self.ddl.lock();
-        if req.key.salt_generation() > 0 {
+        if reqs.iter().any(|req| req.key.salt_generation() > 0) {
             self.refuse_in_cluster("a table with salt epochs")?;
         }
         // The regions' directories (with empty manifests) are made and
         // synced before the catalog names them, as a split's daughters
         // are: a crash in between leaves directories no catalog names
         // (removed at start), never a region without its directory.
-        let desc = self
+        let made = self
             .catalog
-            .create_table_with(req, self.clock.now_ms(), |desc| {
+            .create_tables_with(reqs, self.clock.now_ms(), limit, |made| {
                 // A cluster's regions start on the object store, with
                 // their first owner.
                 if self.cluster.is_some() {
                     return Ok(());
                 }
-                let ids: Vec<u64> = desc.regions.iter().map(|r| r.id).collect();
+                let ids: Vec<u64> = made
+                    .iter()
+                    .flat_map(|desc| desc.regions.iter().map(|r| r.id))
+                    .collect();
                 self.make_region_dirs(&ids)
             })?;
-        // In a cluster the shards held here that feed it take its regions.
-        if let Some(cluster) = &self.cluster {
-            self.relayout_table(cluster, desc.clone())?;
-            return Ok(desc);
+        for desc in &made {
+            // In a cluster the shards held here that feed it take its
+            // regions.
+            if let Some(cluster) = &self.cluster {
+                self.relayout_table(cluster, desc.clone())?;
+                continue;
+            }
+            let table = self.open_table(desc.clone())?;
+            self.tables
+                .write()
+                .insert(desc.name.clone(), Arc::new(table));
         }
-        let table = self.open_table(desc.clone())?;
-        self.tables
-            .write()
-            .insert(desc.name.clone(), Arc::new(table));
-        Ok(desc)
+        Ok(made)
     }
 
     /// Empty regions' directories, each with an empty manifest, synced.

@@ -2,7 +2,7 @@
 //! are pre-split by salt bucket; mistakes get typed errors.
 
 use halite::ErrorKind;
-use halite::catalog::{CATALOG_FILE, Catalog, CreateTable, TableName};
+use halite::catalog::{CATALOG_FILE, Catalog, CreateTable, TableLimit, TableName};
 use halite::schema::{BloomType, Compression, Durability};
 
 fn cpu_table(name: &str) -> CreateTable {
@@ -200,4 +200,69 @@ fn rowprefix_blooms_default_to_the_salt_and_series_identity() {
         )
         .expect("alter");
     assert_eq!(t.families[0].prefix_length, Some(21));
+}
+
+#[test]
+fn tables_made_together_are_one_change_and_skip_those_there() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = Catalog::open(dir.path()).expect("open");
+    c.create_table(&cpu_table("m:a"), 1).expect("create");
+    let mut prepared = Vec::new();
+    let made = c
+        .create_tables_with(
+            &[
+                cpu_table("m:a"),
+                cpu_table("m:b"),
+                cpu_table("m:c"),
+                cpu_table("m:b"),
+            ],
+            2,
+            None,
+            |made| {
+                prepared.push(made.iter().map(|t| t.name.to_string()).collect::<Vec<_>>());
+                Ok(())
+            },
+        )
+        .expect("create");
+    let names: Vec<String> = made.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["m:b", "m:c"]);
+    assert_eq!(prepared, [names], "prepared once, with every new table");
+    assert_eq!(c.region_ids().len(), 3 * 17, "each region its own id");
+    // Nothing new: nothing prepared, nothing changed.
+    let again = c
+        .create_tables_with(&[cpu_table("m:c")], 3, None, |_| {
+            panic!("nothing to prepare")
+        })
+        .expect("create");
+    assert!(again.is_empty());
+    assert_eq!(
+        c.create_table(&cpu_table("m:c"), 3).unwrap_err().kind(),
+        ErrorKind::Conflict
+    );
+    // A namespace's limit counts the tables it is told to: `a` is not
+    // counted, so of four new ones two more fit under four.
+    let not_a = |t: &str| t != "a";
+    let limit = TableLimit {
+        most: 4,
+        counted: &not_a,
+    };
+    let made = c
+        .create_tables_with(
+            &[
+                cpu_table("m:d"),
+                cpu_table("other:x"),
+                cpu_table("m:e"),
+                cpu_table("m:f"),
+            ],
+            4,
+            Some(limit),
+            |_| Ok(()),
+        )
+        .expect("create");
+    let names: Vec<String> = made.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["m:d", "other:x", "m:e"]);
+    assert!(!c.holds(&TableName::parse("m:f").expect("name")));
+    drop(c);
+    let c = Catalog::open(dir.path()).expect("reopen");
+    assert_eq!(c.tables(Some("m")).len(), 5);
 }

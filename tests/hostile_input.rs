@@ -955,6 +955,63 @@ fn small_requests_take_little_memory() {
     );
     alive(&mut srv);
     stop(srv);
+
+    // 63 KB naming 2,100 new measurements: each was a table made alone,
+    // rewriting the whole catalog (1-2 GB and 40-60 s at 2,000), and
+    // nothing bounded how many a database held.
+    let sc = Scenario::new().build();
+    let mut srv = sc.start();
+    let now_ns = twenty_cpu_points(&srv.addr);
+    let body: String = (0..2_100)
+        .map(|i| format!("m{i},host=a v={i} {now_ns}\n"))
+        .collect();
+    let (mib, r) = memory_for(&srv, || {
+        post(&srv.addr, "/write?db=d", "text/plain", body.as_bytes())
+    });
+    eprintln!("2,100 new measurements: {mib} MiB");
+    took.push(("2,100 new measurements", mib));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let error = r.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        error.starts_with(
+            "partial write: max-measurements limit exceeded: the database holds \
+             `influx.max_measurements` (2000) measurements: measurement \"m1999\" is new\n"
+        ) && error.ends_with("\n… and 1 more dropped=101"),
+        "{}",
+        &error[error.len() - 300..]
+    );
+    let measurements = influxql(&srv.addr, "d", "SHOW MEASUREMENTS").json();
+    let names = measurements["results"][0]["series"][0]["values"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(names.len(), 2_000, "{measurements}");
+    let count = influxql(&srv.addr, "d", "SELECT count(v) FROM m1998").json();
+    assert_eq!(
+        count["results"][0]["series"][0]["values"][0][1], 1,
+        "{count}"
+    );
+    // Measurements there take points; a new one is refused, naming why.
+    let r = post(
+        &srv.addr,
+        "/write?db=d",
+        "text/plain",
+        format!("m7,host=b v=1 {now_ns}\nnew,host=b v=1 {now_ns}\n").as_bytes(),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("measurement \"new\" is new dropped=1")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        hosts_of(&influxql(&srv.addr, "d", "SELECT * FROM m7")),
+        ["a", "b"]
+    );
+    alive(&mut srv);
+    stop(srv);
     assert!(
         took.iter().all(|&(_, mib)| mib < MAX_MIB),
         "over {MAX_MIB} MiB: {took:?}"

@@ -912,6 +912,8 @@ fn a_topic_mapped_to_a_database_answers_influxql_as_influxdb_does() {
         .topic("dead", 1)
         .set("kafka.dead_letter_topic=\"dead\"")
         .set("kafka.commit_interval=\"200ms\"")
+        // The four measurements of telegraf_messages, and no more.
+        .set("influx.max_measurements=4")
         .config_append(
             r#"
 [[kafka.topics]]
@@ -1027,6 +1029,47 @@ format = "json"
         reasons.iter().any(|r| r.contains("field type conflict")),
         "{reasons:?}"
     );
+    // A fifth measurement is past the database's limit: dead-lettered,
+    // naming it, and the four take points still.
+    for p in [
+        format!("overflow,host=web-1 v=1 {T0}"),
+        format!("net,host=web-9,interface=eth0 bytes_recv=1i,bytes_sent=1i {T0}"),
+    ] {
+        producer
+            .send(BaseRecord::<'_, (), str>::to("telegraf").payload(&p))
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let s = wait_for(
+        &srv.addr,
+        "the two more messages handled and committed",
+        |s| committed_total(s, "telegraf") == expected + 2,
+    );
+    assert_eq!(s["bad_messages"], 4, "{s}");
+    let reasons = dead_letter_reasons(sc.bootstrap(), 4);
+    assert!(
+        reasons.iter().any(|r| r.contains(
+            "max-measurements limit exceeded: the database holds `influx.max_measurements` (4)"
+        )),
+        "{reasons:?}"
+    );
+    let (status, hosts) = influxql_in(
+        &srv.addr,
+        "telegraf",
+        "SHOW TAG VALUES FROM net WITH KEY = host",
+    );
+    assert_eq!(status, 200, "{hosts}");
+    assert!(hosts.to_string().contains("web-9"), "{hosts}");
+    let r = common::http::request(
+        &influx.addr,
+        "POST",
+        "/write?db=telegraf",
+        None,
+        format!("net,host=web-9,interface=eth0 bytes_recv=1i,bytes_sent=1i {T0}").as_bytes(),
+    )
+    .expect("influx write");
+    assert_eq!(r.status, 204, "{}", r.text());
 
     let statements = common::influx::telegraf_statements(T0);
     let answers = |addr: &str| -> Vec<serde_json::Value> {
@@ -1078,7 +1121,7 @@ format = "json"
     server::stop(srv);
     srv = sc.start();
     wait_for(&srv.addr, "the partitions taken again", |s| {
-        committed_total(s, "telegraf") == expected
+        committed_total(s, "telegraf") == expected + 2
     });
     // Given time to read anything again, it read nothing.
     std::thread::sleep(Duration::from_secs(2));

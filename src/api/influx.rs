@@ -19,6 +19,7 @@ use serde_json::{Value as Json, json};
 use super::auth::allow;
 use super::state::AppState;
 use crate::auth::{Caller, Scope};
+use crate::catalog::TableName;
 use crate::error::Error;
 use crate::ingest::line_protocol::{self, Precision};
 use crate::ingest::refusal::RefusalKind;
@@ -367,8 +368,39 @@ fn write_body(
     // Made on first use, by the first measurement of open tag sets.
     let mut dictionary: Option<Arc<Dictionary>> = None;
     let now = s.clock.now_ms();
-    for group in databases::lines_by_measurement(text) {
-        let measurement = &group.measurement;
+    let groups = databases::lines_by_measurement(text);
+    // In cluster mode a database's tables of open tag sets travel
+    // through the topic mapped to the database, whose partitions carry
+    // their buckets: without one, only declared tables.
+    let no_topic = s.topics.as_ref().is_some_and(|t| !t.has_database(db));
+    let names: Vec<Result<TableName, databases::BadMeasurement>> = groups
+        .iter()
+        .map(|g| databases::measurement_table(db, &g.measurement))
+        .collect();
+    // Every measurement's table is found, or made (the new ones at once),
+    // before any line is written.
+    let named: Vec<TableName> = names.iter().flatten().cloned().collect();
+    let mut tables = if no_topic {
+        let found: Result<Vec<_>, Error> = named
+            .iter()
+            .map(|name| match databases::existing_table(&s.store, name) {
+                Err(Error::NotFound(_)) => Ok(None),
+                got => got.map(|t| Some(Ok(t))),
+            })
+            .collect();
+        found.map_err(store_error)?
+    } else {
+        let template = s.influx.template();
+        databases::tables_or_make(&s.store, &named, template.max_measurements, |name| {
+            template.measurement_request(name)
+        })
+        .map_err(store_error)?
+        .into_iter()
+        .map(Some)
+        .collect()
+    }
+    .into_iter();
+    for (group, name) in groups.iter().zip(names) {
         let text = group.text();
         let unparsed = |outcome: &mut Outcome, reason: &str| {
             for (_, l) in line_protocol::lines(&text) {
@@ -380,20 +412,27 @@ fn write_body(
                 });
             }
         };
-        let name = match databases::measurement_table(db, measurement) {
+        let name = match name {
             Ok(n) => n,
             Err(bad) => {
                 unparsed(&mut outcome, &bad.to_string());
                 continue;
             }
         };
-        // In cluster mode a database's tables of open tag sets travel
-        // through the topic mapped to the database, whose partitions
-        // carry their buckets: without one, only declared tables.
-        let no_topic = s.topics.as_ref().is_some_and(|t| !t.has_database(db));
-        let table = match databases::existing_table(&s.store, &name) {
-            Ok(t) => t,
-            Err(Error::NotFound(_)) if no_topic => {
+        let table = match tables.next().flatten() {
+            Some(Ok(t)) => t,
+            Some(Err(no_table)) => {
+                for _ in line_protocol::lines(&text) {
+                    outcome.refused.push(|| {
+                        format!(
+                            "{no_table}: measurement {:?} is new",
+                            crate::codec::quote_prefix(&group.measurement)
+                        )
+                    });
+                }
+                continue;
+            }
+            None => {
                 unparsed(
                     &mut outcome,
                     &format!(
@@ -403,11 +442,6 @@ fn write_body(
                 );
                 continue;
             }
-            Err(Error::NotFound(_)) => databases::table_or_make(&s.store, &name, || {
-                s.influx.template().measurement_request(&name)
-            })
-            .map_err(store_error)?,
-            Err(e) => return Err(store_error(e)),
         };
         if table.desc.key.is_open_tags() && no_topic {
             unparsed(

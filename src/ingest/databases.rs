@@ -28,6 +28,11 @@ pub struct TableTemplate {
     pub buckets: u32,
     /// Most series a table holds; points of new series past it are refused.
     pub series_limit: u64,
+    /// Most tables (measurements and samples, not the dictionary's) a
+    /// database holds for writes to make a measurement's table: each is a
+    /// catalog entry and `buckets` regions, so a small body naming a
+    /// million measurements would make millions of regions.
+    pub max_measurements: usize,
 }
 
 impl TableTemplate {
@@ -87,6 +92,80 @@ pub fn table_or_make(
         }
         got => got,
     }
+}
+
+/// Why a measurement got no table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoTable {
+    #[error(
+        "max-measurements limit exceeded: the database holds `influx.max_measurements` \
+         ({limit}) measurements"
+    )]
+    OverLimit { limit: usize },
+}
+
+/// Tables `names` (of one database's measurements), in `names`' order: those missing are
+/// made from `request` in one change of the catalog, as many as the
+/// database's `max_measurements` leaves room for (the rest answer
+/// [`NoTable::OverLimit`]). A write naming many new measurements makes
+/// them at once: a table at a time rewrote a growing catalog per table.
+pub fn tables_or_make(
+    store: &Store,
+    names: &[TableName],
+    max_measurements: usize,
+    request: impl Fn(&TableName) -> CreateTable,
+) -> Result<Vec<Result<Arc<Table>, NoTable>>, Error> {
+    let missing = |store: &Store| -> Vec<usize> {
+        (0..names.len())
+            .filter(|&i| matches!(store.table(&names[i]), Err(Error::NotFound(_))))
+            .collect()
+    };
+    let mut absent = missing(store);
+    // In a cluster another node may have made them since the last read
+    // of the shared catalog.
+    if !absent.is_empty() && store.is_cluster() {
+        refresh_for(store, &names[absent[0]]);
+        absent = missing(store);
+    }
+    if absent.is_empty() {
+        return names.iter().map(|name| store.table(name).map(Ok)).collect();
+    }
+    let mut wanted: Vec<CreateTable> = Vec::with_capacity(absent.len());
+    for &i in &absent {
+        if !wanted.iter().any(|w| w.name == names[i]) {
+            wanted.push(request(&names[i]));
+        }
+    }
+    // Made (or, being made by another writer, waited for: the store makes
+    // tables one change at a time) with the database's tables counted as
+    // the catalog holds them then. The database's own tables (`__tags`)
+    // are not measurements.
+    let counted = |table: &str| !table.starts_with("__");
+    let limit = crate::catalog::TableLimit {
+        most: max_measurements,
+        counted: &counted,
+    };
+    store.create_tables(&wanted, Some(limit))?;
+    // Named but not open here: another node of a cluster made it first,
+    // and a refresh opens it.
+    if store.is_cluster()
+        && absent
+            .iter()
+            .any(|&i| store.table(&names[i]).is_err() && store.catalog().holds(&names[i]))
+    {
+        refresh_for(store, &names[absent[0]]);
+    }
+    names
+        .iter()
+        .map(|name| match store.table(name) {
+            Err(Error::NotFound(_)) if !store.catalog().holds(name) => {
+                Ok(Err(NoTable::OverLimit {
+                    limit: max_measurements,
+                }))
+            }
+            got => got.map(Ok),
+        })
+        .collect()
 }
 
 /// Table `name`; in cluster mode one another node made since the last

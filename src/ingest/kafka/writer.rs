@@ -829,6 +829,30 @@ enum DatabasePoint<'b> {
     Rows(Vec<Vec<crate::cell::Entry>>),
 }
 
+/// The table of a measurement a batch of a database's topic names.
+enum TableSlot {
+    Found(Arc<crate::table::Table>),
+    /// New: made with the others after the batch is read.
+    ToMake(crate::catalog::TableName),
+    /// Its points are refused, for this reason.
+    Refused(String),
+}
+
+impl TableSlot {
+    /// `table`, unless it does not log its writes (a topic mapped to a
+    /// database writes only tables that do).
+    fn found(table: Arc<crate::table::Table>) -> Result<TableSlot, String> {
+        if table.desc.durability == Durability::SkipWal {
+            return Err(format!(
+                "table `{}` is SKIP_WAL: a topic mapped to a database writes tables that log \
+                 their writes",
+                table.desc.name
+            ));
+        }
+        Ok(TableSlot::Found(table))
+    }
+}
+
 /// A message of a database's topic, read: its points by table, and what
 /// was refused before they reach a table's encoder.
 struct DatabaseMessage<'b> {
@@ -858,9 +882,10 @@ fn decode_database(
     let json_precision = route
         .precision
         .unwrap_or(crate::ingest::line_protocol::Precision::Milliseconds);
-    // Every point's table is found (or made) before any encoder borrows
-    // the tables.
-    let mut tables: Vec<Arc<crate::table::Table>> = Vec::new();
+    // Every point's table is found, or named to be made, before any
+    // encoder borrows the tables; the new ones are made at once after the
+    // batch is read.
+    let mut slots: Vec<TableSlot> = Vec::new();
     let mut table_of: std::collections::HashMap<String, Result<usize, String>> =
         std::collections::HashMap::new();
     // A measurement's table is made on its first point; a rows message
@@ -879,35 +904,27 @@ fn decode_database(
         };
         let found = match name {
             Err(bad) => Err(bad),
+            // Named by another node, which made it: a table the catalog
+            // lacks is a bad message, not a batch to read again.
+            Ok(name) if rows => match databases::existing_table(store, &name) {
+                Err(crate::error::Error::NotFound(_)) => Err(format!(
+                    "a rows message for table `{name}`, which the catalog does not hold"
+                )),
+                got => TableSlot::found(got?).map(|slot| {
+                    slots.push(slot);
+                    slots.len() - 1
+                }),
+            },
             Ok(name) => {
-                let table = if rows {
-                    // Named by another node, which made it: a table the
-                    // catalog lacks is a bad message, not a batch to
-                    // read again.
-                    match databases::existing_table(store, &name) {
-                        Err(crate::error::Error::NotFound(_)) => {
-                            let refused = Err(format!(
-                                "a rows message for table `{name}`, which the catalog does not hold"
-                            ));
-                            table_of.insert(measurement.to_string(), refused.clone());
-                            return Ok(refused);
-                        }
-                        got => got?,
-                    }
-                } else {
-                    databases::table_or_make(store, &name, || {
-                        shared.template.measurement_request(&name)
-                    })?
+                let slot = match store.table(&name) {
+                    Ok(table) => TableSlot::found(table),
+                    Err(crate::error::Error::NotFound(_)) => Ok(TableSlot::ToMake(name)),
+                    Err(e) => return Err(e),
                 };
-                if table.desc.durability == Durability::SkipWal {
-                    Err(format!(
-                        "table `{name}` is SKIP_WAL: a topic mapped to a database writes \
-                         tables that log their writes"
-                    ))
-                } else {
-                    tables.push(table);
-                    Ok(tables.len() - 1)
-                }
+                slot.map(|slot| {
+                    slots.push(slot);
+                    slots.len() - 1
+                })
             }
         };
         table_of.insert(measurement.to_string(), found.clone());
@@ -1011,8 +1028,38 @@ fn decode_database(
         }
         messages.push((i, message));
     }
+    let to_make: Vec<crate::catalog::TableName> = slots
+        .iter()
+        .filter_map(|slot| match slot {
+            TableSlot::ToMake(name) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    if !to_make.is_empty() {
+        let template = &shared.template;
+        let mut made =
+            databases::tables_or_make(store, &to_make, template.max_measurements, |name| {
+                template.measurement_request(name)
+            })?
+            .into_iter();
+        for slot in &mut slots {
+            if matches!(slot, TableSlot::ToMake(_)) {
+                *slot = match made.next().expect("a table or a refusal per name") {
+                    Ok(table) => TableSlot::found(table).unwrap_or_else(TableSlot::Refused),
+                    Err(no_table) => TableSlot::Refused(no_table.to_string()),
+                };
+            }
+        }
+    }
+    let tables: Vec<Option<&Arc<crate::table::Table>>> = slots
+        .iter()
+        .map(|slot| match slot {
+            TableSlot::Found(table) => Some(table),
+            _ => None,
+        })
+        .collect();
     let mut encoders = Vec::with_capacity(tables.len());
-    for t in &tables {
+    for t in tables.iter().flatten() {
         let mut encoder = PointEncoder::new(&t.desc, store.max_value_size())
             .map_err(crate::error::Error::InvalidInput)?;
         if t.desc.key.is_open_tags() {
@@ -1021,12 +1068,29 @@ fn decode_database(
         }
         encoders.push(encoder);
     }
+    // A slot's encoder, by index into `encoders` (`None`: refused).
+    let mut next = 0;
+    let encoder_of: Vec<Option<usize>> = tables
+        .iter()
+        .map(|t| {
+            t.map(|_| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect();
     let stream = Uniquifiers::stream(&route.topic, batch.partition);
     let mut started: Vec<Option<i64>> = vec![None; encoders.len()];
     for (i, message) in messages {
         let rows_before: usize = encoders.iter().map(PointEncoder::rows).sum();
         let mut errors = message.refused;
-        for (t, number, point) in message.points {
+        for (slot, number, point) in message.points {
+            let Some(t) = encoder_of[slot] else {
+                if let TableSlot::Refused(reason) = &slots[slot] {
+                    errors.push(number, reason.clone().into());
+                }
+                continue;
+            };
             let encoder = &mut encoders[t];
             if started[t] != Some(message.offset) {
                 started[t] = Some(message.offset);
@@ -1063,6 +1127,7 @@ fn decode_database(
     bad.sort_by_key(|(i, _)| *i);
     let tables = tables
         .iter()
+        .flatten()
         .zip(encoders)
         .map(|(t, encoder)| (t.desc.clone(), encoder.finish()))
         .filter(|(_, rows)| rows.rows() > 0)
