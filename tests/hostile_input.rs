@@ -632,6 +632,31 @@ fn small_requests_that_asked_for_gigabytes_are_refused_naming_the_limit() {
     let e = error_of(&influxql(&addr, "d", &wide));
     assert!(e.contains("more than 5000000 values"), "{e}");
     alive(&mut srv);
+    // A raw statement repeating `*` asks for a cell per column per point:
+    // 3,000 points and 2,000 stars were 12M cells from a 4 KB query.
+    let lines: String = (0..3_000)
+        .map(|i| format!("many,host=h{} v={i} {}\n", i % 4, now_ns - i * 1_000_000))
+        .collect();
+    let w = post(&addr, "/write?db=d", "text/plain", lines.as_bytes());
+    assert_eq!(w.status, 204, "{}", w.text());
+    let stars = vec!["*"; 2_000].join(",");
+    let e = error_of(&influxql(&addr, "d", &format!("SELECT {stars} FROM many")));
+    assert!(
+        e.contains("over 5000000, and it names a column twice or one the measurement lacks"),
+        "{e}"
+    );
+    alive(&mut srv);
+    // Each column once, or a few twice over few points, is answered.
+    for q in [
+        "SELECT * FROM many",
+        "SELECT *, * FROM cpu",
+        "SELECT v, nothing FROM many",
+    ] {
+        let r = influxql(&addr, "d", q);
+        assert_eq!(r.status, 200, "{q}: {}", r.text());
+        let answer = r.json();
+        assert!(answer["results"][0].get("error").is_none(), "{q}: {answer}");
+    }
     // The same functions whose answer a LIMIT or fill(none) keeps small
     // are answered.
     for tail in ["LIMIT 10", "fill(none)"] {

@@ -535,6 +535,36 @@ pub fn select(
     // Worked out once, not per group: a raw statement grouped by host
     // has a group per series.
     let (raw_fields, raw_names) = raw_columns(s, &fields, tag_keys, &group_by);
+    // A raw answer holds what was stored, but a column named twice (`*, *`)
+    // or one the measurement lacks is a cell more a point: a statement
+    // of thousands of them over a large measurement asks for far more
+    // than is stored, and is bounded as an aggregate's answer is.
+    let repeats = {
+        let stored: BTreeSet<&String> = raw_fields
+            .iter()
+            .filter(|c| fields.contains_key(*c) || tag_keys.contains(*c))
+            .collect();
+        // Without a field the statement answers no row at all.
+        let answers = raw_fields.iter().any(|c| fields.contains_key(c));
+        answers && raw_fields.len() > stored.len()
+    };
+    if repeats {
+        let points: usize = gathered
+            .iter()
+            .map(|(_, g)| match g {
+                Gathered::Raw(members) => members.iter().map(|m| m.points.len()).sum(),
+                Gathered::Aggregate(_) => 0,
+            })
+            .sum();
+        let cells = points.saturating_mul(raw_fields.len() + 1);
+        if cells > MAX_ANSWER_CELLS {
+            return Err(format!(
+                "the statement's answer would hold {cells} values, over {MAX_ANSWER_CELLS}, \
+                 and it names a column twice or one the measurement lacks: name each column \
+                 once, or narrow the time range"
+            ));
+        }
+    }
     let mut out = Vec::new();
     let mut answered = 0usize;
     for (g, gathered) in gathered {
@@ -1115,7 +1145,7 @@ const RECENT_MS: u64 = 3_600_000;
 /// until they merge): one small statement must not take the memory of
 /// the whole machine, as InfluxDB's `max-select-buckets` and
 /// `max-select-point` guard (off by default there). A raw answer holds
-/// what was stored and is not bounded here.
+/// what was stored and is not bounded here, unless its columns repeat.
 const MAX_ANSWER_CELLS: usize = 5_000_000;
 const MAX_FOLDED: usize = 2_000_000;
 
