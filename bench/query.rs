@@ -233,13 +233,8 @@ fn main() {
         let mut best = f64::MAX;
         for _ in 0..15 {
             let t = Instant::now();
-            let out = halite::query::aggregate::aggregate(
-                table.clone(),
-                pool,
-                &q,
-                halite::query::aggregate::MAX_WINDOWS,
-            )
-            .expect("aggregate");
+            let out =
+                halite::query::aggregate::aggregate(table.clone(), pool, &q).expect("aggregate");
             assert_eq!(out.aggregates.len(), HOSTS as usize);
             best = best.min(t.elapsed().as_secs_f64());
         }

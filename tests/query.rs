@@ -435,50 +435,6 @@ fn aggregates_pushed_into_buckets_equal_the_oracle() {
 }
 
 #[test]
-fn an_aggregate_holds_at_most_its_windows() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let store = open(dir.path());
-    let name = TableName::parse("by_series").expect("name");
-    store
-        .create_table(&table("by_series", "series"))
-        .expect("create");
-    load(&store, &name);
-    let q = |downsample_ms: u64| Query {
-        series: series(None),
-        fields: vec!["usage_user".into()],
-        aggregate: Some(Aggregate {
-            functions: vec![AggFn::Count],
-            downsample_ms: Some(downsample_ms),
-            downsample: None,
-            group_by: None,
-        }),
-        ..Query::default()
-    };
-    // A window a point: as many windows as points, 30 hosts × 60.
-    let windows = (HOSTS * POINTS) as usize;
-    let exact =
-        QueryEngine::new(store.queries.store().clone(), 4).with_max_aggregate_windows(windows);
-    let page = exact.aggregate(&name, &q(1)).expect("aggregate");
-    assert_eq!(page.aggregates.len(), windows);
-    let short =
-        QueryEngine::new(store.queries.store().clone(), 4).with_max_aggregate_windows(windows - 1);
-    let refused = short.aggregate(&name, &q(1)).unwrap_err();
-    assert_eq!(refused.kind(), halite::ErrorKind::InvalidInput);
-    assert!(
-        refused.to_string().contains(&format!(
-            "the aggregate holds more than {} windows",
-            windows - 1
-        )),
-        "{refused}"
-    );
-    // Wider windows fit.
-    let page = short.aggregate(&name, &q(100_000)).expect("aggregate");
-    assert_eq!(page.aggregates.len(), (HOSTS * 6) as usize);
-    drop((exact, short));
-    store.close().expect("close");
-}
-
-#[test]
 fn series_queries_skip_files_by_rowprefix_bloom() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = open(dir.path());

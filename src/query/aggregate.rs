@@ -35,18 +35,13 @@ pub(super) struct FieldAcc {
 }
 
 impl FieldAcc {
-    /// Adds a value of window `w`; true when it opened the window.
-    pub(super) fn add(&mut self, w: Option<u64>, ts: u64, v: f64) -> bool {
+    pub(super) fn add(&mut self, w: Option<u64>, ts: u64, v: f64) {
         match &mut self.open {
-            Some((open, p)) if *open == w => {
-                p.add(ts, v);
-                false
-            }
+            Some((open, p)) if *open == w => p.add(ts, v),
             open => {
                 if let Some((w, p)) = open.replace((w, Partial::new(ts, v))) {
                     close_window(&mut self.closed, w, p);
                 }
-                true
             }
         }
     }
@@ -79,18 +74,10 @@ impl SeriesAcc {
         }
     }
 
-    /// Adds a value of `field` at `ts` (window `w`); true when it opened
-    /// the field's window. `hint` is where the field after the row's
-    /// previous one is: rows of a series mostly name the same columns in
-    /// the same order.
-    pub(super) fn add(
-        &mut self,
-        hint: &mut usize,
-        field: &[u8],
-        w: Option<u64>,
-        ts: u64,
-        v: f64,
-    ) -> bool {
+    /// Adds a value of `field` at `ts` (window `w`). `hint` is where the
+    /// field after the row's previous one is: rows of a series mostly name
+    /// the same columns in the same order.
+    pub(super) fn add(&mut self, hint: &mut usize, field: &[u8], w: Option<u64>, ts: u64, v: f64) {
         let at = match self.fields.get(*hint) {
             Some(f) if bytes_equal(&f.qualifier, field) => *hint,
             _ => match self
@@ -109,8 +96,8 @@ impl SeriesAcc {
                 }
             },
         };
+        self.fields[at].add(w, ts, v);
         *hint = at + 1;
-        self.fields[at].add(w, ts, v)
     }
 
     /// Adds the series' partials to a bucket's.
@@ -155,40 +142,6 @@ pub(super) struct BucketAgg<'a> {
     pub(super) row: Option<(u64, Option<u64>)>,
     /// Where the row's next field likely is in `current`.
     pub(super) hint: usize,
-    /// The windows every bucket of the aggregate may open together.
-    pub(super) windows: &'a WindowBudget,
-    /// Windows this bucket opened and has not yet taken from `windows`.
-    pub(super) opened: usize,
-}
-
-/// Windows an aggregate opens, counted across its buckets: each is a
-/// partial of a few hundred bytes held to the end, so a small query with
-/// a 1 ms window over a long range would otherwise hold one per point.
-pub(super) struct WindowBudget {
-    most: usize,
-    taken: std::sync::atomic::AtomicUsize,
-}
-
-/// Windows a bucket opens before it takes them from the shared budget.
-const WINDOWS_TAKEN_AT_ONCE: usize = 1024;
-
-impl WindowBudget {
-    pub(super) fn new(most: usize) -> Self {
-        WindowBudget {
-            most,
-            taken: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    /// Takes `n` windows; false once the aggregate holds more than it may.
-    fn take(&self, n: usize) -> bool {
-        use std::sync::atomic::Ordering;
-        self.taken.fetch_add(n, Ordering::Relaxed) + n <= self.most
-    }
-
-    fn exceeded(&self) -> bool {
-        self.taken.load(std::sync::atomic::Ordering::Relaxed) > self.most
-    }
 }
 
 impl BucketAgg<'_> {
@@ -204,12 +157,6 @@ impl CellSink for BucketAgg<'_> {
     fn start_row(&mut self, key: &[u8]) -> bool {
         self.row = None;
         self.hint = 0;
-        if self.opened >= WINDOWS_TAKEN_AT_ONCE {
-            if !self.windows.take(self.opened) {
-                return false;
-            }
-            self.opened = 0;
-        }
         let Some(ts) = self.time.time_of(key).filter(|t| self.time.holds(*t)) else {
             return true;
         };
@@ -248,10 +195,8 @@ impl CellSink for BucketAgg<'_> {
         let (Some((ts, w)), Some(acc)) = (self.row, self.current.as_mut()) else {
             return;
         };
-        if let Some(v) = crate::value::numeric(value)
-            && acc.add(&mut self.hint, qualifier, w, ts, v)
-        {
-            self.opened += 1;
+        if let Some(v) = crate::value::numeric(value) {
+            acc.add(&mut self.hint, qualifier, w, ts, v);
         }
     }
 }
@@ -266,16 +211,7 @@ pub(super) type BucketPartials = BTreeMap<Vec<u8>, FieldPartials>;
 /// Most functions one aggregate computes.
 pub const MAX_FUNCTIONS: usize = 64;
 
-/// Most windows (a partial per series, field and window) one aggregate
-/// holds, as InfluxQL's statements hold at most 2M reducer states.
-pub const MAX_WINDOWS: usize = 2_000_000;
-
-pub fn aggregate(
-    table: Arc<Table>,
-    pool: &QueryPool,
-    q: &Query,
-    max_windows: usize,
-) -> Result<AggregatePage> {
+pub fn aggregate(table: Arc<Table>, pool: &QueryPool, q: &Query) -> Result<AggregatePage> {
     let agg = q
         .aggregate
         .clone()
@@ -357,7 +293,6 @@ pub fn aggregate(
         None => None,
     };
     let (columns, filters) = query_columns(&table, q)?;
-    let windows = Arc::new(WindowBudget::new(max_windows));
     let mut waits = Vec::new();
     for range in &p.ranges {
         let (start, stop) = range.salted(&schema.salt_bytes(range.bucket));
@@ -375,7 +310,6 @@ pub fn aggregate(
         let table = table.clone();
         let columns = columns.clone();
         let filters = filters.clone();
-        let windows = windows.clone();
         let job: Job = Box::new(move || {
             let mut agg = BucketAgg {
                 identity: &identity,
@@ -385,8 +319,6 @@ pub fn aggregate(
                 current: None,
                 row: None,
                 hint: 0,
-                windows: &windows,
-                opened: 0,
             };
             let open = |start: Vec<u8>, stop: Option<Vec<u8>>| {
                 TableScanner::new(
@@ -409,14 +341,8 @@ pub fn aggregate(
             let outcome = open(start, scan.stop.clone())
                 .and_then(|mut scanner| scanner.scan_cells(&mut agg))
                 .map(|_ran_out| ());
-            let opened = agg.opened;
             let partials = agg.finish();
-            // A bucket past the budget stopped its scan: its partials are
-            // dropped here, and the aggregate is refused below.
             let flat = outcome.map(|()| {
-                if !windows.take(opened) {
-                    return BTreeMap::new();
-                }
                 let mut flat: BTreeMap<AggKey, Partial> = BTreeMap::new();
                 for (series, fields) in partials {
                     for (field, windows) in fields {
@@ -439,19 +365,9 @@ pub fn aggregate(
     }
     let mut all: BTreeMap<AggKey, Partial> = BTreeMap::new();
     for rx in waits {
-        let bucket = rx.recv().map_err(|_| Error::Closed)??;
-        if windows.exceeded() {
-            continue;
-        }
-        for (k, p) in bucket {
+        for (k, p) in rx.recv().map_err(|_| Error::Closed)?? {
             all.entry(k).and_modify(|x| x.combine(&p)).or_insert(p);
         }
-    }
-    if windows.exceeded() {
-        return Err(Error::InvalidInput(format!(
-            "the aggregate holds more than {max_windows} windows (a value per series, field and \
-             window): narrow the time range or the series, or widen the downsample window"
-        )));
     }
     // Decode series identities back to field values for the answer.
     let names: Vec<&str> = schema

@@ -20,8 +20,6 @@ use crate::table::Table;
 pub struct QueryEngine {
     store: Arc<Store>,
     pool: Arc<QueryPool>,
-    /// Most windows one aggregate holds ([`super::aggregate::MAX_WINDOWS`]).
-    max_aggregate_windows: usize,
 }
 
 impl QueryEngine {
@@ -31,14 +29,7 @@ impl QueryEngine {
         QueryEngine {
             store,
             pool: Arc::new(QueryPool::new(threads)),
-            max_aggregate_windows: super::aggregate::MAX_WINDOWS,
         }
-    }
-
-    /// The engine, with aggregates holding at most `most` windows each.
-    pub fn with_max_aggregate_windows(mut self, most: usize) -> Self {
-        self.max_aggregate_windows = most;
-        self
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -69,7 +60,7 @@ impl QueryEngine {
     /// A logical series query with aggregation pushed into the bucket scans.
     pub fn aggregate(&self, name: &TableName, q: &Query) -> Result<AggregatePage> {
         let (table, report) = self.table_for_read(name)?;
-        let mut page = aggregate(table, &self.pool, q, self.max_aggregate_windows)?;
+        let mut page = aggregate(table, &self.pool, q)?;
         page.partial = report.map(|r| r.missing()).unwrap_or_default();
         Ok(page)
     }
