@@ -460,9 +460,10 @@ impl Catalog {
     }
 
     /// Creates the tables of `reqs` the catalog does not hold yet (those
-    /// `limit` leaves room for), in one change of the catalog (one rewrite, where a table at a time rewrote
-    /// it per table: a write naming a thousand new measurements rewrote a
-    /// growing catalog a thousand times). Answers the tables made, in
+    /// `limit` leaves room for), in one change of the catalog: one
+    /// rewrite, where a table at a time rewrote it per table (a write
+    /// naming a thousand new measurements rewrote a growing catalog a
+    /// thousand times). Answers the tables made, in
     /// `reqs`' order; one already there is left out, and a request named
     /// twice is made once. `prepare` runs on the new descriptors before
     /// the catalog names them (the store makes the regions' directories

@@ -1051,47 +1051,33 @@ fn decode_database(
             }
         }
     }
-    let tables: Vec<Option<&Arc<crate::table::Table>>> = slots
-        .iter()
-        .map(|slot| match slot {
-            TableSlot::Found(table) => Some(table),
-            _ => None,
-        })
-        .collect();
-    let mut encoders = Vec::with_capacity(tables.len());
-    for t in tables.iter().flatten() {
+    // An encoder per slot whose table was found (`None`: refused).
+    let mut encoders: Vec<Option<PointEncoder>> = Vec::with_capacity(slots.len());
+    for slot in &slots {
+        let TableSlot::Found(t) = slot else {
+            encoders.push(None);
+            continue;
+        };
         let mut encoder = PointEncoder::new(&t.desc, store.max_value_size())
             .map_err(crate::error::Error::InvalidInput)?;
         if t.desc.key.is_open_tags() {
             encoder.set_dictionary(&dictionary);
             encoder.one_measurement();
         }
-        encoders.push(encoder);
+        encoders.push(Some(encoder));
     }
-    // A slot's encoder, by index into `encoders` (`None`: refused).
-    let mut next = 0;
-    let encoder_of: Vec<Option<usize>> = tables
-        .iter()
-        .map(|t| {
-            t.map(|_| {
-                next += 1;
-                next - 1
-            })
-        })
-        .collect();
     let stream = Uniquifiers::stream(&route.topic, batch.partition);
     let mut started: Vec<Option<i64>> = vec![None; encoders.len()];
     for (i, message) in messages {
-        let rows_before: usize = encoders.iter().map(PointEncoder::rows).sum();
+        let rows_before: usize = encoders.iter().flatten().map(PointEncoder::rows).sum();
         let mut errors = message.refused;
-        for (slot, number, point) in message.points {
-            let Some(t) = encoder_of[slot] else {
-                if let TableSlot::Refused(reason) = &slots[slot] {
+        for (t, number, point) in message.points {
+            let Some(encoder) = encoders[t].as_mut() else {
+                if let TableSlot::Refused(reason) = &slots[t] {
                     errors.push(number, reason.clone().into());
                 }
                 continue;
             };
-            let encoder = &mut encoders[t];
             if started[t] != Some(message.offset) {
                 started[t] = Some(message.offset);
                 encoder.start_body();
@@ -1112,24 +1098,35 @@ fn decode_database(
         if !errors.is_empty() {
             bad.push((i, bad_points(route.format, &errors)));
         } else if route.format == Format::Line
-            && encoders.iter().map(PointEncoder::rows).sum::<usize>() == rows_before
+            && encoders
+                .iter()
+                .flatten()
+                .map(PointEncoder::rows)
+                .sum::<usize>()
+                == rows_before
         {
             bad.push((i, no_points()));
         }
     }
     // What the points use of the dictionary is durable before they are
     // handed on.
-    if encoders.iter().any(PointEncoder::needs_durable_dictionary) {
+    if encoders
+        .iter()
+        .flatten()
+        .any(PointEncoder::needs_durable_dictionary)
+    {
         dictionary.make_durable(store)?;
     }
     // Unreadable messages were found as they were read, the others as
     // they were encoded: dead-lettered in offset order all the same.
     bad.sort_by_key(|(i, _)| *i);
-    let tables = tables
+    let tables = slots
         .iter()
-        .flatten()
         .zip(encoders)
-        .map(|(t, encoder)| (t.desc.clone(), encoder.finish()))
+        .filter_map(|(slot, encoder)| match (slot, encoder) {
+            (TableSlot::Found(t), Some(encoder)) => Some((t.desc.clone(), encoder.finish())),
+            _ => None,
+        })
         .filter(|(_, rows)| rows.rows() > 0)
         .collect();
     Ok(Decoded { tables, bad })
