@@ -26,6 +26,7 @@
 
 pub mod aggregate;
 pub mod engine;
+mod influx_expr;
 mod influx_reduce;
 pub mod influx_select;
 pub mod influxql;

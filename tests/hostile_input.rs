@@ -903,6 +903,25 @@ fn small_requests_take_little_memory() {
         .unwrap_or_default();
     assert_eq!(rows.len(), 10, "{}", &r.text()[..500.min(r.text().len())]);
     assert_eq!(rows[0].as_array().map(Vec::len), Some(501));
+    // A transformation's leaves are selected whole, LIMIT applying after
+    // it: 950,400 buckets of one call are answered, five calls refused.
+    let q = "SELECT non_negative_derivative(mean(v), 1s) FROM cpu WHERE time > now() - 11d GROUP BY time(1s) LIMIT 10";
+    let (mib, r) = memory_for(&srv, || influxql(&srv.addr, "d", q));
+    eprintln!("derivative GROUP BY time(1s) LIMIT 10: {mib} MiB");
+    took.push(("derivative GROUP BY time LIMIT 10", mib));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    assert!(answer["results"][0]["error"].is_null(), "{answer}");
+    let calls = vec!["derivative(mean(v))"; 5].join(", ");
+    let q = format!("SELECT {calls} FROM cpu WHERE time > now() - 11d GROUP BY time(1s) LIMIT 10");
+    let (mib, r) = memory_for(&srv, || influxql(&srv.addr, "d", &q));
+    eprintln!("5 derivatives GROUP BY time(1s) LIMIT 10: {mib} MiB");
+    took.push(("5 derivatives GROUP BY time LIMIT 10", mib));
+    assert!(
+        r.text().contains("more than 2000000 values"),
+        "{}",
+        r.text()
+    );
     alive(&mut srv);
     stop(srv);
 

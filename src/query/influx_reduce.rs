@@ -21,6 +21,16 @@ pub enum Cell {
     Null,
 }
 
+/// One series of an answer, as InfluxDB's JSON has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesOut {
+    pub name: String,
+    /// Present when the statement groups by tags.
+    pub tags: Option<std::collections::BTreeMap<String, String>>,
+    pub columns: Vec<String>,
+    pub values: Vec<Vec<Cell>>,
+}
+
 /// A function a statement calls, with its argument.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Func {

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::influx_expr::{Plan, Span};
 use super::influx_reduce::{AnswerType, Func, Reducer, as_f64};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use super::measurements::SeriesTable;
@@ -17,17 +18,7 @@ use crate::series::Dictionary;
 use crate::store::Store;
 use crate::value::Value;
 
-pub use super::influx_reduce::Cell;
-
-/// One series of an answer, as InfluxDB's JSON has it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SeriesOut {
-    pub name: String,
-    /// Present when the statement groups by tags.
-    pub tags: Option<BTreeMap<String, String>>,
-    pub columns: Vec<String>,
-    pub values: Vec<Vec<Cell>>,
-}
+pub use super::influx_reduce::{Cell, SeriesOut};
 
 /// A point of a series: its time and fields.
 #[derive(Clone, Default)]
@@ -111,6 +102,57 @@ pub fn select(
     s: &Select,
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
+    if !super::influx_expr::needs_plan(s) {
+        return select_fields(store, dictionary, db, s, now_ns, None, (0, 0));
+    }
+    let plan = Plan::new(s)?;
+    let queries = plan.queries();
+    // Where the leaves reached beyond the range, the answer is cut to the
+    // range's buckets.
+    let span = match s.group_time {
+        Some((every, offset)) if queries.iter().any(|q| q.reach != (0, 0)) => {
+            let (lower, upper, _) = split_time(s.condition.as_ref())?;
+            Span {
+                first: lower.and_then(|l| checked_bucket_of(l, every, offset)),
+                last: checked_bucket_of(upper.unwrap_or(now_ns), every, offset),
+            }
+        }
+        _ => Span::default(),
+    };
+    let mut answers = Vec::new();
+    for query in queries {
+        let answer = select_fields(
+            store,
+            dictionary,
+            db,
+            &query.select,
+            now_ns,
+            Some(&plan),
+            query.reach,
+        )?;
+        answers.push((query, answer));
+    }
+    Ok(plan.answer(answers, span))
+}
+
+/// [`select`] of a statement of fields and calls of fields only; `plan`
+/// is the statement of expressions whose types to check, if any, and
+/// `reach` how far (ns) the range reaches before its lower bound and after
+/// its upper (a transformation's leaves: [`Plan::queries`]).
+fn select_fields(
+    store: &Store,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+    s: &Select,
+    now_ns: i64,
+    plan: Option<&Plan>,
+    reach: (i64, i64),
+) -> Result<Vec<SeriesOut>, String> {
+    let max_cells = if plan.is_some() {
+        MAX_PLAN_CELLS
+    } else {
+        MAX_ANSWER_CELLS
+    };
     let calls = s
         .fields
         .iter()
@@ -137,17 +179,25 @@ pub fn select(
         return Ok(Vec::new());
     };
     let (lower, hi, rest) = split_time(s.condition.as_ref())?;
+    // A transformation's leaves reach beyond the range's first bucket (its
+    // last, descending), so that one has a value beside it to work from.
+    let lower = lower.map(|l| l.saturating_sub(reach.0));
     let lo = lower.unwrap_or(0).max(0);
-    let hi = hi.unwrap_or(if s.group_time.is_some() {
-        now_ns
-    } else {
-        i64::MAX
-    });
+    let hi = hi
+        .unwrap_or(if s.group_time.is_some() {
+            now_ns
+        } else {
+            i64::MAX
+        })
+        .saturating_add(reach.1);
     if lo > hi {
         return Ok(Vec::new());
     }
     let fields = std::mem::take(&mut measurement.fields);
     let series = measurement.series.clone();
+    if let Some(plan) = plan {
+        plan.check_types(&fields, &|name| series.tag_keys().contains(name))?;
+    }
     // Only a wildcard and `GROUP BY *` name every tag key of the
     // measurement: the list gathers them once, but a list is made anew
     // after each series added, and gathering them from thousands of
@@ -577,7 +627,7 @@ pub fn select(
             Gathered::Aggregate(buckets) => {
                 // The bound as written: before 1970 the answer starts
                 // there, though nothing is stored before 1970 to read.
-                aggregate_rows(s, &agg_calls, buckets, &fields, lower, hi)?
+                aggregate_rows(s, &agg_calls, buckets, &fields, lower, hi, max_cells)?
             }
         };
         let tags = (!matches!(s.group_tags, GroupTags::None)).then(|| {
@@ -603,8 +653,8 @@ pub fn select(
         }
         if aggregated {
             answered = answered.saturating_add(rows.len().saturating_mul(columns.len()));
-            if answered > MAX_ANSWER_CELLS {
-                return Err(too_many_values(MAX_ANSWER_CELLS));
+            if answered > max_cells {
+                return Err(too_many_values(max_cells));
             }
         }
         out.push(SeriesOut {
@@ -1148,6 +1198,10 @@ const RECENT_MS: u64 = 3_600_000;
 /// what was stored and is not bounded here, unless its columns repeat.
 const MAX_ANSWER_CELLS: usize = 5_000_000;
 const MAX_FOLDED: usize = 2_000_000;
+/// [`MAX_ANSWER_CELLS`] for the leaves of a statement's arithmetic and
+/// transformations, which are held twice: as the leaves' rows and as the
+/// columns worked out of them (5M took 385 MiB).
+const MAX_PLAN_CELLS: usize = 2_000_000;
 
 fn too_many_values(limit: usize) -> String {
     format!(
@@ -1510,7 +1564,7 @@ fn raw_columns(
                 columns.push(c.clone());
                 aliases.push(f.alias.clone().unwrap_or_else(|| c.clone()));
             }
-            SelectExpr::Call { .. } => {}
+            SelectExpr::Call { .. } | SelectExpr::Expr(_) => {}
         }
     }
     let mut names = vec![s.time_column.clone()];
@@ -1653,6 +1707,7 @@ fn aggregate_rows(
     fields: &BTreeMap<String, crate::series::FieldType>,
     lower: Option<i64>,
     hi: i64,
+    max_cells: usize,
 ) -> Result<(Vec<String>, Vec<Vec<Cell>>), String> {
     let lo = lower.unwrap_or(0);
     let Some(&first_bucket) = by_bucket.keys().next() else {
@@ -1700,8 +1755,8 @@ fn aggregate_rows(
                     (0, shown)
                 };
                 let cells = (shown as usize).saturating_mul(calls.len() + 1);
-                if cells > MAX_ANSWER_CELLS {
-                    return Err(too_many_values(MAX_ANSWER_CELLS));
+                if cells > max_cells {
+                    return Err(too_many_values(max_cells));
                 }
                 let at = |i: i64| first + i * every;
                 let valued = |(&b, _): (&i64, _)| (b, b);

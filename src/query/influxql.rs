@@ -90,7 +90,84 @@ pub enum SelectExpr {
         field: String,
         arg: Option<f64>,
     },
+    /// Anything else the select list may hold: arithmetic (`100 -
+    /// mean(x)`), calls of calls (`derivative(mean(x), 1s)`), literals.
+    /// Checked when the statement runs, as InfluxDB compiles it, so its
+    /// errors are a statement's and not the query's parse error.
+    Expr(FieldExpr),
 }
+
+/// A select-list expression as written, before it is checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldExpr {
+    /// A field or tag by name.
+    Column(String),
+    /// `*` as a call's argument.
+    Wildcard,
+    Integer(i64),
+    Number(f64),
+    /// A duration literal (`1s`), nanoseconds.
+    Duration(i64),
+    Str(String),
+    Bool(bool),
+    Call {
+        func: String,
+        args: Vec<FieldExpr>,
+    },
+    Binary {
+        op: BinaryOp,
+        lhs: Box<FieldExpr>,
+        rhs: Box<FieldExpr>,
+    },
+}
+
+/// An arithmetic operator of the select list, as InfluxQL ranks them:
+/// `*`, `/`, `%` and `&` before `+`, `-`, `|` and `^`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    BitAnd,
+    BitOr,
+    BitXor,
+}
+
+impl BinaryOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+            BinaryOp::Mod => "%",
+            BinaryOp::BitAnd => "&",
+            BinaryOp::BitOr => "|",
+            BinaryOp::BitXor => "^",
+        }
+    }
+
+    fn of(c: char) -> Option<(BinaryOp, u8)> {
+        Some(match c {
+            '+' => (BinaryOp::Add, 1),
+            '-' => (BinaryOp::Sub, 1),
+            '|' => (BinaryOp::BitOr, 1),
+            '^' => (BinaryOp::BitXor, 1),
+            '*' => (BinaryOp::Mul, 2),
+            '/' => (BinaryOp::Div, 2),
+            '%' => (BinaryOp::Mod, 2),
+            '&' => (BinaryOp::BitAnd, 2),
+            _ => return None,
+        })
+    }
+}
+
+/// How many operators and calls one select-list expression may hold.
+/// InfluxDB has no limit; every walk of an expression here recurses once
+/// per level, and what dashboards write holds a handful.
+pub const MAX_FIELD_NODES: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum GroupTags {
@@ -722,34 +799,11 @@ impl Parser {
     }
 
     fn select_field(&mut self) -> Result<SelectField, String> {
-        let expr = if self.is_punct('*') {
-            self.next();
-            SelectExpr::Wildcard
-        } else {
-            let name = self.ident()?;
-            if self.is_punct('(') {
-                self.next();
-                let field = if self.is_punct('*') {
-                    self.next();
-                    "*".to_string()
-                } else {
-                    self.ident()?
-                };
-                let arg = if self.is_punct(',') {
-                    self.next();
-                    Some(self.number()?)
-                } else {
-                    None
-                };
-                self.punct(')')?;
-                SelectExpr::Call {
-                    func: name.to_ascii_lowercase(),
-                    field,
-                    arg,
-                }
-            } else {
-                SelectExpr::Column(name)
-            }
+        let mut nodes = 0;
+        let expr = match self.field_expr(0, &mut nodes)? {
+            FieldExpr::Wildcard => SelectExpr::Wildcard,
+            FieldExpr::Column(c) => SelectExpr::Column(c),
+            e => simple_call(&e).unwrap_or(SelectExpr::Expr(e)),
         };
         let alias = if self.accept("AS") {
             Some(self.ident()?)
@@ -757,6 +811,157 @@ impl Parser {
             None
         };
         Ok(SelectField { expr, alias })
+    }
+
+    /// A select-list expression whose operators bind at least as tightly
+    /// as `min_rank`; `nodes` counts its operators and calls.
+    fn field_expr(&mut self, min_rank: u8, nodes: &mut usize) -> Result<FieldExpr, String> {
+        let mut lhs = self.field_unary(nodes)?;
+        while let Some((op, rank)) = match self.peek() {
+            Token::Punct(c) => BinaryOp::of(*c),
+            _ => None,
+        } {
+            if rank < min_rank {
+                break;
+            }
+            self.next();
+            self.count_node(nodes)?;
+            let rhs = self.field_expr(rank + 1, nodes)?;
+            lhs = FieldExpr::Binary {
+                op,
+                lhs: Box::new(lhs),
+                rhs: Box::new(rhs),
+            };
+        }
+        Ok(lhs)
+    }
+
+    fn field_unary(&mut self, nodes: &mut usize) -> Result<FieldExpr, String> {
+        match self.peek().clone() {
+            Token::Punct('(') => {
+                self.nest_field()?;
+                self.next();
+                self.depth += 1;
+                let e = self.field_expr(0, nodes)?;
+                self.depth -= 1;
+                self.punct(')')?;
+                Ok(e)
+            }
+            Token::Punct('-') => {
+                self.next();
+                match self.peek().clone() {
+                    Token::Number(n) => {
+                        let literal = self.field_number(&n)?;
+                        self.next();
+                        Ok(match literal {
+                            FieldExpr::Integer(i) => FieldExpr::Integer(-i),
+                            FieldExpr::Number(v) => FieldExpr::Number(-v),
+                            FieldExpr::Duration(d) => FieldExpr::Duration(-d),
+                            other => other,
+                        })
+                    }
+                    _ => {
+                        self.count_node(nodes)?;
+                        let e = self.field_unary(nodes)?;
+                        Ok(FieldExpr::Binary {
+                            op: BinaryOp::Mul,
+                            lhs: Box::new(FieldExpr::Integer(-1)),
+                            rhs: Box::new(e),
+                        })
+                    }
+                }
+            }
+            Token::Punct('*') => {
+                self.next();
+                Ok(FieldExpr::Wildcard)
+            }
+            Token::Number(n) => {
+                let literal = self.field_number(&n)?;
+                self.next();
+                Ok(literal)
+            }
+            Token::Str(s) => {
+                self.next();
+                Ok(FieldExpr::Str(s))
+            }
+            Token::Ident(w)
+                if w.eq_ignore_ascii_case("true") || w.eq_ignore_ascii_case("false") =>
+            {
+                self.next();
+                Ok(FieldExpr::Bool(w.eq_ignore_ascii_case("true")))
+            }
+            Token::Ident(_) | Token::Quoted(_) => {
+                let name = self.ident()?;
+                if !self.is_punct('(') {
+                    return Ok(FieldExpr::Column(name));
+                }
+                self.nest_field()?;
+                self.next();
+                self.count_node(nodes)?;
+                self.depth += 1;
+                let mut args = Vec::new();
+                if !self.is_punct(')') {
+                    loop {
+                        args.push(self.field_expr(0, nodes)?);
+                        if !self.is_punct(',') {
+                            break;
+                        }
+                        self.next();
+                    }
+                }
+                self.depth -= 1;
+                self.punct(')')?;
+                Ok(FieldExpr::Call {
+                    func: name.to_ascii_lowercase(),
+                    args,
+                })
+            }
+            _ => Err(self.error("identifier, string, number, bool")),
+        }
+    }
+
+    /// Refuses a parenthesis or call nested past [`MAX_CONDITION_DEPTH`]
+    /// in a select-list expression.
+    fn nest_field(&self) -> Result<(), String> {
+        if self.depth == MAX_CONDITION_DEPTH {
+            let (_, line, col) = &self.tokens[self.at];
+            return Err(format!(
+                "the field nests parentheses or calls more than {MAX_CONDITION_DEPTH} deep at \
+                 line {line}, char {col} (the limit); write it with fewer"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts one more operator or call of a select-list expression,
+    /// refusing the one past [`MAX_FIELD_NODES`].
+    fn count_node(&self, nodes: &mut usize) -> Result<(), String> {
+        *nodes += 1;
+        if *nodes > MAX_FIELD_NODES {
+            let (_, line, col) = &self.tokens[self.at];
+            return Err(format!(
+                "a field holds more than {MAX_FIELD_NODES} operators and calls at line {line}, \
+                 char {col} (the limit); write it with fewer"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A number token of the select list: an integer, a float or a
+    /// duration (`1s`), as InfluxQL's scanner tells them apart.
+    fn field_number(&self, n: &str) -> Result<FieldExpr, String> {
+        if let Ok(i) = n.parse::<i64>() {
+            return Ok(FieldExpr::Integer(i));
+        }
+        if n.bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'e' || b == b'E')
+            && let Ok(v) = n.parse::<f64>()
+        {
+            return Ok(FieldExpr::Number(v));
+        }
+        parse_duration(n)
+            .map(FieldExpr::Duration)
+            .ok_or_else(|| self.error("number"))
     }
 
     fn count(&mut self) -> Result<usize, String> {
@@ -953,6 +1158,45 @@ enum Junction {
 
 /// Adds `term` to a chain of `junction`s, its own terms in its place
 /// when it is a chain of the same (`(a OR b) OR c` is `a OR b OR c`).
+/// `func(field)` or `func(field, number)` of a function that takes a
+/// field (not a call of a call), as the aggregate select answers it.
+fn simple_call(e: &FieldExpr) -> Option<SelectExpr> {
+    let FieldExpr::Call { func, args } = e else {
+        return None;
+    };
+    const OF_CALLS: [&str; 7] = [
+        "derivative",
+        "non_negative_derivative",
+        "difference",
+        "non_negative_difference",
+        "moving_average",
+        "cumulative_sum",
+        "elapsed",
+    ];
+    if OF_CALLS.contains(&func.as_str()) {
+        return None;
+    }
+    let field = match args.first()? {
+        FieldExpr::Column(c) => c.clone(),
+        FieldExpr::Wildcard => "*".to_string(),
+        _ => return None,
+    };
+    let arg = match args.get(1) {
+        None => None,
+        Some(FieldExpr::Integer(i)) => Some(*i as f64),
+        Some(FieldExpr::Number(v)) => Some(*v),
+        Some(_) => return None,
+    };
+    if args.len() > 2 {
+        return None;
+    }
+    Some(SelectExpr::Call {
+        func: func.clone(),
+        field,
+        arg,
+    })
+}
+
 fn push_term(terms: &mut Vec<Expr>, term: Expr, junction: Junction) {
     match (term, junction) {
         (Expr::And(inner), Junction::And) | (Expr::Or(inner), Junction::Or) => {
@@ -1301,6 +1545,98 @@ mod tests {
         };
         assert_eq!(terms.len(), 3);
         assert!(matches!(&terms[2], Expr::And(t) if t.len() == 2));
+    }
+
+    #[test]
+    fn select_list_arithmetic_and_calls_of_calls_parse_as_influxql_ranks_them() {
+        let field = |q: &str| {
+            let parsed = parse(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+            let [Statement::Select(s)] = parsed.as_slice() else {
+                panic!("{parsed:?}");
+            };
+            s.fields[0].expr.clone()
+        };
+        let col = |c: &str| Box::new(FieldExpr::Column(c.into()));
+        // `*` binds tighter than `+`; `-` on a literal is the literal's.
+        assert_eq!(
+            field("SELECT a + b * -2 FROM m"),
+            SelectExpr::Expr(FieldExpr::Binary {
+                op: BinaryOp::Add,
+                lhs: col("a"),
+                rhs: Box::new(FieldExpr::Binary {
+                    op: BinaryOp::Mul,
+                    lhs: col("b"),
+                    rhs: Box::new(FieldExpr::Integer(-2)),
+                }),
+            })
+        );
+        // Left to right among equals; `-x` is `-1 * x`.
+        assert_eq!(
+            field("SELECT a - b - -c FROM m"),
+            SelectExpr::Expr(FieldExpr::Binary {
+                op: BinaryOp::Sub,
+                lhs: Box::new(FieldExpr::Binary {
+                    op: BinaryOp::Sub,
+                    lhs: col("a"),
+                    rhs: col("b"),
+                }),
+                rhs: Box::new(FieldExpr::Binary {
+                    op: BinaryOp::Mul,
+                    lhs: Box::new(FieldExpr::Integer(-1)),
+                    rhs: col("c"),
+                }),
+            })
+        );
+        assert_eq!(
+            field("SELECT non_negative_derivative(mean(\"bytes\"), 1s) FROM m"),
+            SelectExpr::Expr(FieldExpr::Call {
+                func: "non_negative_derivative".into(),
+                args: vec![
+                    FieldExpr::Call {
+                        func: "mean".into(),
+                        args: vec![FieldExpr::Column("bytes".into())],
+                    },
+                    FieldExpr::Duration(1_000_000_000),
+                ],
+            })
+        );
+        // A call of a field is the aggregate select's, as before.
+        assert_eq!(
+            field("SELECT PERCENTILE(v, 95) FROM m"),
+            SelectExpr::Call {
+                func: "percentile".into(),
+                field: "v".into(),
+                arg: Some(95.0),
+            }
+        );
+        assert_eq!(field("SELECT (v) FROM m"), SelectExpr::Column("v".into()));
+    }
+
+    #[test]
+    fn deep_and_long_fields_are_bounded_not_recursed() {
+        // Each would recurse once per level where the statement is
+        // checked, answered and dropped: refused, naming the limit.
+        let parens = format!("SELECT {}v{} FROM m", "(".repeat(5000), ")".repeat(5000));
+        let calls = format!(
+            "SELECT {}v{} FROM m",
+            "derivative(".repeat(5000),
+            ")".repeat(5000)
+        );
+        let sums = format!("SELECT {} FROM m", vec!["v"; 100_000].join(" + "));
+        let negations = format!("SELECT {}v FROM m", "-".repeat(100_000));
+        for q in [parens, calls] {
+            let e = parse(&q).expect_err("too deep");
+            assert!(e.contains("more than 100 deep"), "{e}");
+        }
+        for q in [sums, negations] {
+            let e = parse(&q).expect_err("too long");
+            assert!(e.contains("more than 1000 operators and calls"), "{e}");
+        }
+        let at_limit = format!(
+            "SELECT {} FROM m",
+            vec!["v"; MAX_FIELD_NODES + 1].join(" + ")
+        );
+        assert!(parse(&at_limit).is_ok());
     }
 
     #[test]
