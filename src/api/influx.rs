@@ -24,8 +24,8 @@ use crate::error::Error;
 use crate::ingest::line_protocol::{self, Precision};
 use crate::ingest::refusal::RefusalKind;
 use crate::ingest::{self, databases};
-use crate::query::influx_select::{self, Cell, SeriesOut};
-use crate::query::influxql::{self, Statement};
+use crate::query::influx_select::{self, Cell, NameFilter, SeriesOut, TagFilter};
+use crate::query::influxql::{self, CardinalityOf, Expr, Paging, Statement};
 use crate::query::measurements::{self, Measurement};
 use crate::series::Dictionary;
 
@@ -943,13 +943,6 @@ fn escape_tag(s: &str) -> String {
     out
 }
 
-fn limited<T>(mut v: Vec<T>, limit: Option<usize>) -> Vec<T> {
-    if let Some(n) = limit.filter(|n| *n > 0) {
-        v.truncate(n);
-    }
-    v
-}
-
 /// One statement's series (InfluxDB's answer shape), or its error.
 /// How an answer's cells are written: times as `epoch` asks, and for a
 /// MessagePack answer with their types kept (`msgpack.rs`).
@@ -1039,7 +1032,7 @@ fn per_measurement(
     on: &Option<String>,
     from: &Option<String>,
     db: Option<&str>,
-    limit: Option<usize>,
+    paging: Paging,
     columns: &[&str],
     rows: impl Fn(&Measurement) -> Vec<Vec<Json>>,
 ) -> Result<Vec<Json>, String> {
@@ -1048,12 +1041,107 @@ fn per_measurement(
     };
     let mut out = Vec::new();
     for m in measurements(s, db, from.as_deref())? {
-        let values = limited(rows(&m), limit);
+        let values = paging.apply(rows(&m));
         if !values.is_empty() {
             out.push(one_series(Some(&m.name), columns, values));
         }
     }
     Ok(out)
+}
+
+/// `SHOW … [EXACT] CARDINALITY`, as InfluxDB 1.6 answers it: of the
+/// whole database (series, measurements) as one `cardinality estimation`
+/// where neither `FROM` nor `WHERE` narrows it (halite's estimate is the
+/// exact count), else a `count` per measurement (of measurements: one).
+/// `LIMIT` and `OFFSET` page each measurement's one row, as there.
+#[allow(clippy::too_many_arguments)]
+fn cardinality(
+    s: &AppState,
+    of: &CardinalityOf,
+    exact: bool,
+    on: &Option<String>,
+    from: &Option<String>,
+    condition: Option<&Expr>,
+    paging: Paging,
+    db: Option<&str>,
+) -> Result<Vec<Json>, String> {
+    let whole = matches!(of, CardinalityOf::Series | CardinalityOf::Measurements)
+        && !exact
+        && from.is_none()
+        && condition.is_none();
+    let name = on.as_deref().or(db).ok_or("database name required")?;
+    let Some(db) = database(s, on.as_deref(), db)? else {
+        if whole {
+            return Ok(vec![one_series(
+                None,
+                &["cardinality estimation"],
+                vec![vec![json!(0)]],
+            )]);
+        }
+        return Err(format!("database not found: {name}"));
+    };
+    let filter = condition.map(TagFilter::new).transpose()?;
+    let keys = match of {
+        CardinalityOf::TagValues(keys) => Some(NameFilter::new(keys)?),
+        _ => None,
+    };
+    let meets = |series: &&crate::series::NamedSeries| {
+        filter.as_ref().is_none_or(|f| f.holds(&series.tags))
+    };
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for m in measurements(s, db, from.as_deref())? {
+        let count = match of {
+            CardinalityOf::Series => m.series.iter().filter(meets).count(),
+            CardinalityOf::Measurements => usize::from(m.series.iter().any(|x| meets(&x))),
+            CardinalityOf::TagKeys => m
+                .series
+                .iter()
+                .filter(meets)
+                .flat_map(|series| series.tags.keys())
+                .collect::<BTreeSet<_>>()
+                .len(),
+            CardinalityOf::TagValues(_) => m
+                .series
+                .iter()
+                .filter(meets)
+                .flat_map(|series| series.tags.iter())
+                .filter(|(k, _)| keys.as_ref().is_some_and(|f| f.takes(k)))
+                .collect::<BTreeSet<_>>()
+                .len(),
+            CardinalityOf::FieldKeys if m.series.iter().any(|x| meets(&x)) => m.fields.len(),
+            CardinalityOf::FieldKeys => 0,
+        };
+        if count > 0 {
+            counts.push((m.name.clone(), count));
+        }
+    }
+    if let CardinalityOf::Measurements = of {
+        let column = if whole {
+            "cardinality estimation"
+        } else {
+            "count"
+        };
+        return Ok(vec![one_series(
+            None,
+            &[column],
+            vec![vec![json!(counts.len())]],
+        )]);
+    }
+    if whole {
+        let total: usize = counts.iter().map(|(_, n)| n).sum();
+        return Ok(vec![one_series(
+            None,
+            &["cardinality estimation"],
+            vec![vec![json!(total)]],
+        )]);
+    }
+    Ok(counts
+        .into_iter()
+        .filter_map(|(name, count)| {
+            let values = paging.apply(vec![vec![json!(count)]]);
+            (!values.is_empty()).then(|| one_series(Some(&name), &["count"], values))
+        })
+        .collect())
 }
 
 /// The scope a statement needs, and the database it is in (`None` for
@@ -1067,7 +1155,8 @@ fn statement_need<'a>(st: &'a Statement, db: Option<&'a str>) -> (Scope, Option<
         | Statement::ShowTagKeys { on, .. }
         | Statement::ShowTagValues { on, .. }
         | Statement::ShowFieldKeys { on, .. }
-        | Statement::ShowSeries { on, .. } => (Scope::Read, on.as_deref().or(db)),
+        | Statement::ShowSeries { on, .. }
+        | Statement::ShowCardinality { on, .. } => (Scope::Read, on.as_deref().or(db)),
         Statement::Select(sel) => (Scope::Read, sel.database.as_deref().or(db)),
         Statement::Unsupported(_) => (Scope::Read, db),
     }
@@ -1175,28 +1264,46 @@ fn run_other(
                 ]],
             )])
         }
-        Statement::ShowMeasurements { on, limit } => {
+        Statement::ShowMeasurements {
+            on,
+            with,
+            condition,
+            paging,
+        } => {
             let Some(db) = database(s, on.as_deref(), db)? else {
                 return Ok(Vec::new());
             };
-            let values = limited(
+            let with = with.as_ref().map(NameFilter::new).transpose()?;
+            let filter = condition.as_ref().map(TagFilter::new).transpose()?;
+            let values = paging.apply(
                 measurements(s, db, None)?
                     .into_iter()
-                    .filter(|m| !m.series.is_empty())
+                    .filter(|m| with.as_ref().is_none_or(|w| w.takes(&m.name)))
+                    .filter(|m| {
+                        m.series
+                            .iter()
+                            .any(|series| filter.as_ref().is_none_or(|f| f.holds(&series.tags)))
+                    })
                     .map(|m| vec![json!(m.name)])
                     .collect(),
-                *limit,
             );
             if values.is_empty() {
                 return Ok(Vec::new());
             }
             Ok(vec![one_series(Some("measurements"), &["name"], values)])
         }
-        Statement::ShowTagKeys { on, from, limit } => {
-            per_measurement(s, on, from, db, *limit, &["tagKey"], |m| {
+        Statement::ShowTagKeys {
+            on,
+            from,
+            condition,
+            paging,
+        } => {
+            let filter = condition.as_ref().map(TagFilter::new).transpose()?;
+            per_measurement(s, on, from, db, *paging, &["tagKey"], |m| {
                 let keys: BTreeSet<String> = m
                     .series
                     .iter()
+                    .filter(|series| filter.as_ref().is_none_or(|f| f.holds(&series.tags)))
                     .flat_map(|series| series.tags.keys().cloned())
                     .collect();
                 keys.into_iter().map(|k| vec![json!(k)]).collect()
@@ -1206,35 +1313,50 @@ fn run_other(
             on,
             from,
             keys,
-            limit,
-        } => per_measurement(s, on, from, db, *limit, &["key", "value"], |m| {
-            let pairs: BTreeSet<(String, String)> = m
-                .series
-                .iter()
-                .flat_map(|series| series.tags.iter())
-                .filter(|(k, _)| keys.contains(k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            pairs
-                .into_iter()
-                .map(|(k, v)| vec![json!(k), json!(v)])
-                .collect()
-        }),
-        Statement::ShowFieldKeys { on, from, limit } => {
-            per_measurement(s, on, from, db, *limit, &["fieldKey", "fieldType"], |m| {
+            condition,
+            paging,
+        } => {
+            let keys = NameFilter::new(keys)?;
+            let filter = condition.as_ref().map(TagFilter::new).transpose()?;
+            per_measurement(s, on, from, db, *paging, &["key", "value"], |m| {
+                let pairs: BTreeSet<(String, String)> = m
+                    .series
+                    .iter()
+                    .filter(|series| filter.as_ref().is_none_or(|f| f.holds(&series.tags)))
+                    .flat_map(|series| series.tags.iter())
+                    .filter(|(k, _)| keys.takes(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| vec![json!(k), json!(v)])
+                    .collect()
+            })
+        }
+        Statement::ShowFieldKeys { on, from, paging } => {
+            per_measurement(s, on, from, db, *paging, &["fieldKey", "fieldType"], |m| {
                 m.fields
                     .iter()
                     .map(|(f, t)| vec![json!(f), json!(t.name())])
                     .collect()
             })
         }
-        Statement::ShowSeries { on, from, limit } => {
+        Statement::ShowSeries {
+            on,
+            from,
+            condition,
+            paging,
+        } => {
             let Some(db) = database(s, on.as_deref(), db)? else {
                 return Ok(Vec::new());
             };
+            let filter = condition.as_ref().map(TagFilter::new).transpose()?;
             let mut keys = Vec::new();
             for m in measurements(s, db, from.as_deref())? {
                 for series in m.series.iter() {
+                    if filter.as_ref().is_some_and(|f| !f.holds(&series.tags)) {
+                        continue;
+                    }
                     let mut key = escape_tag(&series.metric).replace("\\=", "=");
                     for (k, v) in &series.tags {
                         key.push(',');
@@ -1246,12 +1368,20 @@ fn run_other(
                 }
             }
             keys.sort();
-            let values = limited(keys.into_iter().map(|k| vec![json!(k)]).collect(), *limit);
+            let values = paging.apply(keys.into_iter().map(|k| vec![json!(k)]).collect());
             if values.is_empty() {
                 return Ok(Vec::new());
             }
             Ok(vec![one_series(None, &["key"], values)])
         }
+        Statement::ShowCardinality {
+            of,
+            exact,
+            on,
+            from,
+            condition,
+            paging,
+        } => cardinality(s, of, *exact, on, from, condition.as_ref(), *paging, db),
         Statement::Select(sel) => Ok(select_json(select(s, sel, db)?, format)),
         Statement::Unsupported(what) => Err(format!(
             "halite does not answer {what} statements yet (docs/compatibility.md lists what it answers)"

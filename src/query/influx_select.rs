@@ -1446,6 +1446,90 @@ pub fn walk_condition(e: &Expr) {
 /// The condition's regular expressions, compiled once per statement.
 type Regexes = BTreeMap<String, regex_lite::Regex>;
 
+/// A `SHOW` statement's `WHERE`: a condition on series' tags alone, as
+/// InfluxDB's meta queries take it (every name is a tag; a series without
+/// it has "").
+pub struct TagFilter {
+    condition: Expr,
+    regexes: Regexes,
+    no_fields: BTreeMap<String, crate::series::FieldType>,
+}
+
+impl TagFilter {
+    pub fn new(condition: &Expr) -> Result<TagFilter, String> {
+        fn check(e: &Expr) -> Result<(), String> {
+            match e {
+                Expr::And(terms) | Expr::Or(terms) => terms.iter().try_for_each(check),
+                Expr::Compare { lhs, .. } if lhs.eq_ignore_ascii_case("time") => Err(
+                    "a time condition in a SHOW statement is not answered by halite yet \
+                     (InfluxDB 1.6 lists what the shards of the range hold): leave it out"
+                        .into(),
+                ),
+                Expr::Compare { op, .. }
+                    if matches!(
+                        op,
+                        CompareOp::Lt | CompareOp::LtEq | CompareOp::Gt | CompareOp::GtEq
+                    ) =>
+                {
+                    Err("invalid tag comparison operator".into())
+                }
+                Expr::Compare { .. } => Ok(()),
+            }
+        }
+        check(condition)?;
+        let mut regexes = Regexes::new();
+        compile_regexes(condition, &mut regexes)?;
+        Ok(TagFilter {
+            condition: condition.clone(),
+            regexes,
+            no_fields: BTreeMap::new(),
+        })
+    }
+
+    pub fn holds(&self, tags: &BTreeMap<String, String>) -> bool {
+        eval(&self.condition, tags, None, &self.no_fields, &self.regexes)
+    }
+}
+
+/// A `SHOW` statement's `WITH KEY` (or `WITH MEASUREMENT`): which names
+/// it takes.
+pub struct NameFilter {
+    how: super::influxql::NameMatch,
+    regex: Option<regex_lite::Regex>,
+}
+
+impl NameFilter {
+    pub fn new(how: &super::influxql::NameMatch) -> Result<NameFilter, String> {
+        use super::influxql::NameMatch;
+        let regex = match how {
+            NameMatch::Regex(re) | NameMatch::NotRegex(re) => {
+                Some(crate::query::compile_regex(re, 1).map_err(|e| {
+                    format!(
+                        "invalid regular expression /{}/: {e}",
+                        crate::codec::quote_prefix(re)
+                    )
+                })?)
+            }
+            _ => None,
+        };
+        Ok(NameFilter {
+            how: how.clone(),
+            regex,
+        })
+    }
+
+    pub fn takes(&self, name: &str) -> bool {
+        use super::influxql::NameMatch;
+        match (&self.how, &self.regex) {
+            (NameMatch::In(names), _) => names.iter().any(|n| n == name),
+            (NameMatch::NotEq(n), _) => n != name,
+            (NameMatch::Regex(_), Some(re)) => re.is_match(name),
+            (NameMatch::NotRegex(_), Some(re)) => !re.is_match(name),
+            _ => false,
+        }
+    }
+}
+
 fn compile_regexes(e: &Expr, out: &mut Regexes) -> Result<(), String> {
     let mut patterns = BTreeSet::new();
     regex_patterns(e, &mut patterns);

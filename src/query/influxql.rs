@@ -15,33 +15,86 @@ pub enum Statement {
     },
     ShowMeasurements {
         on: Option<String>,
-        limit: Option<usize>,
+        /// `WITH MEASUREMENT = m` or `=~ /re/`.
+        with: Option<NameMatch>,
+        condition: Option<Expr>,
+        paging: Paging,
     },
     ShowTagKeys {
         on: Option<String>,
         from: Option<String>,
-        limit: Option<usize>,
+        condition: Option<Expr>,
+        paging: Paging,
     },
     ShowTagValues {
         on: Option<String>,
         from: Option<String>,
-        keys: Vec<String>,
-        limit: Option<usize>,
+        keys: NameMatch,
+        condition: Option<Expr>,
+        paging: Paging,
     },
     ShowFieldKeys {
         on: Option<String>,
         from: Option<String>,
-        limit: Option<usize>,
+        paging: Paging,
     },
     ShowSeries {
         on: Option<String>,
         from: Option<String>,
-        limit: Option<usize>,
+        condition: Option<Expr>,
+        paging: Paging,
+    },
+    /// `SHOW SERIES|MEASUREMENT|TAG KEY|TAG VALUES|FIELD KEY [EXACT]
+    /// CARDINALITY …`.
+    ShowCardinality {
+        of: CardinalityOf,
+        exact: bool,
+        on: Option<String>,
+        from: Option<String>,
+        condition: Option<Expr>,
+        paging: Paging,
     },
     Select(Box<Select>),
     /// A statement InfluxQL has that halite does not answer yet (its
     /// first words, for the error).
     Unsupported(String),
+}
+
+/// A `SHOW` statement's `LIMIT n OFFSET m` (no limit: `None` or 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Paging {
+    pub limit: Option<usize>,
+    pub offset: usize,
+}
+
+impl Paging {
+    /// The rows of `v` the paging keeps.
+    pub fn apply<T>(self, v: Vec<T>) -> Vec<T> {
+        v.into_iter()
+            .skip(self.offset)
+            .take(self.limit.filter(|n| *n > 0).unwrap_or(usize::MAX))
+            .collect()
+    }
+}
+
+/// What a `SHOW … CARDINALITY` counts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CardinalityOf {
+    Series,
+    Measurements,
+    TagKeys,
+    TagValues(NameMatch),
+    FieldKeys,
+}
+
+/// Which names a `SHOW` statement takes: `WITH KEY = k`, `IN (a, b)`,
+/// `!= k`, `=~ /re/`, `!~ /re/` (and `WITH MEASUREMENT`'s `=`, `=~`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NameMatch {
+    In(Vec<String>),
+    NotEq(String),
+    Regex(String),
+    NotRegex(String),
 }
 
 /// `SELECT … FROM m [WHERE …] [GROUP BY …] [fill(…)] [ORDER BY time
@@ -494,17 +547,116 @@ impl Parser {
         Ok((db.or(on), Some(name)))
     }
 
-    fn limit_clause(&mut self) -> Result<Option<usize>, String> {
-        if !self.accept("LIMIT") {
-            return Ok(None);
+    /// After `SHOW`: what a `… [EXACT] CARDINALITY` statement counts and
+    /// whether exactly, or `None` (nothing taken) for another statement.
+    fn cardinality_head(&mut self) -> Option<(CardinalityOf, bool)> {
+        let word = |p: &Parser, at: usize, w: &str| {
+            p.tokens.get(p.at + at).is_some_and(|t| t.0.is_word(w))
+        };
+        let (of, words) = if word(self, 0, "SERIES") {
+            (CardinalityOf::Series, 1)
+        } else if word(self, 0, "MEASUREMENT") {
+            (CardinalityOf::Measurements, 1)
+        } else if word(self, 0, "FIELD") && word(self, 1, "KEY") {
+            (CardinalityOf::FieldKeys, 2)
+        } else if word(self, 0, "TAG") && word(self, 1, "KEY") {
+            (CardinalityOf::TagKeys, 2)
+        } else if word(self, 0, "TAG") && word(self, 1, "VALUES") {
+            (CardinalityOf::TagValues(NameMatch::In(Vec::new())), 2)
+        } else {
+            return None;
+        };
+        let exact = usize::from(word(self, words, "EXACT"));
+        if !word(self, words + exact, "CARDINALITY") {
+            return None;
         }
-        match self.peek().clone() {
-            Token::Number(n) => {
-                let v = n.parse().map_err(|_| self.error("integer"))?;
-                self.next();
-                Ok(Some(v))
+        for _ in 0..words + exact + 1 {
+            self.next();
+        }
+        Some((of, exact == 1))
+    }
+
+    /// The rest of a `SHOW … CARDINALITY` statement: `[ON db] [FROM m]
+    /// [WITH KEY …] [WHERE tags] [LIMIT n] [OFFSET n]`.
+    fn cardinality(&mut self, of: CardinalityOf, exact: bool) -> Result<Statement, String> {
+        let (on, from) = self.on_and_from()?;
+        let of = match of {
+            CardinalityOf::TagValues(_) => {
+                self.word("WITH")?;
+                self.word("KEY")?;
+                CardinalityOf::TagValues(self.name_match()?)
             }
-            _ => Err(self.error("integer")),
+            of => of,
+        };
+        let condition = self.show_condition()?;
+        let paging = self.paging()?;
+        Ok(Statement::ShowCardinality {
+            of,
+            exact,
+            on,
+            from,
+            condition,
+            paging,
+        })
+    }
+
+    /// `[LIMIT n] [OFFSET m]` of a `SHOW` statement.
+    fn paging(&mut self) -> Result<Paging, String> {
+        let mut paging = Paging::default();
+        if self.accept("LIMIT") {
+            paging.limit = Some(self.count()?);
+        }
+        if self.accept("OFFSET") {
+            paging.offset = self.count()?;
+        }
+        Ok(paging)
+    }
+
+    /// `[WHERE condition]` of a `SHOW` statement.
+    fn show_condition(&mut self) -> Result<Option<Expr>, String> {
+        if self.accept("WHERE") {
+            Ok(Some(self.or_expr()?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The names after `WITH KEY` or `WITH MEASUREMENT`.
+    fn name_match(&mut self) -> Result<NameMatch, String> {
+        let op = self.peek().clone();
+        match op {
+            Token::Op("=") => {
+                self.next();
+                Ok(NameMatch::In(vec![self.ident()?]))
+            }
+            Token::Op("!=" | "<>") => {
+                self.next();
+                Ok(NameMatch::NotEq(self.ident()?))
+            }
+            Token::Op(op @ ("=~" | "!~")) => {
+                self.next();
+                let Token::Regex(re) = self.peek().clone() else {
+                    return Err(self.error("regex"));
+                };
+                self.next();
+                Ok(if op == "=~" {
+                    NameMatch::Regex(re)
+                } else {
+                    NameMatch::NotRegex(re)
+                })
+            }
+            t if t.is_word("IN") => {
+                self.next();
+                self.punct('(')?;
+                let mut keys = vec![self.ident()?];
+                while self.is_punct(',') {
+                    self.next();
+                    keys.push(self.ident()?);
+                }
+                self.punct(')')?;
+                Ok(NameMatch::In(keys))
+            }
+            _ => Err(self.error("=, !=, <>, =~, !~, IN")),
         }
     }
 
@@ -542,79 +694,76 @@ impl Parser {
                 let on = self.on_clause()?;
                 return Ok(Statement::ShowRetentionPolicies { on });
             }
+            if let Some((of, exact)) = self.cardinality_head() {
+                return self.cardinality(of, exact);
+            }
             if what.is_word("MEASUREMENTS") {
                 self.next();
                 let on = self.on_clause()?;
-                if self.peek().is_word("WITH") || self.peek().is_word("WHERE") {
-                    return Ok(self.rest_unsupported("SHOW MEASUREMENTS WITH/WHERE"));
-                }
-                let limit = self.limit_clause()?;
-                return Ok(Statement::ShowMeasurements { on, limit });
+                let with = if self.accept("WITH") {
+                    self.word("MEASUREMENT")?;
+                    if !matches!(self.peek(), Token::Op("=" | "=~")) {
+                        return Err(self.error("=, =~"));
+                    }
+                    Some(self.name_match()?)
+                } else {
+                    None
+                };
+                let condition = self.show_condition()?;
+                let paging = self.paging()?;
+                return Ok(Statement::ShowMeasurements {
+                    on,
+                    with,
+                    condition,
+                    paging,
+                });
             }
             if what.is_word("TAG") {
                 self.next();
                 if self.accept("KEYS") {
                     let (on, from) = self.on_and_from()?;
-                    if self.peek().is_word("WHERE") {
-                        return Ok(self.rest_unsupported("SHOW TAG KEYS … WHERE"));
-                    }
-                    let limit = self.limit_clause()?;
-                    return Ok(Statement::ShowTagKeys { on, from, limit });
+                    let condition = self.show_condition()?;
+                    let paging = self.paging()?;
+                    return Ok(Statement::ShowTagKeys {
+                        on,
+                        from,
+                        condition,
+                        paging,
+                    });
                 }
                 self.word("VALUES")?;
                 let (on, from) = self.on_and_from()?;
                 self.word("WITH")?;
                 self.word("KEY")?;
-                let keys = match self.peek().clone() {
-                    Token::Op("=") => {
-                        self.next();
-                        vec![self.ident()?]
-                    }
-                    t if t.is_word("IN") => {
-                        self.next();
-                        if !matches!(self.peek(), Token::Punct('(')) {
-                            return Err(self.error("("));
-                        }
-                        self.next();
-                        let mut keys = vec![self.ident()?];
-                        while matches!(self.peek(), Token::Punct(',')) {
-                            self.next();
-                            keys.push(self.ident()?);
-                        }
-                        if !matches!(self.peek(), Token::Punct(')')) {
-                            return Err(self.error(")"));
-                        }
-                        self.next();
-                        keys
-                    }
-                    _ => return Ok(self.rest_unsupported("SHOW TAG VALUES WITH KEY =~/!=")),
-                };
-                if self.peek().is_word("WHERE") {
-                    return Ok(self.rest_unsupported("SHOW TAG VALUES … WHERE"));
-                }
-                let limit = self.limit_clause()?;
+                let keys = self.name_match()?;
+                let condition = self.show_condition()?;
+                let paging = self.paging()?;
                 return Ok(Statement::ShowTagValues {
                     on,
                     from,
                     keys,
-                    limit,
+                    condition,
+                    paging,
                 });
             }
             if what.is_word("FIELD") {
                 self.next();
                 self.word("KEYS")?;
                 let (on, from) = self.on_and_from()?;
-                let limit = self.limit_clause()?;
-                return Ok(Statement::ShowFieldKeys { on, from, limit });
+                let paging = self.paging()?;
+                return Ok(Statement::ShowFieldKeys { on, from, paging });
             }
             if what.is_word("SERIES") {
                 self.next();
                 let (on, from) = self.on_and_from()?;
-                if self.peek().is_word("WHERE") {
-                    return Ok(self.rest_unsupported("SHOW SERIES … WHERE"));
-                }
-                let limit = self.limit_clause()?;
-                return Ok(Statement::ShowSeries { on, from, limit });
+                let condition = self.show_condition()?;
+                let paging = self.paging()?;
+                return Ok(Statement::ShowSeries {
+                    on,
+                    from,
+                    condition,
+                    paging,
+                });
             }
             if let Token::Ident(w) = what {
                 return Ok(self.rest_unsupported(&format!("SHOW {}", w.to_ascii_uppercase())));
@@ -1357,7 +1506,9 @@ mod tests {
             parse("SHOW measurements"),
             Ok(vec![Statement::ShowMeasurements {
                 on: None,
-                limit: None
+                with: None,
+                condition: None,
+                paging: Paging::default(),
             }])
         );
         assert_eq!(
@@ -1366,8 +1517,12 @@ mod tests {
                 Statement::ShowTagValues {
                     on: None,
                     from: Some("cpu".into()),
-                    keys: vec!["host".into()],
-                    limit: Some(5)
+                    keys: NameMatch::In(vec!["host".into()]),
+                    condition: None,
+                    paging: Paging {
+                        limit: Some(5),
+                        offset: 0
+                    },
                 },
                 Statement::ShowDatabases
             ])
@@ -1377,8 +1532,9 @@ mod tests {
             Ok(vec![Statement::ShowTagValues {
                 on: Some("db".into()),
                 from: Some("cpu".into()),
-                keys: vec!["a".into(), "b".into()],
-                limit: None
+                keys: NameMatch::In(vec!["a".into(), "b".into()]),
+                condition: None,
+                paging: Paging::default(),
             }])
         );
         assert!(matches!(
