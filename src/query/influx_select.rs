@@ -1465,14 +1465,10 @@ impl TagFilter {
                      (InfluxDB 1.6 lists what the shards of the range hold): leave it out"
                         .into(),
                 ),
-                Expr::Compare { op, .. }
-                    if matches!(
-                        op,
-                        CompareOp::Lt | CompareOp::LtEq | CompareOp::Gt | CompareOp::GtEq
-                    ) =>
-                {
-                    Err("invalid tag comparison operator".into())
-                }
+                Expr::Compare {
+                    op: CompareOp::Lt | CompareOp::LtEq | CompareOp::Gt | CompareOp::GtEq,
+                    ..
+                } => Err("invalid tag comparison operator".into()),
                 Expr::Compare { .. } => Ok(()),
             }
         }
