@@ -912,7 +912,7 @@ fn small_requests_take_little_memory() {
     assert_eq!(r.status, 200, "{}", r.text());
     let answer = r.json();
     assert!(answer["results"][0]["error"].is_null(), "{answer}");
-    let calls = vec!["derivative(mean(v))"; 5].join(", ");
+    let calls = ["derivative(mean(v))"; 5].join(", ");
     let q = format!("SELECT {calls} FROM cpu WHERE time > now() - 11d GROUP BY time(1s) LIMIT 10");
     let (mib, r) = memory_for(&srv, || influxql(&srv.addr, "d", &q));
     eprintln!("5 derivatives GROUP BY time(1s) LIMIT 10: {mib} MiB");

@@ -1425,6 +1425,14 @@ fn transformations_and_arithmetic_answer_as_influxdb_does() {
         format!(
             "SELECT moving_average(mean(packets_recv), 3), cumulative_sum(sum(err_in)), elapsed(last(err_in), 1s) FROM net WHERE {unaligned} GROUP BY time(1m), host"
         ),
+        // Descending, fill(previous) takes the newer bucket's value, and
+        // the bucket beyond the range is the one after it.
+        format!(
+            "SELECT derivative(mean(bytes_recv), 1s) FROM net WHERE host = 'h2' AND {unaligned} GROUP BY time(30s) fill(previous) ORDER BY time DESC"
+        ),
+        format!(
+            "SELECT mean(bytes_recv), non_negative_difference(mean(bytes_recv)) FROM net WHERE host = 'h2' AND {unaligned} GROUP BY time(30s) fill(previous) ORDER BY time DESC LIMIT 6"
+        ),
         // Raw points: rates, differences and running sums of each series.
         "SELECT non_negative_derivative(bytes_recv, 1s) FROM net WHERE host = 'h1' GROUP BY interface"
             .to_string(),
@@ -1459,6 +1467,8 @@ fn transformations_and_arithmetic_answer_as_influxdb_does() {
         "SELECT up & true, up | false, up ^ up FROM mem WHERE host = 'h1'".to_string(),
         "SELECT used * 2, up FROM mem WHERE host = 'h1' ORDER BY time DESC LIMIT 3".to_string(),
         "SELECT available_percent % 0, used % 0 FROM mem WHERE host = 'h0' LIMIT 2".to_string(),
+        "SELECT bytes_recv * 8 FROM net WHERE host = 'h0' ORDER BY time DESC LIMIT 2 OFFSET 1"
+            .to_string(),
         // Errors, each as InfluxDB words it.
         "SELECT derivative(bytes_recv), err_in FROM net".to_string(),
         "SELECT derivative(mean(bytes_recv)) FROM net".to_string(),
@@ -1482,6 +1492,12 @@ fn transformations_and_arithmetic_answer_as_influxdb_does() {
         "SELECT up + 1 FROM mem".to_string(),
         "SELECT cumulative_sum(up) FROM mem".to_string(),
         "SELECT moving_average(up, 2) FROM mem".to_string(),
+        "SELECT mean(err_in) & 3 FROM net".to_string(),
+        "SELECT count(up) + 'x' FROM mem".to_string(),
+        "SELECT bytes_recv * (true + 1) FROM net".to_string(),
+        "SELECT non_negative_derivative(up) FROM mem".to_string(),
+        // A name nobody wrote takes the other side's type: no error.
+        "SELECT nosuch + 'x' FROM net".to_string(),
         "SELECT derivative(nosuch) FROM net".to_string(),
         "SELECT nosuch * 2 FROM net".to_string(),
     ];
@@ -1508,7 +1524,7 @@ fn transformations_and_arithmetic_answer_as_influxdb_does() {
         }
     }
     assert_eq!(compared, statements.len() * 2);
-    // The statements above the errors answer rows (but the last two,
+    // The statements above the errors answer rows (but the last three,
     // of a field nobody wrote); the errors are errors.
-    assert_eq!((answered, refused), (2 * 31, 2 * 22), "answered, refused");
+    assert_eq!((answered, refused), (2 * 34, 2 * 26), "answered, refused");
 }

@@ -16,12 +16,10 @@
 
 use std::collections::BTreeMap;
 
-use super::influx_reduce::{AnswerType, Cell, Func};
-use super::influxql::{BinaryOp, FieldExpr, Fill, Select, SelectExpr, SelectField};
+use super::influx_reduce::{AnswerType, Cell, Func, SeriesOut};
+use super::influxql::{BinaryOp, FieldExpr, Fill, Select, SelectExpr, SelectField, TRANSFORMS};
 use crate::series::FieldType;
 use crate::value::Value;
-
-use super::influx_reduce::SeriesOut;
 
 /// How a statement of expressions is answered: the leaves' statements,
 /// and how each output column is made of its leaves.
@@ -84,6 +82,17 @@ enum Node {
     },
 }
 
+impl Node {
+    /// Whether a transformation is part of the node.
+    fn transforms(&self) -> bool {
+        match self {
+            Node::Transform { .. } => true,
+            Node::Binary { lhs, rhs, .. } => lhs.transforms() || rhs.transforms(),
+            Node::Leaf(_) | Node::Literal(_) => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Transform {
     /// The change per `unit` nanoseconds.
@@ -102,16 +111,6 @@ enum Transform {
         unit: i64,
     },
 }
-
-const TRANSFORMS: [&str; 7] = [
-    "derivative",
-    "non_negative_derivative",
-    "difference",
-    "non_negative_difference",
-    "moving_average",
-    "cumulative_sum",
-    "elapsed",
-];
 
 /// What a leaf or an expression is, for InfluxDB's type errors.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -227,11 +226,16 @@ impl Plan {
         if !any_aggregate && every.is_some() {
             return Err("GROUP BY requires at least one aggregate function".into());
         }
+        // Arithmetic alone is worked out row by row, every column with a
+        // point at every row of its leaves: their statement takes the
+        // LIMIT (and reads only what it answers). A transformation's
+        // column has points at some rows only, and is limited after it.
+        let row_wise = !outputs.iter().any(Node::transforms);
+        let (limit, offset) = (s.limit.filter(|n| *n > 0), s.offset);
         let base = Select {
             fields: Vec::new(),
-            descending: false,
-            limit: None,
-            offset: 0,
+            limit: if row_wise { limit } else { None },
+            offset: if row_wise { offset } else { 0 },
             ..s.clone()
         };
         Ok(Plan {
@@ -244,8 +248,8 @@ impl Plan {
             kinds: std::sync::OnceLock::new(),
             descending: s.descending,
             fill: s.fill.clone(),
-            limit: s.limit.filter(|n| *n > 0),
-            offset: s.offset,
+            limit: if row_wise { None } else { limit },
+            offset: if row_wise { 0 } else { offset },
         })
     }
 
@@ -299,10 +303,25 @@ impl Plan {
             .iter()
             .map(|l| leaf_kind(l, fields, is_tag))
             .collect();
+        let field_kinds: Vec<Kind> = self
+            .leaves
+            .iter()
+            .map(|l| match l {
+                SelectExpr::Call { field, .. } | SelectExpr::Column(field) => fields
+                    .get(field)
+                    .map_or(Kind::Unknown, |ty| Kind::of_field(*ty)),
+                _ => Kind::Unknown,
+            })
+            .collect();
+        let typed = Typed {
+            leaves: &self.leaves,
+            kinds: &leaf_kinds,
+            fields: &field_kinds,
+        };
         let kinds = self
             .outputs
             .iter()
-            .map(|node| kind_of(node, &self.leaves, &leaf_kinds))
+            .map(|node| typed.kind_of(node))
             .collect::<Result<Vec<Kind>, String>>()?;
         let _ = self.kinds.set(kinds);
         Ok(())
@@ -318,10 +337,7 @@ impl Plan {
         let kinds = self.kinds.get();
         let mut out = Vec::new();
         for series in self.joined(answers) {
-            let mut rows = series.values;
-            if self.descending {
-                rows.reverse();
-            }
+            let rows = series.values;
             let mut columns: Vec<Vec<Slot>> = self.outputs.iter().map(|n| eval(n, &rows)).collect();
             let times: Vec<i64> = rows.iter().map(|r| row_time(r)).collect();
             let outside = |t: i64| {
@@ -386,15 +402,13 @@ impl Plan {
                 values: answered,
             });
         }
-        if self.descending {
-            out.reverse();
-        }
         out
     }
 
-    /// The leaves' answers as one, a column per leaf: as they are when
-    /// there is one, else joined by series and time (a row of one that
-    /// the other lacks has nulls in the other's columns).
+    /// The leaves' answers as one, a column per leaf, series and rows in
+    /// the statement's order: as they are when there is one, else joined
+    /// by series and time (a row of one that the other lacks has nulls in
+    /// the other's columns).
     fn joined(&self, mut answers: Vec<(LeafQuery, Vec<SeriesOut>)>) -> Vec<SeriesOut> {
         if answers.len() == 1 {
             return answers.pop().map(|(_, a)| a).unwrap_or_default();
@@ -418,22 +432,32 @@ impl Plan {
                 }
             }
         }
-        series
+        let mut joined: Vec<SeriesOut> = series
             .into_iter()
-            .map(|((name, tags), (columns, rows))| SeriesOut {
-                name,
-                tags,
-                columns,
-                values: rows
+            .map(|((name, tags), (columns, rows))| {
+                let mut values: Vec<Vec<Cell>> = rows
                     .into_iter()
                     .map(|(t, cells)| {
                         let mut row = vec![Cell::Time(t)];
                         row.extend(cells);
                         row
                     })
-                    .collect(),
+                    .collect();
+                if self.descending {
+                    values.reverse();
+                }
+                SeriesOut {
+                    name,
+                    tags,
+                    columns,
+                    values,
+                }
             })
-            .collect()
+            .collect();
+        if self.descending {
+            joined.reverse();
+        }
+        joined
     }
 }
 
@@ -514,6 +538,15 @@ struct Leaves<'a> {
 
 impl Leaves<'_> {
     fn push(&mut self, leaf: SelectExpr) -> Node {
+        // A field's values are the same wherever it is named: one column
+        // of it (a call is one per occurrence: two calls answer at the
+        // bucket's time where one selector answers at its point's).
+        if let SelectExpr::Column(_) = leaf
+            && let Some(i) = (0..self.leaves.len())
+                .find(|&i| self.leaves[i] == leaf && self.reaching[i] == self.under_reach)
+        {
+            return Node::Leaf(i);
+        }
         self.leaves.push(leaf);
         self.reaching.push(self.under_reach);
         Node::Leaf(self.leaves.len() - 1)
@@ -554,10 +587,13 @@ fn compile(
                     }
                     _ => match binary(*op, &a, &b) {
                         Some(v) => Node::Literal(v),
-                        None if matches!(a, Value::Str(_)) || matches!(b, Value::Str(_)) => {
+                        // Go's math.Mod by zero: NaN, which answers null.
+                        None if *op == BinaryOp::Mod && number(&a).is_some() => {
+                            Node::Literal(Value::Float(f64::NAN))
+                        }
+                        None => {
                             return Err("cannot perform a binary expression on two literals".into());
                         }
-                        None => Node::Literal(Value::Float(f64::NAN)),
                     },
                 },
                 (lhs, rhs) => Node::Binary {
@@ -626,7 +662,9 @@ fn compile(
             shape.variable = true;
             shape.aggregate = true;
             // The function must be one halite answers (else InfluxDB's
-            // "undefined function"), with InfluxDB's count of arguments.
+            // "undefined function"); its count of arguments is checked
+            // next, so `percentile` is given a stand-in for a missing one
+            // rather than answer its own message first.
             Func::parse(
                 func,
                 match args.get(1) {
@@ -840,62 +878,103 @@ fn leaf_kind(
     }
 }
 
-/// The kind of `node`'s values, or InfluxDB's type error.
-fn kind_of(node: &Node, leaves: &[SelectExpr], kinds: &[Kind]) -> Result<Kind, String> {
-    Ok(match node {
-        Node::Leaf(i) => kinds[*i],
-        Node::Literal(v) => match v {
-            Value::Int(_) | Value::Uint(_) => Kind::Integer,
-            Value::Float(_) => Kind::Float,
-            Value::Bool(_) => Kind::Boolean,
-            Value::Str(_) => Kind::String,
-        },
-        Node::Transform { kind, input } => {
-            let k = kind_of(input, leaves, kinds)?;
-            match kind {
-                Transform::Elapsed { .. } => Kind::Integer,
-                _ if !k.numeric() => {
+/// The leaves' kinds, for the type of an expression over them.
+struct Typed<'a> {
+    leaves: &'a [SelectExpr],
+    /// Each leaf's values' kind.
+    kinds: &'a [Kind],
+    /// Each leaf's field's kind (a call's argument: `mean(i::integer)`).
+    fields: &'a [Kind],
+}
+
+impl Typed<'_> {
+    /// The kind of `node`'s values, or InfluxDB's type error (its
+    /// `validateTypes`: a side of unknown type takes the other's).
+    fn kind_of(&self, node: &Node) -> Result<Kind, String> {
+        Ok(match node {
+            Node::Leaf(i) => self.kinds[*i],
+            Node::Literal(v) => match v {
+                Value::Int(_) | Value::Uint(_) => Kind::Integer,
+                Value::Float(_) => Kind::Float,
+                Value::Bool(_) => Kind::Boolean,
+                Value::Str(_) => Kind::String,
+            },
+            Node::Transform { kind, input } => {
+                let k = self.kind_of(input)?;
+                match kind {
+                    Transform::Elapsed { .. } => Kind::Integer,
+                    _ if matches!(k, Kind::String | Kind::Boolean) => {
+                        return Err(format!(
+                            "unsupported {} iterator type: *query.{}InterruptIterator",
+                            iterator_name(*kind),
+                            k.word()
+                        ));
+                    }
+                    Transform::Difference { .. } | Transform::CumulativeSum => k,
+                    _ => Kind::Float,
+                }
+            }
+            Node::Binary { op, lhs, rhs } => {
+                let l = self.kind_of(lhs)?;
+                let r = self.kind_of(rhs)?;
+                if l == Kind::Unknown || r == Kind::Unknown {
+                    return Ok(if l == Kind::Unknown { r } else { l });
+                }
+                let bitwise = matches!(op, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor);
+                let fits = if bitwise {
+                    (l == Kind::Integer && r == Kind::Integer)
+                        || (l == Kind::Boolean && r == Kind::Boolean)
+                } else {
+                    l.numeric() && r.numeric()
+                };
+                if !fits {
                     return Err(format!(
-                        "unsupported {} iterator type: *query.{}InterruptIterator",
-                        transform_name(*kind)
-                            .replace('_', " ")
-                            .replace("non negative", "non_negative"),
-                        k.word()
+                        "type error: {} {} {}: incompatible types: {} and {}",
+                        self.describe(lhs),
+                        op.symbol(),
+                        self.describe(rhs),
+                        l.word(),
+                        r.word()
                     ));
                 }
-                Transform::Difference { .. } | Transform::CumulativeSum => k,
-                _ => Kind::Float,
+                match (l, r, op) {
+                    (Kind::Boolean, _, _) => Kind::Boolean,
+                    (Kind::Integer, Kind::Integer, BinaryOp::Div) => Kind::Float,
+                    (Kind::Integer, Kind::Integer, _) => Kind::Integer,
+                    _ => Kind::Float,
+                }
+            }
+        })
+    }
+
+    /// An operand as InfluxDB's type error writes it: a column with its
+    /// type (`host::tag`), a call with its field's (`mean(g::float)`), a
+    /// literal as written.
+    fn describe(&self, node: &Node) -> String {
+        match node {
+            Node::Leaf(i) => match &self.leaves[*i] {
+                SelectExpr::Column(c) => format!("{c}::{}", self.kinds[*i].word()),
+                SelectExpr::Call { func, field, .. } => {
+                    format!("{func}({field}::{})", self.fields[*i].word())
+                }
+                _ => String::new(),
+            },
+            Node::Literal(Value::Str(s)) => format!("'{s}'"),
+            Node::Literal(Value::Int(i)) => i.to_string(),
+            Node::Literal(Value::Float(v)) => format!("{v:.3}"),
+            Node::Literal(Value::Bool(b)) => b.to_string(),
+            Node::Literal(v) => format!("{v:?}"),
+            Node::Binary { op, lhs, rhs } => format!(
+                "{} {} {}",
+                self.describe(lhs),
+                op.symbol(),
+                self.describe(rhs)
+            ),
+            Node::Transform { kind, input } => {
+                format!("{}({})", transform_name(*kind), self.describe(input))
             }
         }
-        Node::Binary { op, lhs, rhs } => {
-            let l = kind_of(lhs, leaves, kinds)?;
-            let r = kind_of(rhs, leaves, kinds)?;
-            let bitwise = matches!(op, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor);
-            let integer = |k: Kind| matches!(k, Kind::Integer | Kind::Unknown);
-            let boolean = |k: Kind| matches!(k, Kind::Boolean | Kind::Unknown);
-            let fits = if bitwise {
-                (integer(l) && integer(r)) || (boolean(l) && boolean(r))
-            } else {
-                l.numeric() && r.numeric()
-            };
-            if !fits {
-                return Err(format!(
-                    "type error: {} {} {}: incompatible types: {} and {}",
-                    describe(lhs, leaves, kinds),
-                    op.symbol(),
-                    describe(rhs, leaves, kinds),
-                    l.word(),
-                    r.word()
-                ));
-            }
-            match (l, r, op) {
-                (Kind::Boolean, _, _) | (_, Kind::Boolean, _) => Kind::Boolean,
-                (Kind::Integer, Kind::Integer, BinaryOp::Div) => Kind::Float,
-                (Kind::Integer, Kind::Integer, _) => Kind::Integer,
-                _ => Kind::Float,
-            }
-        }
-    })
+    }
 }
 
 fn transform_name(t: Transform) -> &'static str {
@@ -917,42 +996,15 @@ fn transform_name(t: Transform) -> &'static str {
     }
 }
 
-/// An operand as InfluxDB's type error writes it: a column with its type
-/// (`host::tag`), a literal as written.
-fn describe(node: &Node, leaves: &[SelectExpr], kinds: &[Kind]) -> String {
-    match node {
-        Node::Leaf(i) => match &leaves[*i] {
-            SelectExpr::Column(c) => format!("{c}::{}", kinds[*i].word()),
-            SelectExpr::Call { func, field, .. } => {
-                let ty = match kinds[*i] {
-                    // A call's field as typed: the answer's kind but for
-                    // `count`, whose answer is an integer of any field.
-                    Kind::Unknown => "unknown",
-                    k if func != "count" => k.word(),
-                    _ => "unknown",
-                };
-                format!("{func}({field}::{ty})")
-            }
-            _ => String::new(),
-        },
-        Node::Literal(Value::Str(s)) => format!("'{s}'"),
-        Node::Literal(Value::Int(i)) => i.to_string(),
-        Node::Literal(Value::Float(v)) => format!("{v:.3}"),
-        Node::Literal(Value::Bool(b)) => b.to_string(),
-        Node::Literal(v) => format!("{v:?}"),
-        Node::Binary { op, lhs, rhs } => format!(
-            "{} {} {}",
-            describe(lhs, leaves, kinds),
-            op.symbol(),
-            describe(rhs, leaves, kinds)
-        ),
-        Node::Transform { kind, input } => {
-            format!(
-                "{}({})",
-                transform_name(*kind),
-                describe(input, leaves, kinds)
-            )
-        }
+/// The name InfluxDB's iterator of a transformation gives in its errors
+/// (`newDerivativeIterator` serves both derivatives).
+fn iterator_name(t: Transform) -> &'static str {
+    match t {
+        Transform::Derivative { .. } => "derivative",
+        Transform::Difference { .. } => "difference",
+        Transform::MovingAverage(_) => "moving average",
+        Transform::CumulativeSum => "cumulative sum",
+        Transform::Elapsed { .. } => "elapsed",
     }
 }
 
@@ -1008,13 +1060,7 @@ fn eval(node: &Node, rows: &[Vec<Cell>]) -> Vec<Slot> {
         }
         Node::Transform { kind, input } => {
             let input = eval(input, rows);
-            let times: Vec<i64> = rows
-                .iter()
-                .map(|r| match r.first() {
-                    Some(Cell::Time(t)) => *t,
-                    _ => 0,
-                })
-                .collect();
+            let times: Vec<i64> = rows.iter().map(|r| row_time(r)).collect();
             transform(*kind, &times, &input)
         }
     }
@@ -1051,8 +1097,7 @@ fn operand(node: &Node, rows: &[Vec<Cell>]) -> Operand {
     }
 }
 
-/// A literal's slot when both sides are literals is never asked for: the
-/// plan refuses a field without a variable.
+/// A value as a number, if it is one.
 fn number(v: &Value) -> Option<Num> {
     match v {
         Value::Int(i) => Some(Num::Int(*i)),

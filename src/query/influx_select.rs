@@ -103,7 +103,16 @@ pub fn select(
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
     if !super::influx_expr::needs_plan(s) {
-        return select_fields(store, dictionary, db, s, now_ns, None, (0, 0));
+        return select_fields(
+            store,
+            dictionary,
+            db,
+            s,
+            now_ns,
+            None,
+            (0, 0),
+            MAX_ANSWER_CELLS,
+        );
     }
     let plan = Plan::new(s)?;
     let queries = plan.queries();
@@ -119,6 +128,8 @@ pub fn select(
         }
         _ => Span::default(),
     };
+    // The statement's leaves share one budget, whatever queries hold them.
+    let max_cells = MAX_PLAN_CELLS / queries.len().max(1);
     let mut answers = Vec::new();
     for query in queries {
         let answer = select_fields(
@@ -129,6 +140,7 @@ pub fn select(
             now_ns,
             Some(&plan),
             query.reach,
+            max_cells,
         )?;
         answers.push((query, answer));
     }
@@ -136,9 +148,11 @@ pub fn select(
 }
 
 /// [`select`] of a statement of fields and calls of fields only; `plan`
-/// is the statement of expressions whose types to check, if any, and
+/// is the statement of expressions whose types to check, if any,
 /// `reach` how far (ns) the range reaches before its lower bound and after
-/// its upper (a transformation's leaves: [`Plan::queries`]).
+/// its upper (a transformation's leaves: [`Plan::queries`]), and
+/// `max_cells` the most values its aggregates answer.
+#[allow(clippy::too_many_arguments)]
 fn select_fields(
     store: &Store,
     dictionary: Option<&Dictionary>,
@@ -147,12 +161,8 @@ fn select_fields(
     now_ns: i64,
     plan: Option<&Plan>,
     reach: (i64, i64),
+    max_cells: usize,
 ) -> Result<Vec<SeriesOut>, String> {
-    let max_cells = if plan.is_some() {
-        MAX_PLAN_CELLS
-    } else {
-        MAX_ANSWER_CELLS
-    };
     let calls = s
         .fields
         .iter()

@@ -217,6 +217,18 @@ impl BinaryOp {
     }
 }
 
+/// The functions that transform a series (of a field, or of a call):
+/// answered by the query's expressions, not as an aggregate.
+pub const TRANSFORMS: [&str; 7] = [
+    "derivative",
+    "non_negative_derivative",
+    "difference",
+    "non_negative_difference",
+    "moving_average",
+    "cumulative_sum",
+    "elapsed",
+];
+
 /// How many operators and calls one select-list expression may hold.
 /// InfluxDB has no limit; every walk of an expression here recurses once
 /// per level, and what dashboards write holds a handful.
@@ -1305,24 +1317,13 @@ enum Junction {
     Or,
 }
 
-/// Adds `term` to a chain of `junction`s, its own terms in its place
-/// when it is a chain of the same (`(a OR b) OR c` is `a OR b OR c`).
 /// `func(field)` or `func(field, number)` of a function that takes a
 /// field (not a call of a call), as the aggregate select answers it.
 fn simple_call(e: &FieldExpr) -> Option<SelectExpr> {
     let FieldExpr::Call { func, args } = e else {
         return None;
     };
-    const OF_CALLS: [&str; 7] = [
-        "derivative",
-        "non_negative_derivative",
-        "difference",
-        "non_negative_difference",
-        "moving_average",
-        "cumulative_sum",
-        "elapsed",
-    ];
-    if OF_CALLS.contains(&func.as_str()) {
+    if TRANSFORMS.contains(&func.as_str()) {
         return None;
     }
     let field = match args.first()? {
@@ -1346,6 +1347,8 @@ fn simple_call(e: &FieldExpr) -> Option<SelectExpr> {
     })
 }
 
+/// Adds `term` to a chain of `junction`s, its own terms in its place
+/// when it is a chain of the same (`(a OR b) OR c` is `a OR b OR c`).
 fn push_term(terms: &mut Vec<Expr>, term: Expr, junction: Junction) {
     match (term, junction) {
         (Expr::And(inner), Junction::And) | (Expr::Or(inner), Junction::Or) => {
