@@ -28,6 +28,7 @@ pub mod aggregate;
 pub mod engine;
 mod influx_expr;
 mod influx_reduce;
+mod influx_rows;
 pub mod influx_select;
 pub mod influxql;
 pub mod measurements;

@@ -1528,3 +1528,289 @@ fn transformations_and_arithmetic_answer_as_influxdb_does() {
     // of a field nobody wrote); the errors are errors.
     assert_eq!((answered, refused), (2 * 34, 2 * 26), "answered, refused");
 }
+
+/// The function menus of Grafana's InfluxQL editor and the select list's
+/// other forms (issue #60), each statement through InfluxDB 1.6 and
+/// halite given the same points (`counter_lines` and a measurement with
+/// a string field), every answer equal, errors included: median, mode,
+/// stddev, distinct and count(distinct()), integral, top and bottom (with
+/// tags), sample (of buckets it answers whole: InfluxDB's choice among
+/// more points is random), selectors beside fields and tags, calls of `*`
+/// and `/re/`, `/re/` columns, `::` casts, bare `ORDER BY asc`, and
+/// several measurements or a pattern in `FROM` (`FROM /^(mem|s)$/`).
+/// Before, each was an error ("undefined function", a parse error, or
+/// `mean(*)` refused), and a count of a field the measurement lacks was 0
+/// where InfluxDB answers null.
+#[test]
+fn function_menus_answer_as_influxdb_does() {
+    let p = start();
+    create_bench(&p);
+    let mut lines = counter_lines();
+    for (host, field, n, secs) in [
+        ("a", "x", 1, 0),
+        ("a", "y", 2, 10),
+        ("b", "x", 2, 10),
+        ("b", "z", 3, 20),
+    ] {
+        lines.push_str(&format!(
+            "s,host={host} f=\"{field}\",n={n}i {}\n",
+            T0 + secs
+        ));
+    }
+    let [a, b] = both(
+        &p,
+        "POST",
+        "/write?db=bench&precision=s",
+        &[],
+        lines.as_bytes(),
+    );
+    assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
+    let statements: Vec<&str> = FUNCTION_MENUS.lines().filter(|l| !l.is_empty()).collect();
+    let (mut answered, mut refused, mut unparsed) = (0, 0, 0);
+    for q in &statements {
+        for epoch in [None, Some("s")] {
+            let mut params = vec![("db", "bench"), ("q", *q)];
+            if let Some(e) = epoch {
+                params.push(("epoch", e));
+            }
+            let [a, b] = query(&p, &params);
+            assert_eq!(a.0, b.0, "{q} (epoch {epoch:?}): {} / {}", a.1, b.1);
+            assert_close(&a.1, &b.1, &format!("{q} (epoch {epoch:?})"));
+            let result = &a.1["results"][0];
+            if a.0 == 400 {
+                unparsed += 1;
+            } else if result.get("error").is_some() {
+                refused += 1;
+            } else if result["series"][0]["values"]
+                .as_array()
+                .is_some_and(|v| !v.is_empty())
+            {
+                answered += 1;
+            }
+        }
+    }
+    assert_eq!(statements.len(), 213);
+    assert_eq!(
+        (answered, refused, unparsed),
+        (2 * 155, 2 * 44, 2 * 4),
+        "answered, refused, unparsed"
+    );
+}
+
+/// The statements of [`function_menus_answer_as_influxdb_does`], a line
+/// each (times are `counter_lines`' T0 = 1700000000 s on).
+const FUNCTION_MENUS: &str = r#"
+SELECT median(bytes_recv), mode(err_in), stddev(packets_recv), spread(bytes_recv) FROM net WHERE host='h0'
+SELECT median(bytes_recv) FROM net WHERE host='h0' AND interface='eth0' AND time >= 1700000000s AND time < 1700000040s GROUP BY time(20s)
+SELECT distinct(err_in) FROM net WHERE host='h0'
+SELECT count(distinct(err_in)) FROM net GROUP BY host
+SELECT distinct(err_in) FROM net WHERE time >= 1700000000s AND time < 1700000200s GROUP BY time(100s)
+SELECT top(bytes_recv, 3) FROM net
+SELECT top(bytes_recv, host, 2) FROM net
+SELECT top(bytes_recv, host, interface, 4), packets_recv FROM net
+SELECT bottom(bytes_recv, 2) FROM net WHERE time >= 1700000000s AND time < 1700000200s GROUP BY time(100s)
+SELECT max(bytes_recv), host FROM net
+SELECT max(bytes_recv), packets_recv, host FROM net GROUP BY interface
+SELECT mean(*) FROM mem
+SELECT last(*) FROM mem
+SELECT max(/a/) FROM mem
+SELECT integral(used) FROM mem WHERE host='h0'
+SELECT integral(available_percent, 1m) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000300s GROUP BY time(100s)
+SELECT sample(used, 100) FROM mem WHERE host='h0' LIMIT 3
+SELECT mode(up), median(used), stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s)
+SELECT stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s) fill(none)
+SELECT distinct(err_in) FROM net WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s) fill(none)
+SELECT distinct(up) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s) fill(0)
+SELECT median(up) FROM mem
+SELECT stddev(up) FROM mem
+SELECT mode(host) FROM mem
+SELECT median(host) FROM mem
+SELECT distinct(err_in), max(err_in) FROM net
+SELECT mean(distinct(err_in)) FROM net
+SELECT top(bytes_recv, 2), max(err_in) FROM net
+SELECT top(bytes_recv) FROM net
+SELECT top(bytes_recv, 0) FROM net
+SELECT top(bytes_recv, 2.5) FROM net
+SELECT top(bytes_recv, 'x', 2) FROM net
+SELECT top(bytes_recv, host, 2) FROM net GROUP BY host
+SELECT top(up, 2) FROM mem
+SELECT sample(used, 0) FROM mem
+SELECT sample(used) FROM mem
+SELECT integral(up) FROM mem
+SELECT integral(used, 5) FROM mem
+SELECT distinct(used) FROM mem WHERE host='h0' LIMIT 3 OFFSET 1
+SELECT count(distinct(up)) FROM mem
+SELECT distinct(host) FROM mem
+SELECT distinct(err_in) FROM net WHERE host='h2' AND interface='eth0' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s)
+SELECT top(err_in, 3) FROM net WHERE host='h2' AND interface='eth0' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s)
+SELECT top(err_in, 3) FROM net WHERE time >= 1700000180s AND time < 1700000300s
+SELECT bottom(err_in, host, 2) FROM net
+SELECT sample(err_in, 5) FROM net WHERE host='h2' AND interface='eth0' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s)
+SELECT mode(err_in) FROM net WHERE time >= 1700000000s AND time < 1700000140s
+SELECT median(err_in), mean(err_in) FROM net WHERE host='h2' AND interface='eth0' AND time >= 1700000160s AND time < 1700000300s GROUP BY time(20s) fill(previous)
+SELECT "used"::field, "host"::tag FROM mem WHERE host='h0' LIMIT 2
+SELECT mean("used"::field) FROM mem WHERE "host"::tag = 'h0'
+SELECT mean(used) FROM mem GROUP BY "host"::tag
+SELECT used FROM mem WHERE host='h0' ORDER BY asc LIMIT 1
+SELECT used FROM mem WHERE host='h0' ORDER BY desc LIMIT 1
+SELECT used FROM mem ORDER BY host LIMIT 1
+SELECT max(bytes_recv), host FROM net WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(100s)
+SELECT max(bytes_recv), min(bytes_recv), host FROM net
+SELECT mean(bytes_recv), host FROM net
+SELECT max(bytes_recv), * FROM net WHERE host='h0'
+SELECT last(bytes_recv), host FROM net WHERE host='h2' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s)
+SELECT last(bytes_recv), host FROM net WHERE host='h2' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s) fill(none)
+SELECT percentile(bytes_recv, 50), interface FROM net WHERE host='h2'
+SELECT top(bytes_recv, 2) FROM net GROUP BY host
+SELECT top(bytes_recv, 2) FROM net ORDER BY time DESC
+SELECT top(bytes_recv, 5) FROM net WHERE host='h0' LIMIT 2 OFFSET 1
+SELECT top(bytes_recv, host, 2), host FROM net
+SELECT max(*) FROM mem
+SELECT count(*) FROM mem
+SELECT median(*), mode(*), stddev(*), spread(*) FROM mem
+SELECT mean(*) AS x FROM mem
+SELECT /u/ FROM mem LIMIT 1
+SELECT top(*, 2) FROM mem
+SELECT distinct(*) FROM mem
+SELECT percentile(*, 50) FROM mem
+SELECT integral(*) FROM mem WHERE host='h0'
+SELECT count(distinct(*)) FROM mem
+SELECT integral(used) FROM mem
+SELECT integral(used), mean(used) FROM mem WHERE host='h0'
+SELECT last(bytes_recv), host, err_in FROM net WHERE host='h2' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s) fill(previous)
+SELECT last(bytes_recv), host, err_in FROM net WHERE host='h2' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s) fill(3)
+SELECT max(bytes_recv), * FROM net WHERE host='h0' GROUP BY interface
+SELECT max(bytes_recv), host FROM net GROUP BY host
+SELECT /o/ FROM mem LIMIT 1
+SELECT /o/, used FROM mem LIMIT 1
+SELECT sample(used, 2.5) FROM mem
+SELECT sample(used, -1) FROM mem
+SELECT mode(up) FROM mem WHERE host='h0'
+SELECT first(used), nosuch FROM mem WHERE host='h0'
+SELECT max(used) AS m, host AS h FROM mem
+SELECT max(nosuch), host FROM mem
+SELECT distinct(nosuch) FROM mem
+SELECT top(nosuch, 2) FROM mem
+SELECT median(nosuch), mode(nosuch) FROM mem
+SELECT mode(f), count(distinct(f)), median(n), mode(n) FROM s
+SELECT distinct(f) FROM s
+SELECT median(f) FROM s
+SELECT stddev(f) FROM s
+SELECT integral(f) FROM s
+SELECT top(f, 2) FROM s
+SELECT max(n), f FROM s
+SELECT mode(n) FROM s WHERE time >= 1700000000s AND time < 1700000030s GROUP BY time(10s) fill(1.5)
+SELECT median(n) FROM s WHERE time >= 1700000000s AND time < 1700000030s GROUP BY time(10s) fill(1)
+SELECT count(distinct(n)) FROM s WHERE time >= 1700000000s AND time < 1700000040s GROUP BY time(10s)
+SELECT integral(n) FROM s
+SELECT integral(n) FROM s WHERE time >= 1700000000s AND time < 1700000040s GROUP BY time(10s)
+SELECT integral(n), mean(n) FROM s WHERE time >= 1700000000s AND time < 1700000040s GROUP BY time(10s)
+SELECT top(bytes_recv, 2) FROM net WHERE time >= 1700000000s AND time < 1700000200s GROUP BY time(100s) ORDER BY time DESC
+SELECT distinct(err_in) FROM net WHERE time >= 1700000000s AND time < 1700000200s GROUP BY time(100s) ORDER BY time DESC
+SELECT distinct(err_in) FROM net ORDER BY time DESC
+SELECT top(bytes_recv, 2), host FROM net WHERE time >= 1700000000s AND time < 1700000200s GROUP BY time(100s) ORDER BY time DESC
+SELECT distinct(err_in) FROM net WHERE time >= 1700000100s
+SELECT integral(used) FROM mem WHERE host='h0' AND time >= 1699999000s
+SELECT max(used), host FROM mem WHERE time >= 1700000000s AND time < 1700000100s GROUP BY time(50s) ORDER BY time DESC
+SELECT bottom(used, host, 2) FROM mem WHERE time >= 1700000000s AND time < 1700000100s GROUP BY time(50s)
+SELECT host, max(used) FROM mem
+SELECT host, top(used, host, 2), total FROM mem
+SELECT max(*), host FROM mem
+SELECT mode(bytes_recv), median(bytes_recv), stddev(bytes_recv) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m), host
+SELECT mode(err_in) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m)
+SELECT mode(err_in) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(30s), interface
+SELECT median(packets_recv), percentile(packets_recv, 90), stddev(packets_recv) FROM net GROUP BY host, interface
+SELECT count(distinct(err_in)), count(err_in), max(err_in) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m) fill(none)
+SELECT count(distinct(up)) FROM mem WHERE time >= 1700000000s AND time < 1700000700s GROUP BY time(2m), host fill(7)
+SELECT top(bytes_recv, 2) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m), host
+SELECT top(bytes_recv, interface, 1) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(5m), host
+SELECT bottom(packets_recv, host, 3), interface FROM net WHERE time >= 1700000100s
+SELECT top(bytes_recv, 3) FROM net GROUP BY host SLIMIT 2 SOFFSET 1
+SELECT distinct(err_in) FROM net GROUP BY host LIMIT 3
+SELECT distinct(err_in) AS d FROM net WHERE host = 'h1'
+SELECT top(bytes_recv, 2) AS t, host FROM net
+SELECT err_in, top(bytes_recv, 2), host FROM net WHERE interface = 'eth1'
+SELECT packets_recv, max(bytes_recv) FROM net GROUP BY host
+SELECT last(available_percent), used, up FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m), host
+SELECT first(used), * FROM mem GROUP BY host
+SELECT min(up), max(up), first(up), last(up) FROM mem GROUP BY host
+SELECT max(up) FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m) fill(previous)
+SELECT max(used), host FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m) ORDER BY time DESC LIMIT 2
+SELECT min(used), available_percent FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(100s) fill(linear)
+SELECT percentile(used, 75), host, up FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(3m)
+SELECT mean(*) FROM mem GROUP BY *
+SELECT count(*) FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(5m)
+SELECT max(/_recv/) FROM net GROUP BY host
+SELECT last(/^a/) FROM mem
+SELECT /recv/ FROM net WHERE host='h0' LIMIT 2
+SELECT /e/ FROM net WHERE host='h0' GROUP BY interface LIMIT 2
+SELECT mean(*), max(*) FROM mem WHERE host='h2'
+SELECT median(*) AS m FROM net GROUP BY interface
+SELECT spread(*) FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) fill(none)
+SELECT integral(packets_recv) FROM net WHERE host='h1' AND interface='eth0'
+SELECT integral(packets_recv, 10s) FROM net WHERE host='h2' AND interface='eth1' AND time >= 1700000100s AND time < 1700000400s GROUP BY time(1m)
+SELECT integral(available_percent) FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(150s)
+SELECT integral(available_percent), mean(available_percent) FROM mem WHERE host='h1' AND time >= 1700000000s AND time < 1700000600s GROUP BY time(150s)
+SELECT integral(available_percent) FROM mem WHERE host='h0' AND time >= 1700000000s
+SELECT integral(used, 0s) FROM mem
+SELECT integral(used, 1s, 2) FROM mem
+SELECT integral(mean(used)) FROM mem
+SELECT integral(used), host FROM mem
+SELECT median(used), host FROM mem
+SELECT count(distinct(used)), host FROM mem
+SELECT distinct(used, total) FROM mem
+SELECT distinct() FROM mem
+SELECT top(used, host) FROM mem
+SELECT top(used, host, 0) FROM mem
+SELECT top(used, 2, host) FROM mem
+SELECT top(mean(used), 2) FROM mem
+SELECT bottom(up, 2) FROM mem
+SELECT sample(used, 60) FROM mem WHERE host='h1' AND time >= 1700000100s AND time < 1700000300s
+SELECT sample(up, 100), host FROM mem WHERE host='h2' AND time >= 1700000000s AND time < 1700000200s GROUP BY time(1m)
+SELECT sample(mean(used), 2) FROM mem
+SELECT sample(used, 'x') FROM mem
+SELECT mode(available_percent), mode(used), mode(total) FROM mem GROUP BY host
+SELECT stddev(total), stddev(used) FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) fill(0)
+SELECT median(used) FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) fill(linear)
+SELECT mean(used) FROM mem WHERE host::tag = 'h1'
+SELECT used::integer FROM mem WHERE host = 'h1' LIMIT 2
+SELECT mean(used::integer) FROM mem GROUP BY host::tag
+SELECT used FROM mem WHERE host='h0' ORDER BY time ASC LIMIT 1
+SELECT used FROM mem WHERE host='h0' ORDER BY DESC LIMIT 2
+SELECT mean(used) FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) ORDER BY desc
+SELECT used FROM mem ORDER BY used
+SELECT used FROM mem ORDER BY time, host
+SELECT used::bogus FROM mem
+SELECT count(distinct(err_in)) * 2 FROM net
+SELECT mean(*) * 2 FROM mem
+SELECT derivative(distinct(err_in)) FROM net
+SELECT mode(host), count(distinct(host)) FROM mem
+SELECT percentile(used, 50), *  FROM mem WHERE host='h2'
+SELECT * FROM mem, s LIMIT 1
+SELECT * FROM /^(mem|s)$/ LIMIT 1
+SELECT mean(used), mean(n) FROM mem, s
+SELECT mean(used) FROM mem, s
+SELECT max(used), host FROM /m/
+SELECT mean(*) FROM /^(mem|s)$/
+SELECT count(n) FROM s, mem GROUP BY host
+SELECT count(n), count(used) FROM s, mem GROUP BY host
+SELECT used, n FROM /^(mem|s)$/ WHERE host='a' OR host='h0' LIMIT 1
+SELECT mean(used) FROM mem, s SLIMIT 1
+SELECT mean(used) FROM /^nosuch/
+SELECT mean(used) FROM bench.autogen./^m/
+SELECT mean(used) FROM bench../^m/
+SELECT n FROM s, s LIMIT 1
+SELECT count(n), count(used) FROM s, mem GROUP BY host SLIMIT 2 SOFFSET 1
+SELECT count(n), count(used) FROM s, mem GROUP BY host SOFFSET 1
+SELECT count(n), count(used) FROM s, mem GROUP BY host ORDER BY time DESC
+SELECT last(*) FROM /^(mem|s)$/ GROUP BY host
+SELECT * FROM /^(mem|s)$/ GROUP BY host LIMIT 1
+SELECT /^u/ FROM mem, net WHERE host = 'h1' LIMIT 2
+SELECT mean(bytes_recv), mean(used) FROM /^(net|mem)$/ WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m), host
+SELECT top(n, 1) FROM s, mem
+SELECT non_negative_derivative(mean(bytes_recv), 1s) FROM /^net$/ WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m), host
+SELECT count(nosuch), count(used) FROM mem
+SELECT count(nosuch), count(used) FROM mem WHERE time >= 1700000000s AND time < 1700000100s GROUP BY time(50s)
+SELECT count(distinct(nosuch)), count(used) FROM mem
+SELECT count(n), count(used) FROM s WHERE time >= 1700000000s AND time < 1700000030s GROUP BY time(10s)
+"#;

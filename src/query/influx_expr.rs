@@ -191,16 +191,35 @@ impl Plan {
                 }
                 SelectExpr::Column(c) => FieldExpr::Column(c.clone()),
                 SelectExpr::Call { func, field, arg } => {
-                    let mut args = vec![if field == "*" {
-                        FieldExpr::Wildcard
-                    } else {
-                        FieldExpr::Column(field.clone())
-                    }];
-                    args.extend(arg.map(number_literal));
+                    let mut args = vec![FieldExpr::Column(field.clone())];
+                    args.extend(arg.map(|a| {
+                        if func == "integral" {
+                            FieldExpr::Duration(a as i64)
+                        } else {
+                            number_literal(a)
+                        }
+                    }));
                     FieldExpr::Call {
                         func: func.clone(),
                         args,
                     }
+                }
+                SelectExpr::Distinct { field, count: true } => FieldExpr::Call {
+                    func: "count".into(),
+                    args: vec![FieldExpr::Call {
+                        func: "distinct".into(),
+                        args: vec![FieldExpr::Column(field.clone())],
+                    }],
+                },
+                SelectExpr::Matching(_)
+                | SelectExpr::CallEach { .. }
+                | SelectExpr::Distinct { .. }
+                | SelectExpr::Rank { .. } => {
+                    return Err(format!(
+                        "{} beside arithmetic or a transformation is not answered by halite \
+                         yet: write it in a statement of its own",
+                        select_expr_name(&f.expr)
+                    ));
                 }
                 SelectExpr::Expr(e) => e.clone(),
             };
@@ -307,7 +326,9 @@ impl Plan {
             .leaves
             .iter()
             .map(|l| match l {
-                SelectExpr::Call { field, .. } | SelectExpr::Column(field) => fields
+                SelectExpr::Call { field, .. }
+                | SelectExpr::Distinct { field, .. }
+                | SelectExpr::Column(field) => fields
                     .get(field)
                     .map_or(Kind::Unknown, |ty| Kind::of_field(*ty)),
                 _ => Kind::Unknown,
@@ -570,6 +591,9 @@ fn compile(
         FieldExpr::Wildcard => {
             return Err("unable to use wildcard in a binary expression".into());
         }
+        FieldExpr::Regex(_) => {
+            return Err("unable to use regex in a binary expression".into());
+        }
         FieldExpr::Integer(i) => Node::Literal(Value::Int(*i)),
         FieldExpr::Number(v) => Node::Literal(Value::Float(*v)),
         FieldExpr::Str(s) => Node::Literal(Value::Str(s.clone())),
@@ -658,6 +682,59 @@ fn compile(
                 input: Box::new(input),
             }
         }
+        FieldExpr::Call { func, args } if SELECTORS_OF_ROWS.contains(&func.as_str()) => {
+            return Err(rows_call_refusal(func, args));
+        }
+        FieldExpr::Call { func, args }
+            if func == "count"
+                && matches!(args.first(), Some(FieldExpr::Call { func, .. }) if func == "distinct") =>
+        {
+            let FieldExpr::Call { args: inner, .. } = &args[0] else {
+                unreachable!("matched a call");
+            };
+            if args.len() != 1 {
+                return Err(format!(
+                    "invalid number of arguments for count, expected 1, got {}",
+                    args.len()
+                ));
+            }
+            let [FieldExpr::Column(field)] = inner.as_slice() else {
+                return Err(rows_call_refusal("distinct", inner));
+            };
+            shape.variable = true;
+            shape.aggregate = true;
+            leaves.push(SelectExpr::Distinct {
+                field: field.clone(),
+                count: true,
+            })
+        }
+        FieldExpr::Call { func, args } if func == "integral" => {
+            if args.len() > 2 || args.is_empty() {
+                return Err(format!(
+                    "invalid number of arguments for integral, expected at least 1 but no more \
+                     than 2, got {}",
+                    args.len()
+                ));
+            }
+            match args.get(1) {
+                Some(FieldExpr::Duration(d)) if *d <= 0 => {
+                    return Err(format!(
+                        "duration argument must be positive, got {}",
+                        format_duration(*d)
+                    ));
+                }
+                Some(FieldExpr::Duration(_)) | None => {}
+                Some(_) => return Err("second argument must be a duration".into()),
+            }
+            return Err(match &args[0] {
+                FieldExpr::Column(_) | FieldExpr::Wildcard | FieldExpr::Regex(_) => {
+                    "integral() beside arithmetic or a transformation is not answered by halite \
+                     yet: write it in a statement of its own"
+                        .into()
+                }
+                _ => "expected field argument in integral()".into(),
+            });
+        }
         FieldExpr::Call { func, args } => {
             shape.variable = true;
             shape.aggregate = true;
@@ -705,6 +782,120 @@ fn compile(
             })
         }
     })
+}
+
+/// The functions that answer several rows of a bucket (or its chosen
+/// points): answered in a statement of their own, not inside arithmetic.
+const SELECTORS_OF_ROWS: [&str; 4] = ["top", "bottom", "distinct", "sample"];
+
+/// InfluxDB's error for a call of top, bottom, distinct or sample whose
+/// arguments are wrong (compile.go), or halite's refusal of a right one
+/// inside arithmetic or a transformation.
+fn rows_call_refusal(func: &str, args: &[FieldExpr]) -> String {
+    let inside = || {
+        format!(
+            "{func}() beside arithmetic or a transformation is not answered by halite yet: \
+             write it in a statement of its own"
+        )
+    };
+    match func {
+        "distinct" => match args {
+            [FieldExpr::Column(_)] => inside(),
+            [_] => "expected field argument in distinct()".into(),
+            [] => "distinct function requires at least one argument".into(),
+            _ => "distinct function can only have one argument".into(),
+        },
+        "sample" => match args {
+            [_, FieldExpr::Integer(n)] if *n < 1 => {
+                format!("sample window must be greater than 1, got {n}")
+            }
+            [
+                FieldExpr::Column(_) | FieldExpr::Wildcard | FieldExpr::Regex(_),
+                FieldExpr::Integer(_),
+            ] => inside(),
+            [_, FieldExpr::Integer(_)] => "expected field argument in sample()".into(),
+            [_, _] => "expected integer argument in sample()".into(),
+            _ => format!(
+                "invalid number of arguments for sample, expected 2, got {}",
+                args.len()
+            ),
+        },
+        _ => {
+            if args.len() < 2 {
+                return format!(
+                    "invalid number of arguments for {func}, expected at least 2, got {}",
+                    args.len()
+                );
+            }
+            let (first, rest) = args.split_first().unwrap_or((&args[0], &[]));
+            if !matches!(first, FieldExpr::Column(_)) {
+                return format!(
+                    "expected first argument to be a field in {func}(), found {}",
+                    describe_literal(first)
+                );
+            }
+            let (last, tags) = rest.split_last().unwrap_or((&rest[0], &[]));
+            let n = match last {
+                FieldExpr::Integer(n) => *n,
+                other => {
+                    return format!(
+                        "expected integer as last argument in {func}(), found {}",
+                        describe_literal(other)
+                    );
+                }
+            };
+            if let Some(t) = tags.iter().find(|t| !matches!(t, FieldExpr::Column(_))) {
+                return format!(
+                    "only fields or tags are allowed in {func}(), found {}",
+                    describe_literal(t)
+                );
+            }
+            if n < 1 {
+                return format!("limit ({n}) in {func} function must be at least 1");
+            }
+            inside()
+        }
+    }
+}
+
+/// An argument as InfluxDB's errors print it.
+fn describe_literal(e: &FieldExpr) -> String {
+    match e {
+        FieldExpr::Column(c) => c.clone(),
+        FieldExpr::Wildcard => "*".into(),
+        FieldExpr::Regex(re) => format!("/{re}/"),
+        FieldExpr::Integer(i) => i.to_string(),
+        FieldExpr::Number(v) => format!("{v:.3}"),
+        FieldExpr::Duration(d) => format_duration(*d),
+        FieldExpr::Str(s) => format!("'{s}'"),
+        FieldExpr::Bool(b) => b.to_string(),
+        FieldExpr::Call { func, args } => format!(
+            "{func}({})",
+            args.iter()
+                .map(describe_literal)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        FieldExpr::Binary { op, lhs, rhs } => format!(
+            "{} {} {}",
+            describe_literal(lhs),
+            op.symbol(),
+            describe_literal(rhs)
+        ),
+    }
+}
+
+/// A select-list expression as its refusals name it.
+fn select_expr_name(e: &SelectExpr) -> String {
+    match e {
+        SelectExpr::Matching(re) => format!("/{re}/"),
+        SelectExpr::CallEach { func, .. } => format!("{func}() of several fields"),
+        SelectExpr::Distinct { count: true, .. } => "count(distinct())".into(),
+        SelectExpr::Distinct { .. } => "distinct()".into(),
+        SelectExpr::Rank { bottom: true, .. } => "bottom()".into(),
+        SelectExpr::Rank { .. } => "top()".into(),
+        _ => "the expression".into(),
+    }
 }
 
 /// InfluxDB's check of a transformation's arguments (compile.go).
@@ -789,6 +980,7 @@ fn go_type(e: &FieldExpr) -> &'static str {
     match e {
         FieldExpr::Column(_) => "*influxql.VarRef",
         FieldExpr::Wildcard => "*influxql.Wildcard",
+        FieldExpr::Regex(_) => "*influxql.RegexLiteral",
         FieldExpr::Integer(_) => "*influxql.IntegerLiteral",
         FieldExpr::Number(_) => "*influxql.NumberLiteral",
         FieldExpr::Duration(_) => "*influxql.DurationLiteral",
@@ -874,6 +1066,7 @@ fn leaf_kind(
                 _ => Kind::Unknown,
             }
         }
+        SelectExpr::Distinct { field, count: true } if fields.contains_key(field) => Kind::Integer,
         _ => Kind::Unknown,
     }
 }
@@ -956,6 +1149,9 @@ impl Typed<'_> {
                 SelectExpr::Column(c) => format!("{c}::{}", self.kinds[*i].word()),
                 SelectExpr::Call { func, field, .. } => {
                     format!("{func}({field}::{})", self.fields[*i].word())
+                }
+                SelectExpr::Distinct { field, .. } => {
+                    format!("count(distinct({field}::{}))", self.fields[*i].word())
                 }
                 _ => String::new(),
             },

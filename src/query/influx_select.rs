@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::influx_expr::{Plan, Span};
-use super::influx_reduce::{AnswerType, Func, Reducer, as_f64};
+use super::influx_reduce::{AnswerType, Func, Reducer, as_f64, integrals};
+use super::influx_rows::{Chosen, Entry, RowsFunc, Shape};
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use super::measurements::SeriesTable;
 use crate::error::Error;
@@ -79,6 +80,9 @@ struct Member<'a> {
     series: &'a crate::series::NamedSeries,
     table: &'a SeriesTable,
     group: usize,
+    /// Its place among the statement's members: a selector's state says
+    /// by it whose point it chose.
+    origin: u32,
 }
 
 /// The values of the `GROUP BY` tags of a series (a missing tag is "").
@@ -102,6 +106,9 @@ pub fn select(
     s: &Select,
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
+    if !s.sources.is_empty() {
+        return select_sources(store, dictionary, db, s, now_ns);
+    }
     if !super::influx_expr::needs_plan(s) {
         return select_fields(
             store,
@@ -147,6 +154,95 @@ pub fn select(
     Ok(plan.answer(answers, span))
 }
 
+/// [`select`] of a statement whose `FROM` names several measurements or a
+/// pattern: each measurement (in name order) answered as if named alone,
+/// with the columns the measurements have together (`*`, `/re/` and
+/// `f(*)` over every field and tag of any of them); `SLIMIT` and
+/// `SOFFSET` choose among each measurement's series, as InfluxDB's.
+fn select_sources(
+    store: &Store,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+    s: &Select,
+    now_ns: i64,
+) -> Result<Vec<SeriesOut>, String> {
+    use super::influxql::FromSource;
+    let mut patterns = Vec::new();
+    let mut named = BTreeSet::new();
+    for source in &s.sources {
+        match source {
+            FromSource::Name(name) => {
+                named.insert(name.clone());
+            }
+            FromSource::Regex(re) => patterns.push(
+                regex_lite::Regex::new(re)
+                    .map_err(|e| format!("invalid regular expression /{re}/: {e}"))?,
+            ),
+        }
+    }
+    let all = super::measurements::measurements(store, dictionary, db)?;
+    let chosen: Vec<&super::measurements::Measurement> = all
+        .iter()
+        .filter(|m| named.contains(&m.name) || patterns.iter().any(|re| re.is_match(&m.name)))
+        .collect();
+    let mut fields: BTreeMap<String, crate::series::FieldType> = BTreeMap::new();
+    let mut tag_keys: BTreeSet<String> = BTreeSet::new();
+    for m in &chosen {
+        for (name, ty) in &m.fields {
+            fields.entry(name.clone()).or_insert(*ty);
+        }
+        tag_keys.extend(m.series.tag_keys().iter().cloned());
+    }
+    let group_by: Vec<String> = match &s.group_tags {
+        GroupTags::None => Vec::new(),
+        GroupTags::All => tag_keys.iter().cloned().collect(),
+        GroupTags::List(l) => l.clone(),
+    };
+    // `*` names the columns of every measurement, the same for each.
+    let mut one = Select {
+        fields: s
+            .fields
+            .iter()
+            .map(|f| match f.expr {
+                SelectExpr::Wildcard => super::influxql::SelectField {
+                    expr: SelectExpr::Matching(String::new()),
+                    alias: None,
+                },
+                _ => f.clone(),
+            })
+            .collect(),
+        sources: Vec::new(),
+        ..s.clone()
+    };
+    if super::influx_rows::names_by_pattern(&one) {
+        match super::influx_rows::expand_patterns(&one, &fields, &tag_keys, &group_by)? {
+            Some(expanded) => one = expanded,
+            None => return Ok(Vec::new()),
+        }
+    }
+    let mut series = Vec::new();
+    for m in chosen {
+        let mut answer = select(
+            store,
+            dictionary,
+            db,
+            &Select {
+                from: m.name.clone(),
+                ..one.clone()
+            },
+            now_ns,
+        )?;
+        if s.descending {
+            answer.reverse();
+        }
+        series.extend(answer);
+    }
+    if s.descending {
+        series.reverse();
+    }
+    Ok(series)
+}
+
 /// [`select`] of a statement of fields and calls of fields only; `plan`
 /// is the statement of expressions whose types to check, if any,
 /// `reach` how far (ns) the range reaches before its lower bound and after
@@ -163,19 +259,20 @@ fn select_fields(
     reach: (i64, i64),
     max_cells: usize,
 ) -> Result<Vec<SeriesOut>, String> {
-    let calls = s
-        .fields
-        .iter()
-        .filter(|f| matches!(f.expr, SelectExpr::Call { .. }))
-        .count();
-    if calls > 0 && calls < s.fields.len() {
-        return Err("mixing aggregate and non-aggregate queries is not supported".into());
-    }
+    let shape = super::influx_rows::shape(s)?;
     if s.fields.is_empty() {
         return Err("at least 1 non-time field must be queried".into());
     }
-    if calls == 0 && s.group_time.is_some() {
+    if shape == Shape::Raw && s.group_time.is_some() {
         return Err("GROUP BY requires at least one aggregate function".into());
+    }
+    if s.descending && calls_integral(s) {
+        // InfluxDB 1.6 sums a descending integral's areas backwards: every
+        // answer negated, at shifted times.
+        return Err(
+            "integral() under ORDER BY time DESC is not answered by halite: ask for it in ascending order"
+                .into(),
+        );
     }
     // After the statement's own checks, as InfluxDB finds the retention
     // policy only when it looks for the statement's shards.
@@ -208,6 +305,27 @@ fn select_fields(
     if let Some(plan) = plan {
         plan.check_types(&fields, &|name| series.tag_keys().contains(name))?;
     }
+    let expanded;
+    let s = if super::influx_rows::names_by_pattern(s) {
+        let grouped: Vec<String> = match &s.group_tags {
+            GroupTags::None => Vec::new(),
+            GroupTags::All => series.tag_keys().iter().cloned().collect(),
+            GroupTags::List(l) => l.clone(),
+        };
+        match super::influx_rows::expand_patterns(s, &fields, series.tag_keys(), &grouped)? {
+            Some(e) => expanded = e,
+            None => return Ok(Vec::new()),
+        }
+        if shape == Shape::Rows && expanded.fields.iter().filter(|f| f.expr.is_call()).count() > 1 {
+            return Err(
+                "sample() of several fields is not answered by halite yet: name a field".into(),
+            );
+        }
+        &expanded
+    } else {
+        s
+    };
+    let rows_func = rows_func(s)?;
     // Only a wildcard and `GROUP BY *` name every tag key of the
     // measurement: the list gathers them once, but a list is made anew
     // after each series added, and gathering them from thousands of
@@ -235,7 +353,7 @@ fn select_fields(
     }
     // A raw `ORDER BY time DESC LIMIT n` needs at most OFFSET + n points
     // of each series: its keys run newest first, so reading stops there.
-    let per_series = (calls == 0 && s.descending)
+    let per_series = (shape == Shape::Raw && s.descending)
         .then_some(s.limit.filter(|n| *n > 0))
         .flatten()
         .map(|n| n.saturating_add(s.offset));
@@ -292,16 +410,21 @@ fn select_fields(
             group: group_keys
                 .binary_search(&group_key(&group_by, &series[i].tags))
                 .unwrap_or_default(),
+            origin: 0,
         })
         .collect();
     // SLIMIT and SOFFSET choose among the groups of every series the tag
     // condition lets through, before a point is read, as InfluxDB limits
     // its index's tag sets: a group chosen whose points all miss the time
     // range or a field condition answers nothing.
-    let members: Vec<Member> = match chosen_groups(&group_by, &group_keys, s.slimit, s.soffset) {
+    let mut members: Vec<Member> = match chosen_groups(&group_by, &group_keys, s.slimit, s.soffset)
+    {
         Some(chosen) => members.into_iter().filter(|m| chosen[m.group]).collect(),
         None => members,
     };
+    for (i, m) in members.iter_mut().enumerate() {
+        m.origin = u32::try_from(i).unwrap_or(u32::MAX);
+    }
     let keep = |tags: &BTreeMap<String, String>, p: &Point<'_>| {
         let meets = match &rest {
             Some(e) if on_fields => eval(e, tags, Some(&p.fields), &fields, &regexes),
@@ -309,7 +432,7 @@ fn select_fields(
         };
         // A raw row with none of its selected fields is left out.
         meets
-            && (calls > 0
+            && (shape != Shape::Raw
                 || selected
                     .as_ref()
                     .is_none_or(|f| f.iter().any(|f| p.fields.contains_key(f))))
@@ -321,15 +444,20 @@ fn select_fields(
         names: &names,
         points: per_series,
     };
-    let agg_calls = if calls > 0 {
+    let agg_calls = if matches!(shape, Shape::Aggregate | Shape::SelectorWithColumns) {
         aggregate_calls(s, &fields)?
     } else {
         Vec::new()
     };
+    if let Some((func, field)) = &rows_func
+        && let Some(refusal) = rows_refusal(s, *func, field, &fields)
+    {
+        return Err(refusal);
+    }
     let mut data = Vec::new();
     // Each group with a point that met the condition, in group order; its
     // answer is made only if SOFFSET and SLIMIT keep it.
-    let gathered: Vec<(usize, Gathered)> = if calls == 0 {
+    let gathered: Vec<(usize, Gathered)> = if matches!(shape, Shape::Raw | Shape::Rows) {
         // Each series' newest points (lastpoint) lie in the last hour for
         // most series, which the newest files hold: the last hour is read
         // first, and the time before only for a series with too few in
@@ -391,14 +519,19 @@ fn select_fields(
         let mut groups: Vec<GroupState> = (0..group_keys.len())
             .map(|_| GroupState::default())
             .collect();
-        let newest_from = newest_buckets_from(s, lo, hi);
+        // An integral reaches from a bucket to the next one's first point:
+        // it reads the whole range.
+        let windowed = !agg_calls
+            .iter()
+            .any(|(call, _)| matches!(call.func, Func::Integral(_)));
+        let newest_from = newest_buckets_from(s, lo, hi).filter(|_| windowed);
         let oldest_to = match newest_from {
             Some(_) => None,
             None => {
                 let oldest = measurement
                     .cell_time_range(store)
                     .map(|(oldest, _)| ns_of_ms(oldest));
-                oldest_buckets_to(s, lower.is_some(), lo, hi, oldest)
+                oldest_buckets_to(s, lower.is_some(), lo, hi, oldest).filter(|_| windowed)
             }
         };
         let window = SeriesRange {
@@ -413,6 +546,7 @@ fn select_fields(
         let fold_series = |states: &mut Vec<GroupState>, m: &Member, range: &SeriesRange| {
             let mut fold = SeriesFold {
                 calls,
+                origin: m.origin,
                 call_columns: &call_columns,
                 group_time: s.group_time,
                 lo,
@@ -595,6 +729,20 @@ fn select_fields(
     // Worked out once, not per group: a raw statement grouped by host
     // has a group per series.
     let (raw_fields, raw_names) = raw_columns(s, &fields, tag_keys, &group_by);
+    // Where a call answers beside columns, how many of them come before it.
+    let columns_before_call = s
+        .fields
+        .iter()
+        .position(|f| f.expr.is_call())
+        .filter(|_| matches!(shape, Shape::Rows | Shape::SelectorWithColumns))
+        .map_or(0, |at| {
+            let before = Select {
+                fields: s.fields[..at].to_vec(),
+                ..s.clone()
+            };
+            raw_columns(&before, &fields, tag_keys, &group_by).0.len()
+        });
+    let call_width = 1 + rank_tags(s).len();
     // A raw answer holds what was stored, but a column named twice (`*, *`)
     // or one the measurement lacks is a cell more a point: a statement
     // of thousands of them over a large measurement asks for far more
@@ -633,11 +781,37 @@ fn select_fields(
         // more (every bucket, filled), and is what the bound is for.
         let aggregated = matches!(gathered, Gathered::Aggregate(_));
         let (columns, mut rows) = match gathered {
-            Gathered::Raw(members) => (raw_names.clone(), raw_rows(&members, &fields, &raw_fields)),
+            Gathered::Raw(group) => match &rows_func {
+                Some((func, field)) => {
+                    let call = RowsCall {
+                        func: *func,
+                        field,
+                        tags: rank_tags(s),
+                        name: rows_call_name(s),
+                    };
+                    chosen_rows(s, &call, &group, &fields, &raw_fields, &raw_names, lower)
+                }
+                None => (raw_names.clone(), raw_rows(&group, &fields, &raw_fields)),
+            },
             Gathered::Aggregate(buckets) => {
+                let aux = AuxColumns {
+                    names: &raw_names[1..],
+                    read: &|time: i64, origin: u32| {
+                        aux_cells(store, &members, time, origin, &names, &fields, &raw_fields)
+                    },
+                };
                 // The bound as written: before 1970 the answer starts
                 // there, though nothing is stored before 1970 to read.
-                aggregate_rows(s, &agg_calls, buckets, &fields, lower, hi, max_cells)?
+                aggregate_rows(
+                    s,
+                    &agg_calls,
+                    buckets,
+                    &fields,
+                    lower,
+                    hi,
+                    max_cells,
+                    (shape == Shape::SelectorWithColumns).then_some(&aux),
+                )?
             }
         };
         let tags = (!matches!(s.group_tags, GroupTags::None)).then(|| {
@@ -650,7 +824,14 @@ fn select_fields(
         if rows.is_empty() {
             continue;
         }
-        if s.descending {
+        let columns = if matches!(shape, Shape::Rows | Shape::SelectorWithColumns) {
+            place_call_columns(columns, &mut rows, call_width, columns_before_call)
+        } else {
+            columns
+        };
+        // Chosen rows come in descending buckets already, each bucket's
+        // in time order, as InfluxDB answers them.
+        if s.descending && shape != Shape::Rows {
             rows.reverse();
         }
         let rows: Vec<Vec<Cell>> = rows
@@ -985,6 +1166,8 @@ fn scan_series_cells(
 /// columns go to the reducers of the time bucket the row falls in.
 struct SeriesFold<'a> {
     calls: &'a [(Call, String)],
+    /// The series' [`Member::origin`].
+    origin: u32,
     /// Each call's column of the read (`None`: not read).
     call_columns: &'a [Option<u32>],
     group_time: Option<(i64, i64)>,
@@ -1027,7 +1210,7 @@ impl SeriesFold<'_> {
                     .fetch_add(n, std::sync::atomic::Ordering::Relaxed)
                     .saturating_add(n);
                 self.over |= now > MAX_FOLDED;
-                self.open = Some((b, vec![Reducer::default(); n]));
+                self.open = Some((b, vec![Reducer::of(self.origin); n]));
                 b
             }
         }
@@ -1233,7 +1416,12 @@ fn selected_fields(
             SelectExpr::Column(c) if fields.contains_key(c) => {
                 out.insert(c.clone());
             }
-            SelectExpr::Call { field, .. } if fields.contains_key(field) => {
+            SelectExpr::Call { field, .. } | SelectExpr::Distinct { field, .. }
+                if fields.contains_key(field) =>
+            {
+                out.insert(field.clone());
+            }
+            SelectExpr::Rank { field, .. } if fields.contains_key(field) => {
                 out.insert(field.clone());
             }
             _ => {}
@@ -1654,7 +1842,12 @@ fn raw_columns(
                 columns.push(c.clone());
                 aliases.push(f.alias.clone().unwrap_or_else(|| c.clone()));
             }
-            SelectExpr::Call { .. } | SelectExpr::Expr(_) => {}
+            SelectExpr::Matching(_)
+            | SelectExpr::Call { .. }
+            | SelectExpr::CallEach { .. }
+            | SelectExpr::Distinct { .. }
+            | SelectExpr::Rank { .. }
+            | SelectExpr::Expr(_) => {}
         }
     }
     let mut names = vec![s.time_column.clone()];
@@ -1673,22 +1866,7 @@ fn raw_rows(
     let mut rows: Vec<(i64, usize, Vec<Cell>)> = Vec::new();
     for (order, d) in members.iter().enumerate() {
         for p in &d.points {
-            let mut any_field = false;
-            let cells: Vec<Cell> = columns
-                .iter()
-                .map(|c| {
-                    if let Some(v) = p.fields.get(c) {
-                        any_field = true;
-                        Cell::Value(v.clone())
-                    } else if !fields.contains_key(c)
-                        && let Some(t) = d.tags.get(c)
-                    {
-                        Cell::Value(Value::Str(t.clone()))
-                    } else {
-                        Cell::Null
-                    }
-                })
-                .collect();
+            let (cells, any_field) = point_cells(p, d.tags, fields, columns);
             if any_field {
                 rows.push((p.time, order, cells));
             }
@@ -1730,26 +1908,22 @@ fn aggregate_calls(
     fields: &BTreeMap<String, crate::series::FieldType>,
 ) -> Result<Vec<(Call, String)>, String> {
     let mut calls = Vec::new();
+    let count = "count".to_string();
     for f in &s.fields {
-        if let SelectExpr::Call { func, field, arg } = &f.expr {
-            if field == "*" {
-                return Err(format!(
-                    "{func}(*) is not answered by halite yet: name a field"
-                ));
-            }
-            let call = Call {
-                func: Func::parse(func, *arg)?,
-                field: field.clone(),
-            };
-            // `mean` of a string field is an error, not an empty answer.
-            if let Some(refusal) = fields
-                .get(field)
-                .and_then(|ty| call.func.refusal(func, *ty))
-            {
-                return Err(refusal);
-            }
-            calls.push((call, f.alias.clone().unwrap_or_else(|| func.clone())));
+        let (func, field, name) = match &f.expr {
+            SelectExpr::Call { func, field, arg } => (Func::parse(func, *arg)?, field, func),
+            SelectExpr::Distinct { field, count: true } => (Func::CountDistinct, field, &count),
+            _ => continue,
+        };
+        let call = Call {
+            func,
+            field: field.clone(),
+        };
+        // `mean` of a string field is an error, not an empty answer.
+        if let Some(refusal) = fields.get(field).and_then(|ty| func.refusal(name, *ty)) {
+            return Err(refusal);
         }
+        calls.push((call, f.alias.clone().unwrap_or_else(|| name.clone())));
     }
     Ok(calls)
 }
@@ -1790,6 +1964,7 @@ impl GroupState {
 /// without `GROUP BY time`), a column per function. Without a lower time
 /// bound (`lower` None) the buckets start at the group's first point, as
 /// InfluxDB's do (TSBS's groupby-orderby-limit names only an upper bound).
+#[allow(clippy::too_many_arguments)]
 fn aggregate_rows(
     s: &Select,
     calls: &[(Call, String)],
@@ -1798,11 +1973,45 @@ fn aggregate_rows(
     lower: Option<i64>,
     hi: i64,
     max_cells: usize,
+    aux: Option<&AuxColumns<'_>>,
 ) -> Result<(Vec<String>, Vec<Vec<Cell>>), String> {
     let lo = lower.unwrap_or(0);
     let Some(&first_bucket) = by_bucket.keys().next() else {
         return Ok((Vec::new(), Vec::new()));
     };
+    // Each integral's answer by bucket, worked out across the buckets
+    // from their points, which its reducers hold.
+    let every = s.group_time.map(|(every, _)| every);
+    let integral_of: Vec<Option<BTreeMap<i64, f64>>> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (call, _))| {
+            let Func::Integral(unit) = call.func else {
+                return None;
+            };
+            let keys: Vec<i64> = by_bucket.keys().copied().collect();
+            let buckets: Vec<(i64, Vec<(i64, f64)>)> = by_bucket
+                .values_mut()
+                .zip(&keys)
+                .map(|(reducers, &b)| {
+                    // Without GROUP BY time InfluxDB's one window starts
+                    // at 0, whatever the range.
+                    let start = if every.is_some() { b } else { 0 };
+                    (start, std::mem::take(&mut reducers[i]).into_sorted_points())
+                })
+                .collect();
+            let answers = integrals(&buckets, every, unit);
+            Some(
+                keys.into_iter()
+                    .zip(answers)
+                    .filter_map(|(b, a)| Some((b, a?)))
+                    .collect(),
+            )
+        })
+        .collect();
+    // InfluxDB's integral answers only the buckets it has an area of,
+    // whatever the fill.
+    let only_integrals = integral_of.iter().all(Option::is_some);
     let selector_time = s.group_time.is_none() && calls.len() == 1 && calls[0].0.func.selects();
     // Each bucket as the fold keyed it, and the time it is answered at.
     // Of the rows they make, those at `answered` are shown: the others,
@@ -1827,7 +2036,7 @@ fn aggregate_rows(
                     ));
                 }
             };
-            if s.fill == Fill::None {
+            if s.fill == Fill::None || only_integrals {
                 // Only buckets with values are answered: those the fold
                 // made, however many the range holds.
                 by_bucket
@@ -1865,7 +2074,15 @@ fn aggregate_rows(
             }
         }
         // One bucket: read from 1970 at the earliest, answered at the
-        // lower bound as written (before 1970 too, as InfluxDB does).
+        // lower bound as written (before 1970 too, as InfluxDB does), but
+        // InfluxDB's integral of floats, which answers at 0.
+        None if calls.iter().all(|(call, _)| {
+            matches!(call.func, Func::Integral(_))
+                && fields.get(&call.field) == Some(&crate::series::FieldType::Float)
+        }) =>
+        {
+            vec![(first_bucket, 0)]
+        }
         None => vec![(first_bucket, lo)],
     };
     let mut rows: Vec<Vec<Cell>> = Vec::new();
@@ -1873,25 +2090,53 @@ fn aggregate_rows(
         let mut reducers = by_bucket.remove(&key);
         let mut row = vec![Cell::Time(b)];
         let mut any = false;
+        let mut chosen = None;
+        // A bucket with a point is answered under fill(none) though its
+        // answer be null (a stddev of one value).
+        let mut had_points = false;
         for (i, (call, _)) in calls.iter().enumerate() {
             let reducer = reducers
                 .as_mut()
                 .map(|r| std::mem::take(&mut r[i]))
                 .unwrap_or_default();
-            let (mut cell, at) = reducer.finish(call.func, fields.get(&call.field).copied());
+            had_points |= !reducer.is_empty();
+            let (mut cell, at) = match &integral_of[i] {
+                Some(answers) => (
+                    answers
+                        .get(&key)
+                        .map_or(Cell::Null, |x| Cell::Value(Value::Float(*x))),
+                    None,
+                ),
+                None => reducer.finish(call.func, fields.get(&call.field).copied()),
+            };
             if cell != Cell::Null {
                 any = true;
-            } else if call.func == Func::Count && s.fill == Fill::Null {
-                // InfluxDB counts an empty interval as 0, not null.
+            } else if matches!(call.func, Func::Count | Func::CountDistinct)
+                && s.fill == Fill::Null
+                && fields.contains_key(&call.field)
+            {
+                // InfluxDB counts an empty interval as 0, not null; but a
+                // field the measurement never had has no count at all.
                 cell = Cell::Value(Value::Int(0));
             }
-            if selector_time && let Some(t) = at {
+            if selector_time && let Some((t, _)) = at {
                 row[0] = Cell::Time(t);
             }
+            chosen = chosen.or(at);
             row.push(cell);
         }
-        if !any && (s.group_time.is_none() || s.fill == Fill::None) {
+        let kept = match s.group_time {
+            Some(_) if s.fill == Fill::None => had_points || any,
+            _ => any,
+        };
+        if !kept && (s.group_time.is_none() || s.fill == Fill::None || only_integrals) {
             continue;
+        }
+        if let Some(aux) = aux {
+            match chosen {
+                Some((time, origin)) => row.extend((aux.read)(time, origin)?),
+                None => row.extend(aux.names.iter().map(|_| Cell::Null)),
+            }
         }
         rows.push(row);
     }
@@ -1919,8 +2164,323 @@ fn aggregate_rows(
         rows.drain(..answered.start);
     }
     let mut columns = vec![s.time_column.clone()];
-    columns.extend(unique(calls.iter().map(|(_, name)| name.clone()).collect()));
+    let names: Vec<String> = calls.iter().map(|(_, name)| name.clone()).collect();
+    match aux {
+        // Made unique where the columns take their places.
+        Some(aux) => columns.extend(names.into_iter().chain(aux.names.iter().cloned())),
+        None => columns.extend(unique(names)),
+    }
     Ok((columns, rows))
+}
+
+/// The columns beside a selector (`max(usage), host`): their names, and
+/// the cells of the point at a time of a member (by its origin).
+struct AuxColumns<'a> {
+    names: &'a [String],
+    read: &'a dyn Fn(i64, u32) -> Result<Vec<Cell>, String>,
+}
+
+/// The cells of `columns` of the point of `members[origin]` at `time`:
+/// its fields, and the series' tags.
+fn aux_cells(
+    store: &Store,
+    members: &[Member<'_>],
+    time: i64,
+    origin: u32,
+    names: &[&str],
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    columns: &[String],
+) -> Result<Vec<Cell>, String> {
+    let Some(m) = members.get(origin as usize) else {
+        return Ok(columns.iter().map(|_| Cell::Null).collect());
+    };
+    let wanted: BTreeSet<String> = columns
+        .iter()
+        .filter(|c| fields.contains_key(*c))
+        .cloned()
+        .collect();
+    let range = SeriesRange {
+        lo: time,
+        hi: time,
+        fields: Some(&wanted),
+        names,
+        points: Some(1),
+    };
+    let mut found = Point {
+        time,
+        ..Point::default()
+    };
+    scan_series(store, m.table, &m.series.key, &range, &mut |p| {
+        found = p.clone();
+        false
+    })?;
+    Ok(point_cells(&found, &m.series.tags, fields, columns).0)
+}
+
+/// A point's cells of `columns`: its fields' values, its series' tags
+/// (a name that is a field is never a tag), null for the others; and
+/// whether a field had a value.
+fn point_cells(
+    p: &Point<'_>,
+    tags: &BTreeMap<String, String>,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    columns: &[String],
+) -> (Vec<Cell>, bool) {
+    let mut any_field = false;
+    let cells = columns
+        .iter()
+        .map(|c| {
+            if let Some(v) = p.fields.get(c) {
+                any_field = true;
+                Cell::Value(v.clone())
+            } else if !fields.contains_key(c)
+                && let Some(t) = tags.get(c)
+            {
+                Cell::Value(Value::Str(t.clone()))
+            } else {
+                Cell::Null
+            }
+        })
+        .collect();
+    (cells, any_field)
+}
+
+/// Whether the statement calls `integral`.
+fn calls_integral(s: &Select) -> bool {
+    s.fields.iter().any(|f| {
+        matches!(&f.expr, SelectExpr::Call { func, .. } | SelectExpr::CallEach { func, .. } if func == "integral")
+    })
+}
+
+/// The statement's call of a function that answers chosen rows, and its
+/// field.
+fn rows_func(s: &Select) -> Result<Option<(RowsFunc, String)>, String> {
+    for f in &s.fields {
+        let func = match &f.expr {
+            SelectExpr::Rank {
+                bottom, field, n, ..
+            } => (
+                RowsFunc::Rank {
+                    bottom: *bottom,
+                    n: *n,
+                },
+                field,
+            ),
+            SelectExpr::Distinct {
+                field,
+                count: false,
+            } => (RowsFunc::Distinct, field),
+            SelectExpr::Call { func, field, arg } if func == "sample" => (
+                RowsFunc::Sample(super::influx_rows::sample_size(*arg)?),
+                field,
+            ),
+            _ => continue,
+        };
+        return Ok(Some((func.0, func.1.clone())));
+    }
+    Ok(None)
+}
+
+/// InfluxDB's refusal of `top` and `bottom` over strings and booleans,
+/// and halite's of `top(x, f, n)` by a field `f` rather than a tag.
+fn rows_refusal(
+    s: &Select,
+    func: RowsFunc,
+    field: &str,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+) -> Option<String> {
+    let RowsFunc::Rank { bottom, .. } = func else {
+        return None;
+    };
+    let name = if bottom { "bottom" } else { "top" };
+    if let Some(by_field) = rank_tags(s).into_iter().find(|t| fields.contains_key(t)) {
+        return Some(format!(
+            "{name}() by a field ({by_field}) is not answered by halite yet: name tags"
+        ));
+    }
+    match fields.get(field)? {
+        crate::series::FieldType::String => Some(format!(
+            "unsupported {name} iterator type: *query.stringInterruptIterator"
+        )),
+        crate::series::FieldType::Boolean => Some(format!(
+            "unsupported {name} iterator type: *query.booleanInterruptIterator"
+        )),
+        _ => None,
+    }
+}
+
+/// The tags `top(x, tag…, n)` names.
+fn rank_tags(s: &Select) -> Vec<String> {
+    s.fields
+        .iter()
+        .find_map(|f| match &f.expr {
+            SelectExpr::Rank { tags, .. } => Some(tags.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The column name of the statement's call that answers chosen rows.
+fn rows_call_name(s: &Select) -> String {
+    s.fields
+        .iter()
+        .find_map(|f| {
+            let name = match &f.expr {
+                SelectExpr::Rank { bottom: true, .. } => "bottom",
+                SelectExpr::Rank { .. } => "top",
+                SelectExpr::Distinct { count: false, .. } => "distinct",
+                SelectExpr::Call { func, .. } if func == "sample" => "sample",
+                _ => return None,
+            };
+            Some(f.alias.clone().unwrap_or_else(|| name.to_string()))
+        })
+        .unwrap_or_default()
+}
+
+/// A call that answers chosen rows, as [`chosen_rows`] answers it.
+struct RowsCall<'a> {
+    func: RowsFunc,
+    field: &'a str,
+    /// `top(x, tag…, n)`'s tags: a column each, after the call's.
+    tags: Vec<String>,
+    name: String,
+}
+
+/// One group's answer of `top`, `bottom`, `distinct` or `sample`: per
+/// time bucket (one without `GROUP BY time`) the rows of what the function
+/// chose, a chosen point's at its time with its tags' and the columns'
+/// cells beside it (`raw_fields`, named `raw_names` after the time), a
+/// distinct value's at the bucket's time. No row for an empty bucket,
+/// whatever the fill, as InfluxDB answers them; under ORDER BY time DESC
+/// the buckets come newest first, each one's rows still in time order.
+#[allow(clippy::too_many_arguments)]
+fn chosen_rows(
+    s: &Select,
+    call: &RowsCall<'_>,
+    group: &[&SeriesData<'_>],
+    fields: &BTreeMap<String, crate::series::FieldType>,
+    raw_fields: &[String],
+    raw_names: &[String],
+    lower: Option<i64>,
+) -> (Vec<String>, Vec<Vec<Cell>>) {
+    // The group's points with a value of the field, in time order (of one
+    // time, in series order).
+    let mut points: Vec<(i64, usize, &Point<'_>, &Value)> = Vec::new();
+    for (order, d) in group.iter().enumerate() {
+        for p in &d.points {
+            if let Some(v) = p.fields.get(call.field) {
+                points.push((p.time, order, p, v));
+            }
+        }
+    }
+    points.sort_by_key(|&(t, order, _, _)| (t, order));
+    let tag_values = |order: usize| -> Vec<Option<&String>> {
+        call.tags.iter().map(|t| group[order].tags.get(t)).collect()
+    };
+    let mut combinations: BTreeMap<Vec<Option<&String>>, usize> = BTreeMap::new();
+    let bucket_of_time = |t: i64| match s.group_time {
+        Some((every, offset)) => bucket_of(t, every, offset),
+        None => lower.unwrap_or(0),
+    };
+    let mut buckets: Vec<Vec<Vec<Cell>>> = Vec::new();
+    let mut at = 0;
+    while at < points.len() {
+        let bucket = bucket_of_time(points[at].0);
+        let run = points[at..]
+            .iter()
+            .take_while(|p| bucket_of_time(p.0) == bucket)
+            .count();
+        let run = &points[at..at + run];
+        at += run.len();
+        let entries: Vec<Entry<'_>> = run
+            .iter()
+            .map(|&(time, order, _, value)| {
+                let next = combinations.len();
+                let combination = if call.tags.is_empty() {
+                    0
+                } else {
+                    *combinations.entry(tag_values(order)).or_insert(next)
+                };
+                Entry {
+                    time,
+                    value,
+                    combination,
+                }
+            })
+            .collect();
+        // Without tags named, every point is its own combination.
+        let entries: Vec<Entry<'_>> = if call.tags.is_empty() {
+            entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| Entry {
+                    combination: i,
+                    ..e
+                })
+                .collect()
+        } else {
+            entries
+        };
+        let rows = match super::influx_rows::choose(call.func, &entries, bucket as u64) {
+            Chosen::Values(values) => values
+                .into_iter()
+                .map(|v| vec![Cell::Time(bucket), Cell::Value(v)])
+                .collect(),
+            Chosen::Entries(chosen) => chosen
+                .into_iter()
+                .map(|i| {
+                    let (time, order, p, value) = run[i];
+                    let mut row = vec![Cell::Time(time), Cell::Value(value.clone())];
+                    row.extend(
+                        tag_values(order)
+                            .into_iter()
+                            .map(|t| t.map_or(Cell::Null, |t| Cell::Value(Value::Str(t.clone())))),
+                    );
+                    row.extend(point_cells(p, group[order].tags, fields, raw_fields).0);
+                    row
+                })
+                .collect(),
+        };
+        buckets.push(rows);
+    }
+    if s.descending {
+        buckets.reverse();
+    }
+    let mut names = vec![call.name.clone()];
+    if call.func != RowsFunc::Distinct {
+        names.extend(call.tags.iter().cloned());
+        names.extend(raw_names.iter().skip(1).cloned());
+    }
+    let mut columns = vec![s.time_column.clone()];
+    columns.extend(names);
+    (columns, buckets.into_iter().flatten().collect())
+}
+
+/// Puts the call's columns (the `width` after the time, which a call
+/// answering beside columns makes first) after the first `before` of the
+/// others, as the select list orders them (`SELECT host, max(x)`), and
+/// makes the names unique in that order.
+fn place_call_columns(
+    mut columns: Vec<String>,
+    rows: &mut [Vec<Cell>],
+    width: usize,
+    before: usize,
+) -> Vec<String> {
+    let shift = |cells: &mut [Cell]| {
+        if cells.len() > width + before {
+            cells[1..1 + width + before].rotate_left(width);
+        }
+    };
+    if columns.len() > width + before {
+        columns[1..1 + width + before].rotate_left(width);
+    }
+    for row in rows.iter_mut() {
+        shift(row);
+    }
+    let time = columns.remove(0);
+    let mut out = vec![time];
+    out.extend(unique(columns));
+    out
 }
 
 /// `fill(previous | linear | N)` over rows of time buckets `every` apart
