@@ -1814,3 +1814,419 @@ SELECT count(nosuch), count(used) FROM mem WHERE time >= 1700000000s AND time < 
 SELECT count(distinct(nosuch)), count(used) FROM mem
 SELECT count(n), count(used) FROM s WHERE time >= 1700000000s AND time < 1700000030s GROUP BY time(10s)
 "#;
+
+/// Start of the Telegraf hour of [`telegraf_lines`], seconds.
+const TELEGRAF_T0: i64 = 1_700_100_000;
+
+/// Telegraf's system inputs as its InfluxDB output writes them, for the
+/// fields the dashboards of `tests/data/telegraf_dashboards.influxql`
+/// chart: two hosts, a point every 10 s for an hour (the second host 3 s
+/// later, and silent for five minutes), gauges, counters that grow (one
+/// resets, as a counter does when its host restarts) and a string.
+fn telegraf_lines() -> String {
+    type Tags = &'static [(&'static str, &'static str)];
+    // (measurement, its tag sets beside `host`, fields and their kinds:
+    // f a float gauge, i an integer gauge, c an integer counter, s text).
+    let specs: &[(&str, &[Tags], &[(&str, char)])] = &[
+        (
+            "system",
+            &[&[]],
+            &[
+                ("load1", 'f'),
+                ("load5", 'f'),
+                ("load15", 'f'),
+                ("n_cpus", 'i'),
+                ("n_users", 'i'),
+                ("uptime", 'c'),
+                ("uptime_format", 's'),
+            ],
+        ),
+        (
+            "processes",
+            &[&[]],
+            &[
+                ("running", 'i'),
+                ("blocked", 'i'),
+                ("sleeping", 'i'),
+                ("stopped", 'i'),
+                ("zombies", 'i'),
+                ("paging", 'i'),
+                ("unknown", 'i'),
+                ("total", 'i'),
+                ("total_threads", 'i'),
+            ],
+        ),
+        (
+            "cpu",
+            &[
+                &[("cpu", "cpu0")],
+                &[("cpu", "cpu1")],
+                &[("cpu", "cpu-total")],
+            ],
+            &[
+                ("usage_user", 'f'),
+                ("usage_system", 'f'),
+                ("usage_softirq", 'f'),
+                ("usage_steal", 'f'),
+                ("usage_nice", 'f'),
+                ("usage_irq", 'f'),
+                ("usage_iowait", 'f'),
+                ("usage_guest", 'f'),
+                ("usage_guest_nice", 'f'),
+                ("usage_idle", 'f'),
+            ],
+        ),
+        (
+            "mem",
+            &[&[]],
+            &[
+                ("total", 'i'),
+                ("used", 'i'),
+                ("cached", 'i'),
+                ("free", 'i'),
+                ("buffered", 'i'),
+                ("used_percent", 'f'),
+            ],
+        ),
+        (
+            "swap",
+            &[&[]],
+            &[
+                ("total", 'i'),
+                ("used", 'i'),
+                ("free", 'i'),
+                ("in", 'c'),
+                ("out", 'c'),
+                ("used_percent", 'f'),
+            ],
+        ),
+        (
+            "disk",
+            &[
+                &[("device", "sda1"), ("fstype", "ext4"), ("path", "/")],
+                &[("device", "sda2"), ("fstype", "ext4"), ("path", "/boot")],
+            ],
+            &[
+                ("total", 'i'),
+                ("used", 'i'),
+                ("free", 'i'),
+                ("inodes_total", 'i'),
+                ("inodes_free", 'i'),
+                ("inodes_used", 'i'),
+                ("used_percent", 'f'),
+            ],
+        ),
+        (
+            "diskio",
+            &[
+                &[("name", "sda")],
+                &[("name", "nvme0n1")],
+                &[("name", "loop0")],
+            ],
+            &[
+                ("reads", 'c'),
+                ("writes", 'c'),
+                ("read_bytes", 'c'),
+                ("write_bytes", 'c'),
+                ("read_time", 'c'),
+                ("write_time", 'c'),
+            ],
+        ),
+        (
+            "net",
+            &[
+                &[("interface", "eth0")],
+                &[("interface", "ens3")],
+                &[("interface", "lo")],
+            ],
+            &[
+                ("bytes_recv", 'c'),
+                ("bytes_sent", 'c'),
+                ("packets_recv", 'c'),
+                ("packets_sent", 'c'),
+                ("drop_in", 'c'),
+                ("drop_out", 'c'),
+                ("err_in", 'c'),
+                ("err_out", 'c'),
+            ],
+        ),
+        (
+            "net",
+            &[&[("interface", "all")]],
+            &[
+                ("tcp_activeopens", 'c'),
+                ("tcp_estabresets", 'c'),
+                ("tcp_outrsts", 'c'),
+                ("tcp_passiveopens", 'c'),
+                ("udp_indatagrams", 'c'),
+                ("udp_outdatagrams", 'c'),
+            ],
+        ),
+        (
+            "netstat",
+            &[&[]],
+            &[
+                ("tcp_close", 'i'),
+                ("tcp_close_wait", 'i'),
+                ("tcp_closing", 'i'),
+                ("tcp_established", 'i'),
+                ("tcp_fin_wait1", 'i'),
+                ("tcp_fin_wait2", 'i'),
+                ("tcp_last_ack", 'i'),
+                ("tcp_syn_recv", 'i'),
+                ("tcp_syn_sent", 'i'),
+                ("tcp_time_wait", 'i'),
+            ],
+        ),
+        (
+            "nstat",
+            &[&[("name", "snmp")]],
+            &[
+                ("TcpExtTCPAbortOnClose", 'c'),
+                ("TcpExtTCPAbortOnData", 'c'),
+                ("TcpExtTCPAbortOnTimeout", 'c'),
+                ("TcpExtTCPAbortFailed", 'c'),
+                ("TcpExtTCPAbortOnLinger", 'c'),
+                ("TcpExtTCPAbortOnMemory", 'c'),
+                ("TcpExtSyncookiesFailed", 'c'),
+                ("TcpExtSyncookiesRecv", 'c'),
+                ("TcpExtSyncookiesSent", 'c'),
+                ("IcmpInEchos", 'c'),
+                ("IcmpOutEchos", 'c'),
+                ("IcmpInEchoReps", 'c'),
+                ("IcmpOutEchoReps", 'c'),
+                ("IcmpInErrors", 'c'),
+                ("IcmpOutErrors", 'c'),
+                ("IcmpInCsumErrors", 'c'),
+                ("IpInDiscards", 'c'),
+                ("IpOutDiscards", 'c'),
+                ("IpInHdrErrors", 'c'),
+                ("IpInAddrErrors", 'c'),
+                ("IpOutNoRoutes", 'c'),
+                ("IpInUnknownProtos", 'c'),
+                ("Ip6InDiscards", 'c'),
+                ("Ip6OutDiscards", 'c'),
+                ("Ip6InHdrErrors", 'c'),
+                ("Ip6InAddrErrors", 'c'),
+                ("Ip6OutNoRoutes", 'c'),
+                ("Ip6InUnknownProtos", 'c'),
+                ("UdpSndbufErrors", 'c'),
+                ("UdpRcvbufErrors", 'c'),
+                ("UdpInCsumErrors", 'c'),
+                ("UdpInErrors", 'c'),
+                ("UdpNoPorts", 'c'),
+            ],
+        ),
+        (
+            "kernel",
+            &[&[]],
+            &[
+                ("context_switches", 'c'),
+                ("processes_forked", 'c'),
+                ("interrupts", 'c'),
+            ],
+        ),
+        (
+            "linux_sysctl_fs",
+            &[&[]],
+            &[("file-max", 'i'), ("file-nr", 'i')],
+        ),
+        (
+            "interrupts",
+            &[
+                &[("device", "timer"), ("irq", "0"), ("type", "IO-APIC")],
+                &[("device", "i8042"), ("irq", "1"), ("type", "IO-APIC")],
+                &[
+                    ("device", "Non-maskable_interrupts"),
+                    ("irq", "NMI"),
+                    ("type", ""),
+                ],
+            ],
+            &[("total", 'c'), ("CPU0", 'c')],
+        ),
+        (
+            "conntrack",
+            &[&[]],
+            &[("ip_conntrack_count", 'f'), ("ip_conntrack_max", 'f')],
+        ),
+        (
+            "internal_write",
+            &[&[("output", "influxdb")]],
+            &[("write_time_ns", 'c'), ("metrics_written", 'c')],
+        ),
+        (
+            "internal_gather",
+            &[&[("input", "cpu")], &[("input", "mem")]],
+            &[("gather_time_ns", 'c')],
+        ),
+        (
+            "internal_agent",
+            &[&[]],
+            &[
+                ("metrics_written", 'c'),
+                ("gather_errors", 'c'),
+                ("metrics_dropped", 'c'),
+            ],
+        ),
+    ];
+    let hosts = ["web-01.example.com", "db-2"];
+    let mut out = String::new();
+    for (h, host) in hosts.iter().enumerate() {
+        for (m, (measurement, tag_sets, fields)) in specs.iter().enumerate() {
+            for (t, tags) in tag_sets.iter().enumerate() {
+                let mut key = format!("{measurement},host={host}");
+                for (k, v) in tags.iter().filter(|(_, v)| !v.is_empty()) {
+                    key.push_str(&format!(",{k}={v}"));
+                }
+                for i in 0..360i64 {
+                    if h == 1 && (120..150).contains(&i) {
+                        continue;
+                    }
+                    let values: Vec<String> = fields
+                        .iter()
+                        .enumerate()
+                        .map(|(f, (name, kind))| {
+                            let seed = (h * 7919 + m * 104 + t * 31 + f * 7) as i64;
+                            let value = match kind {
+                                'f' => format!("{}", ((seed + i * 7) % 1000) as f64 / 10.0),
+                                'i' => format!("{}i", (seed * 13 + i * 3) % 500 + seed),
+                                'c' => {
+                                    let step = 5 + seed % 50;
+                                    let at = |i: i64| seed * 1000 + step * i + (i * i) % 13;
+                                    // The first host's eth0 restarts at point 200.
+                                    let v = if h == 0 && *measurement == "net" && t == 0 && i >= 200
+                                    {
+                                        at(i) - at(200)
+                                    } else {
+                                        at(i)
+                                    };
+                                    format!("{v}i")
+                                }
+                                _ => format!("\"{} days, {:02}:{:02}\"", i / 100, i % 24, i % 60),
+                            };
+                            format!("{name}={value}")
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "{key} {} {}\n",
+                        values.join(","),
+                        TELEGRAF_T0 + i * 10 + h as i64 * 3
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Grafana's expansion of a query's `$timeFilter` (its Go backend's:
+/// milliseconds), `$interval` and `$__interval`, and the variables
+/// (values already in Grafana's regex format: escaped, several as
+/// `(a|b)`).
+fn grafana_expand(q: &str, range_ms: (i64, i64), interval: &str, vars: &[(&str, &str)]) -> String {
+    let mut q = q
+        .replace(
+            "$timeFilter",
+            &format!("time >= {}ms and time <= {}ms", range_ms.0, range_ms.1),
+        )
+        .replace("$__interval", interval)
+        .replace("$interval", interval);
+    for (name, value) in vars {
+        q = q.replace(&format!("${name}"), value);
+    }
+    q
+}
+
+/// The template variables and every panel query of two published Telegraf
+/// system dashboards (Grafana's 928 and 5955, `tests/data/
+/// telegraf_dashboards.influxql`), expanded as Grafana expands them (two
+/// intervals; one server and one interface chosen, then both servers and
+/// one interface), through InfluxDB 1.6 and halite given the same
+/// Telegraf points: every answer equal, as Grafana asks for it
+/// (`epoch=ms`). Before, queries of the form `GROUP BY time(10s), * ORDER
+/// BY asc` (the dashboards' load, memory, process and TCP panels) were a
+/// parse error.
+#[test]
+fn published_telegraf_dashboards_answer_as_influxdb_does() {
+    let p = start();
+    create_database(&p.influx.addr, DB);
+    create_database(&p.halite.addr, DB);
+    let lines = telegraf_lines();
+    // In bodies of about 1 MiB, each ending at a line's end.
+    let mut rest = lines.as_str();
+    while !rest.is_empty() {
+        let cut = rest
+            .char_indices()
+            .skip(1 << 20)
+            .find(|(_, c)| *c == '\n')
+            .map_or(rest.len(), |(i, _)| i + 1);
+        let (body, more) = rest.split_at(cut);
+        rest = more;
+        let [a, b] = both(
+            &p,
+            "POST",
+            &format!("/write?db={DB}&precision=s"),
+            &[],
+            body.as_bytes(),
+        );
+        assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
+    }
+    let queries: Vec<&str> = include_str!("data/telegraf_dashboards.influxql")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    let range_ms = (
+        (TELEGRAF_T0 + 300) * 1000 + 250,
+        (TELEGRAF_T0 + 3300) * 1000 + 750,
+    );
+    let choices: [&[(&str, &str)]; 2] = [
+        &[
+            ("server", r"web-01\.example\.com"),
+            ("netif", "(eth0|ens3)"),
+            ("interface", "(eth0|ens3)"),
+            ("disk", "(sda|nvme0n1)"),
+            ("mountpoint", r"(\/|\/boot)"),
+            ("cpu", "cpu0"),
+        ],
+        &[
+            ("server", r"(web-01\.example\.com|db-2)"),
+            ("netif", "eth0"),
+            ("interface", "eth0"),
+            ("disk", "sda"),
+            ("mountpoint", r"\/"),
+            ("cpu", "cpu1"),
+        ],
+    ];
+    let (mut compared, mut answered) = (0, 0);
+    let mut differ = Vec::new();
+    for q in &queries {
+        for interval in ["10s", "1m"] {
+            for vars in choices {
+                let sent = grafana_expand(q, range_ms, interval, vars);
+                let [a, b] = query(&p, &[("db", DB), ("q", &sent), ("epoch", "ms")]);
+                compared += 1;
+                let same = a.0 == b.0
+                    && std::panic::catch_unwind(|| assert_close(&a.1, &b.1, &sent)).is_ok();
+                if !same {
+                    differ.push(format!("{sent}\n  influxdb: {}\n  halite:   {}", a.1, b.1));
+                }
+                if a.1["results"][0]["series"][0]["values"]
+                    .as_array()
+                    .is_some_and(|v| !v.is_empty())
+                {
+                    answered += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {compared} differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+    assert_eq!(queries.len(), 161);
+    assert_eq!(compared, 161 * 4);
+    // Every query answers rows, for each interval and choice.
+    assert_eq!(answered, 161 * 4, "answered");
+}
