@@ -30,6 +30,7 @@ mod influx_expr;
 mod influx_reduce;
 mod influx_rows;
 pub mod influx_select;
+mod influx_subquery;
 pub mod influxql;
 pub mod measurements;
 pub mod plan;

@@ -1537,7 +1537,8 @@ fn transformations_and_arithmetic_answer_as_influxdb_does() {
 /// tags), sample (of buckets it answers whole: InfluxDB's choice among
 /// more points is random), selectors beside fields and tags, calls of `*`
 /// and `/re/`, `/re/` columns, `::` casts, bare `ORDER BY asc`, and
-/// several measurements or a pattern in `FROM` (`FROM /^(mem|s)$/`).
+/// several measurements or a pattern in `FROM` (`FROM /^(mem|s)$/`), and
+/// subqueries (a sum of per-host rates).
 /// Before, each was an error ("undefined function", a parse error, or
 /// `mean(*)` refused), and a count of a field the measurement lacks was 0
 /// where InfluxDB answers null.
@@ -1589,10 +1590,10 @@ fn function_menus_answer_as_influxdb_does() {
             }
         }
     }
-    assert_eq!(statements.len(), 213);
+    assert_eq!(statements.len(), 254);
     assert_eq!(
         (answered, refused, unparsed),
-        (2 * 155, 2 * 44, 2 * 4),
+        (2 * 185, 2 * 52, 2 * 5),
         "answered, refused, unparsed"
     );
 }
@@ -1813,6 +1814,47 @@ SELECT count(nosuch), count(used) FROM mem
 SELECT count(nosuch), count(used) FROM mem WHERE time >= 1700000000s AND time < 1700000100s GROUP BY time(50s)
 SELECT count(distinct(nosuch)), count(used) FROM mem
 SELECT count(n), count(used) FROM s WHERE time >= 1700000000s AND time < 1700000030s GROUP BY time(10s)
+SELECT sum(rate) FROM (SELECT non_negative_derivative(mean(bytes_recv), 1s) AS rate FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m), host) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m)
+SELECT sum(rate) FROM (SELECT non_negative_derivative(mean(bytes_recv), 1s) AS rate FROM net GROUP BY time(1m), host, interface) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m), host
+SELECT max(m) FROM (SELECT mean(used) AS m FROM mem GROUP BY host)
+SELECT max(m), min(m) FROM (SELECT mean(used) AS m FROM mem WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m), host) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m)
+SELECT mean(used) FROM (SELECT used FROM mem WHERE host = 'h1')
+SELECT * FROM (SELECT used, total FROM mem WHERE host = 'h1') LIMIT 3
+SELECT used FROM (SELECT used, host FROM mem) WHERE used > 1300000
+SELECT count(used) FROM (SELECT used FROM mem) GROUP BY host
+SELECT mean(m) FROM (SELECT max(used) AS m FROM mem GROUP BY host)
+SELECT last(m) FROM (SELECT max(used) AS m FROM mem GROUP BY host) GROUP BY host
+SELECT sum(c) FROM (SELECT count(bytes_recv) AS c FROM net WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m), host, interface) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) fill(0)
+SELECT max(d) FROM (SELECT difference(bytes_recv) AS d FROM net WHERE host = 'h1')
+SELECT mean(x) FROM (SELECT mean(used) * 2 AS x FROM mem GROUP BY host)
+SELECT sum(m) FROM (SELECT mean(used) AS m FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m), host ORDER BY time DESC) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m)
+SELECT top(m, 2) FROM (SELECT max(used) AS m FROM mem GROUP BY host)
+SELECT mean(m) FROM (SELECT max(used) AS m FROM (SELECT used FROM mem) GROUP BY host)
+SELECT mean(nosuch) FROM (SELECT used FROM mem)
+SELECT mean(used) FROM (SELECT used FROM nosuch)
+SELECT mean(x) FROM (SELECT used * 2 AS x FROM mem) GROUP BY host
+SELECT max(used) FROM (SELECT used FROM mem LIMIT 5)
+SELECT sum(m) FROM (SELECT mean(used) AS m FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m), host ORDER BY time DESC) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) ORDER BY time DESC
+SELECT m FROM (SELECT mean(used) AS m FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(2m), host) WHERE time >= 1700000000s AND time < 1700000300s
+SELECT mean(m) FROM (SELECT mean(used) AS m FROM mem GROUP BY time(2m), host) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(2m)
+SELECT non_negative_derivative(sum(b), 1s) FROM (SELECT max(bytes_recv) AS b FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m), host, interface) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m)
+SELECT stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s) fill(0)
+SELECT stddev(used), count(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s) fill(previous)
+SELECT stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000030s
+SELECT max(used), nosuch FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000100s GROUP BY time(20s) fill(0)
+SELECT mean(/^nomatch/), max(used) FROM mem
+SELECT sample(/u/, 2), host FROM mem
+SELECT median(used, 5) FROM mem
+SELECT mode(used, 1) FROM mem
+SELECT used FROM mem ORDER BY Time LIMIT 1
+SELECT used FROM mem WHERE host='h0' ORDER BY "time" DESC LIMIT 1
+SELECT mean(used) FROM mem, bench.autogen.s
+SELECT max(bytes_recv), host, interface FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m) fill(none)
+SELECT last(packets_recv), err_in FROM net WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m), host fill(previous)
+SELECT top(*, 2.5) FROM mem
+SELECT top(mean(x), 0) FROM mem
+SELECT bottom(/u/, host, 'x', 2) FROM mem
+SELECT top(used, 'x', 0) FROM mem
 "#;
 
 /// Start of the Telegraf hour of [`telegraf_lines`], seconds.
@@ -1825,9 +1867,10 @@ const TELEGRAF_T0: i64 = 1_700_100_000;
 /// resets, as a counter does when its host restarts) and a string.
 fn telegraf_lines() -> String {
     type Tags = &'static [(&'static str, &'static str)];
+    type Fields = &'static [(&'static str, char)];
     // (measurement, its tag sets beside `host`, fields and their kinds:
     // f a float gauge, i an integer gauge, c an integer counter, s text).
-    let specs: &[(&str, &[Tags], &[(&str, char)])] = &[
+    let specs: &[(&str, &[Tags], Fields)] = &[
         (
             "system",
             &[&[]],

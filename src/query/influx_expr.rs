@@ -821,20 +821,13 @@ fn rows_call_refusal(func: &str, args: &[FieldExpr]) -> String {
             ),
         },
         _ => {
-            if args.len() < 2 {
+            // In InfluxDB's order: the count, the limit, the field, the tags.
+            let [first, tags @ .., last] = args else {
                 return format!(
                     "invalid number of arguments for {func}, expected at least 2, got {}",
                     args.len()
                 );
-            }
-            let (first, rest) = args.split_first().unwrap_or((&args[0], &[]));
-            if !matches!(first, FieldExpr::Column(_)) {
-                return format!(
-                    "expected first argument to be a field in {func}(), found {}",
-                    describe_literal(first)
-                );
-            }
-            let (last, tags) = rest.split_last().unwrap_or((&rest[0], &[]));
+            };
             let n = match last {
                 FieldExpr::Integer(n) => *n,
                 other => {
@@ -844,14 +837,20 @@ fn rows_call_refusal(func: &str, args: &[FieldExpr]) -> String {
                     );
                 }
             };
+            if n < 1 {
+                return format!("limit ({n}) in {func} function must be at least 1");
+            }
+            if !matches!(first, FieldExpr::Column(_)) {
+                return format!(
+                    "expected first argument to be a field in {func}(), found {}",
+                    describe_literal(first)
+                );
+            }
             if let Some(t) = tags.iter().find(|t| !matches!(t, FieldExpr::Column(_))) {
                 return format!(
                     "only fields or tags are allowed in {func}(), found {}",
                     describe_literal(t)
                 );
-            }
-            if n < 1 {
-                return format!("limit ({n}) in {func} function must be at least 1");
             }
             inside()
         }

@@ -135,6 +135,19 @@ impl Func {
         }
     }
 
+    /// Whether the function's state keeps each value it is given (until
+    /// its answer is made), rather than a few numbers.
+    pub(super) fn keeps_values(self) -> bool {
+        matches!(
+            self,
+            Func::Percentile(_)
+                | Func::Median
+                | Func::Integral(_)
+                | Func::Mode
+                | Func::CountDistinct
+        )
+    }
+
     /// Whether the function picks one point, whose time an answer
     /// without `GROUP BY time` shows.
     pub(super) fn selects(self) -> bool {
@@ -194,6 +207,11 @@ impl Reducer {
 
     pub(super) fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// How many values the state keeps ([`Func::keeps_values`]).
+    pub(super) fn kept(&self) -> usize {
+        self.all.len() + self.values.len()
     }
 
     pub(super) fn add(&mut self, func: Func, time: i64, value: &Value) {

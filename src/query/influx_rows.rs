@@ -69,6 +69,11 @@ pub(super) fn shape(s: &Select) -> Result<Shape, String> {
                 if func == "sample" =>
             {
                 sample_size(*arg)?;
+                if matches!(e, SelectExpr::CallEach { .. }) && calls.len() < s.fields.len() {
+                    return Err(
+                        "mixing aggregate and non-aggregate queries is not supported".into(),
+                    );
+                }
                 if calls.len() > 1 {
                     // InfluxDB answers a sample's rows beside the other
                     // calls' rows, each row holding one of them.
@@ -92,6 +97,11 @@ pub(super) fn shape(s: &Select) -> Result<Shape, String> {
         return Err(
             "mixing multiple selector functions with tags or fields is not supported".into(),
         );
+    }
+    if let SelectExpr::CallEach { .. } = calls[0] {
+        // A call of `*` or `/re/` is no selector beside columns, as
+        // InfluxDB counts it (`max(*), host`, `sample(/re/, 2), host`).
+        return Err("mixing aggregate and non-aggregate queries is not supported".into());
     }
     match calls[0] {
         SelectExpr::Call { func, arg, .. } if Func::parse(func, *arg).is_ok_and(Func::selects) => {
@@ -126,9 +136,9 @@ pub(super) fn names_by_pattern(s: &Select) -> bool {
 /// `f(*)` and `f(/re/)` become `f(x) AS f_x` for every field `x` (in name
 /// order) that matches and whose type `f` takes, an alias `a` making
 /// `a_x`; a column `/re/` becomes every field and tag (but those grouped
-/// by) whose name matches, fields and tags in one name order. `None` when
-/// a pattern's calls match no field at all (the statement answers
-/// nothing).
+/// by) whose name matches, fields and tags in one name order. A pattern
+/// that matches nothing names no column; `None` when no column is left
+/// (the statement answers nothing).
 pub(super) fn expand_patterns(
     s: &Select,
     fields: &BTreeMap<String, FieldType>,
@@ -154,7 +164,6 @@ pub(super) fn expand_patterns(
                 } else {
                     Some(Func::parse(func, *arg)?)
                 };
-                let before = out.len();
                 for (name, ty) in fields {
                     if re.as_ref().is_some_and(|re| !re.is_match(name))
                         || parsed.is_some_and(|func| !func.takes(*ty))
@@ -169,9 +178,6 @@ pub(super) fn expand_patterns(
                         },
                         alias: Some(format!("{}_{name}", f.alias.as_deref().unwrap_or(func))),
                     });
-                }
-                if out.len() == before {
-                    return Ok(None);
                 }
             }
             SelectExpr::Matching(pattern) => {
@@ -189,6 +195,9 @@ pub(super) fn expand_patterns(
             _ => out.push(f.clone()),
         }
     }
+    if out.is_empty() {
+        return Ok(None);
+    }
     Ok(Some(Select {
         fields: out,
         ..s.clone()
@@ -205,6 +214,18 @@ pub(super) enum RowsFunc {
     Distinct,
     /// At most `n` points, chosen at random.
     Sample(usize),
+}
+
+impl RowsFunc {
+    /// The function's name, for its errors.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            RowsFunc::Rank { bottom: true, .. } => "bottom",
+            RowsFunc::Rank { .. } => "top",
+            RowsFunc::Distinct => "distinct",
+            RowsFunc::Sample(_) => "sample",
+        }
+    }
 }
 
 /// A bucket's point with a value for the function's field: its time, the
@@ -269,8 +290,14 @@ pub(super) fn choose(func: RowsFunc, entries: &[Entry<'_>], seed: u64) -> Chosen
             }
             // Reservoir sampling (Algorithm R) with a generator seeded by
             // the bucket: InfluxDB seeds its own by the clock, so which
-            // points it answers differs from run to run.
-            let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+            // points it answers differs from run to run. The seed is
+            // mixed (splitmix64) so that no bucket seeds xorshift with 0.
+            let mut state = {
+                let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z ^ (z >> 31)) | 1
+            };
             let mut next = || {
                 state ^= state << 13;
                 state ^= state >> 7;
@@ -284,7 +311,13 @@ pub(super) fn choose(func: RowsFunc, entries: &[Entry<'_>], seed: u64) -> Chosen
                     reservoir[j] = i;
                 }
             }
-            reservoir.sort_unstable();
+            // In time order; of one time, by value, as InfluxDB's.
+            reservoir.sort_by(|&a, &b| {
+                entries[a]
+                    .time
+                    .cmp(&entries[b].time)
+                    .then(value_order(entries[a].value, entries[b].value))
+            });
             Chosen::Entries(reservoir)
         }
     }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::influx_expr::{Plan, Span};
 use super::influx_reduce::{AnswerType, Func, Reducer, as_f64, integrals};
 use super::influx_rows::{Chosen, Entry, RowsFunc, Shape};
+use super::influx_subquery::Subquery;
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use super::measurements::SeriesTable;
 use crate::error::Error;
@@ -97,6 +98,23 @@ fn invalid(e: Error) -> String {
     e.to_string()
 }
 
+/// Where a statement's points come from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Store(&'a Store),
+    /// The answer of the subquery the statement reads.
+    Rows(&'a Subquery),
+}
+
+impl<'a> Source<'a> {
+    fn store(self) -> Option<&'a Store> {
+        match self {
+            Source::Store(store) => Some(store),
+            Source::Rows(_) => None,
+        }
+    }
+}
+
 /// Runs `select` on database `db`; an error is the statement's error text.
 /// `dictionary`: the database's, where it has one.
 pub fn select(
@@ -106,12 +124,29 @@ pub fn select(
     s: &Select,
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
+    select_from(Source::Store(store), dictionary, db, s, now_ns)
+}
+
+/// [`select`] of the points of `source`.
+fn select_from(
+    source: Source<'_>,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+    s: &Select,
+    now_ns: i64,
+) -> Result<Vec<SeriesOut>, String> {
+    if let Some(inner) = &s.subquery {
+        return select_subquery(source, dictionary, db, s, inner, now_ns);
+    }
     if !s.sources.is_empty() {
+        let Some(store) = source.store() else {
+            return Err("a subquery's answer is one measurement".into());
+        };
         return select_sources(store, dictionary, db, s, now_ns);
     }
     if !super::influx_expr::needs_plan(s) {
         return select_fields(
-            store,
+            source,
             dictionary,
             db,
             s,
@@ -140,7 +175,7 @@ pub fn select(
     let mut answers = Vec::new();
     for query in queries {
         let answer = select_fields(
-            store,
+            source,
             dictionary,
             db,
             &query.select,
@@ -152,6 +187,43 @@ pub fn select(
         answers.push((query, answer));
     }
     Ok(plan.answer(answers, span))
+}
+
+/// [`select`] of a statement that reads a subquery: the inner statement
+/// (bounded by this one's time range) answered first, and each
+/// measurement of its answer read as this statement's measurement.
+fn select_subquery(
+    source: Source<'_>,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+    s: &Select,
+    inner: &Select,
+    now_ns: i64,
+) -> Result<Vec<SeriesOut>, String> {
+    if inner.descending != s.descending {
+        return Err("subqueries must be ordered in the same direction as the query itself".into());
+    }
+    let (lower, upper, _) = split_time(s.condition.as_ref())?;
+    let inner = super::influx_subquery::bounded_by(inner, lower, upper);
+    let answer = select_from(source, dictionary, db, &inner, now_ns)?;
+    let mut out = Vec::new();
+    for sub in Subquery::of_answer(answer) {
+        let outer = Select {
+            from: sub.name().to_string(),
+            subquery: None,
+            database: None,
+            retention_policy: None,
+            ..s.clone()
+        };
+        out.extend(select_from(
+            Source::Rows(&sub),
+            dictionary,
+            db,
+            &outer,
+            now_ns,
+        )?);
+    }
+    Ok(out)
 }
 
 /// [`select`] of a statement whose `FROM` names several measurements or a
@@ -166,30 +238,68 @@ fn select_sources(
     s: &Select,
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
-    use super::influxql::FromSource;
+    use super::influxql::FromName;
     let mut patterns = Vec::new();
     let mut named = BTreeSet::new();
     for source in &s.sources {
-        match source {
-            FromSource::Name(name) => {
+        if let Some(rp) = source.retention_policy.as_deref()
+            && rp != "autogen"
+        {
+            return Err(format!("retention policy not found: {rp}"));
+        }
+        if source.database.as_deref().is_some_and(|named| named != db) {
+            return Err(
+                "measurements of another database than the statement's in one FROM are not \
+                 answered by halite yet"
+                    .into(),
+            );
+        }
+        match &source.measurement {
+            FromName::Name(name) => {
                 named.insert(name.clone());
             }
-            FromSource::Regex(re) => patterns.push(
+            FromName::Regex(re) => patterns.push(
                 regex_lite::Regex::new(re)
                     .map_err(|e| format!("invalid regular expression /{re}/: {e}"))?,
             ),
         }
     }
-    let all = super::measurements::measurements(store, dictionary, db)?;
+    // Named measurements are looked up; only a pattern lists them all.
+    let all = if patterns.is_empty() {
+        let mut found = Vec::new();
+        for name in &named {
+            found.extend(super::measurements::measurement(
+                store, dictionary, db, name,
+            )?);
+        }
+        found
+    } else {
+        super::measurements::measurements(store, dictionary, db)?
+    };
     let chosen: Vec<&super::measurements::Measurement> = all
         .iter()
         .filter(|m| named.contains(&m.name) || patterns.iter().any(|re| re.is_match(&m.name)))
         .collect();
     let mut fields: BTreeMap<String, crate::series::FieldType> = BTreeMap::new();
     let mut tag_keys: BTreeSet<String> = BTreeSet::new();
+    // A field of several types across the measurements takes InfluxDB's
+    // first of float, integer, unsigned, string, boolean.
+    let rank = |ty: &crate::series::FieldType| {
+        use crate::series::FieldType::*;
+        match ty {
+            Float => 0,
+            Integer => 1,
+            Unsigned => 2,
+            String => 3,
+            Boolean => 4,
+        }
+    };
     for m in &chosen {
         for (name, ty) in &m.fields {
-            fields.entry(name.clone()).or_insert(*ty);
+            let entry = fields.entry(name.clone()).or_insert(*ty);
+            if rank(ty) < rank(entry) {
+                *entry = *ty;
+            }
         }
         tag_keys.extend(m.series.tag_keys().iter().cloned());
     }
@@ -250,7 +360,7 @@ fn select_sources(
 /// `max_cells` the most values its aggregates answer.
 #[allow(clippy::too_many_arguments)]
 fn select_fields(
-    store: &Store,
+    source: Source<'_>,
     dictionary: Option<&Dictionary>,
     db: &str,
     s: &Select,
@@ -281,8 +391,11 @@ fn select_fields(
     {
         return Err(format!("retention policy not found: {rp}"));
     }
-    let Some(mut measurement) = super::measurements::measurement(store, dictionary, db, &s.from)?
-    else {
+    let found = match source {
+        Source::Store(store) => super::measurements::measurement(store, dictionary, db, &s.from)?,
+        Source::Rows(sub) => Some(sub.measurement()),
+    };
+    let Some(mut measurement) = found else {
         return Ok(Vec::new());
     };
     let (lower, hi, rest) = split_time(s.condition.as_ref())?;
@@ -463,13 +576,22 @@ fn select_fields(
         // first, and the time before only for a series with too few in
         // it (where the older files are read).
         let recent_from = per_series
-            .and_then(|_| measurement.cell_time_range(store))
+            .and_then(|_| {
+                source
+                    .store()
+                    .and_then(|store| measurement.cell_time_range(store))
+            })
             .map(|(_, newest)| ns_of_ms(newest.saturating_sub(RECENT_MS)))
             .filter(|&from| from > lo && from <= hi);
         let parts = match recent_from {
             Some(from) => vec![(from, hi), (lo, from - 1)],
             None => vec![(lo, hi)],
         };
+        // A raw answer holds what was stored; the points top, distinct
+        // and sample choose among are held to answer a few rows, and are
+        // bounded.
+        let chosen_from = std::sync::atomic::AtomicUsize::new(0);
+        let bounded = shape == Shape::Rows;
         for d in in_parallel(&members, |m| {
             let mut points = Vec::new();
             for &(lo, hi) in &parts {
@@ -477,12 +599,25 @@ fn select_fields(
                     break;
                 }
                 let part = SeriesRange { lo, hi, ..range };
-                scan_series(store, m.table, &m.series.key, &part, &mut |p| {
+                let mut over = false;
+                scan_series(source, m.table, &m.series.key, &part, &mut |p| {
                     if keep(&m.series.tags, p) {
                         points.push(p.clone());
+                        if bounded {
+                            let held =
+                                chosen_from.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            over = held >= MAX_CHOSEN_FROM;
+                        }
                     }
-                    per_series.is_none_or(|n| points.len() < n)
+                    !over && per_series.is_none_or(|n| points.len() < n)
                 })?;
+                if over {
+                    return Err(format!(
+                        "{}() would choose among more than {MAX_CHOSEN_FROM} points: narrow the \
+                         time range, or group by a shorter time",
+                        rows_func.as_ref().map_or("top", |(f, _)| f.name())
+                    ));
+                }
             }
             points.reverse();
             Ok::<_, String>((!points.is_empty()).then_some(SeriesData {
@@ -528,8 +663,9 @@ fn select_fields(
         let oldest_to = match newest_from {
             Some(_) => None,
             None => {
-                let oldest = measurement
-                    .cell_time_range(store)
+                let oldest = source
+                    .store()
+                    .and_then(|store| measurement.cell_time_range(store))
                     .map(|(oldest, _)| ns_of_ms(oldest));
                 oldest_buckets_to(s, lower.is_some(), lo, hi, oldest).filter(|_| windowed)
             }
@@ -542,6 +678,8 @@ fn select_fields(
         // Reducers the folds of every thread hold (a call's state in a
         // bucket a group has a value in, until the answer is made).
         let held = std::sync::atomic::AtomicUsize::new(0);
+        let kept = std::sync::atomic::AtomicUsize::new(0);
+        let keeps = calls.iter().any(|(call, _)| call.func.keeps_values());
         // One series' rows in `range` folded into its group's state.
         let fold_series = |states: &mut Vec<GroupState>, m: &Member, range: &SeriesRange| {
             let mut fold = SeriesFold {
@@ -554,11 +692,14 @@ fn select_fields(
                 open: None,
                 held: &held,
                 over: false,
+                kept: &kept,
+                keeps,
+                kept_over: false,
             };
             if on_fields {
                 let mut point = Point::default();
                 scan_series_cells(
-                    store,
+                    source,
                     m.table,
                     &m.series.key,
                     range,
@@ -569,12 +710,12 @@ fn select_fields(
                     },
                 )?;
             } else {
-                scan_series_cells(store, m.table, &m.series.key, range, &columns, &mut fold)?;
+                scan_series_cells(source, m.table, &m.series.key, range, &columns, &mut fold)?;
             }
-            if fold.finish() {
-                return Err(too_many_values(MAX_FOLDED));
+            match fold.finish() {
+                Some(error) => Err(error),
+                None => Ok(()),
             }
-            Ok(())
         };
         let merge = |groups: &mut Vec<GroupState>, parts: Vec<Vec<GroupState>>| {
             for part in parts {
@@ -605,7 +746,7 @@ fn select_fields(
                 let mut point = Point::default();
                 let mut met = false;
                 scan_series_cells(
-                    store,
+                    source,
                     m.table,
                     &m.series.key,
                     &SeriesRange {
@@ -728,7 +869,13 @@ fn select_fields(
     };
     // Worked out once, not per group: a raw statement grouped by host
     // has a group per series.
-    let (raw_fields, raw_names) = raw_columns(s, &fields, tag_keys, &group_by);
+    // A subquery's `*` is its columns: the tags its rows keep are for
+    // grouping and conditions, as InfluxDB's.
+    let column_tags = match source {
+        Source::Store(_) => tag_keys,
+        Source::Rows(_) => &no_tag_keys,
+    };
+    let (raw_fields, raw_names) = raw_columns(s, &fields, column_tags, &group_by);
     // Where a call answers beside columns, how many of them come before it.
     let columns_before_call = s
         .fields
@@ -740,7 +887,9 @@ fn select_fields(
                 fields: s.fields[..at].to_vec(),
                 ..s.clone()
             };
-            raw_columns(&before, &fields, tag_keys, &group_by).0.len()
+            raw_columns(&before, &fields, column_tags, &group_by)
+                .0
+                .len()
         });
     let call_width = 1 + rank_tags(s).len();
     // A raw answer holds what was stored, but a column named twice (`*, *`)
@@ -796,8 +945,8 @@ fn select_fields(
             Gathered::Aggregate(buckets) => {
                 let aux = AuxColumns {
                     names: &raw_names[1..],
-                    read: &|time: i64, origin: u32| {
-                        aux_cells(store, &members, time, origin, &names, &fields, &raw_fields)
+                    read: &|points: &[(i64, u32)]| {
+                        aux_cells(source, &members, points, &names, &fields, &raw_fields)
                     },
                 };
                 // The bound as written: before 1970 the answer starts
@@ -1021,7 +1170,7 @@ impl<'n> SeriesRange<'n> {
 /// row (a statement over millions of points allocates per row only what
 /// its answer keeps).
 fn scan_series<'n>(
-    store: &Store,
+    source: Source<'_>,
     table: &SeriesTable,
     series: &[u8],
     range: &SeriesRange<'n>,
@@ -1033,7 +1182,7 @@ fn scan_series<'n>(
         point.set(time, cells, &names);
         visit(&point)
     };
-    scan_series_cells(store, table, series, range, &names, &mut each_row)
+    scan_series_cells(source, table, series, range, &names, &mut each_row)
 }
 
 /// What sees a series' rows: each row's time and cells (column, value),
@@ -1125,7 +1274,7 @@ impl ColumnSink for ByTime<'_> {
 /// and cells, a cell's column its index into `names` (which is
 /// `range.columns()`). For folds, which look at a call's column directly.
 fn scan_series_cells(
-    store: &Store,
+    source: Source<'_>,
     table: &SeriesTable,
     series: &[u8],
     range: &SeriesRange<'_>,
@@ -1135,6 +1284,33 @@ fn scan_series_cells(
     if names.is_empty() {
         return Ok(());
     }
+    let store = match source {
+        Source::Store(store) => store,
+        Source::Rows(sub) => {
+            // Newest first, as the store's reads come; a row with none
+            // of the names is no row of this read. The statement's lower
+            // bound bounded the subquery already, and a row of its
+            // `GROUP BY time` starts at its bucket, before that bound: as
+            // InfluxDB, it is read.
+            let mut cells: Vec<(u32, Value)> = Vec::new();
+            for (time, values) in sub.rows_of(series).iter().rev() {
+                if *time > range.hi {
+                    continue;
+                }
+                cells.clear();
+                cells.extend(names.iter().enumerate().filter_map(|(i, name)| {
+                    values
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| (i as u32, v.clone()))
+                }));
+                if !cells.is_empty() && !visit.row(*time, &cells) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+    };
     // The statement's nanoseconds in the key's unit: the first unit at or
     // after the lower bound, the last at or before the upper.
     let scale = ns_per_key_unit(&table.schema);
@@ -1180,6 +1356,12 @@ struct SeriesFold<'a> {
     /// the fold stops (`over`), and the statement is an error.
     held: &'a std::sync::atomic::AtomicUsize,
     over: bool,
+    /// Values the closed buckets' reducers of every fold keep (a median's,
+    /// a mode's…); past [`MAX_KEPT_VALUES`] the fold stops too.
+    kept: &'a std::sync::atomic::AtomicUsize,
+    /// Whether a call keeps its values, so that they are counted.
+    keeps: bool,
+    kept_over: bool,
 }
 
 impl SeriesFold<'_> {
@@ -1219,6 +1401,10 @@ impl SeriesFold<'_> {
     /// Folds the open bucket into the group; its reducers are no longer
     /// held when they merged into a bucket the group had.
     fn close_open(&mut self) {
+        if self.keeps {
+            self.kept
+                .fetch_add(self.kept_open(), std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some((b, reducers)) = self.open.take()
             && !self.group.fold(self.calls, b, reducers)
         {
@@ -1227,11 +1413,37 @@ impl SeriesFold<'_> {
         }
     }
 
-    /// Folds in the bucket left open; `true` when the fold stopped past
-    /// [`MAX_FOLDED`].
-    fn finish(mut self) -> bool {
+    /// The values the open bucket's reducers keep.
+    fn kept_open(&self) -> usize {
+        self.open
+            .as_ref()
+            .map_or(0, |(_, reducers)| reducers.iter().map(Reducer::kept).sum())
+    }
+
+    /// Whether the values kept reach past [`MAX_KEPT_VALUES`] (`kept_over`
+    /// then), checked after each row or run folded.
+    fn check_kept(&mut self) {
+        if self.keeps {
+            let kept = self.kept.load(std::sync::atomic::Ordering::Relaxed) + self.kept_open();
+            self.kept_over |= kept > MAX_KEPT_VALUES;
+        }
+    }
+
+    /// Folds in the bucket left open; the statement's error when the fold
+    /// stopped past [`MAX_FOLDED`] or [`MAX_KEPT_VALUES`].
+    fn finish(mut self) -> Option<String> {
         self.close_open();
-        self.over
+        if self.over {
+            return Some(too_many_values(MAX_FOLDED));
+        }
+        self.kept_over.then(|| {
+            format!(
+                "the statement's functions would keep more than {MAX_KEPT_VALUES} values to \
+                 answer (median, mode, percentile, count(distinct()) and integral keep each \
+                 value of a bucket until it is answered): narrow the time range, or group by \
+                 a shorter time"
+            )
+        })
     }
 }
 
@@ -1320,7 +1532,8 @@ impl SeriesVisit for SeriesFold<'_> {
         if let Some((_, reducers)) = self.open.as_mut() {
             add_cells(reducers, calls, call_columns, time, cells);
         }
-        !self.over
+        self.check_kept();
+        !self.over && !self.kept_over
     }
 
     fn takes_runs(&self) -> bool {
@@ -1365,7 +1578,8 @@ impl SeriesVisit for SeriesFold<'_> {
                 }
             }
             at = end;
-            if self.over {
+            self.check_kept();
+            if self.over || self.kept_over {
                 return false;
             }
         }
@@ -1391,6 +1605,13 @@ const RECENT_MS: u64 = 3_600_000;
 /// what was stored and is not bounded here, unless its columns repeat.
 const MAX_ANSWER_CELLS: usize = 5_000_000;
 const MAX_FOLDED: usize = 2_000_000;
+/// Most points `top`, `bottom`, `distinct` and `sample` hold to choose
+/// among (about 100 bytes each).
+const MAX_CHOSEN_FROM: usize = 5_000_000;
+/// Most values the reducers of a statement's folds keep (a median, mode,
+/// percentile, distinct count or integral keeps each value of a bucket
+/// until it answers): 16 to 40 bytes each.
+const MAX_KEPT_VALUES: usize = 16_000_000;
 /// [`MAX_ANSWER_CELLS`] for the leaves of a statement's arithmetic and
 /// transformations, which are held twice: as the leaves' rows and as the
 /// columns worked out of them (5M took 385 MiB).
@@ -1911,7 +2132,15 @@ fn aggregate_calls(
     let count = "count".to_string();
     for f in &s.fields {
         let (func, field, name) = match &f.expr {
-            SelectExpr::Call { func, field, arg } => (Func::parse(func, *arg)?, field, func),
+            SelectExpr::Call { func, field, arg } => {
+                let parsed = Func::parse(func, *arg)?;
+                if arg.is_some() && !matches!(parsed, Func::Percentile(_) | Func::Integral(_)) {
+                    return Err(format!(
+                        "invalid number of arguments for {func}, expected 1, got 2"
+                    ));
+                }
+                (parsed, field, func)
+            }
             SelectExpr::Distinct { field, count: true } => (Func::CountDistinct, field, &count),
             _ => continue,
         };
@@ -2086,9 +2315,17 @@ fn aggregate_rows(
         None => vec![(first_bucket, lo)],
     };
     let mut rows: Vec<Vec<Cell>> = Vec::new();
+    // Per row, which of its cells (after the time) `fill` may fill: those
+    // of a call with no point in the bucket, as InfluxDB fills only empty
+    // intervals (a stddev of one value stays null, an integral is never
+    // filled), and any null beside a selector, as InfluxDB fills them.
+    let mut fillable: Vec<Vec<bool>> = Vec::new();
+    // The point each row's selector chose, for the columns beside it.
+    let mut chosen_points: Vec<Option<(i64, u32)>> = Vec::new();
     for (key, b) in buckets {
         let mut reducers = by_bucket.remove(&key);
         let mut row = vec![Cell::Time(b)];
+        let mut empty = Vec::with_capacity(calls.len());
         let mut any = false;
         let mut chosen = None;
         // A bucket with a point is answered under fill(none) though its
@@ -2100,6 +2337,7 @@ fn aggregate_rows(
                 .map(|r| std::mem::take(&mut r[i]))
                 .unwrap_or_default();
             had_points |= !reducer.is_empty();
+            empty.push(reducer.is_empty() && integral_of[i].is_none());
             let (mut cell, at) = match &integral_of[i] {
                 Some(answers) => (
                     answers
@@ -2125,26 +2363,45 @@ fn aggregate_rows(
             chosen = chosen.or(at);
             row.push(cell);
         }
-        let kept = match s.group_time {
-            Some(_) if s.fill == Fill::None => had_points || any,
-            _ => any,
-        };
-        if !kept && (s.group_time.is_none() || s.fill == Fill::None || only_integrals) {
+        if !(had_points || any)
+            && (s.group_time.is_none() || s.fill == Fill::None || only_integrals)
+        {
             continue;
         }
         if let Some(aux) = aux {
-            match chosen {
-                Some((time, origin)) => row.extend((aux.read)(time, origin)?),
-                None => row.extend(aux.names.iter().map(|_| Cell::Null)),
-            }
+            // InfluxDB fills a null beside the selector in any bucket.
+            row.extend(aux.names.iter().map(|_| Cell::Null));
+            empty.extend(aux.names.iter().map(|_| true));
         }
         rows.push(row);
+        fillable.push(empty);
+        chosen_points.push(chosen);
+    }
+    if let Some(aux) = aux {
+        // One read of each series for the points chosen in it, not one a
+        // row.
+        let wanted: Vec<(usize, (i64, u32))> = chosen_points
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| Some((i, (*c)?)))
+            .collect();
+        let points: Vec<(i64, u32)> = wanted.iter().map(|(_, p)| *p).collect();
+        let cells = (aux.read)(&points)?;
+        let from = 1 + calls.len();
+        for ((row, _), cells) in wanted.into_iter().zip(cells) {
+            for (j, cell) in cells.into_iter().enumerate() {
+                if let Some(slot) = rows[row].get_mut(from + j) {
+                    *slot = cell;
+                }
+            }
+        }
     }
     // Filled in the order answered, as InfluxDB's fill iterator does:
     // under ORDER BY time DESC, fill(previous) takes the newer bucket's
     // value (linear is the same either way).
     if s.descending {
         rows.reverse();
+        fillable.reverse();
     }
     let answers: Vec<Option<AnswerType>> = calls
         .iter()
@@ -2152,6 +2409,7 @@ fn aggregate_rows(
         .collect();
     fill(
         &mut rows,
+        &fillable,
         &s.fill,
         &answers,
         s.group_time.map_or(1, |(every, _)| every),
@@ -2174,47 +2432,76 @@ fn aggregate_rows(
 }
 
 /// The columns beside a selector (`max(usage), host`): their names, and
-/// the cells of the point at a time of a member (by its origin).
+/// for points (time, member's origin) the cells of each.
 struct AuxColumns<'a> {
     names: &'a [String],
-    read: &'a dyn Fn(i64, u32) -> Result<Vec<Cell>, String>,
+    #[allow(clippy::type_complexity)]
+    read: &'a dyn Fn(&[(i64, u32)]) -> Result<Vec<Vec<Cell>>, String>,
 }
 
-/// The cells of `columns` of the point of `members[origin]` at `time`:
-/// its fields, and the series' tags.
+/// The cells of `columns` of each point (time, origin: a member of
+/// `members`): its fields, and its series' tags. A series is read once,
+/// from its first point asked for to its last; tags alone read nothing.
 fn aux_cells(
-    store: &Store,
+    source: Source<'_>,
     members: &[Member<'_>],
-    time: i64,
-    origin: u32,
+    points: &[(i64, u32)],
     names: &[&str],
     fields: &BTreeMap<String, crate::series::FieldType>,
     columns: &[String],
-) -> Result<Vec<Cell>, String> {
-    let Some(m) = members.get(origin as usize) else {
-        return Ok(columns.iter().map(|_| Cell::Null).collect());
-    };
+) -> Result<Vec<Vec<Cell>>, String> {
     let wanted: BTreeSet<String> = columns
         .iter()
         .filter(|c| fields.contains_key(*c))
         .cloned()
         .collect();
-    let range = SeriesRange {
-        lo: time,
-        hi: time,
-        fields: Some(&wanted),
-        names,
-        points: Some(1),
-    };
-    let mut found = Point {
-        time,
-        ..Point::default()
-    };
-    scan_series(store, m.table, &m.series.key, &range, &mut |p| {
-        found = p.clone();
-        false
-    })?;
-    Ok(point_cells(&found, &m.series.tags, fields, columns).0)
+    let mut by_origin: BTreeMap<u32, BTreeMap<i64, Point<'_>>> = BTreeMap::new();
+    for &(time, origin) in points {
+        by_origin.entry(origin).or_default().insert(
+            time,
+            Point {
+                time,
+                ..Point::default()
+            },
+        );
+    }
+    if !wanted.is_empty() {
+        for (origin, at) in by_origin.iter_mut() {
+            let (Some(m), Some(&lo), Some(&hi)) = (
+                members.get(*origin as usize),
+                at.keys().next(),
+                at.keys().next_back(),
+            ) else {
+                continue;
+            };
+            let range = SeriesRange {
+                lo,
+                hi,
+                fields: Some(&wanted),
+                names,
+                points: None,
+            };
+            scan_series(source, m.table, &m.series.key, &range, &mut |p| {
+                if let Some(slot) = at.get_mut(&p.time) {
+                    *slot = p.clone();
+                }
+                true
+            })?;
+        }
+    }
+    let no_tags = BTreeMap::new();
+    Ok(points
+        .iter()
+        .map(|(time, origin)| {
+            let tags = members
+                .get(*origin as usize)
+                .map_or(&no_tags, |m| &m.series.tags);
+            match by_origin.get(origin).and_then(|at| at.get(time)) {
+                Some(p) => point_cells(p, tags, fields, columns).0,
+                None => columns.iter().map(|_| Cell::Null).collect(),
+            }
+        })
+        .collect())
 }
 
 /// A point's cells of `columns`: its fields' values, its series' tags
@@ -2489,8 +2776,15 @@ fn place_call_columns(
 /// integers (`fill(1.5)` and a linear 2.5 both truncate to 2), a float
 /// column with floats (`fill(0)` is 0.0 there), and a string or boolean
 /// column with `""` or `false` whatever the number.
-fn fill(rows: &mut [Vec<Cell>], how: &Fill, answers: &[Option<AnswerType>], every: i64) {
+fn fill(
+    rows: &mut [Vec<Cell>],
+    fillable: &[Vec<bool>],
+    how: &Fill,
+    answers: &[Option<AnswerType>],
+    every: i64,
+) {
     let columns = rows.first().map_or(0, Vec::len);
+    let may_fill = |i: usize, c: usize| fillable.get(i).and_then(|f| f.get(c - 1)) == Some(&true);
     for c in 1..columns {
         let answer = answers.get(c - 1).copied().flatten();
         match how {
@@ -2503,19 +2797,19 @@ fn fill(rows: &mut [Vec<Cell>], how: &Fill, answers: &[Option<AnswerType>], ever
                     None if v.fract() == 0.0 && v.abs() < 9.0e15 => Value::Int(*v as i64),
                     None => Value::Float(*v),
                 };
-                for r in rows.iter_mut() {
-                    if r[c] == Cell::Null {
+                for (i, r) in rows.iter_mut().enumerate() {
+                    if r[c] == Cell::Null && may_fill(i, c) {
                         r[c] = Cell::Value(value.clone());
                     }
                 }
             }
             Fill::Previous => {
                 let mut last = Cell::Null;
-                for r in rows.iter_mut() {
-                    if r[c] == Cell::Null {
-                        r[c] = last.clone();
-                    } else {
+                for (i, r) in rows.iter_mut().enumerate() {
+                    if r[c] != Cell::Null {
                         last = r[c].clone();
+                    } else if may_fill(i, c) {
+                        r[c] = last.clone();
                     }
                 }
             }
@@ -2535,7 +2829,10 @@ fn fill(rows: &mut [Vec<Cell>], how: &Fill, answers: &[Option<AnswerType>], ever
                     // operations: an integer column truncates what its
                     // float arithmetic gives.
                     let slope = (v1 - v0) / ((t1 / every - t0 / every) as f64);
-                    for r in rows.iter_mut().take(i1).skip(i0 + 1) {
+                    for (i, r) in rows.iter_mut().enumerate().take(i1).skip(i0 + 1) {
+                        if !may_fill(i, c) {
+                            continue;
+                        }
                         if let Cell::Time(t) = r[0] {
                             let x = slope * ((t / every - t0 / every) as f64) + v0;
                             r[c] = Cell::Value(match answer {

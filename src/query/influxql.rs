@@ -112,6 +112,8 @@ pub struct Select {
     /// Where `FROM` names more than one measurement or a pattern (`FROM
     /// cpu, mem`, `FROM /^cpu/`): each as written; empty for one named.
     pub sources: Vec<FromSource>,
+    /// `FROM (SELECT …)`: the statement whose answer this one reads.
+    pub subquery: Option<Box<Select>>,
     pub condition: Option<Expr>,
     /// `GROUP BY time(interval[, offset])`, nanoseconds.
     pub group_time: Option<(i64, i64)>,
@@ -128,9 +130,17 @@ pub struct Select {
     pub time_column: String,
 }
 
-/// A measurement `FROM` names, or a pattern of names.
+/// A measurement `FROM` names, or a pattern of names, and the database
+/// and retention policy named before it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FromSource {
+pub struct FromSource {
+    pub database: Option<String>,
+    pub retention_policy: Option<String>,
+    pub measurement: FromName,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum FromName {
     Name(String),
     Regex(String),
 }
@@ -281,6 +291,11 @@ pub const TRANSFORMS: [&str; 7] = [
 /// InfluxDB has no limit; every walk of an expression here recurses once
 /// per level, and what dashboards write holds a handful.
 pub const MAX_FIELD_NODES: usize = 1000;
+
+/// How deep subqueries may nest (`FROM (SELECT … FROM (SELECT …))`):
+/// each level is a statement run, and its answer held, before the one
+/// around it. InfluxDB has no limit; dashboards nest one or two.
+pub const MAX_SUBQUERY_DEPTH: usize = 10;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum GroupTags {
@@ -549,6 +564,8 @@ struct Parser {
     at: usize,
     /// Parentheses open around the condition being parsed.
     depth: usize,
+    /// Subqueries open around the statement being parsed.
+    subqueries: usize,
 }
 
 impl Parser {
@@ -895,22 +912,39 @@ impl Parser {
         self.word("FROM")?;
         let mut sources = Vec::new();
         let (mut database, mut retention_policy) = (None, None);
+        let mut subquery = None;
         loop {
             if self.is_punct('(') {
-                return Err("subqueries are not answered by halite yet: name a measurement".into());
+                subquery = Some(Box::new(self.subquery()?));
+                if self.is_punct(',') || !sources.is_empty() {
+                    return Err(
+                        "a subquery beside other sources is not answered by halite yet: read one subquery"
+                            .into(),
+                    );
+                }
+                break;
             }
-            let (db, rp, source) = self.from_source().map_err(|_| self.error("identifier"))?;
+            let (db, rp, measurement) = self.source_name().map_err(|_| self.error("identifier"))?;
             if sources.is_empty() {
-                (database, retention_policy) = (db, rp);
+                (database, retention_policy) = (db.clone(), rp.clone());
             }
-            sources.push(source);
+            sources.push(FromSource {
+                database: db,
+                retention_policy: rp,
+                measurement,
+            });
             if !self.is_punct(',') {
                 break;
             }
             self.next();
         }
         let from = match sources.as_slice() {
-            [FromSource::Name(name)] => name.clone(),
+            [
+                FromSource {
+                    measurement: FromName::Name(name),
+                    ..
+                },
+            ] => name.clone(),
             _ => String::new(),
         };
         if !from.is_empty() {
@@ -922,6 +956,7 @@ impl Parser {
             retention_policy,
             from,
             sources,
+            subquery,
             condition: None,
             group_time: None,
             group_tags: GroupTags::None,
@@ -993,9 +1028,10 @@ impl Parser {
         if self.accept("ORDER") {
             self.word("BY")?;
             // `ORDER BY time DESC`, or bare `ORDER BY DESC` (published
-            // Telegraf dashboards write `ORDER BY asc`).
+            // Telegraf dashboards write `ORDER BY asc`); `time` as
+            // InfluxDB takes it, in lower case or quoted.
             if !self.peek().is_word("ASC") && !self.peek().is_word("DESC") {
-                if !self.peek().is_word("time") {
+                if !matches!(self.peek(), Token::Ident(w) | Token::Quoted(w) if w == "time") {
                     return Err("only ORDER BY time supported at this time".into());
                 }
                 self.next();
@@ -1028,16 +1064,36 @@ impl Parser {
         Ok(s)
     }
 
+    /// `(SELECT …)` in a `FROM`, nested at most [`MAX_SUBQUERY_DEPTH`]
+    /// deep.
+    fn subquery(&mut self) -> Result<Select, String> {
+        if self.subqueries == MAX_SUBQUERY_DEPTH {
+            let (_, line, col) = &self.tokens[self.at];
+            return Err(format!(
+                "subqueries nest more than {MAX_SUBQUERY_DEPTH} deep at line {line}, char {col} \
+                 (the limit); write them with fewer"
+            ));
+        }
+        self.punct('(')?;
+        self.word("SELECT")?;
+        self.subqueries += 1;
+        let inner = self.select();
+        self.subqueries -= 1;
+        let inner = inner?;
+        self.punct(')')?;
+        Ok(inner)
+    }
+
     /// A measurement of a `SELECT`'s `FROM`: as [`Self::parse_from_name`]
     /// takes it, or a pattern in its place (`/^cpu/`, `db.rp./^cpu/`).
-    fn from_source(&mut self) -> Result<(Option<String>, Option<String>, FromSource), String> {
+    fn source_name(&mut self) -> Result<(Option<String>, Option<String>, FromName), String> {
         let mut parts = Vec::new();
         loop {
             if let Token::Regex(re) = self.peek().clone() {
                 self.next();
                 let rp = parts.pop().filter(|rp: &String| !rp.is_empty());
                 return match parts.len() {
-                    0 | 1 => Ok((parts.pop(), rp, FromSource::Regex(re))),
+                    0 | 1 => Ok((parts.pop(), rp, FromName::Regex(re))),
                     _ => Err(self.error("identifier")),
                 };
             }
@@ -1059,8 +1115,8 @@ impl Parser {
         let name = parts.pop().unwrap_or_default();
         let rp = parts.pop().filter(|rp| !rp.is_empty());
         match parts.len() {
-            0 => Ok((None, rp, FromSource::Name(name))),
-            1 => Ok((parts.pop(), rp, FromSource::Name(name))),
+            0 => Ok((None, rp, FromName::Name(name))),
+            1 => Ok((parts.pop(), rp, FromName::Name(name))),
             _ => Err(self.error("identifier")),
         }
     }
@@ -1682,6 +1738,7 @@ pub fn parse(text: &str) -> Result<Vec<Statement>, String> {
         tokens,
         at: 0,
         depth: 0,
+        subqueries: 0,
     };
     let mut out = Vec::new();
     loop {
@@ -2082,12 +2139,34 @@ mod tests {
                 "found bogus, expected float, integer, unsigned, string, boolean, field, tag at line 1, char 11",
             ),
             (
-                "SELECT v FROM (SELECT v FROM m)",
-                "subqueries are not answered by halite yet: name a measurement",
+                "SELECT v FROM (SELECT v FROM m), n",
+                "a subquery beside other sources is not answered by halite yet: read one subquery",
             ),
         ] {
             assert_eq!(parse(q).unwrap_err(), error, "{q}");
         }
+        // A subquery, with the outer clauses after it; nested past the
+        // limit, an error naming it rather than a recursion.
+        let s = select(
+            "SELECT sum(r) FROM (SELECT mean(v) AS r FROM m GROUP BY time(1m), host) WHERE time > 0 GROUP BY time(1m)",
+        );
+        let inner = s.subquery.as_deref().expect("a subquery");
+        assert_eq!(inner.from, "m");
+        assert_eq!(inner.group_tags, GroupTags::List(vec!["host".into()]));
+        assert!(s.condition.is_some() && inner.condition.is_none());
+        let nested = |n: usize| {
+            format!(
+                "SELECT v FROM {}m{}",
+                "(SELECT v FROM ".repeat(n),
+                ")".repeat(n)
+            )
+        };
+        assert!(parse(&nested(MAX_SUBQUERY_DEPTH)).is_ok());
+        let deep = parse(&nested(MAX_SUBQUERY_DEPTH + 1)).unwrap_err();
+        assert!(
+            deep.starts_with("subqueries nest more than 10 deep"),
+            "{deep}"
+        );
     }
 
     #[test]

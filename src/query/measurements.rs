@@ -96,6 +96,39 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// A measurement whose series' points are held in memory (a
+    /// subquery's answer), read from there and not from the store: its
+    /// one table is named but never opened, and a series' key is its
+    /// index into `series`.
+    pub fn in_memory(
+        name: &str,
+        fields: BTreeMap<String, FieldType>,
+        series: Vec<NamedSeries>,
+    ) -> Measurement {
+        let schema = KeySchema {
+            fields: Vec::new(),
+            salt: None,
+            md5_prefix: 0,
+            time_unit: crate::key::TimeUnit::Nanoseconds,
+            tags: Some(crate::key::OpenTags::default()),
+        };
+        Measurement {
+            name: name.to_string(),
+            fields,
+            series: Arc::new(SeriesList::new(series)),
+            tables: TableName::parse("subquery:rows")
+                .ok()
+                .map(|name| SeriesTable {
+                    name,
+                    schema,
+                    family: b"f".to_vec(),
+                })
+                .into_iter()
+                .collect(),
+            table_of: Vec::new(),
+        }
+    }
+
     /// The tables its series are in.
     pub fn tables(&self) -> &[SeriesTable] {
         &self.tables
