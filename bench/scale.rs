@@ -11,7 +11,10 @@
 //! types, `HALITE_BENCH_QUERIES` (5) of each from one seed, through
 //! InfluxQL on halite and InfluxDB and the MetricsQL TSBS writes on
 //! VictoriaMetrics: p50 and p99, and the answers of halite and InfluxDB
-//! compared. Then the same points sent out of order (10 % up to a minute
+//! compared; and the same for four forms Telegraf dashboards send that
+//! TSBS has none of (a rate of every host over 12 hours, the sum of those
+//! rates through a subquery, median and stddev, top 5 hosts), on halite
+//! and InfluxDB. Then the same points sent out of order (10 % up to a minute
 //! late, 1 % an hour late) into a fresh server, its rates, and the first
 //! query of each type answered as in order (`HALITE_BENCH_OUT_OF_ORDER=0`
 //! skips it). Before that, a mixed run on the settled data: ingest of the
@@ -421,6 +424,78 @@ fn queries(server: &Server, hosts: u64, steps: u64, per_type: usize) -> Vec<Quer
             paths,
             p50_ms: p50,
             p99_ms: p99,
+            answers,
+        });
+    }
+    if server.kind != Kind::Victoria {
+        out.extend(dashboard_queries(server, &mut conn, steps, per_type));
+    }
+    out
+}
+
+/// The forms Telegraf dashboards send that TSBS has none of (issue #60),
+/// over the cpu data: each `per_type` times from the same seed, over a
+/// window drawn within the data (12 hours, or 1 where it says so).
+const DASHBOARD_FORMS: [(&str, u64, &str); 4] = [
+    (
+        "rate of every host, 12h by 5m",
+        12,
+        "SELECT non_negative_derivative(mean(usage_user), 1s) FROM cpu WHERE time >= {from}ms AND time < {to}ms GROUP BY time(5m), hostname",
+    ),
+    (
+        "sum of the hosts' rates (subquery), 12h by 5m",
+        12,
+        "SELECT sum(r) FROM (SELECT non_negative_derivative(mean(usage_user), 1s) AS r FROM cpu WHERE time >= {from}ms AND time < {to}ms GROUP BY time(5m), hostname) WHERE time >= {from}ms AND time < {to}ms GROUP BY time(5m)",
+    ),
+    (
+        "median and stddev of every host, 1h by 1m",
+        1,
+        "SELECT median(usage_user), stddev(usage_user) FROM cpu WHERE time >= {from}ms AND time < {to}ms GROUP BY time(1m)",
+    ),
+    (
+        "top 5 hosts, 1h",
+        1,
+        "SELECT top(usage_user, hostname, 5) FROM cpu WHERE time >= {from}ms AND time < {to}ms",
+    ),
+];
+
+fn dashboard_queries(
+    server: &Server,
+    conn: &mut Conn,
+    steps: u64,
+    per_type: usize,
+) -> Vec<QueryRun> {
+    let mut rng = Rng::new(SEED ^ 60);
+    let span_ms = steps * devops::INTERVAL_MS;
+    let mut out = Vec::new();
+    for (name, hours, form) in DASHBOARD_FORMS {
+        let window_ms = hours * 3_600_000;
+        let (mut times, mut answers, mut paths) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..per_type {
+            let from = devops::START_MS + rng.below(span_ms.saturating_sub(window_ms).max(1));
+            let q = form
+                .replace("{from}", &from.to_string())
+                .replace("{to}", &(from + window_ms).to_string());
+            let path = format!("/query?db=bench&epoch=ms&q={}", url_encode(&q));
+            let (ms, body) = timed_get(server, conn, &q, &path);
+            times.push(ms);
+            answers.push(body);
+            paths.push(path);
+        }
+        let (p50_ms, p99_ms) = if times.is_empty() {
+            (f64::NAN, f64::NAN)
+        } else {
+            percentiles(times)
+        };
+        eprintln!(
+            "{} {name}: p50 {p50_ms:.1} ms, p99 {p99_ms:.1} ms",
+            server.kind.name()
+        );
+        out.push(QueryRun {
+            name: name.to_string(),
+            paths,
+            p50_ms,
+            p99_ms,
             answers,
         });
     }
@@ -905,7 +980,8 @@ fn report(runs: &[SystemRun], hosts: u64, steps: u64, per_type: usize) -> String
          data: InfluxQL on halite and InfluxDB, the MetricsQL TSBS writes for VictoriaMetrics \
          (a range query; TSBS has none for high-cpu, lastpoint and groupby-orderby-limit: –). \
          The answers of halite and InfluxDB are compared; VictoriaMetrics' windows end at each \
-         step where InfluxQL's buckets start there, so its answers are not.\n"
+         step where InfluxQL's buckets start there, so its answers are not. Below them, four \
+         forms Telegraf dashboards send that TSBS has none of, on halite and InfluxDB.\n"
     );
     let names: Vec<&str> = with_queries.iter().map(|s| s.kind.name()).collect();
     let _ = writeln!(

@@ -1590,10 +1590,10 @@ fn function_menus_answer_as_influxdb_does() {
             }
         }
     }
-    assert_eq!(statements.len(), 254);
+    assert_eq!(statements.len(), 268);
     assert_eq!(
         (answered, refused, unparsed),
-        (2 * 185, 2 * 52, 2 * 5),
+        (2 * 198, 2 * 52, 2 * 5),
         "answered, refused, unparsed"
     );
 }
@@ -1855,6 +1855,20 @@ SELECT top(*, 2.5) FROM mem
 SELECT top(mean(x), 0) FROM mem
 SELECT bottom(/u/, host, 'x', 2) FROM mem
 SELECT top(used, 'x', 0) FROM mem
+SELECT max(m) FROM (SELECT mean(used) AS m FROM mem) GROUP BY host
+SELECT mean(m) FROM (SELECT max(used) AS m FROM mem GROUP BY host) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(2m)
+SELECT mean(c), min(c), count(c) FROM (SELECT count(bytes_recv) AS c FROM net WHERE host = 'h2' GROUP BY time(20s), interface) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m)
+SELECT sum(m) FROM (SELECT mean(used) AS m FROM mem WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m), host) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m) ORDER BY time DESC
+SELECT * FROM (SELECT * FROM mem WHERE host = 'h0') LIMIT 2
+SELECT * FROM (SELECT mean(used) FROM mem GROUP BY host)
+SELECT non_negative_derivative(sum(b), 1s) FROM (SELECT max(bytes_recv) AS b FROM net GROUP BY time(1m), host, interface) WHERE time >= 1700000000s AND time < 1700000600s GROUP BY time(1m)
+SELECT max(used), host FROM (SELECT used, host FROM mem LIMIT 100)
+SELECT percentile(used, 1) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000200s GROUP BY time(40s) fill(none)
+SELECT stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000200s GROUP BY time(20s) fill(previous)
+SELECT stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 1700000200s GROUP BY time(20s) fill(linear)
+SELECT last(bytes_recv), host, err_in FROM net WHERE host='h2' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s) fill(linear)
+SELECT sum(m) FROM (SELECT mean(used) AS m FROM mem GROUP BY time(1m), host fill(null)) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m)
+SELECT count(m) FROM (SELECT mean(used) AS m FROM mem GROUP BY time(1m), host) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m)
 "#;
 
 /// Start of the Telegraf hour of [`telegraf_lines`], seconds.

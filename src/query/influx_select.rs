@@ -124,19 +124,21 @@ pub fn select(
     s: &Select,
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
-    select_from(Source::Store(store), dictionary, db, s, now_ns)
+    select_from(Source::Store(store), dictionary, db, s, now_ns, false)
 }
 
-/// [`select`] of the points of `source`.
+/// [`select`] of the points of `source`; `inner` for a subquery's
+/// statement, whose raw answer is held whole and so bounded.
 fn select_from(
     source: Source<'_>,
     dictionary: Option<&Dictionary>,
     db: &str,
     s: &Select,
     now_ns: i64,
+    inner: bool,
 ) -> Result<Vec<SeriesOut>, String> {
-    if let Some(inner) = &s.subquery {
-        return select_subquery(source, dictionary, db, s, inner, now_ns);
+    if let Some(sub) = &s.subquery {
+        return select_subquery(source, dictionary, db, s, sub, now_ns);
     }
     if !s.sources.is_empty() {
         let Some(store) = source.store() else {
@@ -154,6 +156,7 @@ fn select_from(
             None,
             (0, 0),
             MAX_ANSWER_CELLS,
+            inner,
         );
     }
     let plan = Plan::new(s)?;
@@ -183,6 +186,7 @@ fn select_from(
             Some(&plan),
             query.reach,
             max_cells,
+            inner,
         )?;
         answers.push((query, answer));
     }
@@ -200,14 +204,28 @@ fn select_subquery(
     inner: &Select,
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
-    if inner.descending != s.descending {
+    // An inner statement without `ORDER BY` takes the outer's direction.
+    if inner.descending && !s.descending {
         return Err("subqueries must be ordered in the same direction as the query itself".into());
     }
-    let (lower, upper, _) = split_time(s.condition.as_ref())?;
-    let inner = super::influx_subquery::bounded_by(inner, lower, upper);
-    let answer = select_from(source, dictionary, db, &inner, now_ns)?;
+    if inner.database.as_deref().is_some_and(|named| named != db) {
+        return Err("a subquery of another database is not answered by halite yet".into());
+    }
+    let (mut lower, mut upper, _) = split_time(s.condition.as_ref())?;
+    // The outer statement's transformations reach beyond its range: so
+    // does the inner's.
+    if super::influx_expr::needs_plan(s) {
+        let (before, after) = Plan::new(s)?
+            .queries()
+            .iter()
+            .fold((0, 0), |(b, a), q| (q.reach.0.max(b), q.reach.1.max(a)));
+        lower = lower.map(|l| l.saturating_sub(before));
+        upper = upper.map(|u| u.saturating_add(after));
+    }
+    let (inner, tags_are_columns) = super::influx_subquery::inner_as_run(inner, s, lower, upper);
+    let answer = select_from(source, dictionary, db, &inner, now_ns, true)?;
     let mut out = Vec::new();
-    for sub in Subquery::of_answer(answer) {
+    for sub in Subquery::of_answer(answer, tags_are_columns) {
         let outer = Select {
             from: sub.name().to_string(),
             subquery: None,
@@ -221,7 +239,11 @@ fn select_subquery(
             db,
             &outer,
             now_ns,
+            false,
         )?);
+    }
+    if s.descending {
+        out.reverse();
     }
     Ok(out)
 }
@@ -368,6 +390,7 @@ fn select_fields(
     plan: Option<&Plan>,
     reach: (i64, i64),
     max_cells: usize,
+    inner: bool,
 ) -> Result<Vec<SeriesOut>, String> {
     let shape = super::influx_rows::shape(s)?;
     if s.fields.is_empty() {
@@ -591,7 +614,7 @@ fn select_fields(
         // and sample choose among are held to answer a few rows, and are
         // bounded.
         let chosen_from = std::sync::atomic::AtomicUsize::new(0);
-        let bounded = shape == Shape::Rows;
+        let bounded = shape == Shape::Rows || inner;
         for d in in_parallel(&members, |m| {
             let mut points = Vec::new();
             for &(lo, hi) in &parts {
@@ -612,11 +635,17 @@ fn select_fields(
                     !over && per_series.is_none_or(|n| points.len() < n)
                 })?;
                 if over {
-                    return Err(format!(
-                        "{}() would choose among more than {MAX_CHOSEN_FROM} points: narrow the \
-                         time range, or group by a shorter time",
-                        rows_func.as_ref().map_or("top", |(f, _)| f.name())
-                    ));
+                    return Err(match &rows_func {
+                        Some((f, _)) => format!(
+                            "{}() would choose among more than {MAX_CHOSEN_FROM} points: narrow \
+                             the time range, or group by a shorter time",
+                            f.name()
+                        ),
+                        None => format!(
+                            "the subquery's raw answer would hold more than {MAX_CHOSEN_FROM} \
+                             points: narrow its time range, or aggregate it"
+                        ),
+                    });
                 }
             }
             points.reverse();
@@ -872,8 +901,8 @@ fn select_fields(
     // A subquery's `*` is its columns: the tags its rows keep are for
     // grouping and conditions, as InfluxDB's.
     let column_tags = match source {
-        Source::Store(_) => tag_keys,
-        Source::Rows(_) => &no_tag_keys,
+        Source::Rows(sub) if !sub.tags_are_columns() => &no_tag_keys,
+        _ => tag_keys,
     };
     let (raw_fields, raw_names) = raw_columns(s, &fields, column_tags, &group_by);
     // Where a call answers beside columns, how many of them come before it.
@@ -1293,15 +1322,17 @@ fn scan_series_cells(
             // `GROUP BY time` starts at its bucket, before that bound: as
             // InfluxDB, it is read.
             let mut cells: Vec<(u32, Value)> = Vec::new();
+            let columns: Vec<Option<u16>> = names.iter().map(|n| sub.column(n)).collect();
             for (time, values) in sub.rows_of(series).iter().rev() {
                 if *time > range.hi {
                     continue;
                 }
                 cells.clear();
-                cells.extend(names.iter().enumerate().filter_map(|(i, name)| {
+                cells.extend(columns.iter().enumerate().filter_map(|(i, column)| {
+                    let column = (*column)?;
                     values
                         .iter()
-                        .find(|(n, _)| n == name)
+                        .find(|(c, _)| *c == column)
                         .map(|(_, v)| (i as u32, v.clone()))
                 }));
                 if !cells.is_empty() && !visit.row(*time, &cells) {
@@ -2336,8 +2367,7 @@ fn aggregate_rows(
                 .as_mut()
                 .map(|r| std::mem::take(&mut r[i]))
                 .unwrap_or_default();
-            had_points |= !reducer.is_empty();
-            empty.push(reducer.is_empty() && integral_of[i].is_none());
+            let mut had = !reducer.is_empty();
             let (mut cell, at) = match &integral_of[i] {
                 Some(answers) => (
                     answers
@@ -2347,6 +2377,13 @@ fn aggregate_rows(
                 ),
                 None => reducer.finish(call.func, fields.get(&call.field).copied()),
             };
+            // A percentile of too few points answers nothing in InfluxDB:
+            // its bucket is as empty.
+            if matches!(call.func, Func::Percentile(_)) && cell == Cell::Null {
+                had = false;
+            }
+            had_points |= had;
+            empty.push(!had && integral_of[i].is_none());
             if cell != Cell::Null {
                 any = true;
             } else if matches!(call.func, Func::Count | Func::CountDistinct)
@@ -2369,9 +2406,17 @@ fn aggregate_rows(
             continue;
         }
         if let Some(aux) = aux {
-            // InfluxDB fills a null beside the selector in any bucket.
+            // InfluxDB fills a null beside the selector with a number in
+            // any bucket, with the previous value in an empty one only,
+            // and never draws a line through them.
+            let selector_empty = empty.first().copied().unwrap_or(true);
+            let aux_fillable = match s.fill {
+                Fill::Value(_) => true,
+                Fill::Previous => selector_empty,
+                _ => false,
+            };
             row.extend(aux.names.iter().map(|_| Cell::Null));
-            empty.extend(aux.names.iter().map(|_| true));
+            empty.extend(aux.names.iter().map(|_| aux_fillable));
         }
         rows.push(row);
         fillable.push(empty);
@@ -2804,26 +2849,36 @@ fn fill(
                 }
             }
             Fill::Previous => {
+                // A null answered (a stddev of one value) is InfluxDB's
+                // NaN point: the one after it takes it, null.
                 let mut last = Cell::Null;
                 for (i, r) in rows.iter_mut().enumerate() {
                     if r[c] != Cell::Null {
                         last = r[c].clone();
                     } else if may_fill(i, c) {
                         r[c] = last.clone();
+                    } else {
+                        last = Cell::Null;
                     }
                 }
             }
             Fill::Linear => {
-                let known: Vec<(usize, i64, f64)> = rows
+                // The points a line is drawn between; a null answered (a
+                // stddev of one value) is InfluxDB's NaN point, and no
+                // line is drawn to it.
+                let known: Vec<(usize, i64, Option<f64>)> = rows
                     .iter()
                     .enumerate()
                     .filter_map(|(i, r)| match (&r[0], &r[c]) {
-                        (Cell::Time(t), Cell::Value(v)) => Some((i, *t, as_f64(v)?)),
+                        (Cell::Time(t), Cell::Value(v)) => Some((i, *t, as_f64(v))),
+                        (Cell::Time(t), Cell::Null) if !may_fill(i, c) => Some((i, *t, None)),
                         _ => None,
                     })
                     .collect();
                 for w in known.windows(2) {
-                    let ((i0, t0, v0), (i1, t1, v1)) = (w[0], w[1]);
+                    let ((i0, t0, Some(v0)), (i1, t1, Some(v1))) = (w[0], w[1]) else {
+                        continue;
+                    };
                     // InfluxDB's line through the two points, in its
                     // units (bucket numbers, Go's division) and order of
                     // operations: an integer column truncates what its
