@@ -1590,10 +1590,10 @@ fn function_menus_answer_as_influxdb_does() {
             }
         }
     }
-    assert_eq!(statements.len(), 268);
+    assert_eq!(statements.len(), 273);
     assert_eq!(
         (answered, refused, unparsed),
-        (2 * 198, 2 * 52, 2 * 5),
+        (2 * 203, 2 * 52, 2 * 5),
         "answered, refused, unparsed"
     );
 }
@@ -1869,6 +1869,11 @@ SELECT stddev(used) FROM mem WHERE host='h0' AND time >= 1700000000s AND time < 
 SELECT last(bytes_recv), host, err_in FROM net WHERE host='h2' AND time >= 1700000180s AND time < 1700000300s GROUP BY time(20s) fill(linear)
 SELECT sum(m) FROM (SELECT mean(used) AS m FROM mem GROUP BY time(1m), host fill(null)) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m)
 SELECT count(m) FROM (SELECT mean(used) AS m FROM mem GROUP BY time(1m), host) WHERE time >= 1700000000s AND time < 1700000300s GROUP BY time(1m)
+SELECT sum(r) FROM (SELECT non_negative_derivative(mean(packets_recv), 1s) AS r FROM net WHERE time >= 1700000017123ms AND time < 1700000583456ms GROUP BY time(1m), host) WHERE time >= 1700000017123ms AND time < 1700000583456ms GROUP BY time(1m)
+SELECT sum(r) FROM (SELECT non_negative_derivative(mean(packets_recv), 1s) AS r FROM net WHERE time >= 1700000017123ms AND time < 1700000583456ms GROUP BY time(2m), host) WHERE time >= 1700000017123ms AND time < 1700000583456ms GROUP BY time(2m)
+SELECT r FROM (SELECT non_negative_derivative(mean(packets_recv), 1s) AS r FROM net WHERE time >= 1700000017123ms AND time < 1700000583456ms GROUP BY time(2m), host) WHERE time >= 1700000017123ms AND time < 1700000583456ms
+SELECT top(packets_recv, host, 2) FROM net WHERE time >= 1700000017123ms AND time < 1700000583456ms
+SELECT top(bytes_recv, interface, 3) FROM net WHERE time >= 1700000017123ms AND time < 1700000583456ms
 "#;
 
 /// Start of the Telegraf hour of [`telegraf_lines`], seconds.

@@ -230,7 +230,7 @@ impl RowsFunc {
 
 /// A bucket's point with a value for the function's field: its time, the
 /// value, and for `top(x, tag, n)` its combination of the tags' values
-/// (numbered by the caller).
+/// (numbered by the caller in the combinations' order).
 pub(super) struct Entry<'v> {
     pub time: i64,
     pub value: &'v Value,
@@ -260,11 +260,17 @@ pub(super) fn choose(func: RowsFunc, entries: &[Entry<'_>], seed: u64) -> Chosen
         }
         RowsFunc::Rank { bottom, n } => {
             // Better first: the larger value (smaller for bottom), then
-            // the earlier point, as InfluxDB's top and bottom choose.
+            // the earlier point, then the first combination of the tags'
+            // values in their order, as InfluxDB's top and bottom choose
+            // (its heap keeps the first of equals it was given, and it is
+            // given each combination's best in that order).
             let better = |a: usize, b: usize| {
                 let by_value = value_order(entries[a].value, entries[b].value);
                 let by_value = if bottom { by_value } else { by_value.reverse() };
-                by_value.then(a.cmp(&b))
+                by_value
+                    .then(entries[a].time.cmp(&entries[b].time))
+                    .then(entries[a].combination.cmp(&entries[b].combination))
+                    .then(a.cmp(&b))
             };
             // The best point of each combination of the tags' values.
             let mut best: BTreeMap<usize, usize> = BTreeMap::new();

@@ -160,7 +160,15 @@ fn select_from(
         );
     }
     let plan = Plan::new(s)?;
-    let queries = plan.queries();
+    let mut queries = plan.queries();
+    if inner {
+        // A subquery's transformations read nothing before its range (the
+        // outer statement's, which bounds it): its first bucket is the
+        // range's part of it, as InfluxDB's subquery iterators read it.
+        for query in &mut queries {
+            query.reach = (0, 0);
+        }
+    }
     // Where the leaves reached beyond the range, the answer is cut to the
     // range's buckets.
     let span = match s.group_time {
@@ -2709,7 +2717,16 @@ fn chosen_rows(
     let tag_values = |order: usize| -> Vec<Option<&String>> {
         call.tags.iter().map(|t| group[order].tags.get(t)).collect()
     };
+    // The combinations of the tags' values, numbered in their order.
     let mut combinations: BTreeMap<Vec<Option<&String>>, usize> = BTreeMap::new();
+    if !call.tags.is_empty() {
+        for order in 0..group.len() {
+            combinations.insert(tag_values(order), 0);
+        }
+        for (i, n) in combinations.values_mut().enumerate() {
+            *n = i;
+        }
+    }
     let bucket_of_time = |t: i64| match s.group_time {
         Some((every, offset)) => bucket_of(t, every, offset),
         None => lower.unwrap_or(0),
@@ -2727,11 +2744,10 @@ fn chosen_rows(
         let entries: Vec<Entry<'_>> = run
             .iter()
             .map(|&(time, order, _, value)| {
-                let next = combinations.len();
                 let combination = if call.tags.is_empty() {
                     0
                 } else {
-                    *combinations.entry(tag_values(order)).or_insert(next)
+                    combinations.get(&tag_values(order)).copied().unwrap_or(0)
                 };
                 Entry {
                     time,
