@@ -86,6 +86,23 @@ struct Member<'a> {
     origin: u32,
 }
 
+/// The tags `GROUP BY` names (`*`: every one of `tag_keys`), in name
+/// order whatever order the statement lists them in: InfluxDB orders
+/// series (and so what SLIMIT keeps) by their tag set, whose keys are
+/// sorted.
+fn grouped_tags(group_tags: &GroupTags, tag_keys: &BTreeSet<String>) -> Vec<String> {
+    match group_tags {
+        GroupTags::None => Vec::new(),
+        GroupTags::All => tag_keys.iter().cloned().collect(),
+        GroupTags::List(l) => {
+            let mut l = l.clone();
+            l.sort();
+            l.dedup();
+            l
+        }
+    }
+}
+
 /// The values of the `GROUP BY` tags of a series (a missing tag is "").
 fn group_key(group_by: &[String], tags: &BTreeMap<String, String>) -> Vec<String> {
     group_by
@@ -333,11 +350,7 @@ fn select_sources(
         }
         tag_keys.extend(m.series.tag_keys().iter().cloned());
     }
-    let group_by: Vec<String> = match &s.group_tags {
-        GroupTags::None => Vec::new(),
-        GroupTags::All => tag_keys.iter().cloned().collect(),
-        GroupTags::List(l) => l.clone(),
-    };
+    let group_by = grouped_tags(&s.group_tags, &tag_keys);
     // `*` names the columns of every measurement, the same for each.
     let mut one = Select {
         fields: s
@@ -451,11 +464,7 @@ fn select_fields(
     }
     let expanded;
     let s = if super::influx_rows::names_by_pattern(s) {
-        let grouped: Vec<String> = match &s.group_tags {
-            GroupTags::None => Vec::new(),
-            GroupTags::All => series.tag_keys().iter().cloned().collect(),
-            GroupTags::List(l) => l.clone(),
-        };
+        let grouped = grouped_tags(&s.group_tags, series.tag_keys());
         match super::influx_rows::expand_patterns(s, &fields, series.tag_keys(), &grouped)? {
             Some(e) => expanded = e,
             None => return Ok(Vec::new()),
@@ -469,7 +478,7 @@ fn select_fields(
     } else {
         s
     };
-    let rows_func = rows_func(s)?;
+    let rows_call = rows_call(s)?;
     // Only a wildcard and `GROUP BY *` name every tag key of the
     // measurement: the list gathers them once, but a list is made anew
     // after each series added, and gathering them from thousands of
@@ -527,20 +536,8 @@ fn select_fields(
             .is_none_or(|e| may_hold(e, &series[i].tags, &fields, &regexes))
     })
     .collect();
-    // Groups by the GROUP BY tags' values (a missing tag is ""), the
-    // tags taken in name order whatever order the statement lists them
-    // in: InfluxDB orders series (and so what SLIMIT keeps) by their tag
-    // set, whose keys are sorted.
-    let group_by: Vec<String> = match &s.group_tags {
-        GroupTags::None => Vec::new(),
-        GroupTags::All => tag_keys.iter().cloned().collect(),
-        GroupTags::List(l) => {
-            let mut l = l.clone();
-            l.sort();
-            l.dedup();
-            l
-        }
-    };
+    // Groups by the GROUP BY tags' values (a missing tag is "").
+    let group_by = grouped_tags(&s.group_tags, tag_keys);
     let group_keys: BTreeSet<Vec<String>> = candidates
         .iter()
         .map(|&i| group_key(&group_by, &series[i].tags))
@@ -593,9 +590,7 @@ fn select_fields(
     } else {
         Vec::new()
     };
-    if let Some((func, field)) = &rows_func
-        && let Some(refusal) = rows_refusal(s, *func, field, &fields)
-    {
+    if let Some(refusal) = rows_call.as_ref().and_then(|c| rows_refusal(c, &fields)) {
         return Err(refusal);
     }
     let mut data = Vec::new();
@@ -643,11 +638,11 @@ fn select_fields(
                     !over && per_series.is_none_or(|n| points.len() < n)
                 })?;
                 if over {
-                    return Err(match &rows_func {
-                        Some((f, _)) => format!(
+                    return Err(match &rows_call {
+                        Some(call) => format!(
                             "{}() would choose among more than {MAX_CHOSEN_FROM} points: narrow \
                              the time range, or group by a shorter time",
-                            f.name()
+                            call.func.name()
                         ),
                         None => format!(
                             "the subquery's raw answer would hold more than {MAX_CHOSEN_FROM} \
@@ -928,7 +923,7 @@ fn select_fields(
                 .0
                 .len()
         });
-    let call_width = 1 + rank_tags(s).len();
+    let call_width = 1 + rows_call.as_ref().map_or(0, |c| c.tags.len());
     // A raw answer holds what was stored, but a column named twice (`*, *`)
     // or one the measurement lacks is a cell more a point: a statement
     // of thousands of them over a large measurement asks for far more
@@ -967,16 +962,8 @@ fn select_fields(
         // more (every bucket, filled), and is what the bound is for.
         let aggregated = matches!(gathered, Gathered::Aggregate(_));
         let (columns, mut rows) = match gathered {
-            Gathered::Raw(group) => match &rows_func {
-                Some((func, field)) => {
-                    let call = RowsCall {
-                        func: *func,
-                        field,
-                        tags: rank_tags(s),
-                        name: rows_call_name(s),
-                    };
-                    chosen_rows(s, &call, &group, &fields, &raw_fields, &raw_names, lower)
-                }
+            Gathered::Raw(group) => match &rows_call {
+                Some(call) => chosen_rows(s, call, &group, &fields, &raw_fields, &raw_names, lower),
                 None => (raw_names.clone(), raw_rows(&group, &fields, &raw_fields)),
             },
             Gathered::Aggregate(buckets) => {
@@ -2592,31 +2579,41 @@ fn calls_integral(s: &Select) -> bool {
     })
 }
 
-/// The statement's call of a function that answers chosen rows, and its
-/// field.
-fn rows_func(s: &Select) -> Result<Option<(RowsFunc, String)>, String> {
+/// The statement's call of a function that answers chosen rows (`top`,
+/// `bottom`, `distinct`, `sample`), if it has one.
+fn rows_call(s: &Select) -> Result<Option<RowsCall>, String> {
     for f in &s.fields {
-        let func = match &f.expr {
+        let (func, field, tags) = match &f.expr {
             SelectExpr::Rank {
-                bottom, field, n, ..
+                bottom,
+                field,
+                n,
+                tags,
             } => (
                 RowsFunc::Rank {
                     bottom: *bottom,
                     n: *n,
                 },
                 field,
+                tags.clone(),
             ),
             SelectExpr::Distinct {
                 field,
                 count: false,
-            } => (RowsFunc::Distinct, field),
+            } => (RowsFunc::Distinct, field, Vec::new()),
             SelectExpr::Call { func, field, arg } if func == "sample" => (
                 RowsFunc::Sample(super::influx_rows::sample_size(*arg)?),
                 field,
+                Vec::new(),
             ),
             _ => continue,
         };
-        return Ok(Some((func.0, func.1.clone())));
+        return Ok(Some(RowsCall {
+            func,
+            field: field.clone(),
+            tags,
+            name: f.alias.clone().unwrap_or_else(|| func.name().to_string()),
+        }));
     }
     Ok(None)
 }
@@ -2624,21 +2621,19 @@ fn rows_func(s: &Select) -> Result<Option<(RowsFunc, String)>, String> {
 /// InfluxDB's refusal of `top` and `bottom` over strings and booleans,
 /// and halite's of `top(x, f, n)` by a field `f` rather than a tag.
 fn rows_refusal(
-    s: &Select,
-    func: RowsFunc,
-    field: &str,
+    call: &RowsCall,
     fields: &BTreeMap<String, crate::series::FieldType>,
 ) -> Option<String> {
-    let RowsFunc::Rank { bottom, .. } = func else {
+    let RowsFunc::Rank { .. } = call.func else {
         return None;
     };
-    let name = if bottom { "bottom" } else { "top" };
-    if let Some(by_field) = rank_tags(s).into_iter().find(|t| fields.contains_key(t)) {
+    let name = call.func.name();
+    if let Some(by_field) = call.tags.iter().find(|t| fields.contains_key(*t)) {
         return Some(format!(
             "{name}() by a field ({by_field}) is not answered by halite yet: name tags"
         ));
     }
-    match fields.get(field)? {
+    match fields.get(&call.field)? {
         crate::series::FieldType::String => Some(format!(
             "unsupported {name} iterator type: *query.stringInterruptIterator"
         )),
@@ -2649,38 +2644,10 @@ fn rows_refusal(
     }
 }
 
-/// The tags `top(x, tag…, n)` names.
-fn rank_tags(s: &Select) -> Vec<String> {
-    s.fields
-        .iter()
-        .find_map(|f| match &f.expr {
-            SelectExpr::Rank { tags, .. } => Some(tags.clone()),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-/// The column name of the statement's call that answers chosen rows.
-fn rows_call_name(s: &Select) -> String {
-    s.fields
-        .iter()
-        .find_map(|f| {
-            let name = match &f.expr {
-                SelectExpr::Rank { bottom: true, .. } => "bottom",
-                SelectExpr::Rank { .. } => "top",
-                SelectExpr::Distinct { count: false, .. } => "distinct",
-                SelectExpr::Call { func, .. } if func == "sample" => "sample",
-                _ => return None,
-            };
-            Some(f.alias.clone().unwrap_or_else(|| name.to_string()))
-        })
-        .unwrap_or_default()
-}
-
 /// A call that answers chosen rows, as [`chosen_rows`] answers it.
-struct RowsCall<'a> {
+struct RowsCall {
     func: RowsFunc,
-    field: &'a str,
+    field: String,
     /// `top(x, tag…, n)`'s tags: a column each, after the call's.
     tags: Vec<String>,
     name: String,
@@ -2696,7 +2663,7 @@ struct RowsCall<'a> {
 #[allow(clippy::too_many_arguments)]
 fn chosen_rows(
     s: &Select,
-    call: &RowsCall<'_>,
+    call: &RowsCall,
     group: &[&SeriesData<'_>],
     fields: &BTreeMap<String, crate::series::FieldType>,
     raw_fields: &[String],
@@ -2708,7 +2675,7 @@ fn chosen_rows(
     let mut points: Vec<(i64, usize, &Point<'_>, &Value)> = Vec::new();
     for (order, d) in group.iter().enumerate() {
         for p in &d.points {
-            if let Some(v) = p.fields.get(call.field) {
+            if let Some(v) = p.fields.get(&call.field) {
                 points.push((p.time, order, p, v));
             }
         }
@@ -2743,32 +2710,18 @@ fn chosen_rows(
         at += run.len();
         let entries: Vec<Entry<'_>> = run
             .iter()
-            .map(|&(time, order, _, value)| {
-                let combination = if call.tags.is_empty() {
-                    0
+            .enumerate()
+            .map(|(i, &(time, order, _, value))| Entry {
+                time,
+                value,
+                // Without tags named, every point is its own combination.
+                combination: if call.tags.is_empty() {
+                    i
                 } else {
                     combinations.get(&tag_values(order)).copied().unwrap_or(0)
-                };
-                Entry {
-                    time,
-                    value,
-                    combination,
-                }
+                },
             })
             .collect();
-        // Without tags named, every point is its own combination.
-        let entries: Vec<Entry<'_>> = if call.tags.is_empty() {
-            entries
-                .into_iter()
-                .enumerate()
-                .map(|(i, e)| Entry {
-                    combination: i,
-                    ..e
-                })
-                .collect()
-        } else {
-            entries
-        };
         let rows = match super::influx_rows::choose(call.func, &entries, bucket as u64) {
             Chosen::Values(values) => values
                 .into_iter()

@@ -1084,70 +1084,45 @@ impl Parser {
         Ok(inner)
     }
 
-    /// A measurement of a `SELECT`'s `FROM`: as [`Self::parse_from_name`]
-    /// takes it, or a pattern in its place (`/^cpu/`, `db.rp./^cpu/`).
+    /// A measurement of a `FROM`: `m`, `rp.m`, `db.rp.m` or `db..m` (the
+    /// database and the retention policy, if named), or a pattern in its
+    /// place (`/^cpu/`, `db.rp./^cpu/`).
     fn source_name(&mut self) -> Result<(Option<String>, Option<String>, FromName), String> {
         let mut parts = Vec::new();
-        loop {
+        let measurement = loop {
             if let Token::Regex(re) = self.peek().clone() {
                 self.next();
-                let rp = parts.pop().filter(|rp: &String| !rp.is_empty());
-                return match parts.len() {
-                    0 | 1 => Ok((parts.pop(), rp, FromName::Regex(re))),
-                    _ => Err(self.error("identifier")),
-                };
+                break FromName::Regex(re);
             }
             parts.push(self.ident()?);
             if !self.is_punct('.') {
-                break;
+                break FromName::Name(parts.pop().unwrap_or_default());
             }
-            self.next();
-            if self.is_punct('.') {
-                parts.push(String::new());
-                self.next();
-                if matches!(self.peek(), Token::Regex(_)) {
-                    continue;
-                }
-                parts.push(self.ident()?);
-                break;
-            }
-        }
-        let name = parts.pop().unwrap_or_default();
-        let rp = parts.pop().filter(|rp| !rp.is_empty());
-        match parts.len() {
-            0 => Ok((None, rp, FromName::Name(name))),
-            1 => Ok((parts.pop(), rp, FromName::Name(name))),
-            _ => Err(self.error("identifier")),
-        }
-    }
-
-    /// `m`, `rp.m`, `db.rp.m` or `db..m`: the database and the retention
-    /// policy, if named, and the measurement.
-    fn parse_from_name(&mut self) -> Result<(Option<String>, Option<String>, String), String> {
-        if let Token::Regex(re) = self.peek() {
-            return Err(format!(
-                "FROM /{}/ is not answered by halite yet: name the measurement",
-                crate::codec::quote_prefix(re)
-            ));
-        }
-        let mut parts = vec![self.ident()?];
-        while self.is_punct('.') {
             self.next();
             if self.is_punct('.') {
                 // `db..m`: the retention policy left out.
                 parts.push(String::new());
-                continue;
+                self.next();
             }
-            parts.push(self.ident()?);
-        }
-        let name = parts.pop().unwrap_or_default();
+        };
         let rp = parts.pop().filter(|rp| !rp.is_empty());
         match parts.len() {
-            0 => Ok((None, rp, name)),
-            1 => Ok((parts.pop(), rp, name)),
+            0 => Ok((None, rp, measurement)),
+            1 => Ok((parts.pop(), rp, measurement)),
             _ => Err(
                 "a measurement is named by at most database.retention_policy.measurement".into(),
             ),
+        }
+    }
+
+    /// [`Self::source_name`] where a pattern is not taken (`SHOW … FROM`).
+    fn parse_from_name(&mut self) -> Result<(Option<String>, Option<String>, String), String> {
+        match self.source_name()? {
+            (db, rp, FromName::Name(name)) => Ok((db, rp, name)),
+            (_, _, FromName::Regex(re)) => Err(format!(
+                "FROM /{}/ is not answered by halite yet: name the measurement",
+                crate::codec::quote_prefix(&re)
+            )),
         }
     }
 
@@ -1766,6 +1741,15 @@ pub fn parse(text: &str) -> Result<Vec<Statement>, String> {
 mod tests {
     use super::*;
 
+    /// The one SELECT statement `q` parses into.
+    fn only_select(q: &str) -> Select {
+        let parsed = parse(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+        let [Statement::Select(s)] = parsed.as_slice() else {
+            panic!("{q}: {parsed:?}");
+        };
+        (**s).clone()
+    }
+
     #[test]
     fn the_statements_telegraf_and_grafana_send() {
         assert_eq!(
@@ -1842,12 +1826,7 @@ mod tests {
         let q = "SELECT mean(\"value\") AS m, max(v) FROM \"autogen\".\"cpu\" WHERE (\"host\" = 'a' OR host != 'b') \
                  AND time >= 1596240000000ms and time <= now() - 5m GROUP BY time(10s, -2s), host fill(null) \
                  ORDER BY time DESC LIMIT 10 OFFSET 1 SLIMIT 2 SOFFSET 3";
-        let Ok(parsed) = parse(q) else {
-            panic!("{:?}", parse(q));
-        };
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("{parsed:?}");
-        };
+        let s = only_select(q);
         assert_eq!(s.from, "cpu");
         assert_eq!(
             s.fields[0],
@@ -1890,21 +1869,14 @@ mod tests {
         assert!(parse("SELECT v FROM m GROUP BY time(0s)").is_err());
         // An offset of any size is one within the interval: bucket times
         // subtract it from a point's time.
-        let parsed =
-            parse("SELECT max(v) FROM m GROUP BY time(1m, -9223372036854775807ns)").expect("parse");
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("{parsed:?}");
-        };
+        let s = only_select("SELECT max(v) FROM m GROUP BY time(1m, -9223372036854775807ns)");
         assert_eq!(
             s.group_time,
             Some((60_000_000_000, (-i64::MAX).rem_euclid(60_000_000_000)))
         );
         // `time` in the select list names the time column; a retention
         // policy named in FROM is kept for the answer to check.
-        let parsed = parse("SELECT time AS t, v FROM db.rp.m").expect("parse");
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("{parsed:?}");
-        };
+        let s = only_select("SELECT time AS t, v FROM db.rp.m");
         assert_eq!(s.time_column, "t");
         assert_eq!(s.fields.len(), 1);
         assert_eq!(
@@ -1915,20 +1887,14 @@ mod tests {
             ),
             (Some("db"), Some("rp"), "m")
         );
-        let parsed = parse("SELECT v, time FROM db..m").expect("parse");
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("{parsed:?}");
-        };
+        let s = only_select("SELECT v, time FROM db..m");
         assert_eq!(s.time_column, "time");
         assert_eq!(
             (s.database.as_deref(), s.retention_policy.as_deref()),
             (Some("db"), None)
         );
         // InfluxDB refuses it when the statement runs, not as a parse error.
-        let parsed = parse("SELECT time FROM m").expect("parse");
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("{parsed:?}");
-        };
+        let s = only_select("SELECT time FROM m");
         assert!(s.fields.is_empty());
     }
 
@@ -1957,17 +1923,10 @@ mod tests {
             .map(|i| format!("host = 'h{i}'"))
             .collect::<Vec<_>>()
             .join(" OR ");
-        let parsed = parse(&format!("SELECT v FROM m WHERE {ors}")).expect("parses");
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("one select");
-        };
+        let s = only_select(&format!("SELECT v FROM m WHERE {ors}"));
         assert!(matches!(&s.condition, Some(Expr::Or(t)) if t.len() == 100_000));
         // A chain in parentheses inside a chain of the same joins it.
-        let parsed = parse("SELECT v FROM m WHERE (a = '1' OR b = '2') OR (c = '3' AND d = '4')")
-            .expect("parses");
-        let [Statement::Select(s)] = parsed.as_slice() else {
-            panic!("one select");
-        };
+        let s = only_select("SELECT v FROM m WHERE (a = '1' OR b = '2') OR (c = '3' AND d = '4')");
         let Some(Expr::Or(terms)) = &s.condition else {
             panic!("{:?}", s.condition);
         };
@@ -1977,13 +1936,7 @@ mod tests {
 
     #[test]
     fn select_list_arithmetic_and_calls_of_calls_parse_as_influxql_ranks_them() {
-        let field = |q: &str| {
-            let parsed = parse(q).unwrap_or_else(|e| panic!("{q}: {e}"));
-            let [Statement::Select(s)] = parsed.as_slice() else {
-                panic!("{parsed:?}");
-            };
-            s.fields[0].expr.clone()
-        };
+        let field = |q: &str| only_select(q).fields[0].expr.clone();
         let col = |c: &str| Box::new(FieldExpr::Column(c.into()));
         // `*` binds tighter than `+`; `-` on a literal is the literal's.
         assert_eq!(
@@ -2045,13 +1998,7 @@ mod tests {
     /// `count(distinct())`, top's tags, integral's unit, bare `ORDER BY`.
     #[test]
     fn function_menus_regexes_casts_and_bare_order_parse_as_influxql_writes_them() {
-        let select = |q: &str| {
-            let parsed = parse(q).unwrap_or_else(|e| panic!("{q}: {e}"));
-            let [Statement::Select(s)] = parsed.as_slice() else {
-                panic!("{parsed:?}");
-            };
-            s.clone()
-        };
+        let select = only_select;
         let fields =
             |q: &str| -> Vec<SelectExpr> { select(q).fields.into_iter().map(|f| f.expr).collect() };
         assert_eq!(
