@@ -166,6 +166,150 @@ struct CatalogData {
     /// of their secret. Kept here so a cluster's nodes share them.
     #[serde(default)]
     tokens: BTreeMap<String, TokenRecord>,
+    /// Retention policies by namespace; a namespace without an entry has
+    /// the one InfluxDB makes with a database ([`RetentionPolicies::implicit`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    retention: BTreeMap<String, RetentionPolicies>,
+}
+
+/// The retention policy every database starts with, whose tables are
+/// named after their measurements alone (`<db>:<measurement>`).
+pub const AUTOGEN: &str = "autogen";
+
+/// One retention policy of a namespace (InfluxDB's): how long its
+/// measurements' points are kept, which its tables' family TTL enforces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetentionPolicy {
+    pub name: String,
+    /// How long points are kept, in nanoseconds; 0 is forever.
+    pub duration_ns: u64,
+    /// InfluxDB's shard group duration: kept and shown, as halite cuts
+    /// files by its families' time windows instead.
+    pub shard_group_ns: u64,
+    /// Kept and shown; a node keeps one copy (a cluster's object store
+    /// keeps the files).
+    pub replication: u32,
+}
+
+/// The parts of a retention policy a statement gives (nanoseconds; a
+/// `DURATION INF` is 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicySpec {
+    pub duration_ns: Option<u64>,
+    pub replication: Option<u32>,
+    pub shard_duration_ns: Option<u64>,
+}
+
+/// A namespace's retention policies, in the order made, and the default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetentionPolicies {
+    pub policies: Vec<RetentionPolicy>,
+    /// The policy writes and reads take when they name none; it may name
+    /// a policy since dropped (InfluxDB keeps the name: such writes answer
+    /// `retention policy not found`), and is empty when there is none.
+    pub default: String,
+}
+
+impl RetentionPolicies {
+    /// `autogen`, forever, 7-day shard groups, the default.
+    pub fn implicit() -> RetentionPolicies {
+        RetentionPolicies {
+            policies: vec![RetentionPolicy {
+                name: AUTOGEN.into(),
+                duration_ns: 0,
+                shard_group_ns: 7 * 24 * 3_600 * 1_000_000_000,
+                replication: 1,
+            }],
+            default: AUTOGEN.into(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&RetentionPolicy> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+
+    /// Policy `name`, or the default one when `None` or empty; `Err` with
+    /// the name looked for when there is no such policy.
+    pub fn resolve(&self, name: Option<&str>) -> std::result::Result<&RetentionPolicy, String> {
+        let name = name.filter(|n| !n.is_empty()).unwrap_or(&self.default);
+        self.get(name).ok_or_else(|| name.to_string())
+    }
+}
+
+/// Where a database's measurements of one retention policy live:
+/// `autogen`'s in tables named after them (`<db>:<measurement>`), every
+/// other policy's behind a prefix no measurement can start with
+/// (`<db>:__rp.<policy>.<measurement>`, measurements never start with
+/// `__`), so the same measurement in two policies is two tables.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PolicyTables {
+    pub db: String,
+    pub policy: String,
+}
+
+impl PolicyTables {
+    pub fn new(db: &str, policy: &str) -> PolicyTables {
+        PolicyTables {
+            db: db.into(),
+            policy: policy.into(),
+        }
+    }
+
+    /// The autogen policy's tables of `db`.
+    pub fn autogen(db: &str) -> PolicyTables {
+        PolicyTables::new(db, AUTOGEN)
+    }
+
+    pub fn is_autogen(&self) -> bool {
+        self.policy == AUTOGEN
+    }
+
+    /// The name of measurement `m`'s table (unchecked; [`TableName::parse`]
+    /// checks it).
+    pub fn table_text(&self, m: &str) -> String {
+        if self.is_autogen() {
+            m.to_string()
+        } else {
+            format!("__rp.{}.{m}", self.policy)
+        }
+    }
+
+    pub fn table(&self, m: &str) -> Result<TableName> {
+        TableName::parse(&format!("{}:{}", self.db, self.table_text(m)))
+    }
+
+    /// The measurement table `table` (of the namespace) holds in this
+    /// policy; `None` when it is not one of this policy's (or is a
+    /// namespace's own, such as the dictionary's `__tags`).
+    pub fn measurement_of<'t>(&self, table: &'t str) -> Option<&'t str> {
+        if self.is_autogen() {
+            return (!table.starts_with("__")).then_some(table);
+        }
+        table
+            .strip_prefix("__rp.")?
+            .strip_prefix(self.policy.as_str())?
+            .strip_prefix('.')
+            .filter(|m| !m.is_empty())
+    }
+}
+
+/// A retention policy's name halite can name tables after: 1..=32
+/// letters, digits, '_' and '-'.
+pub fn check_policy_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "halite names a retention policy's tables after it: use 1 to 32 letters, digits, \
+             '_' and '-' (not {:?})",
+            crate::codec::quote_prefix(name)
+        ))
+    }
 }
 
 /// A region split under way: `parent` becomes `daughters[0]` (rows before
@@ -379,12 +523,25 @@ impl Catalog {
     }
 
     pub fn create_namespace(&self, ns: &str) -> Result<()> {
+        self.create_namespace_with(ns, None)
+    }
+
+    /// Makes namespace `ns` with `policies` (else the implicit ones), in
+    /// one change of the catalog.
+    pub fn create_namespace_with(
+        &self,
+        ns: &str,
+        policies: Option<RetentionPolicies>,
+    ) -> Result<()> {
         check_name("namespace", ns)?;
         self.update(|d| {
             if !d.namespaces.insert(ns.into()) {
                 return Err(Error::Conflict(format!(
                     "namespace exists. namespace=`{ns}`"
                 )));
+            }
+            if let Some(p) = &policies {
+                d.retention.insert(ns.into(), p.clone());
             }
             Ok(())
         })
@@ -408,7 +565,44 @@ impl Catalog {
                 )));
             }
             d.namespaces.remove(ns);
+            d.retention.remove(ns);
             Ok(())
+        })
+    }
+
+    /// Namespace `ns`'s retention policies (the implicit `autogen` when
+    /// none were ever changed).
+    pub fn retention_policies(&self, ns: &str) -> RetentionPolicies {
+        self.data
+            .lock()
+            .retention
+            .get(ns)
+            .cloned()
+            .unwrap_or_else(RetentionPolicies::implicit)
+    }
+
+    /// Changes namespace `ns`'s retention policies through `change`, in one
+    /// change of the catalog; `change` answering `Ok(None)` leaves them
+    /// as they were.
+    pub fn update_retention_policies<T>(
+        &self,
+        ns: &str,
+        mut change: impl FnMut(&mut RetentionPolicies) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        self.update_unless_same(|d| {
+            if !d.namespaces.contains(ns) {
+                return Err(Error::NotFound(format!("database not found: {ns}")));
+            }
+            let mut policies = d
+                .retention
+                .get(ns)
+                .cloned()
+                .unwrap_or_else(RetentionPolicies::implicit);
+            let out = change(&mut policies)?;
+            if out.is_some() {
+                d.retention.insert(ns.to_string(), policies);
+            }
+            Ok(out)
         })
     }
 

@@ -15,6 +15,7 @@ pub mod line_protocol;
 pub mod produce;
 pub mod refusal;
 pub mod remote_write;
+pub mod retention;
 pub mod rows_message;
 
 use std::collections::HashMap;
@@ -186,6 +187,9 @@ pub struct PointEncoder<'t> {
     write_ttl: Option<u64>,
     /// The cell TTL of the point being added: its own, else the write's.
     point_ttl: Option<u64>,
+    /// Points older (cell versions, ms) are refused as beyond their
+    /// retention policy.
+    oldest_ms: Option<u64>,
     /// The namespace's dictionary, for a table of open tag sets.
     dictionary: Option<&'t Dictionary>,
     /// The points added used a UID, field type or series that is not
@@ -202,7 +206,8 @@ pub struct PointEncoder<'t> {
     /// A table of open tag sets that holds one measurement (an InfluxDB
     /// measurement's table, which InfluxQL reads as that measurement)
     /// takes points of it only.
-    one_measurement: bool,
+    /// The one measurement the table takes points of, if one.
+    one_measurement: Option<Box<str>>,
     /// For each key field, the index of its tag among the point's tags
     /// ([`NO_TAG`]: none)...
     key_tags: Vec<u32>,
@@ -373,8 +378,9 @@ impl<'t> PointEncoder<'t> {
             uniquifiers: Uniquifiers::default(),
             write_ttl: None,
             point_ttl: None,
+            oldest_ms: None,
             dictionary: None,
-            one_measurement: false,
+            one_measurement: None,
             undurable: false,
             tag_uids: Vec::new(),
             uids: Vec::new(),
@@ -403,7 +409,13 @@ impl<'t> PointEncoder<'t> {
     /// (InfluxQL reads a measurement's table as that one measurement; a
     /// Prometheus samples table holds every metric, and does not ask this).
     pub fn one_measurement(&mut self) {
-        self.one_measurement = true;
+        self.one_measurement = Some(self.table.name.table.as_str().into());
+    }
+
+    /// [`Self::one_measurement`] of a table named otherwise (a retention
+    /// policy's, `catalog::PolicyTables`).
+    pub fn one_measurement_named(&mut self, measurement: &str) {
+        self.one_measurement = Some(measurement.into());
     }
 
     /// Whether the table has open tag sets (its series keys are the
@@ -425,6 +437,12 @@ impl<'t> PointEncoder<'t> {
     pub fn set_ttl(&mut self, ttl_ms: Option<u64>) {
         self.write_ttl = ttl_ms;
         self.point_ttl = ttl_ms;
+    }
+
+    /// Refuses points older than `oldest_ms` (a cell version) as beyond
+    /// their retention policy.
+    pub fn set_oldest(&mut self, oldest_ms: Option<u64>) {
+        self.oldest_ms = oldest_ms;
     }
 
     /// Where uniquifier numbers come from for the points added next; a
@@ -730,6 +748,9 @@ impl<'t> PointEncoder<'t> {
         let ts = unit
             .to_ms_floor(time)
             .ok_or_else(|| format!("timestamp {time}{} is out of range", unit.name()))?;
+        if self.oldest_ms.is_some_and(|oldest| ts < oldest) {
+            return Err(PointRefusal::beyond_retention());
+        }
         if table.key.tags.is_none() && !known {
             self.match_key_tags(point)?;
         }
@@ -885,9 +906,11 @@ impl<'t> PointEncoder<'t> {
         };
         let measurement = point.measurement();
         let table_name = table.name.table.as_str();
-        if self.one_measurement && measurement != table_name {
+        if let Some(only) = self.one_measurement.as_deref()
+            && measurement != only
+        {
             return Err(format!(
-                "a point of measurement `{}` in table `{}`, which holds measurement `{table_name}` \
+                "a point of measurement `{}` in table `{}`, which holds measurement `{only}` \
                  only (InfluxQL reads it as that measurement): send it to its own table",
                 quote_prefix(measurement),
                 table.name
@@ -1314,6 +1337,7 @@ pub fn write_lines<S: RowsSink>(
         max_value_size,
         precision,
         ttl_ms,
+        oldest_ms,
         now_ms,
         dictionary,
         piece_bytes,
@@ -1339,6 +1363,7 @@ pub fn write_lines<S: RowsSink>(
         encoder.set_seen(seen.take());
         encoder.set_number_base(lines_before);
         encoder.set_ttl(ttl_ms);
+        encoder.set_oldest(oldest_ms);
         if let Some((d, _)) = dictionary {
             encoder.set_dictionary(d);
         }
@@ -1374,6 +1399,8 @@ pub struct LineWrite<'a> {
     pub precision: Precision,
     /// Cell TTL of the written points.
     pub ttl_ms: Option<u64>,
+    /// Points older (ms) are refused as beyond their retention policy.
+    pub oldest_ms: Option<u64>,
     /// The time of points without one.
     pub now_ms: u64,
     /// For a table of open tag sets: its namespace's dictionary, and the

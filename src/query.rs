@@ -26,6 +26,7 @@
 
 pub mod aggregate;
 pub mod engine;
+pub mod influx_delete;
 mod influx_expr;
 mod influx_reduce;
 mod influx_rows;

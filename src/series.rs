@@ -242,6 +242,11 @@ struct State {
     /// the server's CPU at 4,000 hosts).
     written: FastMap<Box<str>, FastMap<Box<str>, WrittenSeries>>,
     written_count: usize,
+    /// The version each table's field and series rows are written at
+    /// (absent: [`VERSION`]). Forgetting a table (its measurement was
+    /// dropped) deletes its rows at their version and raises it, so the
+    /// rows of a measurement written again are not under those markers.
+    generations: FastMap<Box<str>, u64>,
 }
 
 struct WrittenSeries {
@@ -379,6 +384,19 @@ fn tags_table_request(namespace: &str) -> Result<CreateTable> {
         durability: Durability::SyncWal,
         split_points: Vec::new(),
     })
+}
+
+/// The row that raises `table`'s generation to `generation` (its version,
+/// so the newest raise is the one read).
+fn generation_row(table: &str, generation: u64) -> RowMutation {
+    let mut row = vec![b'g'];
+    table_part(&mut row, table);
+    RowMutation::new(row).put(
+        FAMILY,
+        QUALIFIER,
+        generation,
+        generation.to_be_bytes().to_vec(),
+    )
 }
 
 fn table_part(out: &mut Vec<u8>, table: &str) {
@@ -937,7 +955,7 @@ impl Dictionary {
                     rows.push(RowMutation::new(row).put(
                         FAMILY,
                         QUALIFIER,
-                        VERSION,
+                        state.generation(table),
                         vec![*ty as u8],
                     ));
                     fields.push((table.clone(), field.clone()));
@@ -951,7 +969,12 @@ impl Dictionary {
                     let mut row = vec![b's'];
                     table_part(&mut row, table);
                     row.extend_from_slice(s);
-                    rows.push(RowMutation::new(row).put(FAMILY, QUALIFIER, VERSION, vec![1]));
+                    rows.push(RowMutation::new(row).put(
+                        FAMILY,
+                        QUALIFIER,
+                        state.generation(table),
+                        vec![1],
+                    ));
                     series.push((table.clone(), s.clone()));
                 }
             }
@@ -1054,6 +1077,82 @@ impl Dictionary {
         Ok(())
     }
 
+    /// Forgets table `table`'s field types and series (its measurement was
+    /// dropped): gone from memory, and their rows deleted in one synced
+    /// write with the table's raised generation, so the measurement
+    /// written again starts with no series and takes any field type. The
+    /// names' UIDs stay: other tables may use them.
+    pub fn forget_table(&self, store: &Store, table: &str) -> Result<()> {
+        self.forget(store, table, None)
+    }
+
+    /// Forgets series `keys` of table `table` (InfluxQL's `DROP SERIES`, or
+    /// a `DELETE` that left them no point), as [`Self::forget_table`] its
+    /// series. The table's field types stay.
+    pub fn forget_series(&self, store: &Store, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.forget(store, table, Some(keys))
+    }
+
+    /// Deletes the rows of `table`'s series `keys` (every series and
+    /// field type when `None`) at the table's generation, which then
+    /// rises: a delete marker masks every version at or before its own,
+    /// so what is written again is recorded above the markers.
+    fn forget(&self, store: &Store, table: &str, keys: Option<&[Vec<u8>]>) -> Result<()> {
+        if self.shared.is_some() {
+            return Err(Error::InvalidInput(
+                "a cluster's shared dictionary does not forget series yet".into(),
+            ));
+        }
+        let _one = self.persist.lock();
+        let mut state = self.state.write();
+        let generation = state.generation(table);
+        let deleted = |kind: u8, rest: &[u8]| {
+            let mut row = vec![kind];
+            table_part(&mut row, table);
+            row.extend_from_slice(rest);
+            RowMutation::new(row).delete_row(Some(generation))
+        };
+        let mut rows = Vec::new();
+        match keys {
+            Some(keys) => rows.extend(keys.iter().map(|k| deleted(b's', k))),
+            None => {
+                if let Some(fields) = state.fields.get(table) {
+                    rows.extend(fields.keys().map(|f| deleted(b'f', f.as_bytes())));
+                }
+                if let Some(series) = state.series.get(table) {
+                    rows.extend(series.keys().map(|k| deleted(b's', k)));
+                }
+            }
+        }
+        rows.push(generation_row(table, generation + 1));
+        store.write(&self.table, rows, None)?;
+        match keys {
+            Some(keys) => {
+                if let Some(of_table) = state.series.get_mut(table) {
+                    for key in keys {
+                        of_table.remove(key.as_slice());
+                    }
+                }
+            }
+            None => {
+                state.fields.remove(table);
+                state.series.remove(table);
+            }
+        }
+        state.resolved.remove(table);
+        // The texts remembered name series by UIDs: the table's go (a
+        // cache, filled again as points arrive).
+        if let Some(written) = state.written.remove(table) {
+            state.written_count -= written.len();
+        }
+        state.series_added += 1;
+        state.generations.insert(table.into(), generation + 1);
+        Ok(())
+    }
+
     /// Every series of `table`, names resolved, sorted by metric and
     /// tags (InfluxDB's series-key order). Made once per set of series and
     /// shared until a new series arrives.
@@ -1133,6 +1232,10 @@ impl Dictionary {
 }
 
 impl State {
+    fn generation(&self, table: &str) -> u64 {
+        self.generations.get(table).copied().unwrap_or(VERSION)
+    }
+
     /// `table`'s series (only those of the metric with UID `metric`, when
     /// given), names resolved, sorted by metric and tags.
     fn resolve(&self, table: &str, metric: Option<u32>) -> Vec<NamedSeries> {
@@ -1216,6 +1319,14 @@ impl State {
                     let uid = u32::from_be_bytes(uid);
                     let next = &mut self.next[kind as usize];
                     *next = (*next).max(uid + 1);
+                }
+            }
+            Some((b'g', rest)) => {
+                if let Some((table, _)) = split_table(rest)
+                    && let Ok(generation) = <[u8; 8]>::try_from(value)
+                {
+                    self.generations
+                        .insert(table.into(), u64::from_be_bytes(generation));
                 }
             }
             Some((b'f', rest)) => {

@@ -1162,3 +1162,96 @@ fn dead_letter_reasons(bootstrap: &str, n: usize) -> Vec<String> {
     }
     reasons
 }
+
+/// A topic mapped to a database writes into the database's default
+/// retention policy, as `/write` without `rp` does: its measurements'
+/// tables keep the policy's duration, and a point older than it is
+/// dead-lettered with InfluxDB's reason.
+#[test]
+fn a_topic_mapped_to_a_database_writes_its_default_retention_policy() {
+    let sc = Scenario::new()
+        .topic("lines", 1)
+        .topic("dead", 1)
+        .set("kafka.dead_letter_topic=\"dead\"")
+        .set("kafka.commit_interval=\"200ms\"")
+        .config_append(
+            r#"
+[[kafka.topics]]
+topic = "lines"
+database = "week"
+format = "line"
+"#,
+        )
+        .build();
+    let srv = sc.start();
+    for q in [
+        "CREATE DATABASE week",
+        "CREATE RETENTION POLICY seven ON week DURATION 7d REPLICATION 1 DEFAULT",
+    ] {
+        let (status, a) = influxql_in(&srv.addr, "week", q);
+        assert_eq!(
+            (status, a.pointer("/results/0/error")),
+            (200, None),
+            "{q}: {a}"
+        );
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let day_ns = 86_400 * 1_000_000_000u64;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", sc.bootstrap())
+        .create()
+        .expect("producer");
+    let messages = [
+        format!("cpu,host=a v=1 {}", now_ns - 60_000_000_000),
+        format!("cpu,host=b v=2 {}", now_ns - 8 * day_ns),
+        format!("cpu,host=c v=3 {}", now_ns - 6 * day_ns),
+    ];
+    for m in &messages {
+        producer
+            .send(BaseRecord::<'_, (), str>::to("lines").payload(m.as_str()))
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    wait_for(&srv.addr, "every message handled and committed", |s| {
+        committed_total(s, "lines") == messages.len() as i64
+    });
+    let reasons = dead_letter_reasons(sc.bootstrap(), 1);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("points beyond retention policy")),
+        "{reasons:?}"
+    );
+    for (q, count) in [
+        ("SELECT count(v) FROM cpu", Some(json!(2))),
+        ("SELECT count(v) FROM seven.cpu", Some(json!(2))),
+        ("SELECT count(v) FROM autogen.cpu", None),
+    ] {
+        let (status, a) = influxql_in(&srv.addr, "week", q);
+        assert_eq!(status, 200, "{q}: {a}");
+        assert_eq!(
+            a.pointer("/results/0/series/0/values/0/1").cloned(),
+            count,
+            "{q}: {a}"
+        );
+    }
+    let r = common::http::request(
+        &srv.addr,
+        "GET",
+        "/api/v1/tables/week:__rp.seven.cpu",
+        None,
+        b"",
+    )
+    .expect("table");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json().pointer("/families/0/ttl"),
+        Some(&json!(7 * 86_400)),
+        "{}",
+        r.text()
+    );
+}

@@ -22,7 +22,8 @@ use crate::auth::{Caller, Scope};
 use crate::catalog::TableName;
 use crate::error::Error;
 use crate::ingest::line_protocol::{self, Precision};
-use crate::ingest::refusal::RefusalKind;
+use crate::ingest::refusal::{BEYOND_RETENTION, RefusalKind};
+use crate::ingest::retention;
 use crate::ingest::{self, databases};
 use crate::query::influx_select::{self, Cell, NameFilter, SeriesOut, TagFilter};
 use crate::query::influxql::{self, CardinalityOf, Expr, Paging, Statement};
@@ -249,6 +250,8 @@ struct Outcome {
     /// Points refused for what they hold (a field type conflict …).
     refused: Listed,
     over_limit: Listed,
+    /// Points older than the retention policy keeps.
+    beyond_retention: usize,
 }
 
 /// Reasons of one kind: all counted, the first [`super::error::MAX_LISTED`]
@@ -296,18 +299,18 @@ async fn write(
             format!("database not found: {:?}", crate::codec::quote_prefix(&db)),
         );
     }
-    if let Some(rp) = rp.filter(|rp| !rp.is_empty() && rp != "autogen") {
-        return influx_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("retention policy not found: {rp}"),
-        );
-    }
+    let target = match retention::write_target(&s.store, &db, rp.as_deref(), s.clock.now_ms()) {
+        Ok(t) => t,
+        Err(no_policy) => {
+            return influx_error(StatusCode::INTERNAL_SERVER_ERROR, no_policy.to_string());
+        }
+    };
     let body = match body_text(&s, &headers, body) {
         Ok(b) => b,
         Err(r) => return r.into_response(),
     };
     let state = s.clone();
-    let done = on_blocking(move || write_body(&state, &db, &body, precision)).await;
+    let done = on_blocking(move || write_body(&state, &target, &body, precision)).await;
     let outcome = match done {
         Ok(o) => o,
         Err(r) => return r.into_response(),
@@ -318,6 +321,18 @@ async fn write(
             format!(
                 "partial write: {first} dropped={}",
                 outcome.over_limit.count
+            ),
+        );
+    }
+    // As InfluxDB's: a write's refusal of points says itself over the
+    // lines that could not be read, and a field's type over the points
+    // beyond the retention policy.
+    if outcome.beyond_retention > 0 && outcome.refused.count == 0 {
+        return influx_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "partial write: {BEYOND_RETENTION} dropped={}",
+                outcome.beyond_retention
             ),
         );
     }
@@ -354,10 +369,11 @@ fn joined_reasons(kinds: &[&Listed]) -> String {
 /// missing), measurement by measurement, in the body's order within each.
 fn write_body(
     s: &AppState,
-    db: &str,
+    target: &retention::WriteTarget,
     body: &[u8],
     precision: Precision,
 ) -> Result<Outcome, Refusal> {
+    let db = target.tables.db.as_str();
     let text = std::str::from_utf8(body).map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -375,7 +391,7 @@ fn write_body(
     let no_topic = s.topics.as_ref().is_some_and(|t| !t.has_database(db));
     let names: Vec<Result<TableName, databases::BadMeasurement>> = groups
         .iter()
-        .map(|g| databases::measurement_table(db, &g.measurement))
+        .map(|g| databases::measurement_table(&target.tables, &g.measurement))
         .collect();
     // Every measurement's table is found, or made (the new ones at once),
     // before any line is written.
@@ -392,7 +408,7 @@ fn write_body(
     } else {
         let template = s.influx.template();
         databases::tables_or_make(&s.store, &named, template.max_measurements, |name| {
-            template.measurement_request(name)
+            template.measurement_request(name, target.ttl_secs)
         })
         .map_err(store_error)?
         .into_iter()
@@ -468,6 +484,7 @@ fn write_body(
             max_value_size: s.store.max_value_size(),
             precision,
             ttl_ms: None,
+            oldest_ms: target.oldest_ms,
             now_ms: now,
             dictionary: dictionary.as_deref().map(|d| (d, &*s.store)),
             piece_bytes: s.write_piece,
@@ -491,6 +508,7 @@ fn write_body(
             }
             listed.count_more(rejected.count(kind) - rejected.of_kind(kind).count());
         }
+        outcome.beyond_retention += rejected.count(RefusalKind::BeyondRetention);
         // The text of each line whose reason is kept, in one pass.
         let wanted: std::collections::BTreeMap<usize, &str> = {
             let numbers: std::collections::BTreeSet<usize> = rejected
@@ -892,7 +910,7 @@ fn chunked(results: Vec<Json>, size: usize) -> Vec<Json> {
 
 fn statement_text(st: &Statement) -> String {
     match st {
-        Statement::CreateDatabase { name } => format!("CREATE DATABASE {name}"),
+        Statement::CreateDatabase { name, .. } => format!("CREATE DATABASE {name}"),
         other => format!("{other:?}"),
     }
 }
@@ -920,14 +938,32 @@ fn database<'a>(
 }
 
 /// The measurements to list: one, or every measurement of the database,
-/// whatever tables hold them.
+/// whatever tables and retention policies hold them.
 fn measurements(s: &AppState, db: &str, from: Option<&str>) -> Result<Vec<Measurement>, String> {
     let d = dictionary_of(s, db)?;
-    match from {
-        Some(m) => Ok(measurements::measurement(&s.store, d.as_deref(), db, m)?
-            .into_iter()
-            .collect()),
-        None => measurements::measurements(&s.store, d.as_deref(), db),
+    measurements::of_every_policy(&s.store, d.as_deref(), db, from)
+}
+
+/// A duration as Go prints one (`168h0m0s`, `1h30m0s`, `0s`), as InfluxDB
+/// shows a retention policy's.
+fn go_duration(ns: u64) -> String {
+    if ns == 0 {
+        return "0s".into();
+    }
+    let secs = ns / 1_000_000_000;
+    let frac = ns % 1_000_000_000;
+    let (h, m, sec) = (secs / 3_600, secs / 60 % 60, secs % 60);
+    let seconds = if frac == 0 {
+        sec.to_string()
+    } else {
+        format!("{sec}.{frac:09}").trim_end_matches('0').to_string()
+    };
+    if h > 0 {
+        format!("{h}h{m}m{seconds}s")
+    } else if m > 0 {
+        format!("{m}m{seconds}s")
+    } else {
+        format!("{seconds}s")
     }
 }
 
@@ -1148,7 +1184,13 @@ fn cardinality(
 /// `SHOW DATABASES`, which lists only what the caller may see).
 fn statement_need<'a>(st: &'a Statement, db: Option<&'a str>) -> (Scope, Option<&'a str>) {
     match st {
-        Statement::CreateDatabase { name } => (Scope::Admin, Some(name)),
+        Statement::CreateDatabase { name, .. } | Statement::DropDatabase { name } => {
+            (Scope::Admin, Some(name))
+        }
+        Statement::CreateRetentionPolicy { on, .. }
+        | Statement::AlterRetentionPolicy { on, .. }
+        | Statement::DropRetentionPolicy { on, .. } => (Scope::Admin, Some(on)),
+        Statement::DropMeasurement { .. } | Statement::DeleteSeries { .. } => (Scope::Write, db),
         Statement::ShowDatabases => (Scope::Read, None),
         Statement::ShowRetentionPolicies { on }
         | Statement::ShowMeasurements { on, .. }
@@ -1207,7 +1249,7 @@ fn select(
 fn is_database(ns: &str, tables: &[crate::catalog::TableDescriptor]) -> bool {
     let mut own = tables
         .iter()
-        .filter(|t| t.name.namespace == ns && !t.name.table.starts_with("__"))
+        .filter(|t| t.name.namespace == ns && measurements::is_measurement_table(&t.name.table))
         .peekable();
     if own.peek().is_none() {
         return ns != crate::catalog::DEFAULT_NAMESPACE;
@@ -1224,10 +1266,78 @@ fn run_other(
     format: CellFormat,
 ) -> Result<Vec<Json>, String> {
     match st {
-        Statement::CreateDatabase { name } => match s.store.catalog().create_namespace(name) {
-            Ok(()) | Err(Error::Conflict(_)) => Ok(Vec::new()),
-            Err(e) => Err(e.to_string()),
-        },
+        Statement::CreateDatabase { name, with } => {
+            let with = with.as_ref().map(|w| (w.name.as_deref(), w.spec));
+            retention::create_database(&s.store, name, with).map_err(|e| e.to_string())?;
+            Ok(Vec::new())
+        }
+        Statement::DropDatabase { name } => {
+            retention::drop_database(&s.store, &s.tag_sets, name).map_err(|e| e.to_string())?;
+            Ok(Vec::new())
+        }
+        Statement::DropMeasurement { name } => {
+            let db = db.ok_or("database name required")?;
+            if !database_exists(s, db) {
+                return Err(format!("database not found: {db}"));
+            }
+            let declared = measurements::measurement(
+                &s.store,
+                None,
+                &crate::catalog::PolicyTables::autogen(db),
+                name,
+            )?
+            .is_some();
+            retention::drop_measurement(&s.store, &s.tag_sets, db, name, declared)
+                .map_err(|e| e.to_string())?;
+            Ok(Vec::new())
+        }
+        Statement::DeleteSeries {
+            sources,
+            condition,
+            drop,
+        } => {
+            let db = db.ok_or("database name required")?;
+            if !database_exists(s, db) {
+                return Err(format!("database not found: {db}"));
+            }
+            let d = s
+                .tag_sets
+                .dictionary(&s.store, db)
+                .map_err(|e| e.to_string())?;
+            crate::query::influx_delete::delete_series(
+                &s.store,
+                &d,
+                db,
+                sources,
+                condition.as_ref(),
+                *drop,
+            )?;
+            Ok(Vec::new())
+        }
+        Statement::CreateRetentionPolicy {
+            name,
+            on,
+            policy,
+            default,
+        } => {
+            retention::create_policy(&s.store, on, name, *policy, *default)
+                .map_err(|e| e.to_string())?;
+            Ok(Vec::new())
+        }
+        Statement::AlterRetentionPolicy {
+            name,
+            on,
+            policy,
+            default,
+        } => {
+            retention::alter_policy(&s.store, on, name, *policy, *default)
+                .map_err(|e| e.to_string())?;
+            Ok(Vec::new())
+        }
+        Statement::DropRetentionPolicy { name, on } => {
+            retention::drop_policy(&s.store, &s.tag_sets, on, name).map_err(|e| e.to_string())?;
+            Ok(Vec::new())
+        }
         Statement::ShowDatabases => {
             let catalog = s.store.catalog();
             let tables = catalog.tables(None);
@@ -1246,6 +1356,21 @@ fn run_other(
                     crate::codec::quote_prefix(on.as_deref().or(db).unwrap_or_default())
                 ));
             }
+            let db = on.as_deref().or(db).unwrap_or_default();
+            let policies = s.store.catalog().retention_policies(db);
+            let values = policies
+                .policies
+                .iter()
+                .map(|p| {
+                    vec![
+                        json!(p.name),
+                        json!(go_duration(p.duration_ns)),
+                        json!(go_duration(p.shard_group_ns)),
+                        json!(p.replication),
+                        json!(p.name == policies.default),
+                    ]
+                })
+                .collect();
             Ok(vec![one_series(
                 None,
                 &[
@@ -1255,13 +1380,7 @@ fn run_other(
                     "replicaN",
                     "default",
                 ],
-                vec![vec![
-                    json!("autogen"),
-                    json!("0s"),
-                    json!("168h0m0s"),
-                    json!(1),
-                    json!(true),
-                ]],
+                values,
             )])
         }
         Statement::ShowMeasurements {
@@ -1333,13 +1452,37 @@ fn run_other(
                     .collect()
             })
         }
-        Statement::ShowFieldKeys { on, from, paging } => {
-            per_measurement(s, on, from, db, *paging, &["fieldKey", "fieldType"], |m| {
-                m.fields
-                    .iter()
-                    .map(|(f, t)| vec![json!(f), json!(t.name())])
-                    .collect()
-            })
+        Statement::ShowFieldKeys {
+            on,
+            retention_policy,
+            from,
+            paging,
+        } => {
+            // A policy's own, unlike the series (InfluxDB 1.6).
+            let Some(db) = database(s, on.as_deref(), db)? else {
+                return Ok(Vec::new());
+            };
+            let policy = influx_select::policy_of(&s.store, db, retention_policy.as_deref())?;
+            let d = dictionary_of(s, db)?;
+            let found = match from {
+                Some(m) => measurements::measurement(&s.store, d.as_deref(), &policy, m)?
+                    .into_iter()
+                    .collect(),
+                None => measurements::measurements(&s.store, d.as_deref(), &policy)?,
+            };
+            Ok(found
+                .iter()
+                .filter_map(|m| {
+                    let values = paging.apply(
+                        m.fields
+                            .iter()
+                            .map(|(f, t)| vec![json!(f), json!(t.name())])
+                            .collect(),
+                    );
+                    (!values.is_empty())
+                        .then(|| one_series(Some(&m.name), &["fieldKey", "fieldType"], values))
+                })
+                .collect())
         }
         Statement::ShowSeries {
             on,

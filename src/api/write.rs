@@ -174,6 +174,7 @@ pub(super) async fn write(
                     max_value_size,
                     precision,
                     ttl_ms: ttl,
+                    oldest_ms: None,
                     now_ms: now,
                     dictionary: None,
                     piece_bytes,

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::catalog::{CreateTable, TableName};
+use crate::catalog::{CreateTable, PolicyTables, TableName};
 use crate::error::Error;
 use crate::key::{KeySchema, OpenTags, Salt, SaltFrom, TimeUnit};
 use crate::schema::{Durability, FamilySpec};
@@ -36,9 +36,14 @@ pub struct TableTemplate {
 }
 
 impl TableTemplate {
-    /// A measurement's table: nanoseconds, as InfluxDB keeps time.
-    pub fn measurement_request(&self, name: &TableName) -> CreateTable {
-        self.request(name, TimeUnit::Nanoseconds)
+    /// A measurement's table: nanoseconds, as InfluxDB keeps time, its
+    /// points kept `ttl_secs` (its retention policy's duration).
+    pub fn measurement_request(&self, name: &TableName, ttl_secs: Option<u64>) -> CreateTable {
+        let mut req = self.request(name, TimeUnit::Nanoseconds);
+        for f in &mut req.families {
+            f.ttl = ttl_secs;
+        }
+        req
     }
 
     /// The samples table: milliseconds, as Prometheus keeps time.
@@ -200,12 +205,16 @@ pub enum BadMeasurement {
     Unnameable,
 }
 
-/// The table measurement `measurement` of database `db` lives in.
-pub fn measurement_table(db: &str, measurement: &str) -> Result<TableName, BadMeasurement> {
+/// The table measurement `measurement` of a database's retention policy
+/// lives in.
+pub fn measurement_table(
+    tables: &PolicyTables,
+    measurement: &str,
+) -> Result<TableName, BadMeasurement> {
     if measurement.is_empty() {
         return Err(BadMeasurement::Missing);
     }
-    match TableName::parse(&format!("{db}:{measurement}")) {
+    match tables.table(measurement) {
         Ok(n) if !measurement.starts_with("__") => Ok(n),
         _ => Err(BadMeasurement::Unnameable),
     }
@@ -344,17 +353,36 @@ mod tests {
 
     #[test]
     fn measurements_name_tables_or_say_why_not() {
+        let autogen = PolicyTables::autogen("telegraf");
         assert_eq!(
-            measurement_table("telegraf", "cpu").unwrap().to_string(),
+            measurement_table(&autogen, "cpu").unwrap().to_string(),
             "telegraf:cpu"
         );
-        assert_eq!(measurement_table("t", ""), Err(BadMeasurement::Missing));
+        let month = PolicyTables::new("telegraf", "30d");
+        let table = measurement_table(&month, "cpu").unwrap();
+        assert_eq!(table.to_string(), "telegraf:__rp.30d.cpu");
+        assert_eq!(month.measurement_of(&table.table), Some("cpu"));
+        assert_eq!(autogen.measurement_of(&table.table), None);
         assert_eq!(
-            measurement_table("t", "__tags"),
+            PolicyTables::new("telegraf", "30").measurement_of(&table.table),
+            None
+        );
+        assert_eq!(autogen.measurement_of("cpu"), Some("cpu"));
+        assert_eq!(month.measurement_of("cpu"), None);
+        assert_eq!(
+            measurement_table(&autogen, ""),
+            Err(BadMeasurement::Missing)
+        );
+        assert_eq!(
+            measurement_table(&autogen, "__tags"),
             Err(BadMeasurement::Unnameable)
         );
         assert_eq!(
-            measurement_table("t", "a b/c"),
+            measurement_table(&month, "__tags"),
+            Err(BadMeasurement::Unnameable)
+        );
+        assert_eq!(
+            measurement_table(&autogen, "a b/c"),
             Err(BadMeasurement::Unnameable)
         );
     }

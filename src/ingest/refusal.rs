@@ -20,9 +20,12 @@ pub enum RefusalKind {
     Conflict,
     /// A point of a new series at the table's series limit.
     SeriesLimit,
+    /// A point older than its retention policy keeps points (InfluxDB
+    /// drops it: `points beyond retention policy`).
+    BeyondRetention,
 }
 
-const KINDS: usize = 3;
+const KINDS: usize = 4;
 
 impl RefusalKind {
     fn index(self) -> usize {
@@ -30,9 +33,13 @@ impl RefusalKind {
             RefusalKind::Invalid => 0,
             RefusalKind::Conflict => 1,
             RefusalKind::SeriesLimit => 2,
+            RefusalKind::BeyondRetention => 3,
         }
     }
 }
+
+/// InfluxDB's reason for points older than their retention policy keeps.
+pub const BEYOND_RETENTION: &str = "points beyond retention policy";
 
 /// One point refused: its kind and the reason a user reads.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -47,6 +54,13 @@ impl PointRefusal {
         PointRefusal {
             kind: RefusalKind::Conflict,
             reason: reason.into(),
+        }
+    }
+
+    pub fn beyond_retention() -> Self {
+        PointRefusal {
+            kind: RefusalKind::BeyondRetention,
+            reason: BEYOND_RETENTION.into(),
         }
     }
 

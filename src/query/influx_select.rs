@@ -12,6 +12,7 @@ use super::influx_rows::{Chosen, Entry, RowsFunc, Shape};
 use super::influx_subquery::Subquery;
 use super::influxql::{CompareOp, Expr, Fill, GroupTags, Operand, Select, SelectExpr};
 use super::measurements::SeriesTable;
+use crate::catalog::PolicyTables;
 use crate::error::Error;
 use crate::key::KeySchema;
 use crate::region::read::columns::{ColumnRead, ColumnSink};
@@ -130,6 +131,16 @@ impl<'a> Source<'a> {
             Source::Rows(_) => None,
         }
     }
+}
+
+/// The tables of retention policy `rp` of `db` (its default when `None`),
+/// or InfluxDB's error.
+pub fn policy_of(store: &Store, db: &str, rp: Option<&str>) -> Result<PolicyTables, String> {
+    let policies = store.catalog().retention_policies(db);
+    let policy = policies
+        .resolve(rp)
+        .map_err(|name| format!("retention policy not found: {name}"))?;
+    Ok(PolicyTables::new(db, &policy.name))
 }
 
 /// Runs `select` on database `db`; an error is the statement's error text.
@@ -286,14 +297,11 @@ fn select_sources(
     now_ns: i64,
 ) -> Result<Vec<SeriesOut>, String> {
     use super::influxql::FromName;
-    let mut patterns = Vec::new();
-    let mut named = BTreeSet::new();
+    // By retention policy: the names and patterns of each.
+    let mut wanted: BTreeMap<String, (BTreeSet<String>, Vec<regex_lite::Regex>)> = BTreeMap::new();
     for source in &s.sources {
-        if let Some(rp) = source.retention_policy.as_deref()
-            && rp != "autogen"
-        {
-            return Err(format!("retention policy not found: {rp}"));
-        }
+        let policy = policy_of(store, db, source.retention_policy.as_deref())?.policy;
+        let (named, patterns) = wanted.entry(policy).or_default();
         if source.database.as_deref().is_some_and(|named| named != db) {
             return Err(
                 "measurements of another database than the statement's in one FROM are not \
@@ -312,21 +320,31 @@ fn select_sources(
         }
     }
     // Named measurements are looked up; only a pattern lists them all.
-    let all = if patterns.is_empty() {
-        let mut found = Vec::new();
-        for name in &named {
-            found.extend(super::measurements::measurement(
-                store, dictionary, db, name,
-            )?);
-        }
-        found
-    } else {
-        super::measurements::measurements(store, dictionary, db)?
-    };
-    let chosen: Vec<&super::measurements::Measurement> = all
-        .iter()
-        .filter(|m| named.contains(&m.name) || patterns.iter().any(|re| re.is_match(&m.name)))
-        .collect();
+    let mut all: Vec<(String, super::measurements::Measurement)> = Vec::new();
+    for (policy_name, (named, patterns)) in &wanted {
+        let policy = PolicyTables::new(db, policy_name);
+        let found = if patterns.is_empty() {
+            let mut found = Vec::new();
+            for name in named {
+                found.extend(super::measurements::measurement(
+                    store, dictionary, &policy, name,
+                )?);
+            }
+            found
+        } else {
+            super::measurements::measurements(store, dictionary, &policy)?
+        };
+        all.extend(
+            found
+                .into_iter()
+                .filter(|m| {
+                    named.contains(&m.name) || patterns.iter().any(|re| re.is_match(&m.name))
+                })
+                .map(|m| (policy_name.clone(), m)),
+        );
+    }
+    all.sort_by(|a, b| (&a.1.name, &a.0).cmp(&(&b.1.name, &b.0)));
+    let chosen: Vec<&(String, super::measurements::Measurement)> = all.iter().collect();
     let mut fields: BTreeMap<String, crate::series::FieldType> = BTreeMap::new();
     let mut tag_keys: BTreeSet<String> = BTreeSet::new();
     // A field of several types across the measurements takes InfluxDB's
@@ -341,7 +359,7 @@ fn select_sources(
             Boolean => 4,
         }
     };
-    for m in &chosen {
+    for (_, m) in &chosen {
         for (name, ty) in &m.fields {
             let entry = fields.entry(name.clone()).or_insert(*ty);
             if rank(ty) < rank(entry) {
@@ -374,13 +392,14 @@ fn select_sources(
         }
     }
     let mut series = Vec::new();
-    for m in chosen {
+    for (policy, m) in chosen {
         let mut answer = select(
             store,
             dictionary,
             db,
             &Select {
                 from: m.name.clone(),
+                retention_policy: Some(policy.clone()),
                 ..one.clone()
             },
             now_ns,
@@ -430,13 +449,11 @@ fn select_fields(
     }
     // After the statement's own checks, as InfluxDB finds the retention
     // policy only when it looks for the statement's shards.
-    if let Some(rp) = s.retention_policy.as_deref()
-        && rp != "autogen"
-    {
-        return Err(format!("retention policy not found: {rp}"));
-    }
     let found = match source {
-        Source::Store(store) => super::measurements::measurement(store, dictionary, db, &s.from)?,
+        Source::Store(store) => {
+            let policy = policy_of(store, db, s.retention_policy.as_deref())?;
+            super::measurements::measurement(store, dictionary, &policy, &s.from)?
+        }
         Source::Rows(sub) => Some(sub.measurement()),
     };
     let Some(mut measurement) = found else {
@@ -1701,9 +1718,9 @@ fn field_refs(
 /// and what is left of it.
 /// A condition taken apart: its lowest and highest time (inclusive) and
 /// the rest.
-type TimeSplit = (Option<i64>, Option<i64>, Option<Expr>);
+pub(super) type TimeSplit = (Option<i64>, Option<i64>, Option<Expr>);
 
-fn split_time(e: Option<&Expr>) -> Result<TimeSplit, String> {
+pub(super) fn split_time(e: Option<&Expr>) -> Result<TimeSplit, String> {
     let Some(e) = e else {
         return Ok((None, None, None));
     };
@@ -1767,7 +1784,10 @@ fn mentions_time(e: &Expr) -> bool {
     }
 }
 
-fn mentions_field(e: &Expr, fields: &BTreeMap<String, crate::series::FieldType>) -> bool {
+pub(super) fn mentions_field(
+    e: &Expr,
+    fields: &BTreeMap<String, crate::series::FieldType>,
+) -> bool {
     match e {
         Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions_field(t, fields)),
         Expr::Compare { lhs, .. } => fields.contains_key(lhs),

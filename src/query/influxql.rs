@@ -3,11 +3,53 @@
 //! Parse errors read as InfluxDB's (`found X, expected Y at line 1, char
 //! N`), so clients show the same messages.
 
+pub use crate::catalog::PolicySpec;
+
 /// One statement of a `/query` request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
+    /// `CREATE DATABASE name [WITH [DURATION d] [REPLICATION n] [SHARD
+    /// DURATION d] [NAME rp]]`: `with` is the policy the database starts
+    /// with (else `autogen`, forever).
     CreateDatabase {
         name: String,
+        with: Option<DatabasePolicy>,
+    },
+    DropDatabase {
+        name: String,
+    },
+    /// `DROP MEASUREMENT m`: its series and points in every retention
+    /// policy of the statement's database.
+    DropMeasurement {
+        name: String,
+    },
+    /// `CREATE RETENTION POLICY rp ON db DURATION d REPLICATION n [SHARD
+    /// DURATION d] [DEFAULT]`.
+    CreateRetentionPolicy {
+        name: String,
+        on: String,
+        policy: PolicySpec,
+        default: bool,
+    },
+    /// `ALTER RETENTION POLICY rp ON db` and at least one of `DURATION`,
+    /// `REPLICATION`, `SHARD DURATION`, `DEFAULT`.
+    AlterRetentionPolicy {
+        name: String,
+        on: String,
+        policy: PolicySpec,
+        default: bool,
+    },
+    DropRetentionPolicy {
+        name: String,
+        on: String,
+    },
+    /// `DELETE [FROM m, /re/ …] [WHERE tags and time]` (points, in every
+    /// retention policy; a series left no point goes too) and `DROP SERIES
+    /// [FROM …] [WHERE tags]` (`drop`: whole series).
+    DeleteSeries {
+        sources: Vec<FromName>,
+        condition: Option<Expr>,
+        drop: bool,
     },
     ShowDatabases,
     ShowRetentionPolicies {
@@ -35,6 +77,9 @@ pub enum Statement {
     },
     ShowFieldKeys {
         on: Option<String>,
+        /// The retention policy `FROM rp.m` names (the default's otherwise):
+        /// field keys, unlike the series, are a policy's own in InfluxDB.
+        retention_policy: Option<String>,
         from: Option<String>,
         paging: Paging,
     },
@@ -58,6 +103,13 @@ pub enum Statement {
     /// A statement InfluxQL has that halite does not answer yet (its
     /// first words, for the error).
     Unsupported(String),
+}
+
+/// `CREATE DATABASE … WITH`'s policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DatabasePolicy {
+    pub spec: PolicySpec,
+    pub name: Option<String>,
 }
 
 /// A `SHOW` statement's `LIMIT n OFFSET m` (no limit: `None` or 0).
@@ -559,6 +611,10 @@ fn lex(text: &str) -> Result<Vec<Located>, String> {
 /// once per level. What dashboards write nests two or three deep.
 pub const MAX_CONDITION_DEPTH: usize = 100;
 
+/// A `SHOW` statement's database (`ON` or `FROM`'s), retention policy and
+/// measurement.
+type OnPolicyFrom = (Option<String>, Option<String>, Option<String>);
+
 struct Parser {
     tokens: Vec<Located>,
     at: usize,
@@ -629,12 +685,180 @@ impl Parser {
     /// retention policy first, `FROM "db"."rp"."m"` or `FROM db..m` its
     /// database, which then wins over `ON`).
     fn on_and_from(&mut self) -> Result<(Option<String>, Option<String>), String> {
+        self.on_and_policy_from().map(|(on, _, from)| (on, from))
+    }
+
+    /// [`Parser::on_and_from`] with the retention policy `FROM` names.
+    fn on_and_policy_from(&mut self) -> Result<OnPolicyFrom, String> {
         let on = self.on_clause()?;
         if !self.accept("FROM") {
-            return Ok((on, None));
+            return Ok((on, None, None));
         }
-        let (db, _, name) = self.parse_from_name()?;
-        Ok((db.or(on), Some(name)))
+        let (db, rp, name) = self.parse_from_name()?;
+        Ok((db.or(on), rp, Some(name)))
+    }
+
+    /// A retention policy's `DURATION`: a duration literal or `INF`.
+    fn policy_duration(&mut self) -> Result<u64, String> {
+        match self.peek().clone() {
+            Token::Ident(w) if w.eq_ignore_ascii_case("INF") => {
+                self.next();
+                Ok(0)
+            }
+            Token::Number(n) => {
+                let (_, line, col) = &self.tokens[self.at];
+                let d = parse_duration(&n)
+                    .and_then(|d| u64::try_from(d).ok())
+                    .ok_or_else(|| format!("invalid duration at line {line}, char {col}"))?;
+                self.next();
+                Ok(d)
+            }
+            _ => Err(self.error("duration")),
+        }
+    }
+
+    /// `REPLICATION`'s count, as InfluxDB bounds it.
+    fn replication(&mut self) -> Result<u32, String> {
+        let (token, line, col) = self.tokens[self.at].clone();
+        let Token::Number(n) = token else {
+            return Err(self.error("integer"));
+        };
+        let v: i64 = n.parse().map_err(|_| self.error("integer"))?;
+        if !(1..=i64::from(i32::MAX)).contains(&v) {
+            return Err(format!(
+                "invalid value {v}: must be 1 <= n <= 2147483647 at line {line}, char {col}"
+            ));
+        }
+        self.next();
+        Ok(v as u32)
+    }
+
+    /// `SHARD DURATION d`, after `SHARD`.
+    fn shard_duration(&mut self) -> Result<u64, String> {
+        self.word("DURATION")?;
+        self.policy_duration()
+    }
+
+    /// After `RETENTION POLICY`: the policy's name and `ON db`.
+    fn policy_name_on(&mut self) -> Result<(String, String), String> {
+        let name = self.ident()?;
+        self.word("ON")?;
+        Ok((name, self.ident()?))
+    }
+
+    /// `CREATE RETENTION POLICY`, after its first three words.
+    fn create_policy(&mut self) -> Result<Statement, String> {
+        let (name, on) = self.policy_name_on()?;
+        self.word("DURATION")?;
+        let duration = self.policy_duration()?;
+        self.word("REPLICATION")?;
+        let replication = self.replication()?;
+        let shard = if self.accept("SHARD") {
+            Some(self.shard_duration()?)
+        } else {
+            None
+        };
+        let default = self.accept("DEFAULT");
+        Ok(Statement::CreateRetentionPolicy {
+            name,
+            on,
+            policy: PolicySpec {
+                duration_ns: Some(duration),
+                replication: Some(replication),
+                shard_duration_ns: shard,
+            },
+            default,
+        })
+    }
+
+    /// `ALTER RETENTION POLICY`, after its first three words: its
+    /// clauses in any order, at least one.
+    fn alter_policy(&mut self) -> Result<Statement, String> {
+        let (name, on) = self.policy_name_on()?;
+        let mut policy = PolicySpec::default();
+        let mut default = false;
+        let mut any = false;
+        loop {
+            if self.accept("DURATION") {
+                policy.duration_ns = Some(self.policy_duration()?);
+            } else if self.accept("REPLICATION") {
+                policy.replication = Some(self.replication()?);
+            } else if self.accept("SHARD") {
+                policy.shard_duration_ns = Some(self.shard_duration()?);
+            } else if self.accept("DEFAULT") {
+                default = true;
+            } else if any {
+                break;
+            } else {
+                return Err(self.error("DURATION, REPLICATION, SHARD, DEFAULT"));
+            }
+            any = true;
+        }
+        Ok(Statement::AlterRetentionPolicy {
+            name,
+            on,
+            policy,
+            default,
+        })
+    }
+
+    /// The rest of `DELETE` or `DROP SERIES`: `FROM` measurements (no
+    /// retention policy, as InfluxDB: they go from every one), `WHERE`, at
+    /// least one of them.
+    fn delete_series(&mut self, drop: bool) -> Result<Statement, String> {
+        let mut sources = Vec::new();
+        let from = self.accept("FROM");
+        if from {
+            loop {
+                let (db, rp, name) = self.source_name().map_err(|_| self.error("identifier"))?;
+                if db.is_some() || rp.is_some() {
+                    return Err("retention policy not supported at line 1, char 1".into());
+                }
+                sources.push(name);
+                if !self.is_punct(',') {
+                    break;
+                }
+                self.next();
+            }
+        }
+        let condition = if self.accept("WHERE") {
+            Some(self.or_expr()?)
+        } else if !from {
+            return Err(self.error("FROM, WHERE"));
+        } else {
+            None
+        };
+        Ok(Statement::DeleteSeries {
+            sources,
+            condition,
+            drop,
+        })
+    }
+
+    /// `CREATE DATABASE`'s `WITH` clauses, in InfluxDB's order, at least one.
+    fn database_policy(&mut self) -> Result<DatabasePolicy, String> {
+        let mut with = DatabasePolicy::default();
+        let mut any = false;
+        if self.accept("DURATION") {
+            with.spec.duration_ns = Some(self.policy_duration()?);
+            any = true;
+        }
+        if self.accept("REPLICATION") {
+            with.spec.replication = Some(self.replication()?);
+            any = true;
+        }
+        if self.accept("SHARD") {
+            with.spec.shard_duration_ns = Some(self.shard_duration()?);
+            any = true;
+        }
+        if self.accept("NAME") {
+            with.name = Some(self.ident()?);
+            any = true;
+        }
+        if !any {
+            return Err(self.error("DURATION, NAME, REPLICATION, SHARD"));
+        }
+        Ok(with)
     }
 
     /// After `SHOW`: what a `… [EXACT] CARDINALITY` statement counts and
@@ -764,12 +988,50 @@ impl Parser {
             self.next();
             if self.accept("DATABASE") {
                 let name = self.ident()?;
-                if !matches!(self.peek(), Token::Semicolon | Token::Eof) {
-                    return Ok(self.rest_unsupported("CREATE DATABASE … WITH"));
-                }
-                return Ok(Statement::CreateDatabase { name });
+                let with = if self.accept("WITH") {
+                    Some(self.database_policy()?)
+                } else {
+                    None
+                };
+                return Ok(Statement::CreateDatabase { name, with });
+            }
+            if self.accept("RETENTION") {
+                self.word("POLICY")?;
+                return self.create_policy();
             }
             return Ok(self.rest_unsupported("CREATE"));
+        }
+        if first.is_word("ALTER") {
+            self.next();
+            if self.accept("RETENTION") {
+                self.word("POLICY")?;
+                return self.alter_policy();
+            }
+            return Ok(self.rest_unsupported("ALTER"));
+        }
+        if first.is_word("DROP") {
+            self.next();
+            if self.accept("DATABASE") {
+                let name = self.ident()?;
+                return Ok(Statement::DropDatabase { name });
+            }
+            if self.accept("MEASUREMENT") {
+                let name = self.ident()?;
+                return Ok(Statement::DropMeasurement { name });
+            }
+            if self.accept("RETENTION") {
+                self.word("POLICY")?;
+                let (name, on) = self.policy_name_on()?;
+                return Ok(Statement::DropRetentionPolicy { name, on });
+            }
+            if self.accept("SERIES") {
+                return self.delete_series(true);
+            }
+            return Ok(self.rest_unsupported("DROP"));
+        }
+        if first.is_word("DELETE") {
+            self.next();
+            return self.delete_series(false);
         }
         if first.is_word("SHOW") {
             self.next();
@@ -839,9 +1101,14 @@ impl Parser {
             if what.is_word("FIELD") {
                 self.next();
                 self.word("KEYS")?;
-                let (on, from) = self.on_and_from()?;
+                let (on, retention_policy, from) = self.on_and_policy_from()?;
                 let paging = self.paging()?;
-                return Ok(Statement::ShowFieldKeys { on, from, paging });
+                return Ok(Statement::ShowFieldKeys {
+                    on,
+                    retention_policy,
+                    from,
+                    paging,
+                });
             }
             if what.is_word("SERIES") {
                 self.next();
@@ -866,9 +1133,7 @@ impl Parser {
             self.next();
             return self.select().map(|s| Statement::Select(Box::new(s)));
         }
-        for head in [
-            "DELETE", "DROP", "EXPLAIN", "GRANT", "REVOKE", "ALTER", "SET", "KILL",
-        ] {
+        for head in ["EXPLAIN", "GRANT", "REVOKE", "SET", "KILL"] {
             if first.is_word(head) {
                 return Ok(self.rest_unsupported(head));
             }
@@ -1408,7 +1673,10 @@ impl Parser {
             self.punct(')')?;
             return Ok(e);
         }
-        let lhs = self.ident()?;
+        // InfluxDB reads a condition's left side as any expression.
+        let lhs = self
+            .ident()
+            .map_err(|_| self.error("identifier, string, number, bool"))?;
         self.cast()?;
         let op = match self.peek() {
             Token::Op("=") => CompareOp::Eq,
@@ -1755,7 +2023,8 @@ mod tests {
         assert_eq!(
             parse(r#"CREATE DATABASE "telegraf""#),
             Ok(vec![Statement::CreateDatabase {
-                name: "telegraf".into()
+                name: "telegraf".into(),
+                with: None,
             }])
         );
         assert_eq!(
@@ -1799,7 +2068,27 @@ mod tests {
         ));
         assert_eq!(
             parse("DROP MEASUREMENT cpu"),
+            Ok(vec![Statement::DropMeasurement { name: "cpu".into() }])
+        );
+        assert_eq!(
+            parse("DROP SERIES FROM cpu"),
+            Ok(vec![Statement::DeleteSeries {
+                sources: vec![FromName::Name("cpu".into())],
+                condition: None,
+                drop: true,
+            }])
+        );
+        assert_eq!(
+            parse("DROP CONTINUOUS QUERY q ON db"),
             Ok(vec![Statement::Unsupported("DROP".into())])
+        );
+        assert!(matches!(
+            parse("CREATE DATABASE d WITH DURATION 3d NAME three").as_deref(),
+            Ok([Statement::CreateDatabase { with: Some(DatabasePolicy { name: Some(n), .. }), .. }]) if n == "three"
+        ));
+        assert_eq!(
+            parse("ALTER RETENTION POLICY a ON db").unwrap_err(),
+            "found EOF, expected DURATION, REPLICATION, SHARD, DEFAULT at line 1, char 32"
         );
     }
 

@@ -11,6 +11,9 @@
 //!   table itself, one seek each ([`super::series_list`]), and a field's
 //!   type is the one its series' newest point holds.
 //!
+//! A retention policy other than `autogen` holds open tables only
+//! (`catalog::PolicyTables`); declared tables are `autogen`'s.
+//!
 //! A declared table InfluxQL cannot read newest first (a key that does not
 //! end in a `reversed_timestamp` after the series fields) holds no
 //! measurement; asked by its own name, it answers why.
@@ -18,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::catalog::{TableDescriptor, TableName};
+use crate::catalog::{PolicyTables, TableDescriptor, TableName};
 use crate::key::{FieldEncoding, FieldValue, KeySchema};
 use crate::region::read::Scan;
 use crate::series::{Dictionary, FieldType, NamedSeries, SeriesList};
@@ -215,9 +218,13 @@ fn declared_tables(store: &Store, db: &str) -> Vec<TableDescriptor> {
 /// for (or all are).
 fn declared(
     store: &Store,
-    db: &str,
+    policy: &PolicyTables,
     only: Option<&str>,
 ) -> Result<BTreeMap<String, Measurement>, String> {
+    if !policy.is_autogen() {
+        return Ok(BTreeMap::new());
+    }
+    let db = policy.db.as_str();
     /// A measurement's series as the tables are walked: the tables it is
     /// in (the one being walked last), each series with its table's index.
     #[derive(Default)]
@@ -296,9 +303,9 @@ fn declared(
         .collect())
 }
 
-/// Measurement `m` of an open table `db:m`, from `dictionary` (in
-/// cluster mode refreshed from the object store first: every node's
-/// series); `None` when there is no such table (or no dictionary).
+/// Measurement `m` of open table `desc`, from `dictionary` (in cluster
+/// mode refreshed from the object store first: every node's series);
+/// `None` when there is no such table (or no dictionary).
 fn open_measurement(
     dictionary: Option<&Dictionary>,
     desc: &TableDescriptor,
@@ -307,29 +314,31 @@ fn open_measurement(
     let Some(dictionary) = dictionary else {
         return Ok(None);
     };
-    dictionary.refresh(m).map_err(|e| e.to_string())?;
+    let table_name = desc.name.table.as_str();
+    dictionary.refresh(table_name).map_err(|e| e.to_string())?;
     let Some(table) = SeriesTable::of(desc) else {
         return Ok(None);
     };
     Ok(Some(Measurement {
         name: m.to_string(),
-        fields: dictionary.fields_of(m),
-        series: dictionary.series_of(m),
+        fields: dictionary.fields_of(table_name),
+        series: dictionary.series_of(table_name),
         tables: vec![table],
         table_of: Vec::new(),
     }))
 }
 
-/// Measurement `m` of database `db` (`None`: there is none). An open
-/// table `db:m` answers it from `dictionary`; otherwise the declared
-/// tables holding series of `m`.
+/// Measurement `m` of a database's retention policy (`None`: there is
+/// none). Its open table answers it from `dictionary`; otherwise the
+/// declared tables holding series of `m`.
 pub fn measurement(
     store: &Store,
     dictionary: Option<&Dictionary>,
-    db: &str,
+    policy: &PolicyTables,
     m: &str,
 ) -> Result<Option<Measurement>, String> {
-    if let Ok(name) = TableName::parse(&format!("{db}:{m}"))
+    if !m.starts_with("__")
+        && let Ok(name) = policy.table(m)
         && let Ok(desc) = store.catalog().table(&name)
     {
         if let Some(why) = unreadable(&desc) {
@@ -339,17 +348,19 @@ pub fn measurement(
             return open_measurement(dictionary, &desc, m);
         }
     }
-    Ok(declared(store, db, Some(m))?.remove(m))
+    Ok(declared(store, policy, Some(m))?.remove(m))
 }
 
-/// Every measurement of database `db`, in name order: the open tables
-/// with series in `dictionary`, and the declared tables' measurements.
+/// Every measurement of a database's retention policy, in name order:
+/// the open tables with series in `dictionary`, and the declared tables'
+/// measurements.
 pub fn measurements(
     store: &Store,
     dictionary: Option<&Dictionary>,
-    db: &str,
+    policy: &PolicyTables,
 ) -> Result<Vec<Measurement>, String> {
-    let mut all = declared(store, db, None)?;
+    let db = policy.db.as_str();
+    let mut all = declared(store, policy, None)?;
     // An open table answers its measurement over declared ones, as
     // [`measurement`] does.
     // In cluster mode another node may have written any open table of
@@ -359,13 +370,16 @@ pub fn measurements(
             .catalog()
             .tables(Some(db))
             .into_iter()
-            .filter(|desc| desc.key.is_open_tags() && !desc.name.table.starts_with("__"))
+            .filter(|desc| desc.key.is_open_tags())
             .map(|desc| desc.name.table)
             .collect(),
         Some(d) => d.tables(),
         None => Default::default(),
     };
     for t in open_tables {
+        let Some(m) = policy.measurement_of(&t) else {
+            continue;
+        };
         let open = TableName::parse(&format!("{db}:{t}"))
             .ok()
             .and_then(|name| store.catalog().table(&name).ok())
@@ -373,13 +387,73 @@ pub fn measurements(
         let Some(desc) = open else {
             continue;
         };
-        if let Some(m) = open_measurement(dictionary, &desc, &t)?
-            && !m.series.is_empty()
+        if let Some(found) = open_measurement(dictionary, &desc, m)?
+            && !found.series.is_empty()
         {
-            all.insert(t, m);
+            all.insert(m.to_string(), found);
         }
     }
     Ok(all.into_values().collect())
+}
+
+/// The measurements of every retention policy of `db` (`only` one when
+/// given), in name order, each with the series and fields of any policy
+/// (series of the same tags once): InfluxDB 1.6 keeps one index of a
+/// database, which its `SHOW` statements but `SHOW FIELD KEYS` list. A
+/// measurement of several policies is for listing: its points are read
+/// through the one of its policy ([`measurement`]).
+pub fn of_every_policy(
+    store: &Store,
+    dictionary: Option<&Dictionary>,
+    db: &str,
+    only: Option<&str>,
+) -> Result<Vec<Measurement>, String> {
+    let mut policies: Vec<PolicyTables> = store
+        .catalog()
+        .retention_policies(db)
+        .policies
+        .iter()
+        .map(|p| PolicyTables::new(db, &p.name))
+        .collect();
+    // Declared tables are autogen's, there whatever became of it.
+    if !policies.iter().any(PolicyTables::is_autogen) {
+        policies.insert(0, PolicyTables::autogen(db));
+    }
+    let mut by_name: BTreeMap<String, Vec<Measurement>> = BTreeMap::new();
+    for policy in &policies {
+        let found = match only {
+            Some(m) => measurement(store, dictionary, policy, m)?
+                .into_iter()
+                .collect(),
+            None => measurements(store, dictionary, policy)?,
+        };
+        for m in found {
+            by_name.entry(m.name.clone()).or_default().push(m);
+        }
+    }
+    Ok(by_name
+        .into_values()
+        .filter_map(|mut of_name| {
+            if of_name.len() == 1 {
+                return of_name.pop();
+            }
+            let mut all = of_name.into_iter();
+            let mut first = all.next()?;
+            let mut series: Vec<NamedSeries> = first.series.to_vec();
+            for other in all {
+                for (field, ty) in other.fields {
+                    first.fields.entry(field).or_insert(ty);
+                }
+                series.extend(other.series.iter().cloned());
+            }
+            series.sort_by(|a, b| (&a.metric, &a.tags).cmp(&(&b.metric, &b.tags)));
+            series.dedup_by(|a, b| a.metric == b.metric && a.tags == b.tags);
+            first.series = Arc::new(SeriesList::new(series));
+            first.table_of = Vec::new();
+            first.tables.truncate(1);
+            Some(first)
+        })
+        .collect())
 }
 
 /// Whether InfluxQL reads something of namespace `db`: a table of open
@@ -387,7 +461,13 @@ pub fn measurements(
 pub fn holds_series_tables(tables: &[TableDescriptor], db: &str) -> bool {
     tables.iter().any(|t| {
         t.name.namespace == db
-            && !t.name.table.starts_with("__")
-            && (t.key.is_open_tags() || unreadable(t).is_none())
+            && (t.key.is_open_tags() && is_measurement_table(&t.name.table)
+                || !t.name.table.starts_with("__") && unreadable(t).is_none())
     })
+}
+
+/// Whether a namespace's table `table` holds a measurement of some
+/// retention policy (not the dictionary's own).
+pub fn is_measurement_table(table: &str) -> bool {
+    !table.starts_with("__") || table.starts_with("__rp.")
 }

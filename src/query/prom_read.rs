@@ -383,12 +383,14 @@ impl<'s> DatabaseReader<'s> {
             false => None,
             true => Some(self.tag_sets.dictionary(self.store, namespace)?),
         };
-        Ok(
-            super::measurements::measurements(self.store, dictionary.as_deref(), namespace)
-                .map_err(ReadError::Listing)?
-                .into_iter()
-                .filter(|m| !m.tables().iter().any(|t| t.name == self.samples))
-                .collect(),
+        Ok(super::measurements::measurements(
+            self.store,
+            dictionary.as_deref(),
+            &crate::catalog::PolicyTables::autogen(namespace),
         )
+        .map_err(ReadError::Listing)?
+        .into_iter()
+        .filter(|m| !m.tables().iter().any(|t| t.name == self.samples))
+        .collect())
     }
 }

@@ -878,6 +878,9 @@ fn decode_database(
     let route = &batch.topic;
     let dictionary = shared.tag_sets.dictionary(store, db)?;
     let now = clock.now_ms();
+    // The database's default retention policy, as `/write` without `rp`.
+    let target =
+        crate::ingest::retention::write_target(store, db, None, now).map_err(|e| e.to_string());
     let line_precision = route.precision.unwrap_or_default();
     let json_precision = route
         .precision
@@ -891,45 +894,48 @@ fn decode_database(
     // A measurement's table is made on its first point; a rows message
     // (an HTTP write another node of a cluster passed on) names a table
     // that node made, which a catalog refresh finds.
-    let mut table_index = |measurement: &str,
-                           rows: bool|
-     -> crate::error::Result<Result<usize, String>> {
-        if let Some(known) = table_of.get(measurement) {
-            return Ok(known.clone());
-        }
-        let name = match rows {
-            false => databases::measurement_table(db, measurement).map_err(|bad| bad.to_string()),
-            true => crate::catalog::TableName::parse(&format!("{db}:{measurement}"))
-                .map_err(|e| e.to_string()),
-        };
-        let found = match name {
-            Err(bad) => Err(bad),
-            // Named by another node, which made it: a table the catalog
-            // lacks is a bad message, not a batch to read again.
-            Ok(name) if rows => match databases::existing_table(store, &name) {
-                Err(crate::error::Error::NotFound(_)) => Err(format!(
-                    "a rows message for table `{name}`, which the catalog does not hold"
-                )),
-                got => TableSlot::found(got?).map(|slot| {
-                    slots.push(slot);
-                    slots.len() - 1
-                }),
-            },
-            Ok(name) => {
-                let slot = match store.table(&name) {
-                    Ok(table) => TableSlot::found(table),
-                    Err(crate::error::Error::NotFound(_)) => Ok(TableSlot::ToMake(name)),
-                    Err(e) => return Err(e),
-                };
-                slot.map(|slot| {
-                    slots.push(slot);
-                    slots.len() - 1
-                })
+    let mut table_index =
+        |measurement: &str, rows: bool| -> crate::error::Result<Result<usize, String>> {
+            if let Some(known) = table_of.get(measurement) {
+                return Ok(known.clone());
             }
+            let name = match rows {
+                false => match &target {
+                    Ok(target) => databases::measurement_table(&target.tables, measurement)
+                        .map_err(|bad| bad.to_string()),
+                    Err(no_policy) => Err(no_policy.clone()),
+                },
+                true => crate::catalog::TableName::parse(&format!("{db}:{measurement}"))
+                    .map_err(|e| e.to_string()),
+            };
+            let found = match name {
+                Err(bad) => Err(bad),
+                // Named by another node, which made it: a table the catalog
+                // lacks is a bad message, not a batch to read again.
+                Ok(name) if rows => match databases::existing_table(store, &name) {
+                    Err(crate::error::Error::NotFound(_)) => Err(format!(
+                        "a rows message for table `{name}`, which the catalog does not hold"
+                    )),
+                    got => TableSlot::found(got?).map(|slot| {
+                        slots.push(slot);
+                        slots.len() - 1
+                    }),
+                },
+                Ok(name) => {
+                    let slot = match store.table(&name) {
+                        Ok(table) => TableSlot::found(table),
+                        Err(crate::error::Error::NotFound(_)) => Ok(TableSlot::ToMake(name)),
+                        Err(e) => return Err(e),
+                    };
+                    slot.map(|slot| {
+                        slots.push(slot);
+                        slots.len() - 1
+                    })
+                }
+            };
+            table_of.insert(measurement.to_string(), found.clone());
+            Ok(found)
         };
-        table_of.insert(measurement.to_string(), found.clone());
-        Ok(found)
-    };
     let mut bad = Vec::new();
     let mut messages = Vec::new();
     for (i, (offset, payload)) in batch.iter().enumerate() {
@@ -1039,7 +1045,7 @@ fn decode_database(
         let template = &shared.template;
         let mut made =
             databases::tables_or_make(store, &to_make, template.max_measurements, |name| {
-                template.measurement_request(name)
+                template.measurement_request(name, target.as_ref().ok().and_then(|t| t.ttl_secs))
             })?
             .into_iter();
         for slot in &mut slots {
@@ -1062,7 +1068,15 @@ fn decode_database(
             .map_err(crate::error::Error::InvalidInput)?;
         if t.desc.key.is_open_tags() {
             encoder.set_dictionary(&dictionary);
-            encoder.one_measurement();
+            match target
+                .as_ref()
+                .ok()
+                .and_then(|target| target.tables.measurement_of(&t.desc.name.table))
+            {
+                Some(m) => encoder.one_measurement_named(m),
+                None => encoder.one_measurement(),
+            }
+            encoder.set_oldest(target.as_ref().ok().and_then(|t| t.oldest_ms));
         }
         encoders.push(Some(encoder));
     }
