@@ -35,6 +35,7 @@ mod browsers;
 mod error;
 mod guessing;
 mod influx;
+mod influx_into;
 mod internal;
 mod json;
 pub mod listen;

@@ -2658,3 +2658,67 @@ fn deletes_and_dropped_series_answer_as_influxdb_does() {
     let compared = compare_steps("del", &delete_steps(), "SHOW MEASUREMENTS");
     assert_eq!(compared, 60);
 }
+
+/// `SELECT … INTO` as users downsample by hand: raw copies (tags become
+/// fields unless `GROUP BY *`), aggregates per bucket and tag, every
+/// measurement into its own (`:MEASUREMENT`), into another retention
+/// policy (past its duration: refused), type conflicts, nothing to write.
+fn into_steps() -> Vec<Step> {
+    use Step::{Q, W};
+    let q = |s: &str| Q(s.to_string());
+    vec![
+        q("CREATE DATABASE ds"),
+        W(
+            "",
+            "cpu,host=a,dc=x v=1,s=\"p\",b=true 1\ncpu,host=a,dc=x v=2,n=5i 2\n\
+             cpu,host=b v=3 61\nmem,host=a used=4i 1\n"
+                .into(),
+        ),
+        q("SELECT * INTO copy FROM cpu"),
+        q("SELECT * FROM copy"),
+        q("SHOW TAG KEYS FROM copy"),
+        q("SHOW FIELD KEYS FROM copy"),
+        q("SELECT * INTO copy2 FROM cpu GROUP BY *"),
+        q("SHOW TAG KEYS FROM copy2"),
+        q("SELECT * FROM copy2"),
+        q(
+            "SELECT mean(v), count(v) INTO down FROM cpu WHERE time >= 0 AND time < 120s GROUP BY time(1m), host",
+        ),
+        q("SELECT * FROM down"),
+        q("SHOW FIELD KEYS FROM down"),
+        q(
+            "SELECT mean(*) INTO autogen.:MEASUREMENT_x FROM /.*/ WHERE time >= 0 AND time < 120s GROUP BY time(1m)",
+        ),
+        q(
+            "SELECT max(*) INTO \"ds\".autogen.:MEASUREMENT FROM /cpu|mem/ WHERE time >= 0 AND time < 120s GROUP BY time(1m), *",
+        ),
+        q("SHOW MEASUREMENTS"),
+        q("SELECT * FROM mem"),
+        q("SELECT * FROM cpu"),
+        q("SELECT mean(v) INTO nodb.autogen.x FROM cpu"),
+        q("SELECT mean(v) INTO y FROM cpu WHERE time > 1000s GROUP BY time(1m)"),
+        q("SELECT v INTO cpu FROM cpu"),
+        q("SELECT * FROM cpu"),
+        q("CREATE RETENTION POLICY year ON ds DURATION 52w REPLICATION 1"),
+        q(
+            "SELECT mean(v) AS v INTO year.cpu_1m FROM cpu WHERE time >= 0 AND time < 120s GROUP BY time(1m), *",
+        ),
+        q("SELECT * FROM year.cpu_1m"),
+        q("SELECT mean(v) INTO t FROM cpu"),
+        q("SELECT * FROM t"),
+        q("SELECT s INTO str FROM cpu"),
+        q("SELECT * FROM str"),
+        q("SELECT v INTO copy FROM cpu"),
+        q("SELECT s AS v INTO copy FROM cpu"),
+        q("SELECT count(v) INTO c FROM cpu GROUP BY host"),
+        q("SELECT * FROM c GROUP BY host"),
+        q("SHOW SERIES FROM c"),
+        q("SELECT * FROM copy"),
+    ]
+}
+
+#[test]
+fn select_into_writes_as_influxdb_does() {
+    let compared = compare_steps("ds", &into_steps(), "SHOW MEASUREMENTS");
+    assert_eq!(compared, 34);
+}

@@ -62,7 +62,7 @@ fn influx(status: StatusCode, body: Option<Json>) -> Response {
 /// A request refused, answered as [`influx_error`] does.
 pub(super) struct Refusal {
     status: StatusCode,
-    message: String,
+    pub(super) message: String,
 }
 
 fn refuse(status: StatusCode, message: impl Into<String>) -> Refusal {
@@ -243,8 +243,8 @@ fn body_text(
 
 /// What one write did, over its measurements.
 #[derive(Default)]
-struct Outcome {
-    written: usize,
+pub(super) struct Outcome {
+    pub(super) written: usize,
     /// Lines that could not be read: `unable to parse '…': reason`.
     unparsed: Listed,
     /// Points refused for what they hold (a field type conflict …).
@@ -315,38 +315,46 @@ async fn write(
         Ok(o) => o,
         Err(r) => return r.into_response(),
     };
-    if let Some(first) = outcome.over_limit.first.first() {
-        return influx_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "partial write: {first} dropped={}",
-                outcome.over_limit.count
-            ),
-        );
+    match outcome.refusal() {
+        None => influx(StatusCode::NO_CONTENT, None),
+        Some((status, message)) => influx_error(status, message),
     }
-    // As InfluxDB's: a write's refusal of points says itself over the
-    // lines that could not be read, and a field's type over the points
-    // beyond the retention policy.
-    if outcome.beyond_retention > 0 && outcome.refused.count == 0 {
-        return influx_error(
+}
+
+impl Outcome {
+    /// The answer InfluxDB gives a write that did not take every point
+    /// (status and message); `None` when it took them all.
+    pub(super) fn refusal(&self) -> Option<(StatusCode, String)> {
+        if let Some(first) = self.over_limit.first.first() {
+            return Some((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("partial write: {first} dropped={}", self.over_limit.count),
+            ));
+        }
+        // As InfluxDB's: a write's refusal of points says itself over the
+        // lines that could not be read, and a field's type over the points
+        // beyond the retention policy.
+        if self.beyond_retention > 0 && self.refused.count == 0 {
+            return Some((
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "partial write: {BEYOND_RETENTION} dropped={}",
+                    self.beyond_retention
+                ),
+            ));
+        }
+        if self.unparsed.count + self.refused.count == 0 {
+            return None;
+        }
+        let joined = joined_reasons(&[&self.unparsed, &self.refused]);
+        if self.written == 0 && self.refused.count == 0 {
+            return Some((StatusCode::BAD_REQUEST, joined));
+        }
+        Some((
             StatusCode::BAD_REQUEST,
-            format!(
-                "partial write: {BEYOND_RETENTION} dropped={}",
-                outcome.beyond_retention
-            ),
-        );
+            format!("partial write: {joined} dropped={}", self.refused.count),
+        ))
     }
-    if outcome.unparsed.count + outcome.refused.count == 0 {
-        return influx(StatusCode::NO_CONTENT, None);
-    }
-    let joined = joined_reasons(&[&outcome.unparsed, &outcome.refused]);
-    if outcome.written == 0 && outcome.refused.count == 0 {
-        return influx_error(StatusCode::BAD_REQUEST, joined);
-    }
-    influx_error(
-        StatusCode::BAD_REQUEST,
-        format!("partial write: {joined} dropped={}", outcome.refused.count),
-    )
 }
 
 /// The first [`super::error::MAX_LISTED`] reasons a write was refused, of
@@ -367,7 +375,7 @@ fn joined_reasons(kinds: &[&Listed]) -> String {
 
 /// Writes the lines of `body` into their measurements' tables (made when
 /// missing), measurement by measurement, in the body's order within each.
-fn write_body(
+pub(super) fn write_body(
     s: &AppState,
     target: &retention::WriteTarget,
     body: &[u8],
@@ -599,6 +607,16 @@ pub(super) async fn query(
             continue;
         }
         if let Err(refused) = allow(&caller, scope, ns) {
+            return influx_error(
+                StatusCode::FORBIDDEN,
+                format!("error authorizing query: {}", refused.message()),
+            );
+        }
+        // `SELECT … INTO` writes too: into its target's database.
+        if let Statement::Select(sel) = st
+            && let Some(into) = &sel.into
+            && let Err(refused) = allow(&caller, Scope::Write, into.database.as_deref().or(ns))
+        {
             return influx_error(
                 StatusCode::FORBIDDEN,
                 format!("error authorizing query: {}", refused.message()),
@@ -1238,7 +1256,20 @@ fn select(
     let now = i64::try_from(s.clock.now_ms())
         .unwrap_or(i64::MAX)
         .saturating_mul(1_000_000);
-    influx_select::select(&s.store, d.as_deref(), name, sel, now)
+    let Some(into) = &sel.into else {
+        return influx_select::select(&s.store, d.as_deref(), name, sel, now);
+    };
+    // An empty bucket is no point: `fill(null)`'s rows of one (a count's
+    // 0 among them) are not written, as InfluxDB writes none.
+    let written = influxql::Select {
+        fill: match &sel.fill {
+            influxql::Fill::Null => influxql::Fill::None,
+            other => other.clone(),
+        },
+        ..sel.clone()
+    };
+    let answer = influx_select::select(&s.store, d.as_deref(), name, &written, now)?;
+    super::influx_into::write_into(s, name, into, &answer)
 }
 
 /// Whether SHOW DATABASES lists namespace `ns`: one InfluxQL can read (a

@@ -154,6 +154,9 @@ pub enum NameMatch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Select {
     pub fields: Vec<SelectField>,
+    /// `INTO [db.][rp.]m` or `… .:MEASUREMENT`: where the answer's rows
+    /// are written as points.
+    pub into: Option<IntoTarget>,
     /// The database `FROM db.rp.m` names; else the request's `db`.
     pub database: Option<String>,
     /// The retention policy `FROM rp.m` or `FROM db.rp.m` names (`None`
@@ -184,6 +187,15 @@ pub struct Select {
 
 /// A measurement `FROM` names, or a pattern of names, and the database
 /// and retention policy named before it.
+/// `SELECT … INTO`'s target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntoTarget {
+    pub database: Option<String>,
+    pub retention_policy: Option<String>,
+    /// `None`: `:MEASUREMENT`, each row into the measurement it came from.
+    pub measurement: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FromSource {
     pub database: Option<String>,
@@ -1174,6 +1186,11 @@ impl Parser {
             }
             _ => true,
         });
+        let into = if self.accept("INTO") {
+            Some(self.target_of_into()?)
+        } else {
+            None
+        };
         self.word("FROM")?;
         let mut sources = Vec::new();
         let (mut database, mut retention_policy) = (None, None);
@@ -1217,6 +1234,7 @@ impl Parser {
         }
         let mut s = Select {
             fields,
+            into,
             database,
             retention_policy,
             from,
@@ -1347,6 +1365,43 @@ impl Parser {
         let inner = inner?;
         self.punct(')')?;
         Ok(inner)
+    }
+
+    /// `INTO`'s target: `m`, `rp.m`, `db.rp.m`, `db..m`, with `:MEASUREMENT`
+    /// in `m`'s place for the measurement each row came from.
+    fn target_of_into(&mut self) -> Result<IntoTarget, String> {
+        let mut parts = Vec::new();
+        let measurement = loop {
+            if self.is_punct(':') {
+                self.next();
+                if !self.peek().is_word("MEASUREMENT") {
+                    return Err(self.error("MEASUREMENT"));
+                }
+                self.next();
+                break None;
+            }
+            parts.push(self.ident()?);
+            if !self.is_punct('.') {
+                break parts.pop();
+            }
+            self.next();
+            if self.is_punct('.') {
+                parts.push(String::new());
+                self.next();
+            }
+        };
+        let retention_policy = parts.pop().filter(|rp| !rp.is_empty());
+        let database = parts.pop();
+        if !parts.is_empty() {
+            return Err(
+                "a measurement is named by at most database.retention_policy.measurement".into(),
+            );
+        }
+        Ok(IntoTarget {
+            database,
+            retention_policy,
+            measurement,
+        })
     }
 
     /// A measurement of a `FROM`: `m`, `rp.m`, `db.rp.m` or `db..m` (the
