@@ -35,6 +35,8 @@ mod browsers;
 mod error;
 mod guessing;
 mod influx;
+mod influx_cq;
+pub use influx_cq::run_continuous_queries;
 mod influx_into;
 mod internal;
 mod json;

@@ -243,6 +243,11 @@ pub fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
+        // InfluxQL's continuous queries, on their schedule.
+        tokio::spawn(api::run_continuous_queries(
+            state.clone(),
+            shutdown(stopped.clone()),
+        ));
         let metrics_server = metrics_listener.map(|l| {
             tokio::spawn(api::serve_metrics(
                 l,

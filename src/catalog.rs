@@ -170,6 +170,17 @@ struct CatalogData {
     /// the one InfluxDB makes with a database ([`RetentionPolicies::implicit`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     retention: BTreeMap<String, RetentionPolicies>,
+    /// InfluxQL continuous queries by namespace, in the order made.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    continuous_queries: BTreeMap<String, Vec<ContinuousQuery>>,
+}
+
+/// A continuous query of a namespace: its name and its statement as it
+/// was created (read again at each run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinuousQuery {
+    pub name: String,
+    pub query: String,
 }
 
 /// The retention policy every database starts with, whose tables are
@@ -566,7 +577,33 @@ impl Catalog {
             }
             d.namespaces.remove(ns);
             d.retention.remove(ns);
+            d.continuous_queries.remove(ns);
             Ok(())
+        })
+    }
+
+    /// Every namespace's continuous queries.
+    pub fn continuous_queries(&self) -> BTreeMap<String, Vec<ContinuousQuery>> {
+        self.data.lock().continuous_queries.clone()
+    }
+
+    /// Changes namespace `ns`'s continuous queries through `change`, in
+    /// one change of the catalog (`Ok(None)`: left as they were).
+    pub fn update_continuous_queries<T>(
+        &self,
+        ns: &str,
+        mut change: impl FnMut(&mut Vec<ContinuousQuery>) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        self.update_unless_same(|d| {
+            if !d.namespaces.contains(ns) {
+                return Err(Error::NotFound(format!("database not found: {ns}")));
+            }
+            let queries = d.continuous_queries.entry(ns.to_string()).or_default();
+            let out = change(queries);
+            if queries.is_empty() {
+                d.continuous_queries.remove(ns);
+            }
+            out
         })
     }
 

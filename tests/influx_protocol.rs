@@ -2722,3 +2722,121 @@ fn select_into_writes_as_influxdb_does() {
     let compared = compare_steps("ds", &into_steps(), "SHOW MEASUREMENTS");
     assert_eq!(compared, 34);
 }
+
+/// Continuous queries downsample on InfluxDB 1.6's schedule: the same
+/// points (in buckets still to come when the queries are made), the same
+/// queries, and once the buckets are past, the same points written by
+/// both. `RESAMPLE EVERY … FOR …` recomputes the buckets it covers.
+#[test]
+fn continuous_queries_downsample_as_influxdb_does() {
+    let p = start();
+    let post = |q: &str| {
+        let body = form(&[("db", "cq"), ("q", q)]);
+        let headers = [("Content-Type", "application/x-www-form-urlencoded")];
+        both(&p, "POST", "/query", &headers, body.as_bytes())
+    };
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64
+    };
+    let [a, b] = post("CREATE DATABASE cq");
+    assert_eq!(a, b);
+    // Four whole seconds, starting two from now.
+    let t0 = now() / 1000 + 2;
+    let mut lines = String::new();
+    for k in 0..4 {
+        for (quarter, host) in [(0, "a"), (1, "b"), (2, "a"), (3, "b")] {
+            let ms = (t0 + k) * 1000 + quarter * 250;
+            lines.push_str(&format!("m,host={host} v={} {ms}\n", k * 10 + quarter));
+        }
+    }
+    let [a, b] = both(
+        &p,
+        "POST",
+        "/write?db=cq&precision=ms",
+        &[],
+        lines.as_bytes(),
+    );
+    assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
+    for q in [
+        "CREATE CONTINUOUS QUERY per_second ON cq BEGIN SELECT mean(v), count(v) INTO cq.autogen.m_1s \
+         FROM m GROUP BY time(1s), host END",
+        "CREATE CONTINUOUS QUERY per_two ON cq RESAMPLE EVERY 2s FOR 4s BEGIN SELECT max(v) INTO m_2s \
+         FROM m GROUP BY time(2s) END",
+        // Again, the same: no error; another of the name: InfluxDB's.
+        "CREATE CONTINUOUS QUERY per_two ON cq RESAMPLE EVERY 2s FOR 4s BEGIN SELECT max(v) INTO m_2s \
+         FROM m GROUP BY time(2s) END",
+        "CREATE CONTINUOUS QUERY per_two ON cq BEGIN SELECT min(v) INTO m_2s FROM m GROUP BY time(2s) END",
+        "CREATE CONTINUOUS QUERY raw ON cq BEGIN SELECT v INTO m_raw FROM m END",
+        "CREATE CONTINUOUS QUERY nowhere ON cq BEGIN SELECT mean(v) INTO nope.x FROM m GROUP BY time(1s) END",
+        "CREATE CONTINUOUS QUERY nodb ON nodb BEGIN SELECT mean(v) INTO x FROM m GROUP BY time(1s) END",
+        "CREATE CONTINUOUS QUERY short ON cq RESAMPLE FOR 1s BEGIN SELECT mean(v) INTO x FROM m GROUP BY time(2s) END",
+        "CREATE CONTINUOUS QUERY bare ON cq RESAMPLE BEGIN SELECT mean(v) INTO x FROM m GROUP BY time(2s) END",
+    ] {
+        let [a, b] = post(q);
+        assert_eq!(a, b, "{q}");
+    }
+    let names = |answer: &Json| -> Vec<Json> {
+        answer["results"][0]["series"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["name"] == "cq")
+            .flat_map(|s| s["values"].as_array().cloned().unwrap_or_default())
+            .map(|v| v[0].clone())
+            .collect()
+    };
+    let [a, b] = post("SHOW CONTINUOUS QUERIES");
+    assert_eq!(names(&a.1), names(&b.1), "{} / {}", a.1, b.1);
+    assert_eq!(
+        names(&b.1),
+        [json!("per_second"), json!("per_two"), json!("raw")]
+    );
+    // Both run over each bucket once it is past: every one of the four
+    // seconds, two hosts each, is written (waited for, as a loaded
+    // machine may run them late).
+    let range = format!("time >= {}s AND time < {}s", t0, t0 + 4);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let [a, b] = post(&format!("SELECT count(mean) FROM m_1s WHERE {range}"));
+        let eight = Some(&json!(8));
+        if a.1.pointer("/results/0/series/0/values/0/1") == eight
+            && b.1.pointer("/results/0/series/0/values/0/1") == eight
+            && now() > (t0 + 4) * 1000 + 2_500
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} / {}", a.1, b.1);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for q in [
+        format!("SELECT * FROM m_1s WHERE {range} GROUP BY host"),
+        format!("SELECT * FROM m_2s WHERE {range}"),
+        "SHOW MEASUREMENTS".to_string(),
+    ] {
+        let [a, b] = post(&q);
+        assert_eq!(a, b, "{q}");
+        assert!(
+            a.1.pointer("/results/0/series/0/values/0").is_some(),
+            "{q}: {}",
+            a.1
+        );
+    }
+    for q in [
+        "DROP CONTINUOUS QUERY per_second ON cq",
+        "DROP CONTINUOUS QUERY per_second ON cq",
+        "DROP CONTINUOUS QUERY per_two ON cq",
+        "DROP CONTINUOUS QUERY raw ON cq",
+        "SHOW CONTINUOUS QUERIES",
+    ] {
+        let [a, b] = post(q);
+        if q.starts_with("SHOW") {
+            assert_eq!(names(&a.1), names(&b.1));
+            assert!(names(&b.1).is_empty(), "{}", b.1);
+        } else {
+            assert_eq!(a, b, "{q}");
+        }
+    }
+}

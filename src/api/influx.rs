@@ -603,7 +603,11 @@ pub(super) async fn query(
     for st in &statements {
         let (scope, ns) = statement_need(st, db.as_deref());
         // SHOW DATABASES lists what the caller may see.
-        if matches!(st, Statement::ShowDatabases) && caller.holds(scope) {
+        if matches!(
+            st,
+            Statement::ShowDatabases | Statement::ShowContinuousQueries
+        ) && caller.holds(scope)
+        {
             continue;
         }
         if let Err(refused) = allow(&caller, scope, ns) {
@@ -1209,6 +1213,10 @@ fn statement_need<'a>(st: &'a Statement, db: Option<&'a str>) -> (Scope, Option<
         | Statement::AlterRetentionPolicy { on, .. }
         | Statement::DropRetentionPolicy { on, .. } => (Scope::Admin, Some(on)),
         Statement::DropMeasurement { .. } | Statement::DeleteSeries { .. } => (Scope::Write, db),
+        Statement::CreateContinuousQuery { on, .. } | Statement::DropContinuousQuery { on, .. } => {
+            (Scope::Admin, Some(on))
+        }
+        Statement::ShowContinuousQueries => (Scope::Read, None),
         Statement::ShowDatabases => (Scope::Read, None),
         Statement::ShowRetentionPolicies { on }
         | Statement::ShowMeasurements { on, .. }
@@ -1235,8 +1243,8 @@ fn run(
     run_other(s, caller, st, db, format).map(Answer::Json)
 }
 
-/// A SELECT statement's series.
-fn select(
+/// A SELECT statement's series (an `INTO`'s, the points written).
+pub(super) fn select(
     s: &AppState,
     sel: &influxql::Select,
     db: Option<&str>,
@@ -1322,6 +1330,23 @@ fn run_other(
                 .map_err(|e| e.to_string())?;
             Ok(Vec::new())
         }
+        Statement::CreateContinuousQuery {
+            name,
+            on,
+            select,
+            text,
+            ..
+        } => {
+            super::influx_cq::create(s, name, on, select, text)?;
+            Ok(Vec::new())
+        }
+        Statement::DropContinuousQuery { name, on } => {
+            super::influx_cq::drop(s, name, on)?;
+            Ok(Vec::new())
+        }
+        Statement::ShowContinuousQueries => Ok(super::influx_cq::show(s, |db| {
+            caller.sees(db) && is_database(db, &s.store.catalog().tables(None))
+        })),
         Statement::DeleteSeries {
             sources,
             condition,

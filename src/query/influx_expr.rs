@@ -17,7 +17,9 @@
 use std::collections::BTreeMap;
 
 use super::influx_reduce::{AnswerType, Cell, Func, SeriesOut};
-use super::influxql::{BinaryOp, FieldExpr, Fill, Select, SelectExpr, SelectField, TRANSFORMS};
+use super::influxql::{
+    BinaryOp, FieldExpr, Fill, Select, SelectExpr, SelectField, TRANSFORMS, format_duration,
+};
 use crate::series::FieldType;
 use crate::value::Value;
 
@@ -988,27 +990,6 @@ fn go_type(e: &FieldExpr) -> &'static str {
         FieldExpr::Call { .. } => "*influxql.Call",
         FieldExpr::Binary { .. } => "*influxql.BinaryExpr",
     }
-}
-
-/// A duration as InfluxQL writes it: the largest unit that divides it.
-fn format_duration(ns: i64) -> String {
-    if ns == 0 {
-        return "0s".into();
-    }
-    for (unit, size) in [
-        ("w", 604_800_000_000_000),
-        ("d", 86_400_000_000_000),
-        ("h", 3_600_000_000_000),
-        ("m", 60_000_000_000),
-        ("s", 1_000_000_000),
-        ("ms", 1_000_000),
-        ("u", 1_000),
-    ] {
-        if ns % size == 0 {
-            return format!("{}{unit}", ns / size);
-        }
-    }
-    format!("{ns}ns")
 }
 
 fn call_name(e: &FieldExpr) -> &str {

@@ -43,6 +43,21 @@ pub enum Statement {
         name: String,
         on: String,
     },
+    /// `CREATE CONTINUOUS QUERY name ON db [RESAMPLE [EVERY d] [FOR d]]
+    /// BEGIN select END`; `text` the statement as written.
+    CreateContinuousQuery {
+        name: String,
+        on: String,
+        every: Option<i64>,
+        for_: Option<i64>,
+        select: Box<Select>,
+        text: String,
+    },
+    DropContinuousQuery {
+        name: String,
+        on: String,
+    },
+    ShowContinuousQueries,
     /// `DELETE [FROM m, /re/ …] [WHERE tags and time]` (points, in every
     /// retention policy; a series left no point goes too) and `DROP SERIES
     /// [FROM …] [WHERE tags]` (`drop`: whole series).
@@ -629,6 +644,12 @@ type OnPolicyFrom = (Option<String>, Option<String>, Option<String>);
 
 struct Parser {
     tokens: Vec<Located>,
+    /// The statement text, and where each of its lines starts in it (a
+    /// continuous query keeps the text it was created with).
+    source: Vec<char>,
+    line_starts: Vec<usize>,
+    /// The next `SELECT` is a continuous query's.
+    continuous: bool,
     at: usize,
     /// Parentheses open around the condition being parsed.
     depth: usize,
@@ -847,6 +868,66 @@ impl Parser {
         })
     }
 
+    /// Where token `at` starts in the statement text (chars).
+    fn offset_of(&self, at: usize) -> usize {
+        let (_, line, col) = &self.tokens[at.min(self.tokens.len() - 1)];
+        self.line_starts
+            .get(line.saturating_sub(1))
+            .map_or(self.source.len(), |start| start + col.saturating_sub(1))
+            .min(self.source.len())
+    }
+
+    /// `CREATE CONTINUOUS QUERY`, after its first three words (the first
+    /// at `self.at - 3`), as InfluxDB 1.6 checks it: an `INTO`, a `GROUP
+    /// BY time(…)`, a `RESAMPLE FOR` no shorter than the interval.
+    fn create_continuous_query(&mut self) -> Result<Statement, String> {
+        let first = self.at.saturating_sub(3);
+        let name = self.ident()?;
+        self.word("ON")?;
+        let on = self.ident()?;
+        let (mut every, mut for_) = (None, None);
+        if self.accept("RESAMPLE") {
+            if !self.peek().is_word("EVERY") && !self.peek().is_word("FOR") {
+                return Err(self.error("EVERY, FOR"));
+            }
+            if self.accept("EVERY") {
+                every = Some(self.duration()?);
+            }
+            if self.accept("FOR") {
+                for_ = Some(self.duration()?);
+            }
+        }
+        self.word("BEGIN")?;
+        if !self.peek().is_word("SELECT") {
+            return Err(self.error("SELECT"));
+        }
+        self.next();
+        self.continuous = true;
+        let select = self.select()?;
+        let interval = select.group_time.map_or(0, |(every, _)| every);
+        if let Some(f) = for_
+            && f < interval
+        {
+            return Err(format!(
+                "FOR duration must be >= GROUP BY time duration: must be a minimum of {}, got {}",
+                format_duration(interval),
+                format_duration(f)
+            ));
+        }
+        self.word("END")?;
+        let end = self.offset_of(self.at);
+        let start = self.offset_of(first);
+        let text: String = self.source[start..end].iter().collect();
+        Ok(Statement::CreateContinuousQuery {
+            name,
+            on,
+            every,
+            for_,
+            select: Box::new(select),
+            text: text.trim_end().to_string(),
+        })
+    }
+
     /// `CREATE DATABASE`'s `WITH` clauses, in InfluxDB's order, at least one.
     fn database_policy(&mut self) -> Result<DatabasePolicy, String> {
         let mut with = DatabasePolicy::default();
@@ -1011,6 +1092,10 @@ impl Parser {
                 self.word("POLICY")?;
                 return self.create_policy();
             }
+            if self.accept("CONTINUOUS") {
+                self.word("QUERY")?;
+                return self.create_continuous_query();
+            }
             return Ok(self.rest_unsupported("CREATE"));
         }
         if first.is_word("ALTER") {
@@ -1039,6 +1124,13 @@ impl Parser {
             if self.accept("SERIES") {
                 return self.delete_series(true);
             }
+            if self.accept("CONTINUOUS") {
+                self.word("QUERY")?;
+                let name = self.ident()?;
+                self.word("ON")?;
+                let on = self.ident()?;
+                return Ok(Statement::DropContinuousQuery { name, on });
+            }
             return Ok(self.rest_unsupported("DROP"));
         }
         if first.is_word("DELETE") {
@@ -1051,6 +1143,11 @@ impl Parser {
             if what.is_word("DATABASES") {
                 self.next();
                 return Ok(Statement::ShowDatabases);
+            }
+            if what.is_word("CONTINUOUS") {
+                self.next();
+                self.word("QUERIES")?;
+                return Ok(Statement::ShowContinuousQueries);
             }
             if what.is_word("RETENTION") {
                 self.next();
@@ -1170,6 +1267,9 @@ impl Parser {
     }
 
     fn select(&mut self) -> Result<Select, String> {
+        // A continuous query's statement (not a subquery in it) needs an
+        // `INTO` and a `GROUP BY time`.
+        let continuous = std::mem::take(&mut self.continuous);
         let mut fields = vec![self.select_field()?];
         while self.is_punct(',') {
             self.next();
@@ -1186,12 +1286,16 @@ impl Parser {
             }
             _ => true,
         });
+        if continuous && !self.peek().is_word("INTO") {
+            return Err(self.error("INTO"));
+        }
         let into = if self.accept("INTO") {
             Some(self.target_of_into()?)
         } else {
             None
         };
         self.word("FROM")?;
+        let source_at = self.at;
         let mut sources = Vec::new();
         let (mut database, mut retention_policy) = (None, None);
         let mut subquery = None;
@@ -1340,6 +1444,14 @@ impl Parser {
             } else {
                 break;
             }
+        }
+        // (A raw one InfluxDB takes, and refuses to run.)
+        if continuous && s.group_time.is_none() && s.fields.iter().any(|f| f.expr.is_call()) {
+            let (t, line, col) = &self.tokens[source_at];
+            return Err(format!(
+                "found {}, expected GROUP BY time(...) at line {line}, char {col}",
+                t.describe()
+            ));
         }
         if s.fill != Fill::Null && s.group_time.is_none() {
             return Err("fill(none) must be used with a function".into());
@@ -1960,6 +2072,27 @@ pub fn parse_duration(text: &str) -> Option<i64> {
     n.checked_mul(scale)
 }
 
+/// A duration as InfluxQL writes it: the largest unit that divides it.
+pub fn format_duration(ns: i64) -> String {
+    if ns == 0 {
+        return "0s".into();
+    }
+    for (unit, size) in [
+        ("w", 604_800_000_000_000),
+        ("d", 86_400_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("u", 1_000),
+    ] {
+        if ns % size == 0 {
+            return format!("{}{unit}", ns / size);
+        }
+    }
+    format!("{ns}ns")
+}
+
 /// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -2032,8 +2165,21 @@ pub use crate::clock::format_rfc3339;
 /// InfluxDB's parse error text (without its "error parsing query: ").
 pub fn parse(text: &str) -> Result<Vec<Statement>, String> {
     let tokens = lex(text)?;
+    let source: Vec<char> = text.chars().collect();
+    let line_starts = std::iter::once(0)
+        .chain(
+            source
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c == '\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
     let mut p = Parser {
         tokens,
+        source,
+        line_starts,
+        continuous: false,
         at: 0,
         depth: 0,
         subqueries: 0,

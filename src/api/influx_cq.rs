@@ -1,0 +1,346 @@
+//! InfluxQL continuous queries: `CREATE`, `DROP` and `SHOW CONTINUOUS
+//! QUERIES`, and the loop that runs them on InfluxDB 1.6's schedule
+//! (`services/continuous_querier`): every second each query whose next
+//! run is due computes its `SELECT … INTO` over the buckets it covers,
+//! written back through `influx_into.rs`. The queries are kept in the
+//! catalog; when each last ran is kept in memory, as in InfluxDB (a
+//! restarted server runs each at once, over its last interval).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+
+use super::state::AppState;
+use crate::catalog::ContinuousQuery;
+use crate::error::Error;
+use crate::query::influxql::{self, CompareOp, Expr, Operand, Select, Statement};
+
+/// How often due queries are looked for (InfluxDB's `run-interval`).
+const RUN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `CREATE CONTINUOUS QUERY name ON db …`: the same statement again is no
+/// error, another of that name is.
+pub(super) fn create(
+    s: &AppState,
+    name: &str,
+    on: &str,
+    select: &Select,
+    text: &str,
+) -> Result<(), String> {
+    let catalog = s.store.catalog();
+    let exists = |db: &str| catalog.namespaces().iter().any(|n| n == db);
+    if !exists(on) {
+        return Err(format!("database not found: {on}"));
+    }
+    if let Some(into) = &select.into {
+        let db = into.database.as_deref().unwrap_or(on);
+        if !exists(db) {
+            return Err(format!("database not found: {db}"));
+        }
+        let policies = catalog.retention_policies(db);
+        if let Err(rp) = policies.resolve(into.retention_policy.as_deref()) {
+            return Err(format!("retention policy not found: {db}.{rp}"));
+        }
+    }
+    if s.store.is_cluster() {
+        return Err("continuous queries are not supported in cluster mode yet".into());
+    }
+    let mut exists_otherwise = false;
+    catalog
+        .update_continuous_queries(on, |queries| {
+            if let Some(q) = queries.iter().find(|q| q.name == name) {
+                exists_otherwise = q.query != text;
+                return Ok(None);
+            }
+            queries.push(ContinuousQuery {
+                name: name.into(),
+                query: text.into(),
+            });
+            Ok(Some(()))
+        })
+        .map_err(|e| e.to_string())?;
+    if exists_otherwise {
+        return Err("continuous query already exists".into());
+    }
+    Ok(())
+}
+
+/// `DROP CONTINUOUS QUERY name ON db`: a missing one is no error.
+pub(super) fn drop(s: &AppState, name: &str, on: &str) -> Result<(), String> {
+    match s.store.catalog().update_continuous_queries(on, |queries| {
+        let before = queries.len();
+        queries.retain(|q| q.name != name);
+        Ok((queries.len() != before).then_some(()))
+    }) {
+        Ok(_) | Err(Error::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `SHOW CONTINUOUS QUERIES`: a series per database `sees` lets the
+/// caller see, each query's name and statement.
+pub(super) fn show(s: &AppState, sees: impl Fn(&str) -> bool) -> Vec<Json> {
+    let catalog = s.store.catalog();
+    let queries = catalog.continuous_queries();
+    catalog
+        .namespaces()
+        .into_iter()
+        .filter(|db| sees(db))
+        .map(|db| {
+            let mut series = json!({ "name": db, "columns": ["name", "query"] });
+            if let Some(of_db) = queries.get(&db) {
+                series["values"] = json!(
+                    of_db
+                        .iter()
+                        .map(|q| json!([q.name, q.query]))
+                        .collect::<Vec<_>>()
+                );
+            }
+            series
+        })
+        .collect()
+}
+
+/// When a continuous query runs next, as InfluxDB 1.6 schedules it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// The run's time as the next one counts from.
+    pub last_run: i64,
+    /// The buckets it computes, `[start, end)` (ns); `None`: none yet.
+    pub range: Option<(i64, i64)>,
+}
+
+/// Whether a query of `GROUP BY time(interval, offset)` with `RESAMPLE
+/// EVERY every FOR for_` runs at `now` (all ns), having last run at
+/// `last_run`; `None` when it does not.
+pub fn schedule(
+    now: i64,
+    interval: i64,
+    offset: i64,
+    every: Option<i64>,
+    for_: Option<i64>,
+    last_run: Option<i64>,
+) -> Option<Due> {
+    if interval <= 0 {
+        return None;
+    }
+    let mut resample_every = every.filter(|e| *e > 0).unwrap_or(interval);
+    let next_run = match last_run {
+        Some(last) => {
+            let next = last.saturating_add(resample_every);
+            if next > now {
+                return None;
+            }
+            next
+        }
+        None => now,
+    };
+    let truncate = |t: i64, by: i64| t - t.rem_euclid(by);
+    let last_run = truncate(now - offset, resample_every) + offset;
+    let resample_for = for_
+        .filter(|f| *f > 0)
+        .unwrap_or(if interval < resample_every {
+            resample_every
+        } else {
+            interval
+        });
+    if interval < resample_every {
+        resample_every = interval;
+    }
+    let start = truncate(next_run + interval - resample_for - offset - 1, interval) + offset;
+    let end = truncate(now + interval - resample_every - offset, interval) + offset;
+    Some(Due {
+        last_run,
+        range: (end > start).then_some((start, end)),
+    })
+}
+
+/// `condition` with its time bounds (at its top) replaced by
+/// `[start, end)`, as InfluxDB sets a continuous query's range.
+fn in_range(condition: Option<&Expr>, start: i64, end: i64) -> Expr {
+    let bound = |op, t| Expr::Compare {
+        lhs: "time".into(),
+        op,
+        rhs: Operand::Time(t),
+    };
+    let mut terms: Vec<Expr> = match condition {
+        Some(Expr::And(terms)) => terms.clone(),
+        Some(other) => vec![other.clone()],
+        None => Vec::new(),
+    };
+    terms.retain(|t| !matches!(t, Expr::Compare { lhs, .. } if lhs.eq_ignore_ascii_case("time")));
+    terms.push(bound(CompareOp::GtEq, start));
+    terms.push(bound(CompareOp::Lt, end));
+    Expr::And(terms)
+}
+
+/// Runs every query due at `now_ns`; `last_runs` by database and name.
+fn run_due(s: &AppState, now_ns: i64, last_runs: &mut HashMap<(String, String), i64>) {
+    for (db, queries) in s.store.catalog().continuous_queries() {
+        for cq in queries {
+            let key = (db.clone(), cq.name.clone());
+            let parsed = influxql::parse(&cq.query);
+            let Ok(
+                [
+                    Statement::CreateContinuousQuery {
+                        every,
+                        for_,
+                        select,
+                        ..
+                    },
+                ],
+            ) = parsed.as_deref()
+            else {
+                tracing::warn!(database = %db, query = %cq.name, "a continuous query that no longer parses is skipped");
+                continue;
+            };
+            let Some((interval, offset)) = select.group_time else {
+                continue;
+            };
+            let Some(due) = schedule(
+                now_ns,
+                interval,
+                offset,
+                *every,
+                *for_,
+                last_runs.get(&key).copied(),
+            ) else {
+                continue;
+            };
+            last_runs.insert(key, due.last_run);
+            let Some((start, end)) = due.range else {
+                continue;
+            };
+            if !select.fields.iter().any(|f| f.expr.is_call()) {
+                tracing::warn!(database = %db, query = %cq.name, "continuous queries must be aggregate queries");
+                continue;
+            }
+            let ranged = Select {
+                condition: Some(in_range(select.condition.as_ref(), start, end)),
+                ..(**select).clone()
+            };
+            match super::influx::select(s, &ranged, Some(&db)) {
+                Ok(_) => {
+                    tracing::debug!(database = %db, query = %cq.name, start, end, "continuous query ran")
+                }
+                Err(e) => {
+                    tracing::warn!(database = %db, query = %cq.name, error = %e, "continuous query failed")
+                }
+            }
+        }
+    }
+}
+
+/// Runs the continuous queries on their schedule until `shutdown`.
+pub async fn run_continuous_queries(
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut last_runs = HashMap::new();
+    let mut ticks = tokio::time::interval(RUN_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = ticks.tick() => {}
+        }
+        let s = state.clone();
+        let mut runs = std::mem::take(&mut last_runs);
+        let done = tokio::task::spawn_blocking(move || {
+            let now = i64::try_from(s.clock.now_ms())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000);
+            run_due(&s, now, &mut runs);
+            runs
+        })
+        .await;
+        match done {
+            Ok(runs) => last_runs = runs,
+            Err(e) => tracing::error!(error = %e, "the continuous queries' run failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+    const M: i64 = 60 * S;
+
+    #[test]
+    fn the_schedule_is_influxdbs() {
+        // Made at 10:30:20, a 1m query first runs at once over nothing
+        // (the minute is still filling), as InfluxDB's.
+        let now = 630 * M + 20 * S;
+        let due = schedule(now, M, 0, None, None, None).expect("runs");
+        assert_eq!(due.range, None);
+        assert_eq!(due.last_run, 630 * M);
+        // Not again until the next minute, then that one minute.
+        assert_eq!(
+            schedule(now + 30 * S, M, 0, None, None, Some(due.last_run)),
+            None
+        );
+        let next = schedule(631 * M + S, M, 0, None, None, Some(due.last_run)).expect("runs");
+        assert_eq!(next.range, Some((630 * M, 631 * M)));
+        // RESAMPLE FOR 3m: the three minutes before.
+        let three = schedule(631 * M + S, M, 0, None, Some(3 * M), Some(630 * M)).expect("runs");
+        assert_eq!(three.range, Some((628 * M, 631 * M)));
+        // RESAMPLE EVERY 2m of a 1m query: every other minute, over both.
+        let every = schedule(632 * M + S, M, 0, Some(2 * M), None, Some(630 * M)).expect("runs");
+        assert_eq!(every.range, Some((630 * M, 632 * M)));
+        assert_eq!(every.last_run, 632 * M);
+        assert_eq!(
+            schedule(633 * M, M, 0, Some(2 * M), None, Some(632 * M)),
+            None
+        );
+        // RESAMPLE EVERY 30s of a 1m query: twice a minute, the minute
+        // still filling included.
+        let half =
+            schedule(630 * M + 31 * S, M, 0, Some(30 * S), None, Some(630 * M)).expect("runs");
+        assert_eq!(half.range, Some((630 * M, 631 * M)));
+        // An offset moves the buckets (the first run covers none of them,
+        // as InfluxDB's).
+        let first = schedule(630 * M + 20 * S, M, 15 * S, None, None, None).expect("runs");
+        assert_eq!((first.last_run, first.range), (630 * M + 15 * S, None));
+        let shifted = schedule(
+            631 * M + 16 * S,
+            M,
+            15 * S,
+            None,
+            None,
+            Some(first.last_run),
+        );
+        assert_eq!(
+            shifted.and_then(|d| d.range),
+            Some((630 * M + 15 * S, 631 * M + 15 * S))
+        );
+        assert_eq!(schedule(0, 0, 0, None, None, None), None);
+    }
+
+    #[test]
+    fn a_range_replaces_the_time_bounds_and_keeps_the_rest() {
+        let q = influxql::parse(
+            "SELECT mean(v) FROM cpu WHERE host = 'a' AND time > now() - 1h GROUP BY time(1m)",
+        )
+        .expect("parses");
+        let [Statement::Select(sel)] = q.as_slice() else {
+            panic!("{q:?}");
+        };
+        let Expr::And(terms) = in_range(sel.condition.as_ref(), 10, 20) else {
+            panic!("an AND");
+        };
+        assert_eq!(terms.len(), 3);
+        assert!(matches!(&terms[0], Expr::Compare { lhs, .. } if lhs == "host"));
+        assert!(matches!(
+            &terms[2],
+            Expr::Compare {
+                op: CompareOp::Lt,
+                rhs: Operand::Time(20),
+                ..
+            }
+        ));
+    }
+}
