@@ -2840,3 +2840,72 @@ fn continuous_queries_downsample_as_influxdb_does() {
         }
     }
 }
+
+/// InfluxDB 1.6's math functions, of fields, calls and expressions, each
+/// statement compared whole (numbers to 1e-9: Go's and Rust's libm
+/// differ in the last bits).
+const MATH_STATEMENTS: &str = r#"
+SELECT floor(n), ceil(n), round(n), sqrt(n), pow(n, 2) FROM ints
+SELECT abs(v), round(v), floor(v), ceil(v) FROM ints
+SELECT abs(s) FROM ints
+SELECT abs(b) FROM ints
+SELECT abs(-1) FROM ints
+SELECT abs(n, 2) FROM ints
+SELECT pow(n) FROM ints
+SELECT abs(mean(n)), round(mean(v) * 10) FROM ints
+SELECT abs(derivative(n)) FROM ints
+SELECT pow(2, n) FROM ints
+SELECT atan2(n, v) FROM ints
+SELECT abs(nope) FROM ints
+SELECT round(v), floor(n) + 1 FROM ints
+SELECT abs(mean(n)) FROM ints WHERE time >= 0 AND time < 4s GROUP BY time(1s)
+SELECT abs(mean(n)) FROM ints WHERE time >= 0 AND time < 4s GROUP BY time(1s) fill(0)
+SELECT pow(n, 0.5), exp(n), sin(n), cos(n), tan(n), atan(n), log(n, n) FROM ints WHERE n > 0
+SELECT sqrt(v), log10(v + 10), log2(n + 4), ln(n + 4), asin(v / 10), acos(v / 10) FROM ints
+SELECT floor(v) FROM ints GROUP BY host
+SELECT max(abs(n)) FROM ints
+SELECT abs(v) FROM ints ORDER BY time DESC LIMIT 2
+SELECT abs(last(v)) - first(n) FROM ints GROUP BY host
+SELECT round(non_negative_derivative(mean(v), 1s)) FROM ints WHERE time >= 0 AND time < 4s GROUP BY time(1s)
+SELECT ceil(v * 3) / 2 FROM ints
+SELECT abs(v) FROM ints LIMIT 1 OFFSET 1
+SELECT floor(n) FROM ints WHERE host = 'b'
+SELECT abs(v) + abs(v) AS twice, sqrt(abs(v)) FROM ints
+"#;
+
+#[test]
+fn math_functions_answer_as_influxdb_does() {
+    let p = start();
+    create_bench(&p);
+    let lines = "ints,host=a n=-3i,s=\"x\",v=-2.5,b=true 1000000000\n\
+                 ints,host=a n=5i,v=0 2000000000\n\
+                 ints,host=b n=7i,v=0.25 2500000000\n\
+                 ints,host=b n=9i,v=4 3500000000\n";
+    let [a, b] = both(&p, "POST", "/write?db=bench", &[], lines.as_bytes());
+    assert_eq!((a.0, b.0), (204, 204), "{a:?} {b:?}");
+    let statements: Vec<&str> = MATH_STATEMENTS.lines().filter(|l| !l.is_empty()).collect();
+    let mut answered = 0;
+    for q in &statements {
+        let [a, b] = query(&p, &[("db", "bench"), ("q", q)]);
+        assert_eq!(a.0, b.0, "{q}: {} / {}", a.1, b.1);
+        assert_close(&a.1, &b.1, q);
+        answered += usize::from(a.1.pointer("/results/0/series/0/values/0").is_some());
+    }
+    assert_eq!((statements.len(), answered), (26, 21));
+    // Not as InfluxDB 1.6, whose abs() of an integer answers it unchanged.
+    let r = request(
+        &p.halite.addr,
+        "GET",
+        &format!(
+            "/query?{}",
+            form(&[("db", "bench"), ("q", "SELECT abs(n) FROM ints")])
+        ),
+        None,
+        b"",
+    )
+    .expect("query");
+    assert_eq!(
+        r.json().pointer("/results/0/series/0/values/0/1"),
+        Some(&json!(3))
+    );
+}

@@ -2,8 +2,9 @@
 //! arithmetic (`100 - mean(usage_idle)`, `"a" * 8`) and the
 //! transformations of a series (`derivative`, `non_negative_derivative`,
 //! `difference`, `non_negative_difference`, `moving_average`,
-//! `cumulative_sum`, `elapsed`), checked and answered as InfluxDB 1.6
-//! compiles and answers them.
+//! `cumulative_sum`, `elapsed`) and the math functions (`abs`, `round`,
+//! `pow`, `log`, …, of each row's value), checked and answered as
+//! InfluxDB 1.6 compiles and answers them.
 //!
 //! A statement holding them runs in two steps. First the plain fields and
 //! calls they are made of (the leaves) are selected as any statement is,
@@ -18,7 +19,7 @@ use std::collections::BTreeMap;
 
 use super::influx_reduce::{AnswerType, Cell, Func, SeriesOut};
 use super::influxql::{
-    BinaryOp, FieldExpr, Fill, Select, SelectExpr, SelectField, TRANSFORMS, format_duration,
+    BinaryOp, FieldExpr, Fill, MATH, Select, SelectExpr, SelectField, TRANSFORMS, format_duration,
 };
 use crate::series::FieldType;
 use crate::value::Value;
@@ -82,6 +83,11 @@ enum Node {
         kind: Transform,
         input: Box<Node>,
     },
+    /// A math function of each row's values of its arguments.
+    Math {
+        func: Math,
+        args: Vec<Node>,
+    },
 }
 
 impl Node {
@@ -90,8 +96,110 @@ impl Node {
         match self {
             Node::Transform { .. } => true,
             Node::Binary { lhs, rhs, .. } => lhs.transforms() || rhs.transforms(),
+            Node::Math { args, .. } => args.iter().any(Node::transforms),
             Node::Leaf(_) | Node::Literal(_) => false,
         }
+    }
+}
+
+/// A math function (InfluxDB 1.6's `query/math.go`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Math {
+    Abs,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Atan2,
+    Exp,
+    Log,
+    Ln,
+    Log2,
+    Log10,
+    Sqrt,
+    Pow,
+    Floor,
+    Ceil,
+    Round,
+}
+
+impl Math {
+    fn of(name: &str) -> Option<Math> {
+        Some(match name {
+            "abs" => Math::Abs,
+            "sin" => Math::Sin,
+            "cos" => Math::Cos,
+            "tan" => Math::Tan,
+            "asin" => Math::Asin,
+            "acos" => Math::Acos,
+            "atan" => Math::Atan,
+            "atan2" => Math::Atan2,
+            "exp" => Math::Exp,
+            "log" => Math::Log,
+            "ln" => Math::Ln,
+            "log2" => Math::Log2,
+            "log10" => Math::Log10,
+            "sqrt" => Math::Sqrt,
+            "pow" => Math::Pow,
+            "floor" => Math::Floor,
+            "ceil" => Math::Ceil,
+            "round" => Math::Round,
+            _ => return None,
+        })
+    }
+
+    fn arity(self) -> usize {
+        match self {
+            Math::Atan2 | Math::Log | Math::Pow => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether an integer argument answers an integer (the value itself,
+    /// or its absolute value), as InfluxDB's.
+    fn keeps_integers(self) -> bool {
+        matches!(self, Math::Abs | Math::Floor | Math::Ceil | Math::Round)
+    }
+
+    /// The function of the row's values; `None` (null) for a NaN or an
+    /// infinity, which InfluxDB cannot write in JSON either.
+    fn apply(self, args: &[Num]) -> Option<Value> {
+        if self.keeps_integers()
+            && let [Num::Int(i)] = args
+        {
+            return Some(Value::Int(if self == Math::Abs {
+                i.checked_abs()?
+            } else {
+                *i
+            }));
+        }
+        let x = as_f64(*args.first()?);
+        let y = args.get(1).map(|a| as_f64(*a));
+        let v = match (self, y) {
+            (Math::Abs, _) => x.abs(),
+            (Math::Sin, _) => x.sin(),
+            (Math::Cos, _) => x.cos(),
+            (Math::Tan, _) => x.tan(),
+            (Math::Asin, _) => x.asin(),
+            (Math::Acos, _) => x.acos(),
+            (Math::Atan, _) => x.atan(),
+            (Math::Atan2, Some(y)) => x.atan2(y),
+            (Math::Exp, _) => x.exp(),
+            (Math::Log, Some(base)) => x.ln() / base.ln(),
+            (Math::Ln, _) => x.ln(),
+            (Math::Log2, _) => x.log2(),
+            (Math::Log10, _) => x.log10(),
+            (Math::Sqrt, _) => x.sqrt(),
+            (Math::Pow, Some(y)) => x.powf(y),
+            (Math::Floor, _) => x.floor(),
+            (Math::Ceil, _) => x.ceil(),
+            // Go's math.Round: halves away from zero, as Rust's.
+            (Math::Round, _) => x.round(),
+            (Math::Atan2 | Math::Log | Math::Pow, None) => return None,
+        };
+        v.is_finite().then_some(Value::Float(v))
     }
 }
 
@@ -684,6 +792,29 @@ fn compile(
                 input: Box::new(input),
             }
         }
+        FieldExpr::Call { func, args } if MATH.contains(&func.as_str()) => {
+            let math = Math::of(func).expect("one of MATH");
+            if args.len() != math.arity() {
+                return Err(format!(
+                    "invalid number of arguments for {func}, expected {}, got {}",
+                    math.arity(),
+                    args.len()
+                ));
+            }
+            let mut nodes = Vec::with_capacity(args.len());
+            for a in args {
+                if matches!(a, FieldExpr::Wildcard | FieldExpr::Regex(_)) {
+                    return Err(format!(
+                        "{func}() of * or a pattern is not answered by halite yet: name the fields"
+                    ));
+                }
+                nodes.push(compile(a, every, leaves, shape, extra_buckets)?);
+            }
+            Node::Math {
+                func: math,
+                args: nodes,
+            }
+        }
         FieldExpr::Call { func, args } if SELECTORS_OF_ROWS.contains(&func.as_str()) => {
             return Err(rows_call_refusal(func, args));
         }
@@ -1087,6 +1218,23 @@ impl Typed<'_> {
                     _ => Kind::Float,
                 }
             }
+            Node::Math { func, args } => {
+                let kinds = args
+                    .iter()
+                    .map(|a| self.kind_of(a))
+                    .collect::<Result<Vec<Kind>, String>>()?;
+                if kinds
+                    .iter()
+                    .any(|k| matches!(k, Kind::String | Kind::Boolean | Kind::Tag))
+                {
+                    // InfluxDB answers such a call nothing.
+                    return Ok(Kind::Unknown);
+                }
+                match kinds.as_slice() {
+                    [Kind::Integer] if func.keeps_integers() => Kind::Integer,
+                    _ => Kind::Float,
+                }
+            }
             Node::Binary { op, lhs, rhs } => {
                 let l = self.kind_of(lhs)?;
                 let r = self.kind_of(rhs)?;
@@ -1149,6 +1297,14 @@ impl Typed<'_> {
             Node::Transform { kind, input } => {
                 format!("{}({})", transform_name(*kind), self.describe(input))
             }
+            Node::Math { func, args } => format!(
+                "{}({})",
+                format!("{func:?}").to_ascii_lowercase(),
+                args.iter()
+                    .map(|a| self.describe(a))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 }
@@ -1238,6 +1394,26 @@ fn eval(node: &Node, rows: &[Vec<Cell>]) -> Vec<Slot> {
             let input = eval(input, rows);
             let times: Vec<i64> = rows.iter().map(|r| row_time(r)).collect();
             transform(*kind, &times, &input)
+        }
+        Node::Math { func, args } => {
+            let args: Vec<Operand> = args.iter().map(|a| operand(a, rows)).collect();
+            (0..rows.len())
+                .map(|i| {
+                    if !args.iter().any(|a| a.present(i)) {
+                        return Slot::Absent;
+                    }
+                    let values: Option<Vec<Num>> = args
+                        .iter()
+                        .map(|a| match a.at(i) {
+                            Slot::Value(v) => number(v),
+                            _ => None,
+                        })
+                        .collect();
+                    values
+                        .and_then(|v| func.apply(&v))
+                        .map_or(Slot::Null, Slot::Value)
+                })
+                .collect()
         }
     }
 }

@@ -366,6 +366,13 @@ pub const TRANSFORMS: [&str; 7] = [
     "elapsed",
 ];
 
+/// InfluxDB 1.6's math functions: of each row's value (of a field, a
+/// call or an expression), answered beside arithmetic.
+pub const MATH: [&str; 18] = [
+    "abs", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "exp", "log", "ln", "log2",
+    "log10", "sqrt", "pow", "floor", "ceil", "round",
+];
+
 /// How many operators and calls one select-list expression may hold.
 /// InfluxDB has no limit; every walk of an expression here recurses once
 /// per level, and what dashboards write holds a handful.
@@ -1954,7 +1961,7 @@ fn simple_call(e: &FieldExpr) -> Option<SelectExpr> {
     let FieldExpr::Call { func, args } = e else {
         return None;
     };
-    if TRANSFORMS.contains(&func.as_str()) {
+    if TRANSFORMS.contains(&func.as_str()) || MATH.contains(&func.as_str()) {
         return None;
     }
     match (func.as_str(), args.as_slice()) {
