@@ -304,6 +304,12 @@ impl PolicyTables {
     }
 }
 
+/// Whether a namespace's table `table` holds a measurement of some
+/// retention policy (not one of the namespace's own, such as `__tags`).
+pub fn is_measurement_table(table: &str) -> bool {
+    !table.starts_with("__") || table.starts_with("__rp.")
+}
+
 /// A retention policy's name halite can name tables after: 1..=32
 /// letters, digits, '_' and '-'.
 pub fn check_policy_name(name: &str) -> std::result::Result<(), String> {
@@ -640,6 +646,35 @@ impl Catalog {
                 d.retention.insert(ns.to_string(), policies);
             }
             Ok(out)
+        })
+    }
+
+    /// Removes namespace `ns` and every table in it in one change (the
+    /// `default` namespace stays, empty); the caller deletes the tables'
+    /// regions. Writes then find no database, so none makes a table of
+    /// the old one while its regions go.
+    pub fn drop_namespace_and_tables(&self, ns: &str) -> Result<Vec<TableDescriptor>> {
+        self.update(|d| {
+            if !d.namespaces.contains(ns) {
+                return Err(Error::NotFound(format!(
+                    "no such namespace. namespace=`{ns}`"
+                )));
+            }
+            let names: Vec<String> = d
+                .tables
+                .iter()
+                .filter(|(_, t)| t.name.namespace == ns)
+                .map(|(k, _)| k.clone())
+                .collect();
+            let dropped: Vec<TableDescriptor> =
+                names.iter().filter_map(|k| d.tables.remove(k)).collect();
+            d.splits.retain(|s| s.table.namespace != ns);
+            if ns != DEFAULT_NAMESPACE {
+                d.namespaces.remove(ns);
+            }
+            d.retention.remove(ns);
+            d.continuous_queries.remove(ns);
+            Ok(dropped)
         })
     }
 

@@ -1029,7 +1029,7 @@ impl<'t> PointEncoder<'t> {
         match dictionary.series(table_name, series, open.series_limit) {
             SeriesOutcome::Known => {
                 if let Some(text) = text.filter(|_| !new_names) {
-                    dictionary.remember_written(table_name, text, metric, &self.tag_uids);
+                    dictionary.remember_written(table_name, text, series, metric, &self.tag_uids);
                 }
             }
             SeriesOutcome::Pending => self.undurable = true,

@@ -635,13 +635,26 @@ impl Dictionary {
         Some(series.metric)
     }
 
-    /// Remembers that `text` writes the series of `metric` and `tags`
-    /// (sorted) in `table`. Only for a series whose names' UIDs and
+    /// Remembers that `text` writes the series `series` (of `metric` and
+    /// `tags`, sorted) in `table`. Only for a series whose names' UIDs and
     /// record are durable, and a text whose tags passed the table's
     /// checks: a remembered text is taken as it is.
-    pub fn remember_written(&self, table: &str, text: &str, metric: u32, tags: &[(u32, u32)]) {
+    pub fn remember_written(
+        &self,
+        table: &str,
+        text: &str,
+        series: &[u8],
+        metric: u32,
+        tags: &[(u32, u32)],
+    ) {
         let mut state = self.state.write();
         if state.written_count >= WRITTEN_SERIES_MAX {
+            return;
+        }
+        // Still recorded and durable: a DROP or DELETE may have forgotten
+        // it since the writer looked, and a remembered text is never
+        // looked up again.
+        if state.series.get(table).and_then(|s| s.get(series)) != Some(&true) {
             return;
         }
         let series = WrittenSeries {

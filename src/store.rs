@@ -482,6 +482,33 @@ impl Store {
         self.refuse_in_cluster("dropping a table")?;
         let table = self.table(name)?;
         self.catalog.drop_table(name)?;
+        self.remove_dropped(name, &table)
+    }
+
+    /// Drops namespace `ns` with every table in it: all out of the catalog
+    /// in one change, then their regions' files.
+    pub fn drop_namespace(&self, ns: &str) -> Result<()> {
+        let _ddl = self.ddl.lock();
+        self.refuse_in_cluster("dropping a namespace")?;
+        let open: Vec<(TableName, Arc<Table>)> = self
+            .tables
+            .read()
+            .iter()
+            .filter(|(name, _)| name.namespace == ns)
+            .map(|(name, t)| (name.clone(), t.clone()))
+            .collect();
+        // A crash after this change leaves region directories the catalog
+        // does not name, which the next open removes.
+        self.catalog.drop_namespace_and_tables(ns)?;
+        for (name, table) in open {
+            self.remove_dropped(&name, &table)?;
+        }
+        Ok(())
+    }
+
+    /// A table the catalog no longer names: closed without a flush, its
+    /// WAL edits released, its regions' directories removed.
+    fn remove_dropped(&self, name: &TableName, table: &Table) -> Result<()> {
         self.tables.write().remove(name);
         for r in table.regions() {
             // Already gone from the catalog: nothing to flush.

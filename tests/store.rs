@@ -769,3 +769,46 @@ fn files_past_their_ttl_go_on_the_compaction_check_without_a_flush() {
         "expired files stayed on disk past the compaction check"
     );
 }
+
+/// A namespace's dictionary forgets a dropped table's or series' rows
+/// under a raised generation: across a restart the forgotten series stay
+/// gone, one recorded again after the forgetting is read back (above the
+/// delete markers, which mask every version at or before their own), and
+/// a writer that looked the series up before it was forgotten cannot
+/// remember its text afterwards.
+#[test]
+fn a_forgotten_series_stays_forgotten_and_one_recorded_again_is_kept() {
+    use halite::series::{SeriesOutcome, TagSets};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let a = [0u8, 0, 0, 1, 0].to_vec();
+    let b = [0u8, 0, 0, 2, 0].to_vec();
+    {
+        let store = open(dir.path());
+        store.catalog().create_namespace("db").expect("namespace");
+        let tag_sets = TagSets::new();
+        let d = tag_sets.dictionary(&store, "db").expect("dictionary");
+        for s in [&a, &b] {
+            assert_eq!(d.series("cpu", s, 100), SeriesOutcome::Pending);
+        }
+        d.make_durable(&store).expect("durable");
+        assert_eq!(d.series("cpu", &a, 100), SeriesOutcome::Known);
+        d.forget_series(&store, "cpu", std::slice::from_ref(&a))
+            .expect("forget");
+        // A writer that found `a` known before it went.
+        d.remember_written("cpu", "cpu,host=a", &a, 1, &[]);
+        let mut tags = Vec::new();
+        assert_eq!(d.written_series("cpu", "cpu,host=a", &mut tags), None);
+        assert_eq!(d.series_count("cpu"), 1);
+        // `b` written again after the whole table is forgotten.
+        d.forget_table(&store, "cpu").expect("forget table");
+        assert_eq!(d.series_count("cpu"), 0);
+        assert_eq!(d.series("cpu", &b, 100), SeriesOutcome::Pending);
+        d.make_durable(&store).expect("durable");
+        store.close().expect("close");
+    }
+    let store = open(dir.path());
+    let d = TagSets::new().dictionary(&store, "db").expect("dictionary");
+    assert!(d.has_series("cpu", &b), "recorded again after the markers");
+    assert!(!d.has_series("cpu", &a), "forgotten for good");
+    assert_eq!(d.series_count("cpu"), 1);
+}

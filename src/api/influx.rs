@@ -1212,7 +1212,10 @@ fn statement_need<'a>(st: &'a Statement, db: Option<&'a str>) -> (Scope, Option<
         Statement::CreateRetentionPolicy { on, .. }
         | Statement::AlterRetentionPolicy { on, .. }
         | Statement::DropRetentionPolicy { on, .. } => (Scope::Admin, Some(on)),
-        Statement::DropMeasurement { .. } | Statement::DeleteSeries { .. } => (Scope::Write, db),
+        // As InfluxDB 1.6: dropping a measurement is an admin's, deleting
+        // series a writer's.
+        Statement::DropMeasurement { .. } => (Scope::Admin, db),
+        Statement::DeleteSeries { .. } => (Scope::Write, db),
         Statement::CreateContinuousQuery { on, .. } | Statement::DropContinuousQuery { on, .. } => {
             (Scope::Admin, Some(on))
         }
@@ -1376,7 +1379,7 @@ fn run_other(
             policy,
             default,
         } => {
-            retention::create_policy(&s.store, on, name, *policy, *default)
+            retention::create_policy(&s.store, &s.tag_sets, on, name, *policy, *default)
                 .map_err(|e| e.to_string())?;
             Ok(Vec::new())
         }

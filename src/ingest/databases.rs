@@ -143,9 +143,9 @@ pub fn tables_or_make(
     }
     // Made (or, being made by another writer, waited for: the store makes
     // tables one change at a time) with the database's tables counted as
-    // the catalog holds them then. The database's own tables (`__tags`)
-    // are not measurements.
-    let counted = |table: &str| !table.starts_with("__");
+    // the catalog holds them then, of every retention policy. The
+    // database's own tables (`__tags`) are not measurements.
+    let counted = |table: &str| crate::catalog::is_measurement_table(table);
     let limit = crate::catalog::TableLimit {
         most: max_measurements,
         counted: &counted,

@@ -16,6 +16,7 @@ use crate::catalog::{
     check_policy_name,
 };
 use crate::error::Error;
+use crate::ingest::databases::SAMPLES_TABLE;
 use crate::schema::FamilySpec;
 use crate::series::{TAGS_TABLE, TagSets};
 use crate::store::Store;
@@ -138,6 +139,7 @@ fn no_database(db: &str) -> impl Fn(Error) -> PolicyError + '_ {
 /// error, one of other settings is.
 pub fn create_policy(
     store: &Store,
+    tag_sets: &TagSets,
     db: &str,
     name: &str,
     spec: PolicySpec,
@@ -145,6 +147,11 @@ pub fn create_policy(
 ) -> Result<(), PolicyError> {
     let policy = new_policy(name, spec)?;
     refuse_in_cluster(store, "creating a retention policy")?;
+    // Tables a write made for a policy of this name after it was dropped
+    // hold points of before: a new policy starts empty.
+    if store.catalog().retention_policies(db).get(name).is_none() && name != AUTOGEN {
+        drop_policy_tables(store, tag_sets, db, name)?;
+    }
     let mut refused = None;
     store
         .catalog()
@@ -211,22 +218,6 @@ pub fn alter_policy(
     if let Some(s) = shard_ns {
         new.shard_group_ns = normalised_shard_ns(s, new.duration_ns);
     }
-    // The tables' TTLs first: should one fail, the catalog still says the
-    // old duration, and the statement can be sent again.
-    if new.duration_ns != old.duration_ns {
-        let tables = PolicyTables::new(db, name);
-        for desc in policy_tables(store, &tables) {
-            let families: Vec<FamilySpec> = desc
-                .families
-                .iter()
-                .map(|f| FamilySpec {
-                    ttl: ttl_secs(new.duration_ns),
-                    ..f.clone()
-                })
-                .collect();
-            store.alter_families(&desc.name, &families)?;
-        }
-    }
     store
         .catalog()
         .update_retention_policies(db, |policies| {
@@ -242,16 +233,35 @@ pub fn alter_policy(
             Ok(Some(()))
         })
         .map_err(no_database(db))?;
+    // Every table of the policy whose TTL is not the duration's (all, for
+    // a new duration; those a failed ALTER left, when sent again).
+    let ttl = ttl_secs(new.duration_ns);
+    for desc in policy_tables(store, &PolicyTables::new(db, name)) {
+        if desc.families.iter().all(|f| f.ttl == ttl) {
+            continue;
+        }
+        let families: Vec<FamilySpec> = desc
+            .families
+            .iter()
+            .map(|f| FamilySpec { ttl, ..f.clone() })
+            .collect();
+        store.alter_families(&desc.name, &families)?;
+    }
     Ok(())
 }
 
-/// The open-tag tables of one policy of a database.
+/// The open-tag tables of one policy of a database (not the Prometheus
+/// samples', which no policy governs).
 fn policy_tables(store: &Store, tables: &PolicyTables) -> Vec<crate::catalog::TableDescriptor> {
     store
         .catalog()
         .tables(Some(&tables.db))
         .into_iter()
-        .filter(|d| d.key.is_open_tags() && tables.measurement_of(&d.name.table).is_some())
+        .filter(|d| {
+            d.key.is_open_tags()
+                && d.name.table != SAMPLES_TABLE
+                && tables.measurement_of(&d.name.table).is_some()
+        })
         .collect()
 }
 
@@ -271,9 +281,11 @@ fn drop_measurement_table(
     }
 }
 
-/// `DROP RETENTION POLICY name ON db`: its tables, then the policy. A
-/// missing policy (or database) is no error, as in InfluxDB; the default
-/// keeps naming a dropped default policy.
+/// `DROP RETENTION POLICY name ON db`: the policy, then its tables (a
+/// write meanwhile finds no policy; a table one made from a target taken
+/// before goes when the policy is made again). A missing policy (or
+/// database) is no error, as in InfluxDB; the default keeps naming a
+/// dropped default policy.
 pub fn drop_policy(
     store: &Store,
     tag_sets: &TagSets,
@@ -284,17 +296,28 @@ pub fn drop_policy(
         return Ok(());
     }
     refuse_in_cluster(store, "dropping a retention policy")?;
-    for desc in policy_tables(store, &PolicyTables::new(db, name)) {
-        drop_measurement_table(store, tag_sets, &desc.name)?;
-    }
     match store.catalog().update_retention_policies(db, |policies| {
         let before = policies.policies.len();
         policies.policies.retain(|p| p.name != name);
         Ok((policies.policies.len() != before).then_some(()))
     }) {
-        Ok(_) | Err(Error::NotFound(_)) => Ok(()),
-        Err(e) => Err(e.into()),
+        Ok(_) | Err(Error::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
     }
+    drop_policy_tables(store, tag_sets, db, name)
+}
+
+/// Drops every table of policy `name` of `db`.
+fn drop_policy_tables(
+    store: &Store,
+    tag_sets: &TagSets,
+    db: &str,
+    name: &str,
+) -> Result<(), PolicyError> {
+    for desc in policy_tables(store, &PolicyTables::new(db, name)) {
+        drop_measurement_table(store, tag_sets, &desc.name)?;
+    }
+    Ok(())
 }
 
 /// `CREATE DATABASE db [WITH …]`: an existing database is no error unless
@@ -333,15 +356,16 @@ pub fn create_database(
 }
 
 /// `DROP DATABASE db`: every measurement of every policy, the Prometheus
-/// samples, the dictionary and the database. A database holding
+/// samples, the dictionary and the database, out of the catalog in one
+/// change (a write meanwhile finds no database). A database holding
 /// declared-key tables is refused whole, before anything goes.
 pub fn drop_database(store: &Store, tag_sets: &TagSets, db: &str) -> Result<(), PolicyError> {
     let catalog = store.catalog();
     if !catalog.namespaces().iter().any(|n| n == db) {
         return Ok(());
     }
-    let tables = catalog.tables(Some(db));
-    let declared: Vec<String> = tables
+    let declared: Vec<String> = catalog
+        .tables(Some(db))
         .iter()
         .filter(|t| !t.key.is_open_tags() && t.name.table != TAGS_TABLE)
         .map(|t| t.name.table.clone())
@@ -353,23 +377,13 @@ pub fn drop_database(store: &Store, tag_sets: &TagSets, db: &str) -> Result<(), 
         });
     }
     refuse_in_cluster(store, "dropping a database")?;
-    for t in tables.iter().filter(|t| t.name.table != TAGS_TABLE) {
-        match store.drop_table(&t.name) {
-            Ok(()) | Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    tag_sets.forget(db);
-    let dictionary = TableName::parse(&format!("{db}:{TAGS_TABLE}"))?;
-    match store.drop_table(&dictionary) {
+    match store.drop_namespace(db) {
         Ok(()) | Err(Error::NotFound(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    match catalog.drop_namespace(db) {
-        // `default` stays, empty.
-        Ok(()) | Err(Error::InvalidInput(_)) | Err(Error::NotFound(_)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    // Its dictionary went with its `__tags` table: a writer asks anew.
+    tag_sets.forget(db);
+    Ok(())
 }
 
 /// `DROP MEASUREMENT m`: its table in every policy of `db`. A measurement

@@ -300,8 +300,6 @@ fn select_sources(
     // By retention policy: the names and patterns of each.
     let mut wanted: BTreeMap<String, (BTreeSet<String>, Vec<regex_lite::Regex>)> = BTreeMap::new();
     for source in &s.sources {
-        let policy = policy_of(store, db, source.retention_policy.as_deref())?.policy;
-        let (named, patterns) = wanted.entry(policy).or_default();
         if source.database.as_deref().is_some_and(|named| named != db) {
             return Err(
                 "measurements of another database than the statement's in one FROM are not \
@@ -309,6 +307,8 @@ fn select_sources(
                     .into(),
             );
         }
+        let policy = policy_of(store, db, source.retention_policy.as_deref())?.policy;
+        let (named, patterns) = wanted.entry(policy).or_default();
         match &source.measurement {
             FromName::Name(name) => {
                 named.insert(name.clone());

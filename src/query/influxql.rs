@@ -2287,7 +2287,7 @@ mod tests {
             }])
         );
         assert_eq!(
-            parse("DROP CONTINUOUS QUERY q ON db"),
+            parse("DROP SUBSCRIPTION s ON db.rp"),
             Ok(vec![Statement::Unsupported("DROP".into())])
         );
         assert!(matches!(

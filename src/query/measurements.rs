@@ -466,8 +466,4 @@ pub fn holds_series_tables(tables: &[TableDescriptor], db: &str) -> bool {
     })
 }
 
-/// Whether a namespace's table `table` holds a measurement of some
-/// retention policy (not the dictionary's own).
-pub fn is_measurement_table(table: &str) -> bool {
-    !table.starts_with("__") || table.starts_with("__rp.")
-}
+pub use crate::catalog::is_measurement_table;

@@ -378,15 +378,20 @@ impl<'s> DatabaseReader<'s> {
             .catalog()
             .tables(Some(namespace))
             .iter()
-            .any(|t| t.key.is_open_tags() && !t.name.table.starts_with("__"));
+            .any(|t| t.key.is_open_tags() && crate::catalog::is_measurement_table(&t.name.table));
         let dictionary = match open_tables {
             false => None,
             true => Some(self.tag_sets.dictionary(self.store, namespace)?),
         };
+        // The default retention policy's, as InfluxQL reads without one.
+        let policies = self.store.catalog().retention_policies(namespace);
+        let policy = policies
+            .resolve(None)
+            .map_or(crate::catalog::AUTOGEN, |p| p.name.as_str());
         Ok(super::measurements::measurements(
             self.store,
             dictionary.as_deref(),
-            &crate::catalog::PolicyTables::autogen(namespace),
+            &crate::catalog::PolicyTables::new(namespace, policy),
         )
         .map_err(ReadError::Listing)?
         .into_iter()
