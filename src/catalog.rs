@@ -183,6 +183,10 @@ pub struct ContinuousQuery {
     pub query: String,
 }
 
+/// The table of a database's Prometheus samples (no retention policy's
+/// measurement: kept by its own family TTL).
+pub const SAMPLES_TABLE: &str = "samples";
+
 /// The retention policy every database starts with, whose tables are
 /// named after their measurements alone (`<db>:<measurement>`).
 pub const AUTOGEN: &str = "autogen";

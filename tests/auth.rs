@@ -538,6 +538,32 @@ fn every_route_answers_401_403_or_itself_by_token_and_changes_nothing_when_refus
         );
         assert_eq!(r.status, 403, "{q}: {}", r.text());
     }
+    // A continuous query runs later as no caller: its maker must be
+    // allowed to read what it reads and write where it writes now. And a
+    // SELECT … INTO writes into its target's database.
+    for (q, token) in [
+        (
+            "CREATE CONTINUOUS QUERY c ON beta BEGIN SELECT mean(v) INTO m2 FROM alpha..m GROUP BY time(1m) END",
+            "admin@beta",
+        ),
+        (
+            "CREATE CONTINUOUS QUERY c ON beta BEGIN SELECT mean(v) INTO alpha..m2 FROM m GROUP BY time(1m) END",
+            "admin@beta",
+        ),
+        ("SELECT v INTO alpha..m2 FROM m", "read@beta"),
+        ("SELECT v INTO m2 FROM m", "read@beta"),
+    ] {
+        let body = serde_urlencoded::to_string([("db", "beta"), ("q", q)]).expect("form");
+        let r = call(
+            &a,
+            "POST",
+            "/query",
+            Some(&bearer(&tokens[token])),
+            Some("application/x-www-form-urlencoded"),
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 403, "{q}: {}", r.text());
+    }
     assert_eq!(world(&a), before, "a refused request changed something");
 
     for c in &cases {

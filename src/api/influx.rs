@@ -616,15 +616,37 @@ pub(super) async fn query(
                 format!("error authorizing query: {}", refused.message()),
             );
         }
-        // `SELECT … INTO` writes too: into its target's database.
-        if let Statement::Select(sel) = st
-            && let Some(into) = &sel.into
-            && let Err(refused) = allow(&caller, Scope::Write, into.database.as_deref().or(ns))
-        {
-            return influx_error(
-                StatusCode::FORBIDDEN,
-                format!("error authorizing query: {}", refused.message()),
-            );
+        // `SELECT … INTO` writes too, into its target's database; a
+        // continuous query reads and writes later, as no caller: its maker
+        // needs both now.
+        let also: Vec<(Scope, Option<&str>)> = match st {
+            Statement::Select(sel) => sel
+                .into
+                .iter()
+                .map(|into| {
+                    let target = into_database(into, db.as_deref(), sel.database.as_deref());
+                    (Scope::Write, target)
+                })
+                .collect(),
+            Statement::CreateContinuousQuery { on, select, .. } => {
+                let mut need = vec![(Scope::Read, select.database.as_deref().or(Some(on)))];
+                need.extend(
+                    select
+                        .into
+                        .iter()
+                        .map(|into| (Scope::Write, into_database(into, Some(on), None))),
+                );
+                need
+            }
+            _ => Vec::new(),
+        };
+        for (scope, ns) in also {
+            if let Err(refused) = allow(&caller, scope, ns) {
+                return influx_error(
+                    StatusCode::FORBIDDEN,
+                    format!("error authorizing query: {}", refused.message()),
+                );
+            }
         }
     }
     // Trimmed, as InfluxDB's handler trims it (`epoch= ms` is ms).
@@ -1246,6 +1268,17 @@ fn run(
     run_other(s, caller, st, db, format).map(Answer::Json)
 }
 
+/// The database `INTO` writes: the one it names, else the request's (as
+/// InfluxDB fills in the statement's unnamed databases), else the one the
+/// statement reads.
+fn into_database<'a>(
+    into: &'a influxql::IntoTarget,
+    request: Option<&'a str>,
+    from: Option<&'a str>,
+) -> Option<&'a str> {
+    into.database.as_deref().or(request).or(from)
+}
+
 /// A SELECT statement's series (an `INTO`'s, the points written).
 pub(super) fn select(
     s: &AppState,
@@ -1270,6 +1303,7 @@ pub(super) fn select(
     let Some(into) = &sel.into else {
         return influx_select::select(&s.store, d.as_deref(), name, sel, now);
     };
+    let target = into_database(into, db, Some(name)).unwrap_or(name);
     // An empty bucket is no point: `fill(null)`'s rows of one (a count's
     // 0 among them) are not written, as InfluxDB writes none.
     let written = influxql::Select {
@@ -1280,7 +1314,7 @@ pub(super) fn select(
         ..sel.clone()
     };
     let answer = influx_select::select(&s.store, d.as_deref(), name, &written, now)?;
-    super::influx_into::write_into(s, name, into, &answer)
+    super::influx_into::write_into(s, target, into, &answer)
 }
 
 /// Whether SHOW DATABASES lists namespace `ns`: one InfluxQL can read (a

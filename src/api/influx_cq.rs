@@ -128,7 +128,7 @@ pub fn schedule(
     let mut resample_every = every.filter(|e| *e > 0).unwrap_or(interval);
     let next_run = match last_run {
         Some(last) => {
-            let next = last.saturating_add(resample_every);
+            let next = last.checked_add(resample_every)?;
             if next > now {
                 return None;
             }
@@ -136,8 +136,8 @@ pub fn schedule(
         }
         None => now,
     };
-    let truncate = |t: i64, by: i64| t - t.rem_euclid(by);
-    let last_run = truncate(now - offset, resample_every) + offset;
+    let truncate = |t: i64, by: i64| t.checked_sub(t.rem_euclid(by));
+    let last_run = truncate(now.checked_sub(offset)?, resample_every)?.checked_add(offset)?;
     let resample_for = for_
         .filter(|f| *f > 0)
         .unwrap_or(if interval < resample_every {
@@ -148,35 +148,72 @@ pub fn schedule(
     if interval < resample_every {
         resample_every = interval;
     }
-    let start = truncate(next_run + interval - resample_for - offset - 1, interval) + offset;
-    let end = truncate(now + interval - resample_every - offset, interval) + offset;
+    // Checked: a duration of thousands of weeks, or a clock at the end
+    // of time, runs nothing rather than a range past either end.
+    let start = next_run
+        .checked_add(interval)?
+        .checked_sub(resample_for)?
+        .checked_sub(offset)?
+        .checked_sub(1)?;
+    let start = truncate(start, interval)?.checked_add(offset)?;
+    let end = now
+        .checked_add(interval)?
+        .checked_sub(resample_every)?
+        .checked_sub(offset)?;
+    let end = truncate(end, interval)?.checked_add(offset)?;
     Some(Due {
         last_run,
         range: (end > start).then_some((start, end)),
     })
 }
 
-/// `condition` with its time bounds (at its top) replaced by
-/// `[start, end)`, as InfluxDB sets a continuous query's range.
+/// `condition` with every time comparison in it taken for true (InfluxDB's
+/// `rewriteWithoutTimeDimensions`) and the range `[start, end)` ANDed to
+/// the rest, as InfluxDB sets a continuous query's range.
 fn in_range(condition: Option<&Expr>, start: i64, end: i64) -> Expr {
+    /// `e` without its time comparisons; `None` when it is then true.
+    fn without_time(e: &Expr) -> Option<Expr> {
+        match e {
+            Expr::Compare { lhs, .. } if lhs.eq_ignore_ascii_case("time") => None,
+            Expr::Compare { .. } => Some(e.clone()),
+            Expr::And(terms) => {
+                let kept: Vec<Expr> = terms.iter().filter_map(without_time).collect();
+                match kept.len() {
+                    0 => None,
+                    1 => kept.into_iter().next(),
+                    _ => Some(Expr::And(kept)),
+                }
+            }
+            // One true side makes the whole OR true.
+            Expr::Or(terms) => {
+                let kept: Option<Vec<Expr>> = terms.iter().map(without_time).collect();
+                kept.map(Expr::Or)
+            }
+        }
+    }
     let bound = |op, t| Expr::Compare {
         lhs: "time".into(),
         op,
         rhs: Operand::Time(t),
     };
-    let mut terms: Vec<Expr> = match condition {
-        Some(Expr::And(terms)) => terms.clone(),
-        Some(other) => vec![other.clone()],
-        None => Vec::new(),
-    };
-    terms.retain(|t| !matches!(t, Expr::Compare { lhs, .. } if lhs.eq_ignore_ascii_case("time")));
+    let mut terms = Vec::new();
+    match condition.and_then(without_time) {
+        Some(Expr::And(rest)) => terms.extend(rest),
+        Some(rest) => terms.push(rest),
+        None => {}
+    }
     terms.push(bound(CompareOp::GtEq, start));
     terms.push(bound(CompareOp::Lt, end));
     Expr::And(terms)
 }
 
-/// Runs every query due at `now_ns`; `last_runs` by database and name.
-fn run_due(s: &AppState, now_ns: i64, last_runs: &mut HashMap<(String, String), i64>) {
+/// When each query last ran, by database and name.
+type LastRuns = HashMap<(String, String), i64>;
+
+/// Runs every query due at `now_ns`. A query's run is recorded before it
+/// runs, and a query that fails (or panics) is logged and left to its
+/// next run: it does not stop the others, nor run again every second.
+fn run_due(s: &AppState, now_ns: i64, last_runs: &parking_lot::Mutex<LastRuns>) {
     for (db, queries) in s.store.catalog().continuous_queries() {
         for cq in queries {
             let key = (db.clone(), cq.name.clone());
@@ -198,21 +235,15 @@ fn run_due(s: &AppState, now_ns: i64, last_runs: &mut HashMap<(String, String), 
             let Some((interval, offset)) = select.group_time else {
                 continue;
             };
-            let Some(due) = schedule(
-                now_ns,
-                interval,
-                offset,
-                *every,
-                *for_,
-                last_runs.get(&key).copied(),
-            ) else {
+            let last = last_runs.lock().get(&key).copied();
+            let Some(due) = schedule(now_ns, interval, offset, *every, *for_, last) else {
                 continue;
             };
-            last_runs.insert(key, due.last_run);
+            last_runs.lock().insert(key, due.last_run);
             let Some((start, end)) = due.range else {
                 continue;
             };
-            if !select.fields.iter().any(|f| f.expr.is_call()) {
+            if !select.calls_functions() {
                 tracing::warn!(database = %db, query = %cq.name, "continuous queries must be aggregate queries");
                 continue;
             }
@@ -220,12 +251,18 @@ fn run_due(s: &AppState, now_ns: i64, last_runs: &mut HashMap<(String, String), 
                 condition: Some(in_range(select.condition.as_ref(), start, end)),
                 ..(**select).clone()
             };
-            match super::influx::select(s, &ranged, Some(&db)) {
-                Ok(_) => {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::influx::select(s, &ranged, Some(&db))
+            }));
+            match ran {
+                Ok(Ok(_)) => {
                     tracing::debug!(database = %db, query = %cq.name, start, end, "continuous query ran")
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(database = %db, query = %cq.name, error = %e, "continuous query failed")
+                }
+                Err(_) => {
+                    tracing::error!(database = %db, query = %cq.name, "continuous query panicked")
                 }
             }
         }
@@ -237,28 +274,27 @@ pub async fn run_continuous_queries(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let mut last_runs = HashMap::new();
+    let last_runs = Arc::new(parking_lot::Mutex::new(LastRuns::new()));
     let mut ticks = tokio::time::interval(RUN_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            biased;
             _ = &mut shutdown => return,
             _ = ticks.tick() => {}
         }
         let s = state.clone();
-        let mut runs = std::mem::take(&mut last_runs);
+        let runs = last_runs.clone();
         let done = tokio::task::spawn_blocking(move || {
             let now = i64::try_from(s.clock.now_ms())
                 .unwrap_or(i64::MAX)
                 .saturating_mul(1_000_000);
-            run_due(&s, now, &mut runs);
-            runs
+            run_due(&s, now, &runs);
         })
         .await;
-        match done {
-            Ok(runs) => last_runs = runs,
-            Err(e) => tracing::error!(error = %e, "the continuous queries' run failed"),
+        if let Err(e) = done {
+            tracing::error!(error = %e, "the continuous queries' run failed");
         }
     }
 }
@@ -318,6 +354,23 @@ mod tests {
             Some((630 * M + 15 * S, 631 * M + 15 * S))
         );
         assert_eq!(schedule(0, 0, 0, None, None, None), None);
+        // At the end of time, or of a 12,000-week interval: nothing, no
+        // overflow.
+        assert_eq!(
+            schedule(i64::MAX, M, 0, None, None, None).and_then(|d| d.range),
+            None
+        );
+        assert_eq!(
+            schedule(
+                now,
+                12_000 * 7 * 24 * 60 * M,
+                0,
+                None,
+                None,
+                Some(i64::MAX - 1)
+            ),
+            None
+        );
     }
 
     #[test]
@@ -342,5 +395,22 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_time_comparison_under_or_is_taken_for_true() {
+        let q = influxql::parse(
+            "SELECT mean(v) FROM cpu WHERE (host = 'a' OR time > 5s) AND (dc = 'x' AND time < 9s) GROUP BY time(1m)",
+        )
+        .expect("parses");
+        let [Statement::Select(sel)] = q.as_slice() else {
+            panic!("{q:?}");
+        };
+        let Expr::And(terms) = in_range(sel.condition.as_ref(), 10, 20) else {
+            panic!("an AND");
+        };
+        // The OR went (one side true), `dc = 'x'` stayed, and the range.
+        assert_eq!(terms.len(), 3, "{terms:?}");
+        assert!(matches!(&terms[0], Expr::Compare { lhs, .. } if lhs == "dc"));
     }
 }

@@ -16,15 +16,18 @@ use crate::query::influx_select::{Cell, SeriesOut};
 use crate::query::influxql::IntoTarget;
 use crate::value::Value;
 
-/// Writes `answer` into `into` (its database by default `db`), answering
+/// Points written in one piece: a large answer goes as several writes,
+/// as InfluxDB writes an `INTO`'s points 10,000 at a time.
+const POINTS_A_WRITE: usize = 10_000;
+
+/// Writes `answer` into `into` (in database `target_db`), answering
 /// InfluxDB's `result` series: the points written.
 pub(super) fn write_into(
     s: &AppState,
-    db: &str,
+    target_db: &str,
     into: &IntoTarget,
     answer: &[SeriesOut],
 ) -> Result<Vec<SeriesOut>, String> {
-    let target_db = into.database.as_deref().unwrap_or(db);
     if !s
         .store
         .catalog()
@@ -41,17 +44,15 @@ pub(super) fn write_into(
         s.clock.now_ms(),
     )
     .map_err(|e| e.to_string())?;
-    let (text, points) = lines(into, answer);
-    let written = if points == 0 {
-        0
-    } else {
+    let mut written = 0;
+    for text in lines(into, answer)? {
         let outcome = write_body(s, &target, text.as_bytes(), Precision::Nanoseconds)
             .map_err(|refused| refused.message)?;
         if let Some((_, message)) = outcome.refusal() {
             return Err(message);
         }
-        outcome.written
-    };
+        written += outcome.written;
+    }
     Ok(vec![SeriesOut {
         name: "result".into(),
         tags: None,
@@ -63,23 +64,33 @@ pub(super) fn write_into(
     }])
 }
 
-/// The answer's rows as line protocol, and how many points it holds.
-fn lines(into: &IntoTarget, answer: &[SeriesOut]) -> (String, usize) {
+/// The answer's rows as line protocol, [`POINTS_A_WRITE`] points a piece.
+/// A row with a NaN or infinite value is no point, as InfluxDB refuses
+/// such a point whole; a name or string line protocol cannot carry (a
+/// line break, a measurement taken for a comment) is an error.
+fn lines(into: &IntoTarget, answer: &[SeriesOut]) -> Result<Vec<String>, String> {
+    let mut pieces = Vec::new();
     let mut text = String::new();
     let mut points = 0;
     for series in answer {
         let measurement = into.measurement.as_deref().unwrap_or(&series.name);
-        let mut head = escape(measurement, &[',', ' ']);
+        if measurement.starts_with('#') {
+            return Err(format!(
+                "SELECT … INTO cannot write measurement {measurement:?}: line protocol reads a \
+                 line starting with '#' as a comment"
+            ));
+        }
+        let mut head = escape(measurement, &[',', ' '])?;
         for (k, v) in series.tags.iter().flatten() {
             if v.is_empty() {
                 continue;
             }
             head.push(',');
-            head.push_str(&escape(k, &[',', '=', ' ']));
+            head.push_str(&escape(k, &[',', '=', ' '])?);
             head.push('=');
-            head.push_str(&escape(v, &[',', '=', ' ']));
+            head.push_str(&escape(v, &[',', '=', ' '])?);
         }
-        for row in &series.values {
+        'rows: for row in &series.values {
             let Some(Cell::Time(time)) = row.first() else {
                 continue;
             };
@@ -88,13 +99,13 @@ fn lines(into: &IntoTarget, answer: &[SeriesOut]) -> (String, usize) {
                 let Cell::Value(value) = cell else {
                     continue;
                 };
-                let Some(v) = field_value(value) else {
-                    continue;
+                let Some(v) = field_value(value)? else {
+                    continue 'rows;
                 };
                 if !fields.is_empty() {
                     fields.push(',');
                 }
-                fields.push_str(&escape(column, &[',', '=', ' ']));
+                fields.push_str(&escape(column, &[',', '=', ' '])?);
                 fields.push('=');
                 fields.push_str(&v);
             }
@@ -103,25 +114,46 @@ fn lines(into: &IntoTarget, answer: &[SeriesOut]) -> (String, usize) {
             }
             text.push_str(&format!("{head} {fields} {time}\n"));
             points += 1;
+            if points == POINTS_A_WRITE {
+                pieces.push(std::mem::take(&mut text));
+                points = 0;
+            }
         }
     }
-    (text, points)
+    if points > 0 {
+        pieces.push(text);
+    }
+    Ok(pieces)
 }
 
 /// A value as line protocol writes it; `None` for one it cannot hold
 /// (NaN, infinities).
-fn field_value(v: &Value) -> Option<String> {
-    Some(match v {
-        Value::Float(f) if !f.is_finite() => return None,
+fn field_value(v: &Value) -> Result<Option<String>, String> {
+    Ok(Some(match v {
+        Value::Float(f) if !f.is_finite() => return Ok(None),
         Value::Float(f) => format!("{f:?}"),
         Value::Int(n) => format!("{n}i"),
         Value::Uint(n) => format!("{n}u"),
         Value::Bool(b) => b.to_string(),
-        Value::Str(s) => format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")),
-    })
+        Value::Str(s) => {
+            refuse_line_breaks(s)?;
+            format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+        }
+    }))
 }
 
-fn escape(s: &str, special: &[char]) -> String {
+fn refuse_line_breaks(s: &str) -> Result<(), String> {
+    if s.contains(['\n', '\r']) {
+        return Err(format!(
+            "SELECT … INTO cannot write {:?}: line protocol cannot carry a line break",
+            crate::codec::quote_prefix(s)
+        ));
+    }
+    Ok(())
+}
+
+fn escape(s: &str, special: &[char]) -> Result<String, String> {
+    refuse_line_breaks(s)?;
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if special.contains(&c) || c == '\\' {
@@ -129,7 +161,7 @@ fn escape(s: &str, special: &[char]) -> String {
         }
         out.push(c);
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -168,17 +200,30 @@ mod tests {
             retention_policy: None,
             measurement: Some("down".into()),
         };
-        let (text, points) = lines(&into, &answer);
-        assert_eq!(points, 2);
+        let text = lines(&into, &answer).expect("lines");
+        // The row with a NaN is no point, as InfluxDB refuses it whole.
         assert_eq!(
             text,
-            "down,host=a\\ b mean=1.5,n=2i,s=\"q\\\"x\" 60000000000\n\
-             down,host=a\\ b n=3.0 180000000000\n"
+            ["down,host=a\\ b mean=1.5,n=2i,s=\"q\\\"x\" 60000000000\n"]
         );
         let same = IntoTarget {
             measurement: None,
+            ..into.clone()
+        };
+        assert!(lines(&same, &answer).expect("lines")[0].starts_with("cpu,host=a\\ b "));
+        let broken = [SeriesOut {
+            values: vec![vec![
+                Cell::Time(1),
+                Cell::Value(Value::Str("two\nlines".into())),
+            ]],
+            columns: vec!["time".into(), "s".into()],
+            ..answer[0].clone()
+        }];
+        assert!(lines(&into, &broken).is_err());
+        let comment = IntoTarget {
+            measurement: Some("#m".into()),
             ..into
         };
-        assert!(lines(&same, &answer).0.starts_with("cpu,host=a\\ b "));
+        assert!(lines(&comment, &answer).is_err());
     }
 }

@@ -16,8 +16,7 @@ use crate::schema::{Durability, FamilySpec};
 use crate::store::Store;
 use crate::table::Table;
 
-/// The table of a database's Prometheus samples.
-pub const SAMPLES_TABLE: &str = "samples";
+pub use crate::catalog::SAMPLES_TABLE;
 
 /// How a database's tables are made (the config's `[influx]`).
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@
 use super::influx_select::{TagFilter, mentions_field, split_time};
 use super::influxql::{Expr, FromName};
 use super::measurements::{Measurement, SeriesTable, measurements};
-use crate::catalog::{PolicyTables, TableName};
+use crate::catalog::{PolicyTables, SAMPLES_TABLE, TableName};
 use crate::cell::RowMutation;
 use crate::series::Dictionary;
 use crate::store::Store;
@@ -65,7 +65,12 @@ pub fn delete_series(
     for policy in store.catalog().retention_policies(db).policies {
         let tables = PolicyTables::new(db, &policy.name);
         for m in measurements(store, Some(dictionary), &tables)? {
-            if !chosen(&m) || !m.tables().first().is_some_and(|t| t.schema.is_open_tags()) {
+            // Open tables only, and not the Prometheus samples (which
+            // InfluxDB does not hold).
+            let open = m.tables().first().is_some_and(|t| {
+                t.schema.is_open_tags() && !(tables.is_autogen() && t.name.table == SAMPLES_TABLE)
+            });
+            if !chosen(&m) || !open {
                 continue;
             }
             if rest.as_ref().is_some_and(|e| mentions_field(e, &m.fields)) {

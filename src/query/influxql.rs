@@ -271,6 +271,27 @@ pub enum SelectExpr {
     Expr(FieldExpr),
 }
 
+impl Select {
+    /// Whether the select list calls a function other than a math one,
+    /// anywhere in it (`mean(v) * 2`, `round(mean(v))`): what InfluxDB's
+    /// `IsRawQuery` is not.
+    pub fn calls_functions(&self) -> bool {
+        fn calls(e: &FieldExpr) -> bool {
+            match e {
+                FieldExpr::Call { func, args } => {
+                    !MATH.contains(&func.as_str()) || args.iter().any(calls)
+                }
+                FieldExpr::Binary { lhs, rhs, .. } => calls(lhs) || calls(rhs),
+                _ => false,
+            }
+        }
+        self.fields.iter().any(|f| match &f.expr {
+            SelectExpr::Expr(e) => calls(e),
+            e => e.is_call(),
+        })
+    }
+}
+
 impl SelectExpr {
     /// Whether the expression is a call of a function (of a field, or of
     /// fields that match).
@@ -1453,7 +1474,7 @@ impl Parser {
             }
         }
         // (A raw one InfluxDB takes, and refuses to run.)
-        if continuous && s.group_time.is_none() && s.fields.iter().any(|f| f.expr.is_call()) {
+        if continuous && s.group_time.is_none() && s.calls_functions() {
             let (t, line, col) = &self.tokens[source_at];
             return Err(format!(
                 "found {}, expected GROUP BY time(...) at line {line}, char {col}",
