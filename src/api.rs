@@ -36,7 +36,7 @@ mod error;
 mod guessing;
 mod influx;
 mod influx_cq;
-pub use influx_cq::run_continuous_queries;
+pub use influx::run_continuous_queries;
 mod influx_into;
 mod internal;
 mod json;

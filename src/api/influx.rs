@@ -1263,7 +1263,7 @@ fn run(
     format: CellFormat,
 ) -> Result<Answer, String> {
     if let Statement::Select(sel) = st {
-        return select(s, sel, db).map(Answer::Cells);
+        return select_of(s, sel, db).map(Answer::Cells);
     }
     run_other(s, caller, st, db, format).map(Answer::Json)
 }
@@ -1280,7 +1280,7 @@ fn into_database<'a>(
 }
 
 /// A SELECT statement's series (an `INTO`'s, the points written).
-pub(super) fn select(
+fn select_of(
     s: &AppState,
     sel: &influxql::Select,
     db: Option<&str>,
@@ -1314,7 +1314,24 @@ pub(super) fn select(
         ..sel.clone()
     };
     let answer = influx_select::select(&s.store, d.as_deref(), name, &written, now)?;
-    super::influx_into::write_into(s, target, into, &answer)
+    if !database_exists(s, target) {
+        return Err(format!("database not found: {target}"));
+    }
+    let policy = retention::write_target(
+        &s.store,
+        target,
+        into.retention_policy.as_deref(),
+        s.clock.now_ms(),
+    )
+    .map_err(|e| e.to_string())?;
+    super::influx_into::write_into(into, &answer, |text| {
+        let outcome = write_body(s, &policy, text.as_bytes(), Precision::Nanoseconds)
+            .map_err(|refused| refused.message)?;
+        match outcome.refusal() {
+            Some((_, message)) => Err(message),
+            None => Ok(outcome.written),
+        }
+    })
 }
 
 /// Whether SHOW DATABASES lists namespace `ns`: one InfluxQL can read (a
@@ -1618,9 +1635,42 @@ fn run_other(
             condition,
             paging,
         } => cardinality(s, of, *exact, on, from, condition.as_ref(), *paging, db),
-        Statement::Select(sel) => Ok(select_json(select(s, sel, db)?, format)),
+        Statement::Select(sel) => Ok(select_json(select_of(s, sel, db)?, format)),
         Statement::Unsupported(what) => Err(format!(
             "halite does not answer {what} statements yet (docs/compatibility.md lists what it answers)"
         )),
+    }
+}
+
+/// Runs InfluxQL's continuous queries on their schedule until `shutdown`:
+/// every second, those due (`influx_cq.rs`) run as `SELECT … INTO`.
+pub async fn run_continuous_queries(
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let last_runs = Arc::new(parking_lot::Mutex::new(super::influx_cq::LastRuns::new()));
+    let mut ticks = tokio::time::interval(super::influx_cq::RUN_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => return,
+            _ = ticks.tick() => {}
+        }
+        let s = state.clone();
+        let runs = last_runs.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let now = i64::try_from(s.clock.now_ms())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000);
+            super::influx_cq::run_due(&s, now, &runs, |select, db| {
+                select_of(&s, select, Some(db)).map(drop)
+            });
+        })
+        .await;
+        if let Err(e) = done {
+            tracing::error!(error = %e, "the continuous queries' run failed");
+        }
     }
 }

@@ -1,13 +1,11 @@
 //! InfluxQL continuous queries: `CREATE`, `DROP` and `SHOW CONTINUOUS
-//! QUERIES`, and the loop that runs them on InfluxDB 1.6's schedule
-//! (`services/continuous_querier`): every second each query whose next
-//! run is due computes its `SELECT … INTO` over the buckets it covers,
-//! written back through `influx_into.rs`. The queries are kept in the
+//! QUERIES`, and InfluxDB 1.6's schedule (`services/continuous_querier`):
+//! every second (the loop is `influx.rs`'s) each query whose next run is
+//! due computes its `SELECT … INTO` over the buckets it covers. The queries are kept in the
 //! catalog; when each last ran is kept in memory, as in InfluxDB (a
 //! restarted server runs each at once, over its last interval).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 
@@ -17,7 +15,7 @@ use crate::error::Error;
 use crate::query::influxql::{self, CompareOp, Expr, Operand, Select, Statement};
 
 /// How often due queries are looked for (InfluxDB's `run-interval`).
-const RUN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const RUN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `CREATE CONTINUOUS QUERY name ON db …`: the same statement again is no
 /// error, another of that name is.
@@ -208,12 +206,18 @@ fn in_range(condition: Option<&Expr>, start: i64, end: i64) -> Expr {
 }
 
 /// When each query last ran, by database and name.
-type LastRuns = HashMap<(String, String), i64>;
+pub(super) type LastRuns = HashMap<(String, String), i64>;
 
-/// Runs every query due at `now_ns`. A query's run is recorded before it
-/// runs, and a query that fails (or panics) is logged and left to its
-/// next run: it does not stop the others, nor run again every second.
-fn run_due(s: &AppState, now_ns: i64, last_runs: &parking_lot::Mutex<LastRuns>) {
+/// Runs, through `run` (the statement and its database), every query due
+/// at `now_ns`. A query's run is recorded before it runs, and a query that
+/// fails (or panics) is logged and left to its next run: it does not stop
+/// the others, nor run again every second.
+pub(super) fn run_due(
+    s: &AppState,
+    now_ns: i64,
+    last_runs: &parking_lot::Mutex<LastRuns>,
+    run: impl Fn(&Select, &str) -> Result<(), String>,
+) {
     for (db, queries) in s.store.catalog().continuous_queries() {
         for cq in queries {
             let key = (db.clone(), cq.name.clone());
@@ -251,11 +255,9 @@ fn run_due(s: &AppState, now_ns: i64, last_runs: &parking_lot::Mutex<LastRuns>) 
                 condition: Some(in_range(select.condition.as_ref(), start, end)),
                 ..(**select).clone()
             };
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                super::influx::select(s, &ranged, Some(&db))
-            }));
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ranged, &db)));
             match ran {
-                Ok(Ok(_)) => {
+                Ok(Ok(())) => {
                     tracing::debug!(database = %db, query = %cq.name, start, end, "continuous query ran")
                 }
                 Ok(Err(e)) => {
@@ -265,36 +267,6 @@ fn run_due(s: &AppState, now_ns: i64, last_runs: &parking_lot::Mutex<LastRuns>) 
                     tracing::error!(database = %db, query = %cq.name, "continuous query panicked")
                 }
             }
-        }
-    }
-}
-
-/// Runs the continuous queries on their schedule until `shutdown`.
-pub async fn run_continuous_queries(
-    state: Arc<AppState>,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let last_runs = Arc::new(parking_lot::Mutex::new(LastRuns::new()));
-    let mut ticks = tokio::time::interval(RUN_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut shutdown => return,
-            _ = ticks.tick() => {}
-        }
-        let s = state.clone();
-        let runs = last_runs.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            let now = i64::try_from(s.clock.now_ms())
-                .unwrap_or(i64::MAX)
-                .saturating_mul(1_000_000);
-            run_due(&s, now, &runs);
-        })
-        .await;
-        if let Err(e) = done {
-            tracing::error!(error = %e, "the continuous queries' run failed");
         }
     }
 }

@@ -4,14 +4,10 @@
 //! of the one it came from) at the row's time, its tags the series' (a
 //! `GROUP BY`'s; a raw `SELECT *`'s tags are columns, so they become
 //! fields, as there), its fields the row's non-null columns. The points
-//! go through `/write`'s path into the target's retention policy, so
-//! every rule of a write holds (policies, field types, limits). Continuous
-//! queries write the same way (`influx_cq.rs`).
+//! go through `/write`'s path into the target's retention policy (the
+//! writer `influx.rs` hands in), so every rule of a write holds (policies,
+//! field types, limits). Continuous queries write the same way.
 
-use super::influx::write_body;
-use super::state::AppState;
-use crate::ingest::line_protocol::Precision;
-use crate::ingest::retention;
 use crate::query::influx_select::{Cell, SeriesOut};
 use crate::query::influxql::IntoTarget;
 use crate::value::Value;
@@ -20,38 +16,18 @@ use crate::value::Value;
 /// as InfluxDB writes an `INTO`'s points 10,000 at a time.
 const POINTS_A_WRITE: usize = 10_000;
 
-/// Writes `answer` into `into` (in database `target_db`), answering
-/// InfluxDB's `result` series: the points written.
+/// Writes `answer` into `into` through `write` (line protocol of at
+/// most [`POINTS_A_WRITE`] points at a time, answering the points it
+/// wrote or the write's error), answering InfluxDB's `result` series: the
+/// points written.
 pub(super) fn write_into(
-    s: &AppState,
-    target_db: &str,
     into: &IntoTarget,
     answer: &[SeriesOut],
+    mut write: impl FnMut(&str) -> Result<usize, String>,
 ) -> Result<Vec<SeriesOut>, String> {
-    if !s
-        .store
-        .catalog()
-        .namespaces()
-        .iter()
-        .any(|n| n == target_db)
-    {
-        return Err(format!("database not found: {target_db}"));
-    }
-    let target = retention::write_target(
-        &s.store,
-        target_db,
-        into.retention_policy.as_deref(),
-        s.clock.now_ms(),
-    )
-    .map_err(|e| e.to_string())?;
     let mut written = 0;
     for text in lines(into, answer)? {
-        let outcome = write_body(s, &target, text.as_bytes(), Precision::Nanoseconds)
-            .map_err(|refused| refused.message)?;
-        if let Some((_, message)) = outcome.refusal() {
-            return Err(message);
-        }
-        written += outcome.written;
+        written += write(&text)?;
     }
     Ok(vec![SeriesOut {
         name: "result".into(),
