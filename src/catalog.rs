@@ -543,6 +543,12 @@ impl Catalog {
         self.data.lock().namespaces.iter().cloned().collect()
     }
 
+    /// Whether namespace `ns` exists (without copying every name: every
+    /// write and statement asks).
+    pub fn has_namespace(&self, ns: &str) -> bool {
+        self.data.lock().namespaces.contains(ns)
+    }
+
     pub fn create_namespace(&self, ns: &str) -> Result<()> {
         self.create_namespace_with(ns, None)
     }

@@ -199,7 +199,20 @@ pub(super) async fn write_v2(
 }
 
 fn database_exists(s: &AppState, db: &str) -> bool {
-    s.store.catalog().namespaces().iter().any(|n| n == db)
+    s.store.catalog().has_namespace(db)
+}
+
+/// The database a statement names, which must exist: InfluxDB's errors
+/// otherwise.
+fn existing_database<'a>(s: &AppState, db: Option<&'a str>) -> Result<&'a str, String> {
+    let db = db.ok_or("database name required")?;
+    if !database_exists(s, db) {
+        return Err(format!(
+            "database not found: {}",
+            crate::codec::quote_prefix(db)
+        ));
+    }
+    Ok(db)
 }
 
 /// The body, gunzipped when it says so, within `server.max_body`.
@@ -1285,17 +1298,7 @@ fn select_of(
     sel: &influxql::Select,
     db: Option<&str>,
 ) -> Result<Vec<SeriesOut>, String> {
-    let name = sel
-        .database
-        .as_deref()
-        .or(db)
-        .ok_or("database name required")?;
-    if !database_exists(s, name) {
-        return Err(format!(
-            "database not found: {}",
-            crate::codec::quote_prefix(name)
-        ));
-    }
+    let name = existing_database(s, sel.database.as_deref().or(db))?;
     let d = dictionary_of(s, name)?;
     let now = i64::try_from(s.clock.now_ms())
         .unwrap_or(i64::MAX)
@@ -1369,10 +1372,7 @@ fn run_other(
             Ok(Vec::new())
         }
         Statement::DropMeasurement { name } => {
-            let db = db.ok_or("database name required")?;
-            if !database_exists(s, db) {
-                return Err(format!("database not found: {db}"));
-            }
+            let db = existing_database(s, db)?;
             let declared = measurements::measurement(
                 &s.store,
                 None,
@@ -1406,10 +1406,7 @@ fn run_other(
             condition,
             drop,
         } => {
-            let db = db.ok_or("database name required")?;
-            if !database_exists(s, db) {
-                return Err(format!("database not found: {db}"));
-            }
+            let db = existing_database(s, db)?;
             let d = s
                 .tag_sets
                 .dictionary(&s.store, db)

@@ -27,7 +27,7 @@ pub(super) fn create(
     text: &str,
 ) -> Result<(), String> {
     let catalog = s.store.catalog();
-    let exists = |db: &str| catalog.namespaces().iter().any(|n| n == db);
+    let exists = |db: &str| catalog.has_namespace(db);
     if !exists(on) {
         return Err(format!("database not found: {on}"));
     }

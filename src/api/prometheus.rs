@@ -180,7 +180,7 @@ pub(super) async fn remote_write(
 
 fn write_series(s: &AppState, name: &TableName, series: &[Series]) -> Result<(), Refusal> {
     let catalog = s.store.catalog();
-    if !catalog.namespaces().contains(&name.namespace) {
+    if !catalog.has_namespace(&name.namespace) {
         match catalog.create_namespace(&name.namespace) {
             Ok(()) | Err(Error::Conflict(_)) => {}
             Err(e) => return Err(store_refusal(&e)),

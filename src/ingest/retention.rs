@@ -188,7 +188,7 @@ pub fn alter_policy(
     refuse_in_cluster(store, "altering a retention policy")?;
     let before = store.catalog().retention_policies(db);
     let Some(old) = before.get(name).cloned() else {
-        if !store.catalog().namespaces().iter().any(|n| n == db) {
+        if !store.catalog().has_namespace(db) {
             return Err(PolicyError::NoDatabase(db.into()));
         }
         return Err(PolicyError::NotFound(name.into()));
@@ -331,7 +331,7 @@ pub fn create_database(
     let policy = with
         .map(|(name, spec)| new_policy(name.unwrap_or(AUTOGEN), spec))
         .transpose()?;
-    if catalog.namespaces().iter().any(|n| n == db) {
+    if catalog.has_namespace(db) {
         let Some(policy) = policy else {
             return Ok(());
         };
@@ -361,7 +361,7 @@ pub fn create_database(
 /// declared-key tables is refused whole, before anything goes.
 pub fn drop_database(store: &Store, tag_sets: &TagSets, db: &str) -> Result<(), PolicyError> {
     let catalog = store.catalog();
-    if !catalog.namespaces().iter().any(|n| n == db) {
+    if !catalog.has_namespace(db) {
         return Ok(());
     }
     let declared: Vec<String> = catalog
